@@ -1,0 +1,79 @@
+//! Builds the plugins in `plugins/` (embedded in the `kiln` binary) and the test fixtures in
+//! `tests/plugins/` for wasm32-wasip2 with a nested cargo, so a plain `cargo build` yields one
+//! self-contained binary. The nested build uses its own target directory (no lock contention
+//! with the outer build) and the workspace's Cargo.lock.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (package, file stem, embedded in the binary)
+const PLUGINS: &[(&str, &str, bool)] = &[
+    ("kiln-plugin-command", "kiln_plugin_command", true),
+    ("kiln-plugin-whole-file", "kiln_plugin_whole_file", true),
+    ("kiln-plugin-fs", "kiln_plugin_fs", true),
+    ("kiln-test-escape", "kiln_test_escape", false),
+    ("kiln-test-future-contract", "kiln_test_future_contract", false),
+    ("kiln-test-not-kiln", "kiln-test-not-kiln", false),
+];
+
+fn main() {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest_dir.parent().unwrap().to_path_buf();
+    for dir in ["wit", "guest-sdk", "plugins", "tests/plugins", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    let target_dir = root.join("target").join("wasm");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .arg(&target_dir);
+    for (pkg, _, _) in PLUGINS {
+        cmd.args(["-p", pkg]);
+    }
+    // Flags meant for the host build must not leak into the guest build.
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+        "MFLAGS",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_LLVM_COV",
+        "LLVM_PROFILE_FILE",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().expect("failed to run cargo for the wasm32-wasip2 plugins");
+    if !status.success() {
+        panic!(
+            "building the plugins for wasm32-wasip2 failed (see above). If the target is missing, \
+             run `rustup target add wasm32-wasip2` (rust-toolchain.toml normally installs it)."
+        );
+    }
+
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let wasm_dir = target_dir.join("wasm32-wasip2").join("release");
+    let mut builtins = String::from("/// Built-in plugin components: (file stem, bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n");
+    for (_, stem, embedded) in PLUGINS {
+        let file = wasm_dir.join(format!("{stem}.wasm"));
+        assert!(file.exists(), "expected {} after the plugin build", file.display());
+        if *embedded {
+            // Copy so the embedded bytes cannot change under a later nested build.
+            let copy = out_dir.join(format!("{stem}.wasm"));
+            std::fs::copy(&file, &copy).unwrap();
+            builtins.push_str(&format!("    ({stem:?}, include_bytes!({:?})),\n", path_str(&copy)));
+        }
+    }
+    builtins.push_str("];\n");
+    std::fs::write(out_dir.join("builtins.rs"), builtins).unwrap();
+    println!("cargo:rustc-env=KILN_TEST_PLUGINS_DIR={}", path_str(&wasm_dir));
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_str().expect("non-UTF-8 build path").to_string()
+}

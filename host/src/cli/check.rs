@@ -1,0 +1,92 @@
+//! `kiln check`: run a runner once over target files and show its diagnostics (the first step
+//! of every fix-loop iteration).
+
+use super::{Ctx, Outcome, print_json};
+use crate::config::ExecGrant;
+use crate::plugin::{PluginKind, Severity};
+use clap::Args;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Runner plugin.
+    #[arg(long, default_value = "command")]
+    runner: String,
+    /// For the `command` runner: the command to run (`{file}`/`{files}` are replaced by the
+    /// targets). Naming it here grants the runner that program.
+    #[arg(long)]
+    cmd: Option<String>,
+    /// One target file.
+    #[arg(long, conflicts_with = "files")]
+    file: Option<String>,
+    /// Several target files.
+    #[arg(long, num_args = 1..)]
+    files: Vec<String>,
+    /// One JSON object with the run result on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow::Result<Outcome> {
+    let targets: Vec<String> = args.file.iter().cloned().chain(args.files.iter().cloned()).collect();
+    anyhow::ensure!(!targets.is_empty(), "name the files to check with --file F or --files F...");
+    for t in &targets {
+        if let Err(why) = crate::plugin::capability::check_relative(t) {
+            anyhow::bail!("target `{t}` {why}");
+        }
+        anyhow::ensure!(ctx.workspace.join(t).is_file(), "target `{t}` does not exist in the workspace {}", ctx.workspace.display());
+    }
+    let mut config = ctx.config.clone();
+    let mut settings = BTreeMap::new();
+    if let Some(cmd) = &args.cmd {
+        // Naming the command on the command line is consent to run that program.
+        let program = cmd.split_whitespace().next().ok_or_else(|| anyhow::anyhow!("--cmd is empty"))?;
+        let pc = config.plugins.entry(args.runner.clone()).or_default();
+        pc.exec.get_or_insert_with(Vec::new).push(ExecGrant { program: program.to_string(), args: vec!["*".into()] });
+        settings.insert("cmd".to_string(), cmd.clone());
+    }
+    let ctx2 = Ctx { workspace: ctx.workspace.clone(), config, runtime: crate::plugin::Runtime::with_default_cache()? };
+    let reg = ctx2.registry(extra).await?;
+    let runner = reg.get(&args.runner, Some(PluginKind::Runner))?;
+    if !args.json {
+        eprintln!("checking {} with runner `{}`…", targets.join(", "), runner.name);
+    }
+    let result = runner.runner_run(&targets, &settings).await?;
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => anyhow::bail!("runner `{}`: {}", runner.name, crate::plugin::describe_call_error(&e)),
+    };
+    if args.json {
+        print_json(&json!({
+            "ok": r.ok, "exit_code": r.exit_code, "duration_ms": r.duration_ms, "truncated": r.truncated,
+            "timed_out": r.timed_out, "diagnostics": r.diagnostics, "stdout": r.stdout, "stderr": r.stderr,
+        }));
+    } else {
+        for d in &r.diagnostics {
+            let sev = match d.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+                Severity::Note => "note",
+                Severity::Help => "help",
+            };
+            let code = d.code.as_deref().map(|c| format!("[{c}]")).unwrap_or_default();
+            println!("{}:{}:{}: {sev}{code}: {}", d.file, d.line, d.column, d.message);
+        }
+        if r.diagnostics.is_empty() && !r.ok {
+            print!("{}{}", r.stdout, r.stderr);
+        }
+        let errors = r.diagnostics.iter().filter(|d| matches!(d.severity, Severity::Error)).count();
+        eprintln!(
+            "{} (exit {}, {} ms, {} diagnostics, {} errors{})",
+            if r.ok { "passed" } else { "failed" },
+            r.exit_code,
+            r.duration_ms,
+            r.diagnostics.len(),
+            errors,
+            if r.timed_out { ", timed out" } else { "" }
+        );
+    }
+    Ok(if r.ok { Outcome::Success } else { Outcome::Failure })
+}

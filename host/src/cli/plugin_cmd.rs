@@ -1,0 +1,274 @@
+//! `kiln plugin list | inspect | check`.
+
+use super::{Ctx, Outcome, print_json, source_label};
+use crate::config::Access;
+use crate::plugin::{Plugin, PluginKind};
+use clap::Subcommand;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PluginCommand {
+    /// List every available plugin: name, kind, version, source.
+    List {
+        /// One JSON object per plugin, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a plugin's world, contract version, requested and granted capabilities, and tools.
+    Inspect {
+        /// A plugin name or a `.wasm` file.
+        plugin: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a component against the kiln:plugin contract and exercise its describe
+    /// functions. Exit 0 when it conforms, 2 with the reason when it does not.
+    Check {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: PluginCommand) -> anyhow::Result<Outcome> {
+    match cmd {
+        PluginCommand::List { json } => {
+            let reg = ctx.registry(extra).await?;
+            for p in reg.all() {
+                if json {
+                    print_json(&json!({
+                        "name": p.name, "kind": p.kind, "version": p.manifest.version,
+                        "source": source_label(&p.source), "description": p.manifest.description,
+                    }));
+                } else {
+                    println!("{:<14} {:<12} {:<8} {}", p.name, p.kind.to_string(), p.manifest.version, source_label(&p.source));
+                }
+            }
+            Ok(Outcome::Success)
+        }
+        PluginCommand::Inspect { plugin, json } => {
+            let loaded;
+            let reg;
+            let p: &Plugin = if plugin.ends_with(".wasm") || Path::new(&plugin).is_file() {
+                let checked = ctx.runtime.check_file(Path::new(&plugin))?;
+                loaded = ctx.runtime.instantiate(checked, &ctx.workspace, &ctx.config).await?;
+                &loaded
+            } else {
+                reg = ctx.registry(extra).await?;
+                reg.get(&plugin, None)?
+            };
+            let report = inspect(p).await?;
+            if json {
+                print_json(&report);
+            } else {
+                print_inspect(&report);
+            }
+            Ok(Outcome::Success)
+        }
+        PluginCommand::Check { file, json } => {
+            let report = check(ctx, &file).await;
+            match report {
+                Ok(r) => {
+                    if json {
+                        print_json(&r);
+                    } else {
+                        println!("ok: {} ({} plugin {}) conforms to kiln:plugin@{}", r["name"].as_str().unwrap_or(""), r["kind"].as_str().unwrap_or(""), r["version"].as_str().unwrap_or(""), r["contract"].as_str().unwrap_or(""));
+                    }
+                    Ok(Outcome::Success)
+                }
+                Err(e) => {
+                    if json {
+                        print_json(&json!({ "ok": false, "file": file, "reason": format!("{e:#}") }));
+                    }
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+/// Everything `inspect` shows, as JSON (the human form is rendered from it).
+async fn inspect(p: &Plugin) -> anyhow::Result<Value> {
+    let m = &p.manifest;
+    let e = &p.effective;
+    let requested_fs: Vec<Value> = m.fs.iter().map(|f| json!({ "path": f.path, "access": access_wit(&f.access) })).collect();
+    let granted_fs: Vec<Value> = e.fs.iter().map(|(path, a)| json!({ "path": if path.is_empty() { "." } else { path }, "access": access(*a) })).collect();
+    let requested_exec: Vec<Value> = m.exec.iter().map(|x| json!({ "program": x.program, "args": x.args })).collect();
+    let missing_env: Vec<&String> = m.env.iter().filter(|n| !e.env.contains(n)).collect();
+    let mut report = json!({
+        "name": p.name,
+        "kind": p.kind,
+        "world": format!("kiln:plugin/{}", p.kind.world()),
+        "contract": p.contract,
+        "version": m.version,
+        "description": m.description,
+        "source": source_label(&p.source),
+        "requested": { "fs": requested_fs, "exec": requested_exec, "env": m.env, "limits": {
+            "memory_mib": m.limits.memory_mib, "timeout_ms": m.limits.timeout_ms, "output_bytes": m.limits.output_bytes } },
+        "granted": { "fs": granted_fs, "exec": e.exec_granted, "env": e.env, "limits": e.limits },
+        "missing": {
+            "fs": m.fs.iter().filter(|f| !e.fs.iter().any(|(g, _)| g == f.path.trim_start_matches("./") || (f.path == "." && g.is_empty()))).map(|f| f.path.clone()).collect::<Vec<_>>(),
+            "exec": if e.exec_granted.is_empty() { m.exec.iter().map(|x| x.program.clone()).collect::<Vec<_>>() } else { vec![] },
+            "env": missing_env,
+        },
+        "settings": p.settings,
+    });
+    match p.kind {
+        PluginKind::Tool => {
+            let tools = p.tool_list().await?;
+            let tools: Vec<Value> = tools
+                .iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "read_only": t.read_only,
+                    "schema": serde_json::from_str::<Value>(&t.schema).unwrap_or(Value::String(t.schema.clone())) }))
+                .collect();
+            report["tools"] = Value::Array(tools);
+        }
+        PluginKind::Runner => {
+            let info = p.runner_describe().await?;
+            report["runner"] = json!({ "languages": info.languages, "patterns": info.patterns, "description": info.description });
+        }
+        PluginKind::EditFormat => {
+            let info = p.format_describe().await?;
+            report["format"] = json!({ "multi_file": info.multi_file, "description": info.description });
+        }
+    }
+    Ok(report)
+}
+
+fn access(a: Access) -> &'static str {
+    match a {
+        Access::Read => "read",
+        Access::ReadWrite => "read-write",
+    }
+}
+
+fn access_wit(a: &crate::plugin::bindings::types::Access) -> &'static str {
+    match a {
+        crate::plugin::bindings::types::Access::Read => "read",
+        crate::plugin::bindings::types::Access::ReadWrite => "read-write",
+    }
+}
+
+fn print_inspect(r: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    println!("{} {} ({} plugin)", s(&r["name"]), s(&r["version"]), s(&r["kind"]));
+    println!("  {}", s(&r["description"]));
+    println!("  world:    {}@{}", s(&r["world"]), s(&r["contract"]));
+    println!("  source:   {}", s(&r["source"]));
+    println!("  requested:");
+    for f in r["requested"]["fs"].as_array().into_iter().flatten() {
+        println!("    fs    {} ({})", s(&f["path"]), s(&f["access"]));
+    }
+    for x in r["requested"]["exec"].as_array().into_iter().flatten() {
+        println!("    exec  {} {}", s(&x["program"]), x["args"]);
+    }
+    for e in r["requested"]["env"].as_array().into_iter().flatten() {
+        println!("    env   {}", s(e));
+    }
+    println!("  granted (request ∩ kiln.toml):");
+    let mut any = false;
+    for f in r["granted"]["fs"].as_array().into_iter().flatten() {
+        any = true;
+        println!("    fs    {} ({})", s(&f["path"]), s(&f["access"]));
+    }
+    for x in r["granted"]["exec"].as_array().into_iter().flatten() {
+        any = true;
+        println!("    exec  {} {}", s(&x["program"]), x["args"]);
+    }
+    for e in r["granted"]["env"].as_array().into_iter().flatten() {
+        any = true;
+        println!("    env   {}", s(e));
+    }
+    if !any {
+        println!("    nothing (deny by default; grant under [plugins.{}] in kiln.toml)", s(&r["name"]));
+    }
+    let l = &r["granted"]["limits"];
+    println!("  limits:   memory {} MiB, deadline {} ms, output {} bytes", l["memory_mib"], l["timeout_ms"], l["output_bytes"]);
+    let missing = &r["missing"];
+    for key in ["fs", "exec", "env"] {
+        let items: Vec<String> = missing[key].as_array().into_iter().flatten().map(|v| s(v)).collect();
+        if !items.is_empty() {
+            println!("  missing {key}: {}", items.join(", "));
+        }
+    }
+    for t in r["tools"].as_array().into_iter().flatten() {
+        println!("  tool {}{}: {}", s(&t["name"]), if t["read_only"] == true { " (read-only)" } else { "" }, s(&t["description"]));
+        println!("    args: {}", t["schema"]);
+    }
+}
+
+/// The contract checks `kiln plugin check` runs; the same for every language.
+async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
+    let checked = ctx.runtime.check_file(file)?;
+    let p = ctx.runtime.instantiate(checked, &ctx.workspace, &ctx.config).await?;
+    let m = &p.manifest;
+    let mut problems = Vec::new();
+    if !is_semver(&m.version) {
+        problems.push(format!("manifest version `{}` is not semver (MAJOR.MINOR.PATCH)", m.version));
+    }
+    if m.description.trim().is_empty() {
+        problems.push("manifest description is empty".to_string());
+    }
+    for f in &m.fs {
+        if let Err(why) = crate::plugin::capability::check_relative(&f.path) {
+            problems.push(format!("manifest fs path `{}` {why}", f.path));
+        }
+    }
+    let mut detail = json!({});
+    match p.kind {
+        PluginKind::Runner => {
+            let info = p.runner_describe().await?;
+            if info.name != m.name {
+                problems.push(format!("describe() name `{}` differs from the manifest name `{}`", info.name, m.name));
+            }
+            detail["languages"] = json!(info.languages);
+        }
+        PluginKind::EditFormat => {
+            let info = p.format_describe().await?;
+            if info.name != m.name {
+                problems.push(format!("describe() name `{}` differs from the manifest name `{}`", info.name, m.name));
+            }
+            for multi in [false, true] {
+                if p.format_instructions(multi).await?.trim().is_empty() {
+                    problems.push(format!("instructions(multi-file: {multi}) is empty"));
+                }
+            }
+            detail["multi_file"] = json!(info.multi_file);
+        }
+        PluginKind::Tool => {
+            let tools = p.tool_list().await?;
+            if tools.is_empty() {
+                problems.push("list-tools() returns no tools".to_string());
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for t in &tools {
+                if !seen.insert(t.name.clone()) {
+                    problems.push(format!("tool `{}` is listed twice", t.name));
+                }
+                if t.name.is_empty() || !t.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                    problems.push(format!("tool name `{}` must be letters, digits, `_` or `-`", t.name));
+                }
+                match serde_json::from_str::<Value>(&t.schema) {
+                    Ok(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("object") => {}
+                    Ok(_) => problems.push(format!("tool `{}`: schema must be a JSON Schema object with \"type\": \"object\"", t.name)),
+                    Err(e) => problems.push(format!("tool `{}`: schema is not valid JSON: {e}", t.name)),
+                }
+            }
+            detail["tools"] = json!(tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>());
+        }
+    }
+    if !problems.is_empty() {
+        anyhow::bail!("{} does not conform to kiln:plugin@{}:\n  - {}", file.display(), crate::plugin::CONTRACT_VERSION, problems.join("\n  - "));
+    }
+    Ok(json!({ "ok": true, "file": file, "name": p.name, "kind": p.kind, "version": m.version, "contract": p.contract, "detail": detail }))
+}
+
+fn is_semver(v: &str) -> bool {
+    let core = v.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+}

@@ -1,0 +1,240 @@
+//! Configuration files: the user-level file (`$XDG_CONFIG_HOME/kiln/config.toml`, else
+//! `~/.config/kiln/config.toml`) and the workspace's `kiln.toml`, layered in that order.
+//! Owns parsing, validation (unknown fields are errors that name the file) and merging; the
+//! meaning of a grant lives in `plugin::capability`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Errors reading configuration; each names the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped fields.
+    #[error("invalid configuration in {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line, column, field).
+        message: String,
+    },
+    /// A value is well-formed TOML but not allowed.
+    #[error("invalid configuration in {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and where.
+        message: String,
+    },
+}
+
+/// Filesystem access in a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Read only.
+    Read,
+    /// Read and write.
+    ReadWrite,
+}
+
+/// A filesystem grant: `"src"` (read) or `{ path = "src", access = "read-write" }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FsGrant {
+    /// Read access to a path.
+    Path(String),
+    /// Explicit access.
+    Full {
+        /// Workspace-relative path.
+        path: String,
+        /// Access granted.
+        #[serde(default = "default_access")]
+        access: Access,
+    },
+}
+
+fn default_access() -> Access {
+    Access::Read
+}
+
+impl FsGrant {
+    /// The path and access of this grant.
+    pub fn parts(&self) -> (&str, Access) {
+        match self {
+            FsGrant::Path(p) => (p, Access::Read),
+            FsGrant::Full { path, access } => (path, *access),
+        }
+    }
+}
+
+/// An exec grant: a program and argument glob patterns (see the `exec` WIT interface).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecGrant {
+    /// Program name or glob.
+    pub program: String,
+    /// Argument patterns; the last applies to all remaining arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// `[plugins.NAME]`: what the user grants one plugin, and where a user plugin is loaded from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// A `.wasm` component to load (relative to the file that names it). Not for built-ins.
+    pub path: Option<PathBuf>,
+    /// Filesystem grants.
+    pub fs: Option<Vec<FsGrant>>,
+    /// Exec grants.
+    pub exec: Option<Vec<ExecGrant>>,
+    /// Environment variable names passed to programs the plugin runs.
+    pub env: Option<Vec<String>>,
+    /// Memory limit per instance in MiB.
+    pub memory_mib: Option<u32>,
+    /// Deadline per call in milliseconds.
+    pub timeout_ms: Option<u32>,
+    /// Cap on returned and captured output in bytes.
+    pub output_bytes: Option<u32>,
+    /// Plugin-specific settings passed to runners.
+    pub settings: Option<BTreeMap<String, String>>,
+}
+
+impl PluginConfig {
+    /// Layer `over` on top of `self`: every field `over` sets wins.
+    fn merge(&mut self, over: PluginConfig) {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
+        }
+        take!(path, fs, exec, env, memory_mib, timeout_ms, output_bytes);
+        if let Some(s) = over.settings {
+            self.settings.get_or_insert_with(BTreeMap::new).extend(s);
+        }
+    }
+}
+
+/// One configuration file as written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    plugins: BTreeMap<String, PluginConfig>,
+}
+
+/// The merged configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Per-plugin grants and settings, by plugin name.
+    pub plugins: BTreeMap<String, PluginConfig>,
+    /// The files that were read, lowest precedence first.
+    pub sources: Vec<PathBuf>,
+}
+
+impl Config {
+    /// Load the user file (if any) then `<workspace>/kiln.toml` (if any).
+    pub fn load(workspace: &Path) -> Result<Config, ConfigError> {
+        let mut files = Vec::new();
+        if let Some(user) = user_config_path() {
+            files.push(user);
+        }
+        files.push(workspace.join("kiln.toml"));
+        let mut config = Config::default();
+        for path in files {
+            if path.is_file() {
+                config.layer_file(&path)?;
+            }
+        }
+        Ok(config)
+    }
+
+    /// Merge one file on top of what is loaded.
+    pub fn layer_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let file: File = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for (name, mut pc) in file.plugins {
+            validate(path, &name, &pc)?;
+            if let Some(p) = &pc.path {
+                if p.is_relative() {
+                    pc.path = Some(base.join(p));
+                }
+            }
+            self.plugins.entry(name).or_default().merge(pc);
+        }
+        self.sources.push(path.to_path_buf());
+        Ok(())
+    }
+
+    /// The configuration of plugin `name` (empty: nothing granted).
+    pub fn plugin(&self, name: &str) -> PluginConfig {
+        self.plugins.get(name).cloned().unwrap_or_default()
+    }
+}
+
+fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid { path: path.to_path_buf(), message };
+    for g in pc.fs.iter().flatten() {
+        let (p, _) = g.parts();
+        if let Err(why) = crate::plugin::capability::check_relative(p) {
+            return Err(invalid(format!("plugins.{name}.fs: `{p}` {why}")));
+        }
+    }
+    for g in pc.exec.iter().flatten() {
+        if g.program.is_empty() {
+            return Err(invalid(format!("plugins.{name}.exec: `program` may not be empty")));
+        }
+    }
+    if pc.memory_mib == Some(0) || pc.timeout_ms == Some(0) {
+        return Err(invalid(format!("plugins.{name}: limits must be greater than zero")));
+    }
+    Ok(())
+}
+
+/// The user-level configuration file, if a home directory is known.
+pub fn user_config_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KILN_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("kiln").join("config.toml"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_field_names_the_file_and_layers_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user.toml");
+        std::fs::write(&user, "[plugins.command]\nenv = [\"CC\"]\ntimeout_ms = 5000\n").unwrap();
+        let ws = dir.path().join("kiln.toml");
+        std::fs::write(&ws, "[plugins.command]\ntimeout_ms = 9000\nexec = [{ program = \"gcc\", args = [\"*\"] }]\n").unwrap();
+        let mut c = Config::default();
+        c.layer_file(&user).unwrap();
+        c.layer_file(&ws).unwrap();
+        let pc = c.plugin("command");
+        assert_eq!(pc.timeout_ms, Some(9000));
+        assert_eq!(pc.env, Some(vec!["CC".to_string()]));
+        assert_eq!(pc.exec.unwrap()[0].program, "gcc");
+
+        std::fs::write(&ws, "[plugins.command]\nexce = []\n").unwrap();
+        let err = Config::default().layer_file(&ws).unwrap_err().to_string();
+        assert!(err.contains("kiln.toml") && err.contains("exce"), "{err}");
+        std::fs::write(&ws, "[plugins.fs]\nfs = [\"../etc\"]\n").unwrap();
+        let err = Config::default().layer_file(&ws).unwrap_err().to_string();
+        assert!(err.contains("plugins.fs.fs"), "{err}");
+    }
+}

@@ -1,0 +1,6 @@
+//! kiln: a host for autonomous coding loops whose runners, edit formats and tools are
+//! sandboxed WebAssembly components.
+
+pub mod cli;
+pub mod config;
+pub mod plugin;

@@ -1,0 +1,165 @@
+//! The `fs` tool plugin: `read_file`, `list_dir` and `search` inside the workspace, through
+//! WASI with the workspace preopened at `/workspace` (read-only unless granted). Absolute
+//! paths and `..` are refused before WASI is asked; symlinks leaving the workspace are refused
+//! by the sandbox itself.
+
+use kiln_guest::tool::{self, Access, Error, Manifest, Tool, ToolSpec};
+use serde_json::{Value, json};
+use std::path::{Component, Path, PathBuf};
+
+const ROOT: &str = "/workspace";
+/// Largest file text returned by `read_file`, in bytes.
+const MAX_READ: usize = 256 * 1024;
+/// Most matches returned by `search`.
+const MAX_MATCHES: usize = 200;
+/// Most entries returned by `list_dir`.
+const MAX_ENTRIES: usize = 1000;
+
+struct Fs;
+
+impl Tool for Fs {
+    fn manifest() -> Manifest {
+        tool::manifest("fs", env!("CARGO_PKG_VERSION"), "Read files, list directories and search text inside the workspace")
+            .with_fs(".", Access::Read)
+    }
+
+    fn list_tools() -> Vec<ToolSpec> {
+        vec![
+            tool::spec(
+                "read_file",
+                "Read a text file of the workspace. Returns its content (cut at 256 KiB).",
+                r#"{"type":"object","properties":{"path":{"type":"string","description":"Path relative to the workspace root"}},"required":["path"],"additionalProperties":false}"#,
+                true,
+            ),
+            tool::spec(
+                "list_dir",
+                "List a directory of the workspace (default: the root). Directories end with '/'.",
+                r#"{"type":"object","properties":{"path":{"type":"string","description":"Directory relative to the workspace root"}},"additionalProperties":false}"#,
+                true,
+            ),
+            tool::spec(
+                "search",
+                "Find lines containing a literal text in the workspace's files (recursively). Returns path, line number and line.",
+                r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Literal text to find"},"path":{"type":"string","description":"File or directory to search, relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
+                true,
+            ),
+        ]
+    }
+
+    fn call(name: String, arguments: String) -> Result<String, Error> {
+        let args: Value = serde_json::from_str(&arguments)
+            .map_err(|e| Error::InvalidInput(format!("arguments are not valid JSON: {e}")))?;
+        let out = match name.as_str() {
+            "read_file" => read_file(&args)?,
+            "list_dir" => list_dir(&args)?,
+            "search" => search(&args)?,
+            other => return Err(Error::InvalidInput(format!("unknown tool `{other}`; this plugin offers read_file, list_dir, search"))),
+        };
+        Ok(out.to_string())
+    }
+}
+
+kiln_guest::export_tool!(Fs);
+
+fn str_arg<'a>(args: &'a Value, key: &str) -> Result<Option<&'a str>, Error> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(Error::InvalidInput(format!("`{key}` must be a string"))),
+    }
+}
+
+/// Map a workspace-relative path to the guest path, refusing anything that could leave it.
+fn resolve(rel: &str) -> Result<PathBuf, Error> {
+    let p = Path::new(rel);
+    let mut out = PathBuf::from(ROOT);
+    for c in p.components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(Error::Denied(format!(
+                    "`{rel}` is outside the workspace: paths must be relative to the workspace root and may not contain `..`"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn io_error(rel: &str, e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound(format!("`{rel}` does not exist in the workspace")),
+        std::io::ErrorKind::PermissionDenied => Error::Denied(format!(
+            "`{rel}` is not accessible: it leaves the workspace or the fs plugin was not granted access to it (grant with `fs = [\".\"]` under [plugins.fs] in kiln.toml)"
+        )),
+        _ => Error::Failed(format!("`{rel}`: {e}")),
+    }
+}
+
+fn read_file(args: &Value) -> Result<Value, Error> {
+    let rel = str_arg(args, "path")?.ok_or_else(|| Error::InvalidInput("`path` is required".into()))?;
+    let bytes = std::fs::read(resolve(rel)?).map_err(|e| io_error(rel, e))?;
+    let truncated = bytes.len() > MAX_READ;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_READ)]).into_owned();
+    Ok(json!({ "path": rel, "content": text, "bytes": bytes.len(), "truncated": truncated }))
+}
+
+fn list_dir(args: &Value) -> Result<Value, Error> {
+    let rel = str_arg(args, "path")?.unwrap_or(".");
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(resolve(rel)?).map_err(|e| io_error(rel, e))? {
+        let entry = entry.map_err(|e| io_error(rel, e))?;
+        let mut name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            name.push('/');
+        }
+        entries.push(name);
+    }
+    entries.sort();
+    let truncated = entries.len() > MAX_ENTRIES;
+    entries.truncate(MAX_ENTRIES);
+    Ok(json!({ "path": rel, "entries": entries, "truncated": truncated }))
+}
+
+fn search(args: &Value) -> Result<Value, Error> {
+    let pattern = str_arg(args, "pattern")?.ok_or_else(|| Error::InvalidInput("`pattern` is required".into()))?;
+    if pattern.is_empty() {
+        return Err(Error::InvalidInput("`pattern` may not be empty".into()));
+    }
+    let rel = str_arg(args, "path")?.unwrap_or(".");
+    let start = resolve(rel)?;
+    std::fs::metadata(&start).map_err(|e| io_error(rel, e))?;
+    let mut matches = Vec::new();
+    let mut stack = vec![start];
+    while let Some(path) = stack.pop() {
+        if matches.len() >= MAX_MATCHES {
+            break;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path != Path::new(ROOT) && (name.starts_with('.') || name == "target" || name == "node_modules") {
+                continue;
+            }
+            if let Ok(rd) = std::fs::read_dir(&path) {
+                let mut children: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                children.sort_by(|a, b| b.cmp(a));
+                stack.extend(children);
+            }
+        } else if meta.is_file() {
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            let shown = path.strip_prefix(ROOT).unwrap_or(&path).to_string_lossy().into_owned();
+            for (n, line) in text.lines().enumerate() {
+                if line.contains(pattern) {
+                    matches.push(json!({ "path": shown, "line": n + 1, "text": line }));
+                    if matches.len() >= MAX_MATCHES {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let truncated = matches.len() >= MAX_MATCHES;
+    Ok(json!({ "pattern": pattern, "matches": matches, "truncated": truncated }))
+}
