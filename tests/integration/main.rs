@@ -1,1 +1,9 @@
+//! kiln's integration tests: one binary, real components compiled from source, the real
+//! `kiln` executable, real compilers.
 
+mod support;
+
+mod cli;
+mod runner;
+mod runtime;
+mod sandbox;

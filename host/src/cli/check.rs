@@ -61,16 +61,11 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     if args.json {
         print_json(&json!({
             "ok": r.ok, "exit_code": r.exit_code, "duration_ms": r.duration_ms, "truncated": r.truncated,
-            "timed_out": r.timed_out, "diagnostics": r.diagnostics, "stdout": r.stdout, "stderr": r.stderr,
+            "timed_out": r.timed_out, "diagnostics": r.diagnostics.iter().map(crate::plugin::diagnostic_json).collect::<Vec<_>>(), "stdout": r.stdout, "stderr": r.stderr,
         }));
     } else {
         for d in &r.diagnostics {
-            let sev = match d.severity {
-                Severity::Error => "error",
-                Severity::Warning => "warning",
-                Severity::Note => "note",
-                Severity::Help => "help",
-            };
+            let sev = crate::plugin::severity_name(d.severity);
             let code = d.code.as_deref().map(|c| format!("[{c}]")).unwrap_or_default();
             println!("{}:{}:{}: {sev}{code}: {}", d.file, d.line, d.column, d.message);
         }

@@ -95,6 +95,11 @@ impl Ctx {
 
 /// Parse arguments, run, and turn the result into an exit code.
 pub fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`kiln plugin list | head`), like other Unix tools.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

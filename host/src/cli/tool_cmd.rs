@@ -83,7 +83,8 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                 }
                 Ok(Err(err)) => {
                     if json {
-                        print_json(&json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": err }));
+                        let (kind, message) = crate::plugin::call_error_parts(&err);
+                        print_json(&json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": kind, "message": message } }));
                     } else {
                         eprintln!("{}.{tool_name}: {}", plugin.name, crate::plugin::describe_call_error(&err));
                     }
@@ -91,7 +92,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                 }
                 Err(host_err) => {
                     if json {
-                        print_json(&json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "plugin-error": host_err.to_string() } }));
+                        print_json(&json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": "plugin-error", "message": host_err.to_string() } }));
                     }
                     Err(host_err.into())
                 }

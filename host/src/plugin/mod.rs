@@ -646,15 +646,39 @@ pub use edit_format::exports::kiln::plugin::edit_format::{
 pub use runner::exports::kiln::plugin::runner::{RunRequest, RunResult, RunnerInfo};
 pub use tool::exports::kiln::plugin::tool::ToolSpec;
 
-/// A plugin's expected error as one line: `denied: ...`, `not found: ...`.
-pub fn describe_call_error(e: &PluginCallError) -> String {
+/// A plugin's expected error as its WIT case name and message (`("denied", "...")`).
+pub fn call_error_parts(e: &PluginCallError) -> (&'static str, &str) {
     match e {
-        PluginCallError::Denied(m) => format!("denied: {m}"),
-        PluginCallError::NotFound(m) => format!("not found: {m}"),
-        PluginCallError::InvalidInput(m) => format!("invalid input: {m}"),
-        PluginCallError::TimedOut(m) => format!("timed out: {m}"),
-        PluginCallError::Failed(m) => format!("failed: {m}"),
+        PluginCallError::Denied(m) => ("denied", m),
+        PluginCallError::NotFound(m) => ("not-found", m),
+        PluginCallError::InvalidInput(m) => ("invalid-input", m),
+        PluginCallError::TimedOut(m) => ("timed-out", m),
+        PluginCallError::Failed(m) => ("failed", m),
     }
+}
+
+/// A plugin's expected error as one line: `denied: ...`.
+pub fn describe_call_error(e: &PluginCallError) -> String {
+    let (kind, message) = call_error_parts(e);
+    format!("{kind}: {message}")
+}
+
+/// The WIT name of a severity (`error`, `warning`, `note`, `help`).
+pub fn severity_name(s: Severity) -> &'static str {
+    match s {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+        Severity::Note => "note",
+        Severity::Help => "help",
+    }
+}
+
+/// A diagnostic as JSON with WIT names.
+pub fn diagnostic_json(d: &Diagnostic) -> serde_json::Value {
+    serde_json::json!({
+        "file": d.file, "line": d.line, "column": d.column, "severity": severity_name(d.severity),
+        "code": d.code, "message": d.message,
+    })
 }
 
 #[cfg(test)]

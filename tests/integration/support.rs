@@ -1,0 +1,96 @@
+//! Test support: temporary workspaces, the built `kiln` binary run with a clean environment,
+//! and the paths of the test-fixture components built by the host's build script.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The directory holding every component built from `plugins/` and `tests/plugins/`.
+pub fn wasm(stem: &str) -> PathBuf {
+    Path::new(kiln::plugin::builtin::TEST_PLUGINS_DIR).join(format!("{stem}.wasm"))
+}
+
+/// A compile cache shared by the tests (compiling once per test run).
+pub fn shared_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("kiln-cache")
+}
+
+/// A temporary workspace with files.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        Workspace { dir: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The workspace itself lives in a subdirectory so tests can put files "outside" it.
+    pub fn root(&self) -> PathBuf {
+        let r = self.dir.path().join("ws");
+        std::fs::create_dir_all(&r).unwrap();
+        r
+    }
+
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.root().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.root().join(rel)).unwrap()
+    }
+
+    /// Run `kiln` in the workspace with a clean environment plus `env`.
+    pub fn kiln(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(args)
+            .current_dir(self.root())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.path())
+            .env("KILN_CACHE_DIR", shared_cache())
+            .env("KILN_CONFIG", self.path().join("no-user-config.toml"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Run(cmd.output().unwrap())
+    }
+}
+
+/// The output of one `kiln` run.
+pub struct Run(pub Output);
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.0.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.0.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.0.stderr).into_owned()
+    }
+    /// stdout parsed as one JSON value.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.stdout().trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout(), self.stderr()))
+    }
+    #[track_caller]
+    pub fn expect_code(&self, code: i32) -> &Run {
+        assert_eq!(self.code(), code, "exit code\nstdout: {}\nstderr: {}", self.stdout(), self.stderr());
+        self
+    }
+}
+
+/// The message of a `--json` tool error of the given WIT kind (asserting the kind).
+#[track_caller]
+pub fn error_of(r: &Run, kind: &str) -> String {
+    let j = r.json();
+    assert_eq!(j["error"]["kind"], kind, "{j}");
+    j["error"]["message"].as_str().unwrap().to_string()
+}
