@@ -12,7 +12,11 @@ const PLUGINS: &[(&str, &str, bool)] = &[
     ("kiln-plugin-whole-file", "kiln_plugin_whole_file", true),
     ("kiln-plugin-fs", "kiln_plugin_fs", true),
     ("kiln-test-escape", "kiln_test_escape", false),
-    ("kiln-test-future-contract", "kiln_test_future_contract", false),
+    (
+        "kiln-test-future-contract",
+        "kiln_test_future_contract",
+        false,
+    ),
     ("kiln-test-not-kiln", "kiln-test-not-kiln", false),
 ];
 
@@ -26,7 +30,13 @@ fn main() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
         .arg(&target_dir);
     for (pkg, _, _) in PLUGINS {
         cmd.args(["-p", pkg]);
@@ -48,7 +58,9 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    let status = cmd.status().expect("failed to run cargo for the wasm32-wasip2 plugins");
+    let status = cmd
+        .status()
+        .expect("failed to run cargo for the wasm32-wasip2 plugins");
     if !status.success() {
         panic!(
             "building the plugins for wasm32-wasip2 failed (see above). If the target is missing, \
@@ -58,20 +70,32 @@ fn main() {
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let wasm_dir = target_dir.join("wasm32-wasip2").join("release");
-    let mut builtins = String::from("/// Built-in plugin components: (file stem, bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n");
+    let mut builtins = String::from(
+        "/// Built-in plugin components: (file stem, bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n",
+    );
     for (_, stem, embedded) in PLUGINS {
         let file = wasm_dir.join(format!("{stem}.wasm"));
-        assert!(file.exists(), "expected {} after the plugin build", file.display());
+        assert!(
+            file.exists(),
+            "expected {} after the plugin build",
+            file.display()
+        );
         if *embedded {
             // Copy so the embedded bytes cannot change under a later nested build.
             let copy = out_dir.join(format!("{stem}.wasm"));
             std::fs::copy(&file, &copy).unwrap();
-            builtins.push_str(&format!("    ({stem:?}, include_bytes!({:?})),\n", path_str(&copy)));
+            builtins.push_str(&format!(
+                "    ({stem:?}, include_bytes!({:?})),\n",
+                path_str(&copy)
+            ));
         }
     }
     builtins.push_str("];\n");
     std::fs::write(out_dir.join("builtins.rs"), builtins).unwrap();
-    println!("cargo:rustc-env=KILN_TEST_PLUGINS_DIR={}", path_str(&wasm_dir));
+    println!(
+        "cargo:rustc-env=KILN_TEST_PLUGINS_DIR={}",
+        path_str(&wasm_dir)
+    );
 }
 
 fn path_str(p: &Path) -> String {

@@ -71,13 +71,21 @@ pub fn parse_line(line: &str) -> Option<Parsed> {
         };
         let rest = rest.strip_prefix(':').unwrap_or(rest).trim();
         let mut message = rest.to_string();
-        if code.is_none() && message.ends_with(']') {
-            if let Some(open) = message.rfind(" [") {
-                code = Some(message[open + 2..message.len() - 1].to_string());
-                message.truncate(open);
-            }
+        if code.is_none()
+            && message.ends_with(']')
+            && let Some(open) = message.rfind(" [")
+        {
+            code = Some(message[open + 2..message.len() - 1].to_string());
+            message.truncate(open);
         }
-        return Some(Parsed { file: file.to_string(), line: lno, column: col, severity, code, message });
+        return Some(Parsed {
+            file: file.to_string(),
+            line: lno,
+            column: col,
+            severity,
+            code,
+            message,
+        });
     }
     None
 }
@@ -101,10 +109,10 @@ fn take_severity(s: &str) -> Option<(Level, &str)> {
         ("Warning", Level::Warning),
     ];
     for (word, level) in WORDS {
-        if let Some(rest) = s.strip_prefix(word) {
-            if rest.starts_with(':') || rest.starts_with('[') {
-                return Some((level, rest));
-            }
+        if let Some(rest) = s.strip_prefix(word)
+            && (rest.starts_with(':') || rest.starts_with('['))
+        {
+            return Some((level, rest));
         }
     }
     None
@@ -125,7 +133,8 @@ mod tests {
 
     #[test]
     fn gcc_warning_flag_becomes_code() {
-        let d = parse_line("src/a.c:10:7: warning: unused variable 'x' [-Wunused-variable]").unwrap();
+        let d =
+            parse_line("src/a.c:10:7: warning: unused variable 'x' [-Wunused-variable]").unwrap();
         assert_eq!(d.severity, Level::Warning);
         assert_eq!(d.code.as_deref(), Some("-Wunused-variable"));
         assert_eq!(d.message, "unused variable 'x'");
@@ -151,6 +160,9 @@ mod tests {
         assert!(parse_line("In function 'main':").is_none());
         assert!(parse_line("   12 |     return x").is_none());
         assert!(parse_line("http://example.com:80/path").is_none());
-        assert_eq!(parse("a.c:1:1: error: x\nnoise\nb.c:2:2: note: y\n").len(), 2);
+        assert_eq!(
+            parse("a.c:1:1: error: x\nnoise\nb.c:2:2: note: y\n").len(),
+            2
+        );
     }
 }

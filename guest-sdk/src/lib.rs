@@ -30,14 +30,21 @@ macro_rules! common_helpers {
                 fs: Vec::new(),
                 exec: Vec::new(),
                 env: Vec::new(),
-                limits: Limits { memory_mib: None, timeout_ms: None, output_bytes: None },
+                limits: Limits {
+                    memory_mib: None,
+                    timeout_ms: None,
+                    output_bytes: None,
+                },
             }
         }
 
         impl Manifest {
             /// Request access to a workspace-relative path (`.` for the whole workspace).
             pub fn with_fs(mut self, path: &str, access: Access) -> Self {
-                self.fs.push(FsRequest { path: path.to_string(), access });
+                self.fs.push(FsRequest {
+                    path: path.to_string(),
+                    access,
+                });
                 self
             }
             /// Request running `program` with arguments matching `args` (glob patterns).
@@ -136,7 +143,12 @@ pub mod runner {
         /// Languages and file patterns; defaults to "any".
         fn describe() -> RunnerInfo {
             let m = Self::manifest();
-            RunnerInfo { name: m.name, description: m.description, languages: vec![], patterns: vec![] }
+            RunnerInfo {
+                name: m.name,
+                description: m.description,
+                languages: vec![],
+                patterns: vec![],
+            }
         }
         /// Run the check over `request.targets`.
         fn run(request: RunRequest) -> Result<RunResult, Error>;
@@ -144,7 +156,11 @@ pub mod runner {
 
     /// Look up a setting passed by the host (`[plugins.NAME.settings]` or the command line).
     pub fn setting<'a>(request: &'a RunRequest, key: &str) -> Option<&'a str> {
-        request.settings.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        request
+            .settings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -194,14 +210,22 @@ pub mod edit_format {
         /// Name, description, multi-file support; defaults to single-file.
         fn describe() -> FormatInfo {
             let m = Self::manifest();
-            FormatInfo { name: m.name, description: m.description, multi_file: false }
+            FormatInfo {
+                name: m.name,
+                description: m.description,
+                multi_file: false,
+            }
         }
         /// The prompt fragment that teaches the format.
         fn instructions(multi_file: bool) -> String;
         /// Parse an LLM response into edits.
         fn parse(response: String, targets: Vec<String>) -> Result<Vec<FileEdit>, Vec<ParseError>>;
         /// Apply one file's edits to its text.
-        fn apply(path: String, text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure>;
+        fn apply(
+            path: String,
+            text: Option<String>,
+            edits: Vec<FileEdit>,
+        ) -> Result<AppliedFile, ApplyFailure>;
     }
 }
 

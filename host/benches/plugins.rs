@@ -1,1 +1,96 @@
-fn main(){}
+//! Plugin runtime benchmark: for each built-in plugin, cold load (JIT compile), warm load
+//! (from the on-disk cache), instantiate + trivial call, and memory per live instance.
+//! Prints medians. Run with `cargo bench --bench plugins`.
+//! Targets (issue 2): warm load < 10 ms, instantiate + call < 100 µs.
+
+use kiln::config::Config;
+use kiln::plugin::{Runtime, Source, builtin};
+use std::time::{Duration, Instant};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn rss_kib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let config = Config::default();
+    println!(
+        "{:<12} {:>10} {:>12} {:>14} {:>16} {:>10}",
+        "plugin", "size KiB", "cold ms", "warm µs", "inst+call µs", "KiB/inst"
+    );
+    for (stem, bytes) in builtin::BUILTINS {
+        let cold = median(
+            (0..5)
+                .map(|_| {
+                    let r = Runtime::new(None).unwrap();
+                    let t = Instant::now();
+                    r.check_bytes(bytes, Source::Builtin).unwrap();
+                    t.elapsed()
+                })
+                .collect(),
+        );
+        Runtime::new(Some(cache.path().to_path_buf()))
+            .unwrap()
+            .check_bytes(bytes, Source::Builtin)
+            .unwrap();
+        let runtime = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
+        let warm = median(
+            (0..30)
+                .map(|_| {
+                    let t = Instant::now();
+                    let c = runtime.check_bytes(bytes, Source::Builtin).unwrap();
+                    let e = t.elapsed();
+                    assert!(c.info.from_cache);
+                    e
+                })
+                .collect(),
+        );
+        let plugin = rt
+            .block_on(runtime.load(bytes, Source::Builtin, ws.path(), &config))
+            .unwrap();
+        let call = rt.block_on(async {
+            let mut v = Vec::new();
+            for _ in 0..500 {
+                let t = Instant::now();
+                plugin.get_manifest().await.unwrap();
+                v.push(t.elapsed());
+            }
+            median(v)
+        });
+        let per_instance = rt.block_on(async {
+            let before = rss_kib();
+            let mut held = Vec::new();
+            for _ in 0..200 {
+                held.push(plugin.hold_instance().await.unwrap());
+            }
+            let after = rss_kib();
+            drop(held);
+            (after.saturating_sub(before)) / 200
+        });
+        println!(
+            "{:<12} {:>10} {:>12.1} {:>14.0} {:>16.1} {:>10}",
+            stem.trim_start_matches("kiln_plugin_"),
+            bytes.len() / 1024,
+            cold.as_secs_f64() * 1e3,
+            warm.as_secs_f64() * 1e6,
+            call.as_secs_f64() * 1e6,
+            per_instance
+        );
+    }
+}

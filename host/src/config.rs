@@ -158,16 +158,21 @@ impl Config {
 
     /// Merge one file on top of what is loaded.
     pub fn layer_file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        let file: File = toml::from_str(&text)
-            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file: File = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, mut pc) in file.plugins {
             validate(path, &name, &pc)?;
-            if let Some(p) = &pc.path {
-                if p.is_relative() {
-                    pc.path = Some(base.join(p));
-                }
+            if let Some(p) = &pc.path
+                && p.is_relative()
+            {
+                pc.path = Some(base.join(p));
             }
             self.plugins.entry(name).or_default().merge(pc);
         }
@@ -182,7 +187,10 @@ impl Config {
 }
 
 fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigError> {
-    let invalid = |message: String| ConfigError::Invalid { path: path.to_path_buf(), message };
+    let invalid = |message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
     for g in pc.fs.iter().flatten() {
         let (p, _) = g.parts();
         if let Err(why) = crate::plugin::capability::check_relative(p) {
@@ -191,11 +199,15 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
     }
     for g in pc.exec.iter().flatten() {
         if g.program.is_empty() {
-            return Err(invalid(format!("plugins.{name}.exec: `program` may not be empty")));
+            return Err(invalid(format!(
+                "plugins.{name}.exec: `program` may not be empty"
+            )));
         }
     }
     if pc.memory_mib == Some(0) || pc.timeout_ms == Some(0) {
-        return Err(invalid(format!("plugins.{name}: limits must be greater than zero")));
+        return Err(invalid(format!(
+            "plugins.{name}: limits must be greater than zero"
+        )));
     }
     Ok(())
 }
@@ -219,7 +231,11 @@ mod tests {
     fn unknown_field_names_the_file_and_layers_merge() {
         let dir = tempfile::tempdir().unwrap();
         let user = dir.path().join("user.toml");
-        std::fs::write(&user, "[plugins.command]\nenv = [\"CC\"]\ntimeout_ms = 5000\n").unwrap();
+        std::fs::write(
+            &user,
+            "[plugins.command]\nenv = [\"CC\"]\ntimeout_ms = 5000\n",
+        )
+        .unwrap();
         let ws = dir.path().join("kiln.toml");
         std::fs::write(&ws, "[plugins.command]\ntimeout_ms = 9000\nexec = [{ program = \"gcc\", args = [\"*\"] }]\n").unwrap();
         let mut c = Config::default();

@@ -8,61 +8,148 @@ fn version_and_plugin_list() {
     let ws = Workspace::new();
     let r = ws.kiln(&["--version"], &[]);
     r.expect_code(0);
-    assert_eq!(r.stdout().trim(), format!("kiln {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        r.stdout().trim(),
+        format!("kiln {}", env!("CARGO_PKG_VERSION"))
+    );
     let r = ws.kiln(&["plugin", "list", "--json"], &[]);
     r.expect_code(0);
-    let rows: Vec<Value> = r.stdout().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let names: Vec<(&str, &str)> = rows.iter().map(|v| (v["name"].as_str().unwrap(), v["kind"].as_str().unwrap())).collect();
-    assert_eq!(names, [("command", "runner"), ("fs", "tool"), ("whole-file", "edit-format")]);
-    assert!(rows.iter().all(|v| v["source"] == "built-in" && v["version"] == "0.1.0"));
+    let rows: Vec<Value> = r
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("command", "runner"),
+            ("fs", "tool"),
+            ("whole-file", "edit-format")
+        ]
+    );
+    assert!(
+        rows.iter()
+            .all(|v| v["source"] == "built-in" && v["version"] == "0.1.0")
+    );
 }
 
 #[test]
 fn inspect_shows_requested_granted_and_missing() {
     let ws = Workspace::new();
     let escape = wasm("kiln_test_escape");
-    ws.write("kiln.toml", "[plugins.escape]\nenv = [\"KILN_TEST_VISIBLE\"]\n");
-    let r = ws.kiln(&["plugin", "inspect", escape.to_str().unwrap(), "--json"], &[]);
+    ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nenv = [\"KILN_TEST_VISIBLE\"]\n",
+    );
+    let r = ws.kiln(
+        &["plugin", "inspect", escape.to_str().unwrap(), "--json"],
+        &[],
+    );
     r.expect_code(0);
     let j = r.json();
     assert_eq!(j["world"], "kiln:plugin/tool-plugin");
     assert_eq!(j["contract"], "0.1.0");
-    assert_eq!(j["requested"]["env"], serde_json::json!(["KILN_TEST_VISIBLE", "KILN_TEST_SECRET_KEY"]));
-    assert_eq!(j["granted"]["env"], serde_json::json!(["KILN_TEST_VISIBLE"]));
-    assert_eq!(j["missing"]["env"], serde_json::json!(["KILN_TEST_SECRET_KEY"]));
+    assert_eq!(
+        j["requested"]["env"],
+        serde_json::json!(["KILN_TEST_VISIBLE", "KILN_TEST_SECRET_KEY"])
+    );
+    assert_eq!(
+        j["granted"]["env"],
+        serde_json::json!(["KILN_TEST_VISIBLE"])
+    );
+    assert_eq!(
+        j["missing"]["env"],
+        serde_json::json!(["KILN_TEST_SECRET_KEY"])
+    );
     assert_eq!(j["granted"]["fs"], serde_json::json!([]));
 
     let r = ws.kiln(&["plugin", "inspect", "fs", "--json"], &[]);
     r.expect_code(0);
     let j = r.json();
-    let tools: Vec<&str> = j["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let tools: Vec<&str> = j["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
     assert_eq!(tools, ["read_file", "list_dir", "search"]);
-    assert_eq!(j["tools"][0]["schema"]["required"], serde_json::json!(["path"]));
-    assert_eq!(j["granted"]["fs"], serde_json::json!([{ "path": ".", "access": "read" }]));
+    assert_eq!(
+        j["tools"][0]["schema"]["required"],
+        serde_json::json!(["path"])
+    );
+    assert_eq!(
+        j["granted"]["fs"],
+        serde_json::json!([{ "path": ".", "access": "read" }])
+    );
 
     let r = ws.kiln(&["plugin", "inspect", "nope"], &[]);
     r.expect_code(2);
-    assert!(r.stderr().contains("no plugin named `nope`; known: command, fs, whole-file"), "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("no plugin named `nope`; known: command, fs, whole-file"),
+        "{}",
+        r.stderr()
+    );
 }
 
 #[test]
 fn plugin_check_accepts_conforming_components_and_rejects_others() {
     let ws = Workspace::new();
-    for stem in ["kiln_plugin_command", "kiln_plugin_whole_file", "kiln_plugin_fs", "kiln_test_escape"] {
+    for stem in [
+        "kiln_plugin_command",
+        "kiln_plugin_whole_file",
+        "kiln_plugin_fs",
+        "kiln_test_escape",
+    ] {
         let r = ws.kiln(&["plugin", "check", wasm(stem).to_str().unwrap()], &[]);
         r.expect_code(0);
-        assert!(r.stdout().contains("conforms to kiln:plugin@0.1.0"), "{}", r.stdout());
+        assert!(
+            r.stdout().contains("conforms to kiln:plugin@0.1.0"),
+            "{}",
+            r.stdout()
+        );
     }
-    let r = ws.kiln(&["plugin", "check", wasm("kiln-test-not-kiln").to_str().unwrap()], &[]);
+    let r = ws.kiln(
+        &[
+            "plugin",
+            "check",
+            wasm("kiln-test-not-kiln").to_str().unwrap(),
+        ],
+        &[],
+    );
     r.expect_code(2);
-    assert!(r.stderr().contains("does not implement a kiln plugin world"), "{}", r.stderr());
-    let r = ws.kiln(&["plugin", "check", wasm("kiln_test_future_contract").to_str().unwrap(), "--json"], &[]);
+    assert!(
+        r.stderr()
+            .contains("does not implement a kiln plugin world"),
+        "{}",
+        r.stderr()
+    );
+    let r = ws.kiln(
+        &[
+            "plugin",
+            "check",
+            wasm("kiln_test_future_contract").to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
     r.expect_code(2);
     let reason = r.json()["reason"].as_str().unwrap().to_string();
-    assert!(reason.contains("9.0.0") && reason.contains("0.1.0"), "{reason}");
+    assert!(
+        reason.contains("9.0.0") && reason.contains("0.1.0"),
+        "{reason}"
+    );
     let r = ws.kiln(&["plugin", "check", "missing.wasm"], &[]);
     r.expect_code(2);
-    assert!(r.stderr().contains("cannot read plugin missing.wasm"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("cannot read plugin missing.wasm"),
+        "{}",
+        r.stderr()
+    );
 }
 
 #[test]
@@ -72,24 +159,78 @@ fn fs_tool_reads_lists_and_searches_inside_the_workspace_only() {
     ws.write("README.md", "alpha docs\n");
     std::fs::write(ws.path().join("secret.txt"), "alpha secret\n").unwrap();
 
-    let r = ws.kiln(&["tool", "call", "read_file", "--args", r#"{"path":"src/lib.rs"}"#, "--json"], &[]);
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "read_file",
+            "--args",
+            r#"{"path":"src/lib.rs"}"#,
+            "--json",
+        ],
+        &[],
+    );
     r.expect_code(0);
-    assert_eq!(r.json()["result"]["content"], "fn alpha() {}\nfn beta() {}\n");
+    assert_eq!(
+        r.json()["result"]["content"],
+        "fn alpha() {}\nfn beta() {}\n"
+    );
 
-    let r = ws.kiln(&["tool", "call", "fs.list_dir", "--args", "{}", "--json"], &[]);
+    let r = ws.kiln(
+        &["tool", "call", "fs.list_dir", "--args", "{}", "--json"],
+        &[],
+    );
     r.expect_code(0);
-    assert_eq!(r.json()["result"]["entries"], serde_json::json!(["README.md", "src/"]));
+    assert_eq!(
+        r.json()["result"]["entries"],
+        serde_json::json!(["README.md", "src/"])
+    );
 
-    let r = ws.kiln(&["tool", "call", "search", "--args", r#"{"pattern":"alpha"}"#, "--json"], &[]);
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "search",
+            "--args",
+            r#"{"pattern":"alpha"}"#,
+            "--json",
+        ],
+        &[],
+    );
     r.expect_code(0);
     let matches = r.json()["result"]["matches"].clone();
-    let paths: Vec<&str> = matches.as_array().unwrap().iter().map(|m| m["path"].as_str().unwrap()).collect();
+    let paths: Vec<&str> = matches
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
     assert_eq!(paths, ["README.md", "src/lib.rs"]);
 
-    let r = ws.kiln(&["tool", "call", "read_file", "--args", r#"{"path":"../secret.txt"}"#, "--json"], &[]);
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "read_file",
+            "--args",
+            r#"{"path":"../secret.txt"}"#,
+            "--json",
+        ],
+        &[],
+    );
     r.expect_code(1);
     assert!(crate::support::error_of(&r, "denied").contains("outside the workspace"));
-    let r = ws.kiln(&["tool", "call", "read_file", "--args", r#"{"path":"nope.rs"}"#, "--json"], &[]);
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "read_file",
+            "--args",
+            r#"{"path":"nope.rs"}"#,
+            "--json",
+        ],
+        &[],
+    );
     r.expect_code(1);
     crate::support::error_of(&r, "not-found");
 
@@ -104,5 +245,9 @@ fn bad_kiln_toml_names_the_file_and_field() {
     ws.write("kiln.toml", "[plugins.fs]\nfss = [\".\"]\n");
     let r = ws.kiln(&["plugin", "list"], &[]);
     r.expect_code(2);
-    assert!(r.stderr().contains("kiln.toml") && r.stderr().contains("fss"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("kiln.toml") && r.stderr().contains("fss"),
+        "{}",
+        r.stderr()
+    );
 }

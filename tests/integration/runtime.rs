@@ -12,7 +12,9 @@ fn compiled_components_are_cached_and_reused() {
     let first = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
     let c1 = first.check_bytes(&bytes, Source::Builtin).unwrap();
     assert!(!c1.info.from_cache, "a fresh cache compiles");
-    let entries: Vec<_> = std::fs::read_dir(cache.path().join("components")).unwrap().collect();
+    let entries: Vec<_> = std::fs::read_dir(cache.path().join("components"))
+        .unwrap()
+        .collect();
     assert_eq!(entries.len(), 1, "one artifact written");
     drop(first);
     let second = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
@@ -22,7 +24,12 @@ fn compiled_components_are_cached_and_reused() {
     // A corrupt cache entry is recompiled, not fatal. (Drop the mapped component first:
     // truncating a file that is still mapped would fault.)
     drop((c2, second));
-    let entry = std::fs::read_dir(cache.path().join("components")).unwrap().next().unwrap().unwrap().path();
+    let entry = std::fs::read_dir(cache.path().join("components"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     std::fs::write(&entry, b"garbage").unwrap();
     let third = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
     let c3 = third.check_bytes(&bytes, Source::Builtin).unwrap();
@@ -42,7 +49,11 @@ fn files_that_are_not_kiln_components_are_refused_clearly() {
     let core = ws.path().join("core.wasm");
     std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
     let e = rt.check_file(&core).err().unwrap();
-    assert!(e.to_string().contains("core.wasm is a core WebAssembly module, not a component"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("core.wasm is a core WebAssembly module, not a component"),
+        "{e}"
+    );
 
     let truncated = ws.path().join("truncated.wasm");
     let mut bytes = std::fs::read(wasm("kiln_plugin_fs")).unwrap();
@@ -53,11 +64,20 @@ fn files_that_are_not_kiln_components_are_refused_clearly() {
 
     let e = rt.check_file(&wasm("kiln-test-not-kiln")).err().unwrap();
     let msg = e.to_string();
-    assert!(msg.contains("does not implement a kiln plugin world") && msg.contains("wasi:cli/run"), "{msg}");
+    assert!(
+        msg.contains("does not implement a kiln plugin world") && msg.contains("wasi:cli/run"),
+        "{msg}"
+    );
 
-    let e = rt.check_file(&wasm("kiln_test_future_contract")).err().unwrap();
+    let e = rt
+        .check_file(&wasm("kiln_test_future_contract"))
+        .err()
+        .unwrap();
     let msg = e.to_string();
-    assert!(msg.contains("contract 9.0.0") && msg.contains("supports 0.1.0"), "{msg}");
+    assert!(
+        msg.contains("contract 9.0.0") && msg.contains("supports 0.1.0"),
+        "{msg}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,11 +85,22 @@ async fn the_host_keeps_running_after_traps_deadlines_and_memory_exhaustion() {
     let ws = Workspace::new();
     ws.write("inside.txt", "still here\n");
     let mut config = Config::default();
-    let grant = ws.write("kiln.toml", "[plugins.escape]\nfs = [\".\"]\ntimeout_ms = 1000\nmemory_mib = 32\n");
+    let grant = ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nfs = [\".\"]\ntimeout_ms = 1000\nmemory_mib = 32\n",
+    );
     config.layer_file(&grant).unwrap();
     let rt = Runtime::new(Some(crate::support::shared_cache())).unwrap();
     let bytes = std::fs::read(wasm("kiln_test_escape")).unwrap();
-    let plugin = rt.load(&bytes, Source::File(wasm("kiln_test_escape")), &ws.root(), &config).await.unwrap();
+    let plugin = rt
+        .load(
+            &bytes,
+            Source::File(wasm("kiln_test_escape")),
+            &ws.root(),
+            &config,
+        )
+        .await
+        .unwrap();
 
     let e = plugin.tool_call("spin", "{}").await.err().unwrap();
     assert!(matches!(e, PluginError::Deadline { ms: 1000, .. }), "{e}");
@@ -78,6 +109,10 @@ async fn the_host_keeps_running_after_traps_deadlines_and_memory_exhaustion() {
     let e = plugin.tool_call("panic", "{}").await.err().unwrap();
     assert!(matches!(e, PluginError::Trap { .. }), "{e}");
     // The same plugin answers the next call: each call gets a fresh instance.
-    let ok = plugin.tool_call("read", r#"{"path":"/workspace/inside.txt"}"#).await.unwrap().unwrap();
+    let ok = plugin
+        .tool_call("read", r#"{"path":"/workspace/inside.txt"}"#)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(ok.contains("still here"), "{ok}");
 }

@@ -28,8 +28,20 @@ fn escape_ws(grant: &str) -> Workspace {
 fn call(ws: &Workspace, tool: &str, args: &str) -> crate::support::Run {
     let plugin = wasm("kiln_test_escape");
     ws.kiln(
-        &["--plugin", plugin.to_str().unwrap(), "tool", "call", &format!("escape.{tool}"), "--args", args, "--json"],
-        &[("OPENAI_API_KEY", "sk-test-do-not-leak"), ("KILN_TEST_VISIBLE", "visible-value")],
+        &[
+            "--plugin",
+            plugin.to_str().unwrap(),
+            "tool",
+            "call",
+            &format!("escape.{tool}"),
+            "--args",
+            args,
+            "--json",
+        ],
+        &[
+            ("OPENAI_API_KEY", "sk-test-do-not-leak"),
+            ("KILN_TEST_VISIBLE", "visible-value"),
+        ],
     )
 }
 
@@ -45,38 +57,72 @@ fn reads_inside_the_workspace_work() {
 fn parent_dir_absolute_path_and_symlink_escapes_are_refused() {
     let ws = escape_ws(ESCAPE_GRANT);
     let outside = ws.path().join("outside.txt");
-    for path in ["/workspace/../outside.txt", outside.to_str().unwrap(), "/workspace/link-out", "/etc/passwd"] {
+    for path in [
+        "/workspace/../outside.txt",
+        outside.to_str().unwrap(),
+        "/workspace/link-out",
+        "/etc/passwd",
+    ] {
         let r = call(&ws, "read", &format!(r#"{{"path":{path:?}}}"#));
         r.expect_code(1);
         let out = r.stdout();
-        assert!(!out.contains("TOP SECRET") && !out.contains("root:"), "{path} leaked: {out}");
+        assert!(
+            !out.contains("TOP SECRET") && !out.contains("root:"),
+            "{path} leaked: {out}"
+        );
         let err = crate::support::error_of(&r, "denied");
-        assert!(err.contains("not permitted") || err.contains("No such file"), "{path}: {err}");
+        assert!(
+            err.contains("not permitted") || err.contains("No such file"),
+            "{path}: {err}"
+        );
     }
 }
 
 #[test]
 fn writing_to_a_read_only_workspace_is_refused() {
     let ws = escape_ws(ESCAPE_GRANT);
-    let r = call(&ws, "write", r#"{"path":"/workspace/new.txt","content":"x"}"#);
+    let r = call(
+        &ws,
+        "write",
+        r#"{"path":"/workspace/new.txt","content":"x"}"#,
+    );
     r.expect_code(1);
     assert!(crate::support::error_of(&r, "denied").contains("not permitted"));
     assert!(!ws.root().join("new.txt").exists());
 
     // Granting read-write makes the same call work.
-    let rw = escape_ws(&ESCAPE_GRANT.replace(r#"fs = ["."]"#, r#"fs = [{ path = ".", access = "read-write" }]"#));
-    call(&rw, "write", r#"{"path":"/workspace/new.txt","content":"x"}"#).expect_code(0);
+    let rw = escape_ws(&ESCAPE_GRANT.replace(
+        r#"fs = ["."]"#,
+        r#"fs = [{ path = ".", access = "read-write" }]"#,
+    ));
+    call(
+        &rw,
+        "write",
+        r#"{"path":"/workspace/new.txt","content":"x"}"#,
+    )
+    .expect_code(0);
     assert_eq!(rw.read("new.txt"), "x");
 }
 
 #[test]
 fn exec_of_a_program_not_granted_is_denied_naming_the_grant() {
     let ws = escape_ws(ESCAPE_GRANT);
-    let r = call(&ws, "exec", r#"{"program":"rm","args":["-rf","inside.txt"]}"#);
+    let r = call(
+        &ws,
+        "exec",
+        r#"{"program":"rm","args":["-rf","inside.txt"]}"#,
+    );
     r.expect_code(1);
     let denied = crate::support::error_of(&r, "denied").to_string();
-    assert!(denied.contains("running `rm -rf inside.txt` is not granted to plugin `escape`"), "{denied}");
-    assert!(denied.contains("[plugins.escape]") && denied.contains(r#"exec = [{ program = "rm", args = ["*"] }]"#), "{denied}");
+    assert!(
+        denied.contains("running `rm -rf inside.txt` is not granted to plugin `escape`"),
+        "{denied}"
+    );
+    assert!(
+        denied.contains("[plugins.escape]")
+            && denied.contains(r#"exec = [{ program = "rm", args = ["*"] }]"#),
+        "{denied}"
+    );
     assert!(ws.root().join("inside.txt").exists());
 }
 
@@ -86,7 +132,9 @@ fn exec_with_arguments_outside_the_pattern_is_denied() {
     // `sh` is granted only as `sh -c <script>`.
     let r = call(&ws, "exec", r#"{"program":"sh","args":["inside.txt"]}"#);
     r.expect_code(1);
-    assert!(crate::support::error_of(&r, "denied").contains("running `sh inside.txt` is not granted"));
+    assert!(
+        crate::support::error_of(&r, "denied").contains("running `sh inside.txt` is not granted")
+    );
     let ok = call(&ws, "exec", r#"{"program":"echo","args":["a","b"]}"#);
     ok.expect_code(0);
     assert_eq!(ok.json()["result"]["stdout"], "a b\n");
@@ -105,17 +153,28 @@ fn the_host_environment_never_reaches_a_plugin() {
     let ws = escape_ws(ESCAPE_GRANT);
     let r = call(&ws, "env", "{}");
     r.expect_code(0);
-    assert_eq!(r.json()["result"]["vars"], serde_json::json!([]), "the guest sees no variables at all");
+    assert_eq!(
+        r.json()["result"]["vars"],
+        serde_json::json!([]),
+        "the guest sees no variables at all"
+    );
 
     // A program run through exec gets PATH, HOME and the granted variables only.
     let r = call(&ws, "exec", r#"{"program":"env"}"#);
     r.expect_code(0);
     let out = r.json()["result"]["stdout"].as_str().unwrap().to_string();
     assert!(out.contains("KILN_TEST_VISIBLE=visible-value"), "{out}");
-    assert!(!out.contains("sk-test-do-not-leak") && !out.contains("OPENAI_API_KEY"), "{out}");
+    assert!(
+        !out.contains("sk-test-do-not-leak") && !out.contains("OPENAI_API_KEY"),
+        "{out}"
+    );
 
     // Asking to pass a variable that is not granted is denied.
-    let r = call(&ws, "exec", r#"{"program":"env","env":{"OPENAI_API_KEY":"x"}}"#);
+    let r = call(
+        &ws,
+        "exec",
+        r#"{"program":"env","env":{"OPENAI_API_KEY":"x"}}"#,
+    );
     r.expect_code(1);
     assert!(crate::support::error_of(&r, "denied").contains(r#"env = ["OPENAI_API_KEY"]"#));
 }
@@ -126,7 +185,12 @@ fn an_infinite_loop_is_stopped_by_the_deadline() {
     let start = std::time::Instant::now();
     let r = call(&ws, "spin", "{}");
     r.expect_code(2);
-    assert!(r.stderr().contains("plugin `escape` was stopped after its deadline of 2000 ms"), "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("plugin `escape` was stopped after its deadline of 2000 ms"),
+        "{}",
+        r.stderr()
+    );
     assert!(start.elapsed().as_secs() < 20);
 }
 
@@ -135,14 +199,23 @@ fn unbounded_memory_growth_is_stopped_by_the_limit() {
     let ws = escape_ws(ESCAPE_GRANT);
     let r = call(&ws, "grow", "{}");
     r.expect_code(2);
-    assert!(r.stderr().contains("plugin `escape` was stopped: it exceeded its memory limit of 64 MiB"), "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("plugin `escape` was stopped: it exceeded its memory limit of 64 MiB"),
+        "{}",
+        r.stderr()
+    );
 }
 
 #[test]
 fn hundreds_of_mib_of_output_are_capped() {
     let ws = escape_ws(ESCAPE_GRANT);
     // A process printing 300 MiB: captured up to the cap, flagged truncated.
-    let r = call(&ws, "exec", r#"{"program":"sh","args":["-c","head -c 314572800 /dev/zero"]}"#);
+    let r = call(
+        &ws,
+        "exec",
+        r#"{"program":"sh","args":["-c","head -c 314572800 /dev/zero"]}"#,
+    );
     r.expect_code(0);
     let res = &r.json()["result"];
     assert_eq!(res["stdout_len"], 1048576);
@@ -151,13 +224,22 @@ fn hundreds_of_mib_of_output_are_capped() {
     // A plugin returning more than its cap is refused.
     let r = call(&ws, "flood", r#"{"mib":8}"#);
     r.expect_code(2);
-    assert!(r.stderr().contains("returned 8388608 bytes, more than its output cap of 1048576 bytes"), "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("returned 8388608 bytes, more than its output cap of 1048576 bytes"),
+        "{}",
+        r.stderr()
+    );
 }
 
 #[test]
 fn exec_timeout_kills_the_whole_process_group() {
     let ws = escape_ws(ESCAPE_GRANT);
-    let r = call(&ws, "exec", r#"{"program":"sh","args":["-c","sleep 30 & echo $! > bg.pid; wait"],"timeout_ms":500}"#);
+    let r = call(
+        &ws,
+        "exec",
+        r#"{"program":"sh","args":["-c","sleep 30 & echo $! > bg.pid; wait"],"timeout_ms":500}"#,
+    );
     r.expect_code(0);
     assert_eq!(r.json()["result"]["timed_out"], true);
     let pid: i32 = ws.read("bg.pid").trim().parse().unwrap();
@@ -165,8 +247,16 @@ fn exec_timeout_kills_the_whole_process_group() {
     // Gone, or a zombie waiting for a reaper (it was killed; in a container PID 1 may not reap).
     let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).map(String::from));
-    assert!(matches!(state.as_deref(), None | Some("Z") | Some("X")), "the background child {pid} survived the timeout: state {state:?}");
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(String::from)
+        });
+    assert!(
+        matches!(state.as_deref(), None | Some("Z") | Some("X")),
+        "the background child {pid} survived the timeout: state {state:?}"
+    );
 }
 
 #[test]
@@ -175,7 +265,11 @@ fn a_plugin_panic_is_reported_with_its_name_and_message() {
     let r = call(&ws, "panic", "{}");
     r.expect_code(2);
     let e = r.stderr();
-    assert!(e.contains("plugin `escape` crashed (trap)") && e.contains("deliberate panic in the escape plugin"), "{e}");
+    assert!(
+        e.contains("plugin `escape` crashed (trap)")
+            && e.contains("deliberate panic in the escape plugin"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -21,7 +21,9 @@ pub struct Workspace {
 
 impl Workspace {
     pub fn new() -> Workspace {
-        Workspace { dir: tempfile::tempdir().unwrap() }
+        Workspace {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -78,11 +80,23 @@ impl Run {
     }
     /// stdout parsed as one JSON value.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(self.stdout().trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout(), self.stderr()))
+        serde_json::from_str(self.stdout().trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {}\nstderr: {}",
+                self.stdout(),
+                self.stderr()
+            )
+        })
     }
     #[track_caller]
     pub fn expect_code(&self, code: i32) -> &Run {
-        assert_eq!(self.code(), code, "exit code\nstdout: {}\nstderr: {}", self.stdout(), self.stderr());
+        assert_eq!(
+            self.code(),
+            code,
+            "exit code\nstdout: {}\nstderr: {}",
+            self.stdout(),
+            self.stderr()
+        );
         self
     }
 }

@@ -30,33 +30,63 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow::Result<Outcome> {
-    let targets: Vec<String> = args.file.iter().cloned().chain(args.files.iter().cloned()).collect();
-    anyhow::ensure!(!targets.is_empty(), "name the files to check with --file F or --files F...");
+    let targets: Vec<String> = args
+        .file
+        .iter()
+        .cloned()
+        .chain(args.files.iter().cloned())
+        .collect();
+    anyhow::ensure!(
+        !targets.is_empty(),
+        "name the files to check with --file F or --files F..."
+    );
     for t in &targets {
         if let Err(why) = crate::plugin::capability::check_relative(t) {
             anyhow::bail!("target `{t}` {why}");
         }
-        anyhow::ensure!(ctx.workspace.join(t).is_file(), "target `{t}` does not exist in the workspace {}", ctx.workspace.display());
+        anyhow::ensure!(
+            ctx.workspace.join(t).is_file(),
+            "target `{t}` does not exist in the workspace {}",
+            ctx.workspace.display()
+        );
     }
     let mut config = ctx.config.clone();
     let mut settings = BTreeMap::new();
     if let Some(cmd) = &args.cmd {
         // Naming the command on the command line is consent to run that program.
-        let program = cmd.split_whitespace().next().ok_or_else(|| anyhow::anyhow!("--cmd is empty"))?;
+        let program = cmd
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("--cmd is empty"))?;
         let pc = config.plugins.entry(args.runner.clone()).or_default();
-        pc.exec.get_or_insert_with(Vec::new).push(ExecGrant { program: program.to_string(), args: vec!["*".into()] });
+        pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
+            program: program.to_string(),
+            args: vec!["*".into()],
+        });
         settings.insert("cmd".to_string(), cmd.clone());
     }
-    let ctx2 = Ctx { workspace: ctx.workspace.clone(), config, runtime: crate::plugin::Runtime::with_default_cache()? };
+    let ctx2 = Ctx {
+        workspace: ctx.workspace.clone(),
+        config,
+        runtime: crate::plugin::Runtime::with_default_cache()?,
+    };
     let reg = ctx2.registry(extra).await?;
     let runner = reg.get(&args.runner, Some(PluginKind::Runner))?;
     if !args.json {
-        eprintln!("checking {} with runner `{}`…", targets.join(", "), runner.name);
+        eprintln!(
+            "checking {} with runner `{}`…",
+            targets.join(", "),
+            runner.name
+        );
     }
     let result = runner.runner_run(&targets, &settings).await?;
     let r = match result {
         Ok(r) => r,
-        Err(e) => anyhow::bail!("runner `{}`: {}", runner.name, crate::plugin::describe_call_error(&e)),
+        Err(e) => anyhow::bail!(
+            "runner `{}`: {}",
+            runner.name,
+            crate::plugin::describe_call_error(&e)
+        ),
     };
     if args.json {
         print_json(&json!({
@@ -66,13 +96,24 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     } else {
         for d in &r.diagnostics {
             let sev = crate::plugin::severity_name(d.severity);
-            let code = d.code.as_deref().map(|c| format!("[{c}]")).unwrap_or_default();
-            println!("{}:{}:{}: {sev}{code}: {}", d.file, d.line, d.column, d.message);
+            let code = d
+                .code
+                .as_deref()
+                .map(|c| format!("[{c}]"))
+                .unwrap_or_default();
+            println!(
+                "{}:{}:{}: {sev}{code}: {}",
+                d.file, d.line, d.column, d.message
+            );
         }
         if r.diagnostics.is_empty() && !r.ok {
             print!("{}{}", r.stdout, r.stderr);
         }
-        let errors = r.diagnostics.iter().filter(|d| matches!(d.severity, Severity::Error)).count();
+        let errors = r
+            .diagnostics
+            .iter()
+            .filter(|d| matches!(d.severity, Severity::Error))
+            .count();
         eprintln!(
             "{} (exit {}, {} ms, {} diagnostics, {} errors{})",
             if r.ok { "passed" } else { "failed" },
@@ -83,5 +124,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
             if r.timed_out { ", timed out" } else { "" }
         );
     }
-    Ok(if r.ok { Outcome::Success } else { Outcome::Failure })
+    Ok(if r.ok {
+        Outcome::Success
+    } else {
+        Outcome::Failure
+    })
 }

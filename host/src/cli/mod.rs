@@ -79,7 +79,11 @@ impl Ctx {
             .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
         let config = Config::load(&workspace)?;
         let runtime = Runtime::with_default_cache()?;
-        Ok(Ctx { workspace, config, runtime })
+        Ok(Ctx {
+            workspace,
+            config,
+            runtime,
+        })
     }
 
     /// Built-ins, configured plugins and `--plugin` files.
@@ -87,7 +91,11 @@ impl Ctx {
         let mut reg = Registry::load(&self.runtime, &self.workspace, &self.config).await?;
         for path in extra {
             let checked = self.runtime.check_file(path)?;
-            reg.insert(self.runtime.instantiate(checked, &self.workspace, &self.config).await?);
+            reg.insert(
+                self.runtime
+                    .instantiate(checked, &self.workspace, &self.config)
+                    .await?,
+            );
         }
         Ok(reg)
     }
@@ -115,7 +123,10 @@ pub fn main() -> ExitCode {
     } else {
         2
     });
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -143,7 +154,10 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
 
 /// Print a value as one line of JSON on stdout.
 pub(crate) fn print_json(value: &serde_json::Value) {
-    println!("{}", serde_json::to_string(value).expect("JSON values serialize"));
+    println!(
+        "{}",
+        serde_json::to_string(value).expect("JSON values serialize")
+    );
 }
 
 /// `built-in` or the file path.

@@ -34,7 +34,11 @@ pub(crate) enum PluginCommand {
     },
 }
 
-pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: PluginCommand) -> anyhow::Result<Outcome> {
+pub(crate) async fn run(
+    ctx: &Ctx,
+    extra: &[PathBuf],
+    cmd: PluginCommand,
+) -> anyhow::Result<Outcome> {
     match cmd {
         PluginCommand::List { json } => {
             let reg = ctx.registry(extra).await?;
@@ -45,7 +49,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: PluginCommand) -> any
                         "source": source_label(&p.source), "description": p.manifest.description,
                     }));
                 } else {
-                    println!("{:<14} {:<12} {:<8} {}", p.name, p.kind.to_string(), p.manifest.version, source_label(&p.source));
+                    println!(
+                        "{:<14} {:<12} {:<8} {}",
+                        p.name,
+                        p.kind.to_string(),
+                        p.manifest.version,
+                        source_label(&p.source)
+                    );
                 }
             }
             Ok(Outcome::Success)
@@ -55,7 +65,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: PluginCommand) -> any
             let reg;
             let p: &Plugin = if plugin.ends_with(".wasm") || Path::new(&plugin).is_file() {
                 let checked = ctx.runtime.check_file(Path::new(&plugin))?;
-                loaded = ctx.runtime.instantiate(checked, &ctx.workspace, &ctx.config).await?;
+                loaded = ctx
+                    .runtime
+                    .instantiate(checked, &ctx.workspace, &ctx.config)
+                    .await?;
                 &loaded
             } else {
                 reg = ctx.registry(extra).await?;
@@ -76,13 +89,21 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: PluginCommand) -> any
                     if json {
                         print_json(&r);
                     } else {
-                        println!("ok: {} ({} plugin {}) conforms to kiln:plugin@{}", r["name"].as_str().unwrap_or(""), r["kind"].as_str().unwrap_or(""), r["version"].as_str().unwrap_or(""), r["contract"].as_str().unwrap_or(""));
+                        println!(
+                            "ok: {} ({} plugin {}) conforms to kiln:plugin@{}",
+                            r["name"].as_str().unwrap_or(""),
+                            r["kind"].as_str().unwrap_or(""),
+                            r["version"].as_str().unwrap_or(""),
+                            r["contract"].as_str().unwrap_or("")
+                        );
                     }
                     Ok(Outcome::Success)
                 }
                 Err(e) => {
                     if json {
-                        print_json(&json!({ "ok": false, "file": file, "reason": format!("{e:#}") }));
+                        print_json(
+                            &json!({ "ok": false, "file": file, "reason": format!("{e:#}") }),
+                        );
                     }
                     Err(e)
                 }
@@ -95,9 +116,16 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: PluginCommand) -> any
 async fn inspect(p: &Plugin) -> anyhow::Result<Value> {
     let m = &p.manifest;
     let e = &p.effective;
-    let requested_fs: Vec<Value> = m.fs.iter().map(|f| json!({ "path": f.path, "access": access_wit(&f.access) })).collect();
+    let requested_fs: Vec<Value> =
+        m.fs.iter()
+            .map(|f| json!({ "path": f.path, "access": access_wit(&f.access) }))
+            .collect();
     let granted_fs: Vec<Value> = e.fs.iter().map(|(path, a)| json!({ "path": if path.is_empty() { "." } else { path }, "access": access(*a) })).collect();
-    let requested_exec: Vec<Value> = m.exec.iter().map(|x| json!({ "program": x.program, "args": x.args })).collect();
+    let requested_exec: Vec<Value> = m
+        .exec
+        .iter()
+        .map(|x| json!({ "program": x.program, "args": x.args }))
+        .collect();
     let missing_env: Vec<&String> = m.env.iter().filter(|n| !e.env.contains(n)).collect();
     let mut report = json!({
         "name": p.name,
@@ -133,7 +161,8 @@ async fn inspect(p: &Plugin) -> anyhow::Result<Value> {
         }
         PluginKind::EditFormat => {
             let info = p.format_describe().await?;
-            report["format"] = json!({ "multi_file": info.multi_file, "description": info.description });
+            report["format"] =
+                json!({ "multi_file": info.multi_file, "description": info.description });
         }
     }
     Ok(report)
@@ -155,7 +184,12 @@ fn access_wit(a: &crate::plugin::bindings::types::Access) -> &'static str {
 
 fn print_inspect(r: &Value) {
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
-    println!("{} {} ({} plugin)", s(&r["name"]), s(&r["version"]), s(&r["kind"]));
+    println!(
+        "{} {} ({} plugin)",
+        s(&r["name"]),
+        s(&r["version"]),
+        s(&r["kind"])
+    );
     println!("  {}", s(&r["description"]));
     println!("  world:    {}@{}", s(&r["world"]), s(&r["contract"]));
     println!("  source:   {}", s(&r["source"]));
@@ -184,19 +218,39 @@ fn print_inspect(r: &Value) {
         println!("    env   {}", s(e));
     }
     if !any {
-        println!("    nothing (deny by default; grant under [plugins.{}] in kiln.toml)", s(&r["name"]));
+        println!(
+            "    nothing (deny by default; grant under [plugins.{}] in kiln.toml)",
+            s(&r["name"])
+        );
     }
     let l = &r["granted"]["limits"];
-    println!("  limits:   memory {} MiB, deadline {} ms, output {} bytes", l["memory_mib"], l["timeout_ms"], l["output_bytes"]);
+    println!(
+        "  limits:   memory {} MiB, deadline {} ms, output {} bytes",
+        l["memory_mib"], l["timeout_ms"], l["output_bytes"]
+    );
     let missing = &r["missing"];
     for key in ["fs", "exec", "env"] {
-        let items: Vec<String> = missing[key].as_array().into_iter().flatten().map(|v| s(v)).collect();
+        let items: Vec<String> = missing[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(&s)
+            .collect();
         if !items.is_empty() {
             println!("  missing {key}: {}", items.join(", "));
         }
     }
     for t in r["tools"].as_array().into_iter().flatten() {
-        println!("  tool {}{}: {}", s(&t["name"]), if t["read_only"] == true { " (read-only)" } else { "" }, s(&t["description"]));
+        println!(
+            "  tool {}{}: {}",
+            s(&t["name"]),
+            if t["read_only"] == true {
+                " (read-only)"
+            } else {
+                ""
+            },
+            s(&t["description"])
+        );
         println!("    args: {}", t["schema"]);
     }
 }
@@ -204,11 +258,17 @@ fn print_inspect(r: &Value) {
 /// The contract checks `kiln plugin check` runs; the same for every language.
 async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
     let checked = ctx.runtime.check_file(file)?;
-    let p = ctx.runtime.instantiate(checked, &ctx.workspace, &ctx.config).await?;
+    let p = ctx
+        .runtime
+        .instantiate(checked, &ctx.workspace, &ctx.config)
+        .await?;
     let m = &p.manifest;
     let mut problems = Vec::new();
     if !is_semver(&m.version) {
-        problems.push(format!("manifest version `{}` is not semver (MAJOR.MINOR.PATCH)", m.version));
+        problems.push(format!(
+            "manifest version `{}` is not semver (MAJOR.MINOR.PATCH)",
+            m.version
+        ));
     }
     if m.description.trim().is_empty() {
         problems.push("manifest description is empty".to_string());
@@ -223,14 +283,20 @@ async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
         PluginKind::Runner => {
             let info = p.runner_describe().await?;
             if info.name != m.name {
-                problems.push(format!("describe() name `{}` differs from the manifest name `{}`", info.name, m.name));
+                problems.push(format!(
+                    "describe() name `{}` differs from the manifest name `{}`",
+                    info.name, m.name
+                ));
             }
             detail["languages"] = json!(info.languages);
         }
         PluginKind::EditFormat => {
             let info = p.format_describe().await?;
             if info.name != m.name {
-                problems.push(format!("describe() name `{}` differs from the manifest name `{}`", info.name, m.name));
+                problems.push(format!(
+                    "describe() name `{}` differs from the manifest name `{}`",
+                    info.name, m.name
+                ));
             }
             for multi in [false, true] {
                 if p.format_instructions(multi).await?.trim().is_empty() {
@@ -249,26 +315,50 @@ async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
                 if !seen.insert(t.name.clone()) {
                     problems.push(format!("tool `{}` is listed twice", t.name));
                 }
-                if t.name.is_empty() || !t.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                    problems.push(format!("tool name `{}` must be letters, digits, `_` or `-`", t.name));
+                if t.name.is_empty()
+                    || !t
+                        .name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                {
+                    problems.push(format!(
+                        "tool name `{}` must be letters, digits, `_` or `-`",
+                        t.name
+                    ));
                 }
                 match serde_json::from_str::<Value>(&t.schema) {
-                    Ok(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("object") => {}
-                    Ok(_) => problems.push(format!("tool `{}`: schema must be a JSON Schema object with \"type\": \"object\"", t.name)),
-                    Err(e) => problems.push(format!("tool `{}`: schema is not valid JSON: {e}", t.name)),
+                    Ok(Value::Object(o))
+                        if o.get("type").and_then(Value::as_str) == Some("object") => {}
+                    Ok(_) => problems.push(format!(
+                        "tool `{}`: schema must be a JSON Schema object with \"type\": \"object\"",
+                        t.name
+                    )),
+                    Err(e) => {
+                        problems.push(format!("tool `{}`: schema is not valid JSON: {e}", t.name))
+                    }
                 }
             }
             detail["tools"] = json!(tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>());
         }
     }
     if !problems.is_empty() {
-        anyhow::bail!("{} does not conform to kiln:plugin@{}:\n  - {}", file.display(), crate::plugin::CONTRACT_VERSION, problems.join("\n  - "));
+        anyhow::bail!(
+            "{} does not conform to kiln:plugin@{}:\n  - {}",
+            file.display(),
+            crate::plugin::CONTRACT_VERSION,
+            problems.join("\n  - ")
+        );
     }
-    Ok(json!({ "ok": true, "file": file, "name": p.name, "kind": p.kind, "version": m.version, "contract": p.contract, "detail": detail }))
+    Ok(
+        json!({ "ok": true, "file": file, "name": p.name, "kind": p.kind, "version": m.version, "contract": p.contract, "detail": detail }),
+    )
 }
 
 fn is_semver(v: &str) -> bool {
     let core = v.split(['-', '+']).next().unwrap_or("");
     let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }

@@ -32,13 +32,19 @@ pub(crate) enum ToolCommand {
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyhow::Result<Outcome> {
     let reg = ctx.registry(extra).await?;
-    let tool_plugins: Vec<&Plugin> = reg.all().iter().filter(|p| p.kind == PluginKind::Tool).collect();
+    let tool_plugins: Vec<&Plugin> = reg
+        .all()
+        .iter()
+        .filter(|p| p.kind == PluginKind::Tool)
+        .collect();
     match cmd {
         ToolCommand::List { json } => {
             for p in tool_plugins {
                 for t in p.tool_list().await? {
                     if json {
-                        print_json(&json!({ "plugin": p.name, "name": t.name, "description": t.description, "read_only": t.read_only }));
+                        print_json(
+                            &json!({ "plugin": p.name, "name": t.name, "description": t.description, "read_only": t.read_only }),
+                        );
                     } else {
                         println!("{}.{:<16} {}", p.name, t.name, t.description);
                     }
@@ -47,8 +53,12 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
             Ok(Outcome::Success)
         }
         ToolCommand::Call { tool, args, json } => {
-            let parsed: Value = serde_json::from_str(&args).with_context(|| format!("--args is not valid JSON: {args}"))?;
-            anyhow::ensure!(parsed.is_object(), "--args must be a JSON object, got {args}");
+            let parsed: Value = serde_json::from_str(&args)
+                .with_context(|| format!("--args is not valid JSON: {args}"))?;
+            anyhow::ensure!(
+                parsed.is_object(),
+                "--args must be a JSON object, got {args}"
+            );
             let (plugin_name, tool_name) = match tool.split_once('.') {
                 Some((p, t)) => (Some(p), t),
                 None => (None, tool.as_str()),
@@ -67,15 +77,21 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                 [] => anyhow::bail!("no tool named `{tool}`; see `kiln tool list`"),
                 many => anyhow::bail!(
                     "tool `{tool_name}` is offered by several plugins ({}); name it as PLUGIN.{tool_name}",
-                    many.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                    many.iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             };
             let args_text = parsed.to_string();
             match plugin.tool_call(tool_name, &args_text).await {
                 Ok(Ok(result)) => {
                     if json {
-                        let value = serde_json::from_str::<Value>(&result).unwrap_or(Value::String(result));
-                        print_json(&json!({ "ok": true, "plugin": plugin.name, "tool": tool_name, "result": value }));
+                        let value =
+                            serde_json::from_str::<Value>(&result).unwrap_or(Value::String(result));
+                        print_json(
+                            &json!({ "ok": true, "plugin": plugin.name, "tool": tool_name, "result": value }),
+                        );
                     } else {
                         println!("{result}");
                     }
@@ -84,15 +100,23 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                 Ok(Err(err)) => {
                     if json {
                         let (kind, message) = crate::plugin::call_error_parts(&err);
-                        print_json(&json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": kind, "message": message } }));
+                        print_json(
+                            &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": kind, "message": message } }),
+                        );
                     } else {
-                        eprintln!("{}.{tool_name}: {}", plugin.name, crate::plugin::describe_call_error(&err));
+                        eprintln!(
+                            "{}.{tool_name}: {}",
+                            plugin.name,
+                            crate::plugin::describe_call_error(&err)
+                        );
                     }
                     Ok(Outcome::Failure)
                 }
                 Err(host_err) => {
                     if json {
-                        print_json(&json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": "plugin-error", "message": host_err.to_string() } }));
+                        print_json(
+                            &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": "plugin-error", "message": host_err.to_string() } }),
+                        );
                     }
                     Err(host_err.into())
                 }

@@ -25,7 +25,8 @@ pub fn entry_path(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
     let digest = hex::encode(Sha256::digest(bytes));
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
-    dir.join("components").join(format!("{digest}-{:016x}.cwasm", h.finish()))
+    dir.join("components")
+        .join(format!("{digest}-{:016x}.cwasm", h.finish()))
 }
 
 /// Load from the cache if present and valid. `None` means: compile.
@@ -41,10 +42,16 @@ pub fn load(engine: &Engine, path: &Path) -> Option<Component> {
 
 /// Write a compiled component atomically (temp file + rename).
 pub fn store(component: &Component, path: &Path) -> std::io::Result<()> {
-    let bytes = component.serialize().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let bytes = component
+        .serialize()
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     let dir = path.parent().expect("cache entries live in a directory");
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().unwrap().to_string_lossy(), std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
 }

@@ -29,8 +29,12 @@ pub fn check_relative(p: &str) -> Result<(), &'static str> {
     for c in Path::new(p).components() {
         match c {
             Component::Normal(_) | Component::CurDir => {}
-            Component::ParentDir => return Err("contains `..`: paths must stay inside the workspace"),
-            Component::RootDir | Component::Prefix(_) => return Err("is absolute: paths are relative to the workspace"),
+            Component::ParentDir => {
+                return Err("contains `..`: paths must stay inside the workspace");
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("is absolute: paths are relative to the workspace");
+            }
         }
     }
     Ok(())
@@ -38,7 +42,10 @@ pub fn check_relative(p: &str) -> Result<(), &'static str> {
 
 /// Normalise a relative path (drop `.` components); `""` is the workspace root.
 fn normalize(p: &str) -> PathBuf {
-    Path::new(p).components().filter(|c| matches!(c, Component::Normal(_))).collect()
+    Path::new(p)
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect()
 }
 
 /// Glob match with `*` (any run, possibly empty) and `?` (one character).
@@ -84,7 +91,9 @@ impl ExecRule {
         if self.args.is_empty() {
             return args.is_empty();
         }
-        args.iter().enumerate().all(|(i, a)| glob_match(&self.args[i.min(self.args.len() - 1)], a))
+        args.iter()
+            .enumerate()
+            .all(|(i, a)| glob_match(&self.args[i.min(self.args.len() - 1)], a))
     }
 }
 
@@ -118,7 +127,9 @@ pub struct Effective {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denial {
     /// The plugin's manifest does not request it.
-    #[error("plugin `{plugin}` does not request {what} in its manifest; a plugin can only be granted what it requests")]
+    #[error(
+        "plugin `{plugin}` does not request {what} in its manifest; a plugin can only be granted what it requests"
+    )]
     NotRequested {
         /// Plugin name.
         plugin: String,
@@ -126,7 +137,9 @@ pub enum Denial {
         what: String,
     },
     /// Requested but not granted.
-    #[error("{what} is not granted to plugin `{plugin}`; to allow it add to kiln.toml:\n  [plugins.{plugin}]\n  {line}")]
+    #[error(
+        "{what} is not granted to plugin `{plugin}`; to allow it add to kiln.toml:\n  [plugins.{plugin}]\n  {line}"
+    )]
     NotGranted {
         /// Plugin name.
         plugin: String,
@@ -175,20 +188,64 @@ impl Effective {
             }
         }
         // A read-write entry subsumes a read-only one for the same path.
-        let rw: Vec<String> = fs.iter().filter(|(_, a)| *a == Access::ReadWrite).map(|(p, _)| p.clone()).collect();
+        let rw: Vec<String> = fs
+            .iter()
+            .filter(|(_, a)| *a == Access::ReadWrite)
+            .map(|(p, _)| p.clone())
+            .collect();
         fs.retain(|(p, a)| *a == Access::ReadWrite || !rw.contains(p));
 
-        let exec_requested = request.exec.iter().map(|e| ExecRule { program: e.program.clone(), args: e.args.clone() }).collect();
-        let exec_granted = grant.exec.iter().flatten().map(|e| ExecRule { program: e.program.clone(), args: e.args.clone() }).collect();
+        let exec_requested = request
+            .exec
+            .iter()
+            .map(|e| ExecRule {
+                program: e.program.clone(),
+                args: e.args.clone(),
+            })
+            .collect();
+        let exec_granted = grant
+            .exec
+            .iter()
+            .flatten()
+            .map(|e| ExecRule {
+                program: e.program.clone(),
+                args: e.args.clone(),
+            })
+            .collect();
         let granted_env = grant.env.clone().unwrap_or_default();
-        let env = request.env.iter().filter(|n| granted_env.contains(n)).cloned().collect();
-        let min = |a: Option<u32>, b: Option<u32>, d: u32| [a, b].into_iter().flatten().min().unwrap_or(d);
-        let limits = Limits {
-            memory_mib: min(request.limits.memory_mib, grant.memory_mib, DEFAULT_MEMORY_MIB),
-            timeout_ms: min(request.limits.timeout_ms, grant.timeout_ms, DEFAULT_TIMEOUT_MS),
-            output_bytes: min(request.limits.output_bytes, grant.output_bytes, DEFAULT_OUTPUT_BYTES),
+        let env = request
+            .env
+            .iter()
+            .filter(|n| granted_env.contains(n))
+            .cloned()
+            .collect();
+        let min = |a: Option<u32>, b: Option<u32>, d: u32| {
+            [a, b].into_iter().flatten().min().unwrap_or(d)
         };
-        Effective { fs, exec_requested, exec_granted, env, limits }
+        let limits = Limits {
+            memory_mib: min(
+                request.limits.memory_mib,
+                grant.memory_mib,
+                DEFAULT_MEMORY_MIB,
+            ),
+            timeout_ms: min(
+                request.limits.timeout_ms,
+                grant.timeout_ms,
+                DEFAULT_TIMEOUT_MS,
+            ),
+            output_bytes: min(
+                request.limits.output_bytes,
+                grant.output_bytes,
+                DEFAULT_OUTPUT_BYTES,
+            ),
+        };
+        Effective {
+            fs,
+            exec_requested,
+            exec_granted,
+            env,
+            limits,
+        }
     }
 
     /// Nothing at all (used to read a manifest before grants are known).
@@ -198,18 +255,35 @@ impl Effective {
             exec_requested: Vec::new(),
             exec_granted: Vec::new(),
             env: Vec::new(),
-            limits: Limits { memory_mib: DEFAULT_MEMORY_MIB, timeout_ms: DEFAULT_TIMEOUT_MS, output_bytes: DEFAULT_OUTPUT_BYTES },
+            limits: Limits {
+                memory_mib: DEFAULT_MEMORY_MIB,
+                timeout_ms: DEFAULT_TIMEOUT_MS,
+                output_bytes: DEFAULT_OUTPUT_BYTES,
+            },
         }
     }
 
     /// Check one exec call.
     pub fn check_exec(&self, plugin: &str, program: &str, args: &[String]) -> Result<(), Denial> {
-        let what = format!("running `{}`", std::iter::once(program).chain(args.iter().map(String::as_str)).collect::<Vec<_>>().join(" "));
+        let what = format!(
+            "running `{}`",
+            std::iter::once(program)
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
         if !self.exec_requested.iter().any(|r| r.allows(program, args)) {
-            return Err(Denial::NotRequested { plugin: plugin.into(), what });
+            return Err(Denial::NotRequested {
+                plugin: plugin.into(),
+                what,
+            });
         }
         if !self.exec_granted.iter().any(|r| r.allows(program, args)) {
-            let pats = if args.is_empty() { String::new() } else { ", args = [\"*\"]".to_string() };
+            let pats = if args.is_empty() {
+                String::new()
+            } else {
+                ", args = [\"*\"]".to_string()
+            };
             return Err(Denial::NotGranted {
                 plugin: plugin.into(),
                 what,
@@ -234,20 +308,34 @@ impl Effective {
     /// Build the plugin's WASI context: no environment, no arguments, no sockets, stdio
     /// discarded, and the effective paths of `workspace` preopened under `/workspace`.
     /// The guest's stderr goes to `stderr` (bounded), so a panic message can be reported.
-    pub fn wasi_ctx(&self, workspace: &Path, stderr: MemoryOutputPipe) -> Result<WasiCtx, std::io::Error> {
+    pub fn wasi_ctx(
+        &self,
+        workspace: &Path,
+        stderr: MemoryOutputPipe,
+    ) -> Result<WasiCtx, std::io::Error> {
         let mut b = WasiCtxBuilder::new();
         b.stderr(stderr);
         for (rel, access) in &self.fs {
-            let host = if rel.is_empty() { workspace.to_path_buf() } else { workspace.join(rel) };
+            let host = if rel.is_empty() {
+                workspace.to_path_buf()
+            } else {
+                workspace.join(rel)
+            };
             if !host.is_dir() {
                 continue;
             }
-            let guest = if rel.is_empty() { GUEST_WORKSPACE.to_string() } else { format!("{GUEST_WORKSPACE}/{rel}") };
+            let guest = if rel.is_empty() {
+                GUEST_WORKSPACE.to_string()
+            } else {
+                format!("{GUEST_WORKSPACE}/{rel}")
+            };
             let perms = match access {
                 Access::Read => FsPerms::ReadOnly,
                 Access::ReadWrite => FsPerms::ReadWrite,
             };
-            b.preopened_dir(&host, &guest, perms).map_err(|e| std::io::Error::other(format!("cannot preopen {}: {e}", host.display())))?;
+            b.preopened_dir(&host, &guest, perms).map_err(|e| {
+                std::io::Error::other(format!("cannot preopen {}: {e}", host.display()))
+            })?;
         }
         Ok(b.build())
     }
@@ -268,12 +356,25 @@ mod tests {
             version: "0".into(),
             description: String::new(),
             fs: vec![
-                types::FsRequest { path: ".".into(), access: types::Access::ReadWrite },
-                types::FsRequest { path: "docs".into(), access: types::Access::Read },
+                types::FsRequest {
+                    path: ".".into(),
+                    access: types::Access::ReadWrite,
+                },
+                types::FsRequest {
+                    path: "docs".into(),
+                    access: types::Access::Read,
+                },
             ],
-            exec: vec![types::ExecRequest { program: "*".into(), args: vec!["*".into()] }],
+            exec: vec![types::ExecRequest {
+                program: "*".into(),
+                args: vec!["*".into()],
+            }],
             env: vec!["CC".into(), "SECRET".into()],
-            limits: types::Limits { memory_mib: Some(64), timeout_ms: None, output_bytes: None },
+            limits: types::Limits {
+                memory_mib: Some(64),
+                timeout_ms: None,
+                output_bytes: None,
+            },
         }
     }
 
@@ -281,7 +382,10 @@ mod tests {
     fn deny_by_default() {
         let e = Effective::compute(&manifest(), &PluginConfig::default());
         assert!(e.fs.is_empty() && e.env.is_empty() && e.exec_granted.is_empty());
-        assert!(matches!(e.check_exec("p", "gcc", &[]), Err(Denial::NotGranted { .. })));
+        assert!(matches!(
+            e.check_exec("p", "gcc", &[]),
+            Err(Denial::NotGranted { .. })
+        ));
         assert_eq!(e.limits.memory_mib, 64);
         assert_eq!(e.limits.timeout_ms, DEFAULT_TIMEOUT_MS);
     }
@@ -289,22 +393,51 @@ mod tests {
     #[test]
     fn intersection_narrows_paths_access_env_and_exec() {
         let grant = PluginConfig {
-            fs: Some(vec![FsGrant::Path("src".into()), FsGrant::Full { path: "docs".into(), access: Access::ReadWrite }]),
-            exec: Some(vec![ExecGrant { program: "gcc".into(), args: vec!["-c".into(), "*.c".into()] }]),
+            fs: Some(vec![
+                FsGrant::Path("src".into()),
+                FsGrant::Full {
+                    path: "docs".into(),
+                    access: Access::ReadWrite,
+                },
+            ]),
+            exec: Some(vec![ExecGrant {
+                program: "gcc".into(),
+                args: vec!["-c".into(), "*.c".into()],
+            }]),
             env: Some(vec!["CC".into(), "OTHER".into()]),
             memory_mib: Some(512),
             ..Default::default()
         };
         let e = Effective::compute(&manifest(), &grant);
-        assert_eq!(e.fs, vec![("src".to_string(), Access::Read), ("docs".to_string(), Access::ReadWrite)]);
+        assert_eq!(
+            e.fs,
+            vec![
+                ("src".to_string(), Access::Read),
+                ("docs".to_string(), Access::ReadWrite)
+            ]
+        );
         assert_eq!(e.env, vec!["CC".to_string()]);
         assert_eq!(e.limits.memory_mib, 64, "the smaller of request and grant");
         let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(e.check_exec("p", "gcc", &args(&["-c", "a.c", "b.c"])).is_ok());
-        let err = e.check_exec("p", "gcc", &args(&["-o", "x"])).unwrap_err().to_string();
-        assert!(err.contains("[plugins.p]") && err.contains("exec = [{ program = \"gcc\""), "{err}");
+        assert!(
+            e.check_exec("p", "gcc", &args(&["-c", "a.c", "b.c"]))
+                .is_ok()
+        );
+        let err = e
+            .check_exec("p", "gcc", &args(&["-o", "x"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("[plugins.p]") && err.contains("exec = [{ program = \"gcc\""),
+            "{err}"
+        );
         assert!(e.check_exec("p", "rm", &args(&["-rf"])).is_err());
-        assert!(e.check_env("p", "SECRET").unwrap_err().to_string().contains("env = [\"SECRET\"]"));
+        assert!(
+            e.check_env("p", "SECRET")
+                .unwrap_err()
+                .to_string()
+                .contains("env = [\"SECRET\"]")
+        );
     }
 
     #[test]

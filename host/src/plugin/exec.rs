@@ -46,9 +46,16 @@ pub struct Finished {
 /// Find `program` on the host's `PATH` (names) or in the workspace (paths with `/`).
 pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, String> {
     if program.contains('/') {
-        super::capability::check_relative(program).map_err(|why| format!("program `{program}` {why}"))?;
+        super::capability::check_relative(program)
+            .map_err(|why| format!("program `{program}` {why}"))?;
         let p = workspace.join(program);
-        return if p.is_file() { Ok(p) } else { Err(format!("program `{program}` does not exist in the workspace")) };
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "program `{program}` does not exist in the workspace"
+            ))
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     for dir in std::env::split_paths(&path) {
@@ -62,17 +69,26 @@ pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, Strin
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 /// Resolve a workspace-relative cwd, refusing anything (symlinks included) that leaves it.
 pub fn resolve_cwd(cwd: Option<&str>, workspace: &Path) -> Result<PathBuf, String> {
-    let root = workspace.canonicalize().map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+    let root = workspace
+        .canonicalize()
+        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
     let Some(rel) = cwd else { return Ok(root) };
     super::capability::check_relative(rel).map_err(|why| format!("cwd `{rel}` {why}"))?;
-    let p = root.join(rel).canonicalize().map_err(|e| format!("cwd `{rel}`: {e}"))?;
+    let p = root
+        .join(rel)
+        .canonicalize()
+        .map_err(|e| format!("cwd `{rel}`: {e}"))?;
     if !p.starts_with(&root) {
-        return Err(format!("cwd `{rel}` leaves the workspace (through a symlink)"));
+        return Err(format!(
+            "cwd `{rel}` leaves the workspace (through a symlink)"
+        ));
     }
     Ok(p)
 }
@@ -97,7 +113,10 @@ impl Drop for GroupGuard {
     }
 }
 
-async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> (Vec<u8>, bool) {
+/// Bytes kept from a stream and whether more were discarded.
+type Captured = (Vec<u8>, bool);
+
+async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> Captured {
     let mut kept = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut truncated = false;
@@ -124,7 +143,11 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         .env_clear()
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spawn.cwd)
-        .stdin(if spawn.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if spawn.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -152,7 +175,7 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     tokio::pin!(grace);
     let mut out = out;
     let mut err = err;
-    let mut results: (Option<(Vec<u8>, bool)>, Option<(Vec<u8>, bool)>) = (None, None);
+    let mut results: (Option<Captured>, Option<Captured>) = (None, None);
     let mut grace_over = false;
     loop {
         tokio::select! {
@@ -170,5 +193,12 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     guard.kill();
     let (stdout, t1) = results.0.unwrap_or_default();
     let (stderr, t2) = results.1.unwrap_or_default();
-    Ok(Finished { exit_code, stdout, stderr, truncated: t1 || t2, timed_out, duration: start.elapsed() })
+    Ok(Finished {
+        exit_code,
+        stdout,
+        stderr,
+        truncated: t1 || t2,
+        timed_out,
+        duration: start.elapsed(),
+    })
 }

@@ -28,15 +28,28 @@ pub(crate) struct Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
             self.exceeded = true;
-            return Err(wasmtime::format_err!("memory limit of {} MiB exceeded", self.max_bytes >> 20));
+            return Err(wasmtime::format_err!(
+                "memory limit of {} MiB exceeded",
+                self.max_bytes >> 20
+            ));
         }
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -53,12 +66,20 @@ pub struct State {
 }
 
 impl State {
-    pub(crate) fn new(plugin: Arc<str>, effective: Arc<Effective>, workspace: Arc<Path>, wasi: WasiCtx) -> State {
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        effective: Arc<Effective>,
+        workspace: Arc<Path>,
+        wasi: WasiCtx,
+    ) -> State {
         let limits = effective.limits;
         State {
             wasi,
             table: ResourceTable::new(),
-            limiter: Limiter { max_bytes: (limits.memory_mib as usize) << 20, exceeded: false },
+            limiter: Limiter {
+                max_bytes: (limits.memory_mib as usize) << 20,
+                exceeded: false,
+            },
             plugin,
             deadline: Instant::now() + Duration::from_millis(limits.timeout_ms as u64),
             effective,
@@ -69,7 +90,10 @@ impl State {
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -112,8 +136,13 @@ impl exec::Host for State {
                 timed_out: f.timed_out,
                 duration_ms: f.duration.as_millis() as u64,
             }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(types::Error::NotFound(format!("`{}`: {e}", cmd.program))),
-            Err(e) => Err(types::Error::Failed(format!("could not start `{}`: {e}", cmd.program))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(types::Error::NotFound(format!("`{}`: {e}", cmd.program)))
+            }
+            Err(e) => Err(types::Error::Failed(format!(
+                "could not start `{}`: {e}",
+                cmd.program
+            ))),
         }
     }
 }
@@ -122,12 +151,21 @@ impl State {
     /// Check a command against the grant and turn it into a process to spawn.
     fn check(&self, cmd: &exec::Command) -> Result<super::exec::Spawn, types::Error> {
         let plugin = &*self.plugin;
-        if cmd.program.is_empty() || cmd.program.contains('\0') || cmd.args.iter().any(|a| a.contains('\0')) {
-            return Err(types::Error::InvalidInput("the program is empty or an argument contains a NUL byte".into()));
+        if cmd.program.is_empty()
+            || cmd.program.contains('\0')
+            || cmd.args.iter().any(|a| a.contains('\0'))
+        {
+            return Err(types::Error::InvalidInput(
+                "the program is empty or an argument contains a NUL byte".into(),
+            ));
         }
-        self.effective.check_exec(plugin, &cmd.program, &cmd.args).map_err(|d| types::Error::Denied(d.to_string()))?;
-        let program = super::exec::resolve_program(&cmd.program, &self.workspace).map_err(types::Error::NotFound)?;
-        let cwd = super::exec::resolve_cwd(cmd.cwd.as_deref(), &self.workspace).map_err(types::Error::Denied)?;
+        self.effective
+            .check_exec(plugin, &cmd.program, &cmd.args)
+            .map_err(|d| types::Error::Denied(d.to_string()))?;
+        let program = super::exec::resolve_program(&cmd.program, &self.workspace)
+            .map_err(types::Error::NotFound)?;
+        let cwd = super::exec::resolve_cwd(cmd.cwd.as_deref(), &self.workspace)
+            .map_err(types::Error::Denied)?;
         // Base environment so compilers find their own tools; nothing else is inherited.
         let mut env: Vec<(String, String)> = Vec::new();
         for base in ["PATH", "HOME"] {
@@ -141,7 +179,9 @@ impl State {
             }
         }
         for (k, v) in &cmd.env {
-            self.effective.check_env(plugin, k).map_err(|d| types::Error::Denied(d.to_string()))?;
+            self.effective
+                .check_env(plugin, k)
+                .map_err(|d| types::Error::Denied(d.to_string()))?;
             env.retain(|(name, _)| name != k);
             env.push((k.clone(), v.clone()));
         }
@@ -155,6 +195,14 @@ impl State {
         if let Some(c) = cmd.output_cap {
             cap = cap.min(c as usize);
         }
-        Ok(super::exec::Spawn { program, args: cmd.args.clone(), env, cwd, stdin: cmd.stdin.clone(), timeout, cap })
+        Ok(super::exec::Spawn {
+            program,
+            args: cmd.args.clone(),
+            env,
+            cwd,
+            stdin: cmd.stdin.clone(),
+            timeout,
+            cap,
+        })
     }
 }

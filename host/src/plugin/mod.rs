@@ -11,8 +11,8 @@ mod exec;
 mod host_impl;
 mod registry;
 
-pub use bindings::types::{Diagnostic, Manifest, Severity};
 pub use bindings::types::Error as PluginCallError;
+pub use bindings::types::{Diagnostic, Manifest, Severity};
 pub use capability::Effective;
 pub use host_impl::{State, set_log_level};
 pub use registry::Registry;
@@ -110,7 +110,9 @@ pub enum PluginError {
     #[error("{0} is not a WebAssembly component (no `\\0asm` header)")]
     NotWasm(String),
     /// A core module instead of a component.
-    #[error("{0} is a core WebAssembly module, not a component: build it with `--target wasm32-wasip2` (or wrap it with `wasm-tools component new`)")]
+    #[error(
+        "{0} is a core WebAssembly module, not a component: build it with `--target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
+    )]
     CoreModule(String),
     /// wasmtime refused the bytes.
     #[error("{source_name} is not a valid component: {message}")]
@@ -121,7 +123,9 @@ pub enum PluginError {
         message: String,
     },
     /// A component, but of no kiln world.
-    #[error("{source_name} does not implement a kiln plugin world: it exports [{exports}], but a kiln plugin exports kiln:plugin/runner, kiln:plugin/edit-format or kiln:plugin/tool")]
+    #[error(
+        "{source_name} does not implement a kiln plugin world: it exports [{exports}], but a kiln plugin exports kiln:plugin/runner, kiln:plugin/edit-format or kiln:plugin/tool"
+    )]
     WrongWorld {
         /// The file.
         source_name: String,
@@ -129,7 +133,9 @@ pub enum PluginError {
         exports: String,
     },
     /// Built for another contract version.
-    #[error("{source_name} was built for the kiln:plugin contract {found}, but this kiln supports {supported}; rebuild the plugin against kiln:plugin@{supported} (kiln-guest {supported})")]
+    #[error(
+        "{source_name} was built for the kiln:plugin contract {found}, but this kiln supports {supported}; rebuild the plugin against kiln:plugin@{supported} (kiln-guest {supported})"
+    )]
     IncompatibleContract {
         /// The file.
         source_name: String,
@@ -229,7 +235,11 @@ pub fn contract_compatible(found: &str) -> bool {
     };
     match (parse(found), parse(CONTRACT_VERSION)) {
         (Some((fmaj, fmin)), Some((hmaj, hmin))) => {
-            if hmaj == 0 { fmaj == 0 && fmin == hmin } else { fmaj == hmaj && fmin <= hmin }
+            if hmaj == 0 {
+                fmaj == 0 && fmin == hmin
+            } else {
+                fmaj == hmaj && fmin <= hmin
+            }
         }
         _ => false,
     }
@@ -272,12 +282,19 @@ impl Runtime {
     /// Create the engine; `cache_dir` `None` disables the disk cache.
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Runtime, PluginError> {
         let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true).max_wasm_stack(2 << 20);
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .max_wasm_stack(2 << 20);
         let engine = Engine::new(&config).map_err(|e| PluginError::Engine(e.to_string()))?;
         let mut linker = Linker::<State>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Engine(e.to_string()))?;
-        bindings::HostImports::add_to_linker::<State, wasmtime::component::HasSelf<State>>(&mut linker, |s| s)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| PluginError::Engine(e.to_string()))?;
+        bindings::HostImports::add_to_linker::<State, wasmtime::component::HasSelf<State>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PluginError::Engine(e.to_string()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let (e, s) = (engine.clone(), stop.clone());
         std::thread::Builder::new()
@@ -289,7 +306,12 @@ impl Runtime {
                 }
             })
             .map_err(|e| PluginError::Engine(e.to_string()))?;
-        Ok(Runtime { engine, linker, cache_dir, stop_ticker: stop })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache_dir,
+            stop_ticker: stop,
+        })
     }
 
     /// A runtime with the default cache directory.
@@ -304,7 +326,10 @@ impl Runtime {
 
     /// Read a component file and check it.
     pub fn check_file(&self, path: &Path) -> Result<Checked, PluginError> {
-        let bytes = std::fs::read(path).map_err(|source| PluginError::Read { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         self.check_bytes(&bytes, Source::File(path.to_path_buf()))
     }
 
@@ -321,30 +346,49 @@ impl Runtime {
             return Err(PluginError::CoreModule(source_name));
         }
         let start = Instant::now();
-        let entry = self.cache_dir.as_ref().map(|d| cache::entry_path(d, &self.engine, bytes));
-        let (component, from_cache) = match entry.as_deref().and_then(|p| cache::load(&self.engine, p)) {
-            Some(c) => (c, true),
-            None => {
-                let c = Component::new(&self.engine, bytes)
-                    .map_err(|e| PluginError::Invalid { source_name: source_name.clone(), message: format!("{e:#}") })?;
-                if let Some(p) = &entry {
-                    // A cache that cannot be written only costs speed on the next run.
-                    let _ = cache::store(&c, p);
+        let entry = self
+            .cache_dir
+            .as_ref()
+            .map(|d| cache::entry_path(d, &self.engine, bytes));
+        let (component, from_cache) =
+            match entry.as_deref().and_then(|p| cache::load(&self.engine, p)) {
+                Some(c) => (c, true),
+                None => {
+                    let c =
+                        Component::new(&self.engine, bytes).map_err(|e| PluginError::Invalid {
+                            source_name: source_name.clone(),
+                            message: format!("{e:#}"),
+                        })?;
+                    if let Some(p) = &entry {
+                        // A cache that cannot be written only costs speed on the next run.
+                        let _ = cache::store(&c, p);
+                    }
+                    (c, false)
                 }
-                (c, false)
-            }
+            };
+        let info = LoadInfo {
+            from_cache,
+            load_us: start.elapsed().as_micros(),
         };
-        let info = LoadInfo { from_cache, load_us: start.elapsed().as_micros() };
         let ty = component.component_type();
-        let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
         let mut found = None;
         for name in &exports {
-            let Some(rest) = name.strip_prefix("kiln:plugin/") else { continue };
+            let Some(rest) = name.strip_prefix("kiln:plugin/") else {
+                continue;
+            };
             let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
             if !contract_compatible(version) {
                 return Err(PluginError::IncompatibleContract {
                     source_name,
-                    found: if version.is_empty() { "(unversioned)".into() } else { version.into() },
+                    found: if version.is_empty() {
+                        "(unversioned)".into()
+                    } else {
+                        version.into()
+                    },
                     supported: CONTRACT_VERSION.into(),
                 });
             }
@@ -355,17 +399,28 @@ impl Runtime {
             }
         }
         let Some((kind, contract)) = found else {
-            return Err(PluginError::WrongWorld { source_name, exports: exports.join(", ") });
+            return Err(PluginError::WrongWorld {
+                source_name,
+                exports: exports.join(", "),
+            });
         };
-        if kind == PluginKind::EditFormat {
-            if let Some((name, _)) = ty.imports(&self.engine).find(|(n, _)| n.starts_with("kiln:plugin/exec")) {
-                return Err(PluginError::Link {
-                    source_name,
-                    message: format!("edit formats are pure and may not import `{name}`"),
-                });
-            }
+        if kind == PluginKind::EditFormat
+            && let Some((name, _)) = ty
+                .imports(&self.engine)
+                .find(|(n, _)| n.starts_with("kiln:plugin/exec"))
+        {
+            return Err(PluginError::Link {
+                source_name,
+                message: format!("edit formats are pure and may not import `{name}`"),
+            });
         }
-        Ok(Checked { component, kind, contract, source, info })
+        Ok(Checked {
+            component,
+            kind,
+            contract,
+            source,
+            info,
+        })
     }
 
     /// Link a checked component, read its manifest and compute its effective capabilities.
@@ -376,11 +431,19 @@ impl Runtime {
         config: &crate::config::Config,
     ) -> Result<Plugin, PluginError> {
         let source_name = checked.source.to_string();
-        let link_err = |e: wasmtime::Error| PluginError::Link { source_name: source_name.clone(), message: format!("{e:#}") };
-        let pre = self.linker.instantiate_pre(&checked.component).map_err(link_err)?;
+        let link_err = |e: wasmtime::Error| PluginError::Link {
+            source_name: source_name.clone(),
+            message: format!("{e:#}"),
+        };
+        let pre = self
+            .linker
+            .instantiate_pre(&checked.component)
+            .map_err(link_err)?;
         let pre = match checked.kind {
             PluginKind::Runner => Pre::Runner(runner::RunnerPluginPre::new(pre).map_err(link_err)?),
-            PluginKind::EditFormat => Pre::EditFormat(edit_format::EditFormatPluginPre::new(pre).map_err(link_err)?),
+            PluginKind::EditFormat => {
+                Pre::EditFormat(edit_format::EditFormatPluginPre::new(pre).map_err(link_err)?)
+            }
             PluginKind::Tool => Pre::Tool(tool::ToolPluginPre::new(pre).map_err(link_err)?),
         };
         let mut plugin = Plugin {
@@ -396,7 +459,10 @@ impl Runtime {
             pre,
         };
         let manifest = plugin.get_manifest().await?;
-        validate_name(&manifest.name).map_err(|message| PluginError::Manifest { source_name: source_name.clone(), message })?;
+        validate_name(&manifest.name).map_err(|message| PluginError::Manifest {
+            source_name: source_name.clone(),
+            message,
+        })?;
         let mut grant = config.plugin(&manifest.name);
         if plugin.source == Source::Builtin && grant.fs.is_none() {
             grant.fs = builtin::default_grant(&manifest.name).fs;
@@ -429,16 +495,28 @@ fn empty_manifest() -> Manifest {
         fs: vec![],
         exec: vec![],
         env: vec![],
-        limits: bindings::types::Limits { memory_mib: None, timeout_ms: None, output_bytes: None },
+        limits: bindings::types::Limits {
+            memory_mib: None,
+            timeout_ms: None,
+            output_bytes: None,
+        },
     }
 }
 
 fn validate_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
         && name.starts_with(|c: char| c.is_ascii_lowercase());
-    if ok { Ok(()) } else { Err(format!("name `{name}` must be 1-64 characters of a-z, 0-9, `-`, `_`, starting with a letter")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "name `{name}` must be 1-64 characters of a-z, 0-9, `-`, `_`, starting with a letter"
+        ))
+    }
 }
 
 enum Pre {
@@ -470,6 +548,12 @@ pub struct Plugin {
     pre: Pre,
 }
 
+/// A live instance (see [`Plugin::hold_instance`]).
+#[doc(hidden)]
+pub struct HeldInstance {
+    _store: Store<State>,
+}
+
 /// Run one call on a fresh instance, under the deadline, mapping traps to `PluginError`.
 macro_rules! invoke {
     ($self:ident, $variant:ident, $getter:ident, |$g:ident, $store:ident| $call:expr) => {{
@@ -477,7 +561,8 @@ macro_rules! invoke {
             return Err($self.wrong_kind(PluginKind::$variant));
         };
         let (mut store, stderr) = $self.new_store()?;
-        let limit = Duration::from_millis($self.effective.limits.timeout_ms as u64) + Duration::from_millis(250);
+        let limit = Duration::from_millis($self.effective.limits.timeout_ms as u64)
+            + Duration::from_millis(250);
         let res = tokio::time::timeout(limit, async {
             let inst = pre.instantiate_async(&mut store).await?;
             let $g = inst.$getter();
@@ -495,8 +580,16 @@ impl Plugin {
         let wasi = self
             .effective
             .wasi_ctx(&self.workspace, stderr.clone())
-            .map_err(|e| PluginError::Sandbox { plugin: self.name.clone(), message: e.to_string() })?;
-        let state = State::new(Arc::from(self.name.as_str()), self.effective.clone(), self.workspace.clone(), wasi);
+            .map_err(|e| PluginError::Sandbox {
+                plugin: self.name.clone(),
+                message: e.to_string(),
+            })?;
+        let state = State::new(
+            Arc::from(self.name.as_str()),
+            self.effective.clone(),
+            self.workspace.clone(),
+            wasi,
+        );
         let mut store = Store::new(self.pre_engine(), state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(self.effective.limits.timeout_ms.max(1) as u64);
@@ -513,7 +606,11 @@ impl Plugin {
     }
 
     fn wrong_kind(&self, expected: PluginKind) -> PluginError {
-        PluginError::WrongKind { plugin: self.name.clone(), actual: self.kind, expected }
+        PluginError::WrongKind {
+            plugin: self.name.clone(),
+            actual: self.kind,
+            expected,
+        }
     }
 
     fn finish<R>(
@@ -525,25 +622,42 @@ impl Plugin {
         let limits = self.effective.limits;
         match res {
             Ok(Ok(r)) => Ok(r),
-            Err(_) => Err(PluginError::Deadline { plugin: self.name.clone(), ms: limits.timeout_ms }),
+            Err(_) => Err(PluginError::Deadline {
+                plugin: self.name.clone(),
+                ms: limits.timeout_ms,
+            }),
             Ok(Err(e)) => {
                 if store.data().limiter.exceeded {
-                    return Err(PluginError::Memory { plugin: self.name.clone(), mib: limits.memory_mib });
+                    return Err(PluginError::Memory {
+                        plugin: self.name.clone(),
+                        mib: limits.memory_mib,
+                    });
                 }
-                if matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt)) {
-                    return Err(PluginError::Deadline { plugin: self.name.clone(), ms: limits.timeout_ms });
+                if matches!(
+                    e.downcast_ref::<wasmtime::Trap>(),
+                    Some(wasmtime::Trap::Interrupt)
+                ) {
+                    return Err(PluginError::Deadline {
+                        plugin: self.name.clone(),
+                        ms: limits.timeout_ms,
+                    });
                 }
                 let mut message = match e.downcast_ref::<wasmtime::Trap>() {
                     Some(t) => t.to_string(),
                     None => format!("{e:#}"),
                 };
-                let err_text = String::from_utf8_lossy(&stderr.contents()).trim().to_string();
+                let err_text = String::from_utf8_lossy(&stderr.contents())
+                    .trim()
+                    .to_string();
                 if !err_text.is_empty() {
                     let tail: Vec<&str> = err_text.lines().rev().take(5).collect();
                     message.push_str("; plugin stderr: ");
                     message.push_str(&tail.into_iter().rev().collect::<Vec<_>>().join(" | "));
                 }
-                Err(PluginError::Trap { plugin: self.name.clone(), message })
+                Err(PluginError::Trap {
+                    plugin: self.name.clone(),
+                    message,
+                })
             }
         }
     }
@@ -551,22 +665,45 @@ impl Plugin {
     fn cap(&self, bytes: usize) -> Result<(), PluginError> {
         let cap = self.effective.limits.output_bytes;
         if bytes > cap as usize {
-            return Err(PluginError::OutputCap { plugin: self.name.clone(), bytes, cap });
+            return Err(PluginError::OutputCap {
+                plugin: self.name.clone(),
+                bytes,
+                cap,
+            });
         }
         Ok(())
+    }
+
+    /// Instantiate and keep an idle instance alive (for measuring memory per instance).
+    #[doc(hidden)]
+    pub async fn hold_instance(&self) -> Result<HeldInstance, PluginError> {
+        let (mut store, stderr) = self.new_store()?;
+        let res = match &self.pre {
+            Pre::Runner(p) => p.instance_pre().instantiate_async(&mut store).await,
+            Pre::EditFormat(p) => p.instance_pre().instantiate_async(&mut store).await,
+            Pre::Tool(p) => p.instance_pre().instantiate_async(&mut store).await,
+        };
+        self.finish(Ok(res.map(|_| ())), &store, &stderr)?;
+        Ok(HeldInstance { _store: store })
     }
 
     /// The plugin's manifest, whatever its kind.
     pub async fn get_manifest(&self) -> Result<Manifest, PluginError> {
         match self.kind {
-            PluginKind::Runner => invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_get_manifest(s)),
-            PluginKind::EditFormat => invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g.call_get_manifest(s)),
-            PluginKind::Tool => invoke!(self, Tool, kiln_plugin_tool, |g, s| g.call_get_manifest(s)),
+            PluginKind::Runner => invoke!(self, Runner, kiln_plugin_runner, |g, s| g
+                .call_get_manifest(s)),
+            PluginKind::EditFormat => invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+                .call_get_manifest(s)),
+            PluginKind::Tool => {
+                invoke!(self, Tool, kiln_plugin_tool, |g, s| g.call_get_manifest(s))
+            }
         }
     }
 
     /// Runner: describe.
-    pub async fn runner_describe(&self) -> Result<runner::exports::kiln::plugin::runner::RunnerInfo, PluginError> {
+    pub async fn runner_describe(
+        &self,
+    ) -> Result<runner::exports::kiln::plugin::runner::RunnerInfo, PluginError> {
         invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_describe(s))
     }
 
@@ -578,7 +715,10 @@ impl Plugin {
     ) -> Result<Result<RunResult, PluginCallError>, PluginError> {
         let mut settings = self.settings.clone();
         settings.extend(extra_settings.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let req = RunRequest { targets: targets.to_vec(), settings: settings.into_iter().collect() };
+        let req = RunRequest {
+            targets: targets.to_vec(),
+            settings: settings.into_iter().collect(),
+        };
         let out = invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_run(s, &req))?;
         if let Ok(r) = &out {
             self.cap(r.stdout.len() + r.stderr.len())?;
@@ -588,12 +728,14 @@ impl Plugin {
 
     /// Edit format: describe.
     pub async fn format_describe(&self) -> Result<FormatInfo, PluginError> {
-        invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g.call_describe(s))
+        invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_describe(s))
     }
 
     /// Edit format: the prompt fragment.
     pub async fn format_instructions(&self, multi_file: bool) -> Result<String, PluginError> {
-        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g.call_instructions(s, multi_file))?;
+        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_instructions(s, multi_file))?;
         self.cap(out.len())?;
         Ok(out)
     }
@@ -604,7 +746,8 @@ impl Plugin {
         response: &str,
         targets: &[String],
     ) -> Result<Result<Vec<FileEdit>, Vec<ParseError>>, PluginError> {
-        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g.call_parse(s, response, targets))?;
+        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_parse(s, response, targets))?;
         if let Ok(edits) = &out {
             self.cap(edits.iter().map(|e| e.search.len() + e.replace.len()).sum())?;
         }
@@ -618,7 +761,8 @@ impl Plugin {
         text: Option<&str>,
         edits: &[FileEdit],
     ) -> Result<Result<AppliedFile, ApplyFailure>, PluginError> {
-        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g.call_apply(s, path, text, edits))?;
+        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_apply(s, path, text, edits))?;
         if let Ok(a) = &out {
             self.cap(a.text.as_ref().map_or(0, String::len))?;
         }
@@ -631,8 +775,13 @@ impl Plugin {
     }
 
     /// Tool: call one tool with JSON arguments.
-    pub async fn tool_call(&self, name: &str, arguments: &str) -> Result<Result<String, PluginCallError>, PluginError> {
-        let out = invoke!(self, Tool, kiln_plugin_tool, |g, s| g.call_call(s, name, arguments))?;
+    pub async fn tool_call(
+        &self,
+        name: &str,
+        arguments: &str,
+    ) -> Result<Result<String, PluginCallError>, PluginError> {
+        let out = invoke!(self, Tool, kiln_plugin_tool, |g, s| g
+            .call_call(s, name, arguments))?;
         if let Ok(text) = &out {
             self.cap(text.len())?;
         }
@@ -641,7 +790,8 @@ impl Plugin {
 }
 
 pub use edit_format::exports::kiln::plugin::edit_format::{
-    AppliedFile, ApplyFailure, EditKind, EditOutcome, EditStatus, FailureKind, FileEdit, FormatInfo, ParseError,
+    AppliedFile, ApplyFailure, EditKind, EditOutcome, EditStatus, FailureKind, FileEdit,
+    FormatInfo, ParseError,
 };
 pub use runner::exports::kiln::plugin::runner::{RunRequest, RunResult, RunnerInfo};
 pub use tool::exports::kiln::plugin::tool::ToolSpec;

@@ -13,10 +13,18 @@ pub struct Registry {
 impl Registry {
     /// Load the built-ins and every configured user plugin. A user plugin with a built-in's
     /// name replaces the built-in.
-    pub async fn load(runtime: &Runtime, workspace: &Path, config: &Config) -> Result<Registry, PluginError> {
+    pub async fn load(
+        runtime: &Runtime,
+        workspace: &Path,
+        config: &Config,
+    ) -> Result<Registry, PluginError> {
         let mut plugins: Vec<Plugin> = Vec::new();
         for (_, bytes) in builtin::BUILTINS {
-            plugins.push(runtime.load(bytes, Source::Builtin, workspace, config).await?);
+            plugins.push(
+                runtime
+                    .load(bytes, Source::Builtin, workspace, config)
+                    .await?,
+            );
         }
         for pc in config.plugins.values() {
             let Some(path) = &pc.path else { continue };
@@ -44,7 +52,11 @@ impl Registry {
     pub fn get(&self, name: &str, kind: Option<PluginKind>) -> Result<&Plugin, PluginError> {
         match self.plugins.iter().find(|p| p.name == name) {
             Some(p) => match kind {
-                Some(k) if p.kind != k => Err(PluginError::WrongKind { plugin: name.into(), actual: p.kind, expected: k }),
+                Some(k) if p.kind != k => Err(PluginError::WrongKind {
+                    plugin: name.into(),
+                    actual: p.kind,
+                    expected: k,
+                }),
                 _ => Ok(p),
             },
             None => Err(PluginError::NotFound {

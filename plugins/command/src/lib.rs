@@ -15,8 +15,12 @@ impl Runner for Command {
     fn manifest() -> Manifest {
         // Asks for any program: what actually runs is what the user grants (`--cmd` grants
         // exactly the command it names).
-        runner::manifest("command", env!("CARGO_PKG_VERSION"), "Run a configured command and parse file:line:col diagnostics")
-            .with_exec("*", &["*"])
+        runner::manifest(
+            "command",
+            env!("CARGO_PKG_VERSION"),
+            "Run a configured command and parse file:line:col diagnostics",
+        )
+        .with_exec("*", &["*"])
     }
 
     fn describe() -> RunnerInfo {
@@ -145,7 +149,10 @@ mod tests {
         assert_eq!(w, ["gcc", "-Wall", "-DNAME=a b", "x y", "{files}"]);
         let argv = expand_targets(w, &["a.c".into(), "b.c".into()]);
         assert_eq!(argv[4..], ["a.c", "b.c"]);
-        assert_eq!(expand_targets(vec!["python3".into(), "{file}".into()], &["m.py".into()]), ["python3", "m.py"]);
+        assert_eq!(
+            expand_targets(vec!["python3".into(), "{file}".into()], &["m.py".into()]),
+            ["python3", "m.py"]
+        );
         assert!(split_words("echo 'open").is_err());
     }
 }

@@ -19,8 +19,12 @@ struct Fs;
 
 impl Tool for Fs {
     fn manifest() -> Manifest {
-        tool::manifest("fs", env!("CARGO_PKG_VERSION"), "Read files, list directories and search text inside the workspace")
-            .with_fs(".", Access::Read)
+        tool::manifest(
+            "fs",
+            env!("CARGO_PKG_VERSION"),
+            "Read files, list directories and search text inside the workspace",
+        )
+        .with_fs(".", Access::Read)
     }
 
     fn list_tools() -> Vec<ToolSpec> {
@@ -53,7 +57,11 @@ impl Tool for Fs {
             "read_file" => read_file(&args)?,
             "list_dir" => list_dir(&args)?,
             "search" => search(&args)?,
-            other => return Err(Error::InvalidInput(format!("unknown tool `{other}`; this plugin offers read_file, list_dir, search"))),
+            other => {
+                return Err(Error::InvalidInput(format!(
+                    "unknown tool `{other}`; this plugin offers read_file, list_dir, search"
+                )));
+            }
         };
         Ok(out.to_string())
     }
@@ -89,7 +97,9 @@ fn resolve(rel: &str) -> Result<PathBuf, Error> {
 
 fn io_error(rel: &str, e: std::io::Error) -> Error {
     match e.kind() {
-        std::io::ErrorKind::NotFound => Error::NotFound(format!("`{rel}` does not exist in the workspace")),
+        std::io::ErrorKind::NotFound => {
+            Error::NotFound(format!("`{rel}` does not exist in the workspace"))
+        }
         std::io::ErrorKind::PermissionDenied => Error::Denied(format!(
             "`{rel}` is not accessible: it leaves the workspace or the fs plugin was not granted access to it (grant with `fs = [\".\"]` under [plugins.fs] in kiln.toml)"
         )),
@@ -98,7 +108,8 @@ fn io_error(rel: &str, e: std::io::Error) -> Error {
 }
 
 fn read_file(args: &Value) -> Result<Value, Error> {
-    let rel = str_arg(args, "path")?.ok_or_else(|| Error::InvalidInput("`path` is required".into()))?;
+    let rel =
+        str_arg(args, "path")?.ok_or_else(|| Error::InvalidInput("`path` is required".into()))?;
     let bytes = std::fs::read(resolve(rel)?).map_err(|e| io_error(rel, e))?;
     let truncated = bytes.len() > MAX_READ;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_READ)]).into_owned();
@@ -123,7 +134,8 @@ fn list_dir(args: &Value) -> Result<Value, Error> {
 }
 
 fn search(args: &Value) -> Result<Value, Error> {
-    let pattern = str_arg(args, "pattern")?.ok_or_else(|| Error::InvalidInput("`pattern` is required".into()))?;
+    let pattern = str_arg(args, "pattern")?
+        .ok_or_else(|| Error::InvalidInput("`pattern` is required".into()))?;
     if pattern.is_empty() {
         return Err(Error::InvalidInput("`pattern` may not be empty".into()));
     }
@@ -136,20 +148,34 @@ fn search(args: &Value) -> Result<Value, Error> {
         if matches.len() >= MAX_MATCHES {
             break;
         }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
         if meta.is_dir() {
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if path != Path::new(ROOT) && (name.starts_with('.') || name == "target" || name == "node_modules") {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if path != Path::new(ROOT)
+                && (name.starts_with('.') || name == "target" || name == "node_modules")
+            {
                 continue;
             }
             if let Ok(rd) = std::fs::read_dir(&path) {
-                let mut children: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                let mut children: Vec<PathBuf> =
+                    rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
                 children.sort_by(|a, b| b.cmp(a));
                 stack.extend(children);
             }
         } else if meta.is_file() {
-            let Ok(text) = std::fs::read_to_string(&path) else { continue };
-            let shown = path.strip_prefix(ROOT).unwrap_or(&path).to_string_lossy().into_owned();
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let shown = path
+                .strip_prefix(ROOT)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
             for (n, line) in text.lines().enumerate() {
                 if line.contains(pattern) {
                     matches.push(json!({ "path": shown, "line": n + 1, "text": line }));

@@ -12,13 +12,19 @@ struct WholeFile;
 
 impl EditFormat for WholeFile {
     fn manifest() -> Manifest {
-        edit_format::manifest("whole-file", env!("CARGO_PKG_VERSION"), "Whole-file replacement with a path header per file")
+        edit_format::manifest(
+            "whole-file",
+            env!("CARGO_PKG_VERSION"),
+            "Whole-file replacement with a path header per file",
+        )
     }
 
     fn describe() -> FormatInfo {
         FormatInfo {
             name: "whole-file".into(),
-            description: "Whole-file replacement: the path, then the complete new content in a fenced block".into(),
+            description:
+                "Whole-file replacement: the path, then the complete new content in a fenced block"
+                    .into(),
             multi_file: true,
         }
     }
@@ -40,7 +46,11 @@ impl EditFormat for WholeFile {
         parse_response(&response, &targets)
     }
 
-    fn apply(path: String, text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure> {
+    fn apply(
+        path: String,
+        text: Option<String>,
+        edits: Vec<FileEdit>,
+    ) -> Result<AppliedFile, ApplyFailure> {
         apply_edits(&path, text, edits)
     }
 }
@@ -60,7 +70,10 @@ const LAZY_MARKERS: [&str; 8] = [
 ];
 
 fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseError>> {
-    let lines: Vec<&str> = response.split('\n').map(|l| l.trim_end_matches('\r')).collect();
+    let lines: Vec<&str> = response
+        .split('\n')
+        .map(|l| l.trim_end_matches('\r'))
+        .collect();
     let mut edits = Vec::new();
     let mut errors = Vec::new();
     let mut i = 0;
@@ -73,7 +86,11 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
         }
         let fence: String = trimmed.chars().take_while(|c| *c == '`').collect();
         let open_line = i;
-        let named = (0..i).rev().map(|j| lines[j].trim()).find(|l| !l.is_empty()).and_then(clean_path);
+        let named = (0..i)
+            .rev()
+            .map(|j| lines[j].trim())
+            .find(|l| !l.is_empty())
+            .and_then(clean_path);
         let mut body = Vec::new();
         i += 1;
         let mut closed = false;
@@ -87,34 +104,66 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
         }
         i += 1;
         if !closed {
-            errors.push(ParseError { line: open_line as u32 + 1, message: "code block is not closed with ```".into() });
+            errors.push(ParseError {
+                line: open_line as u32 + 1,
+                message: "code block is not closed with ```".into(),
+            });
             break;
         }
         let path = match resolve_path(named.as_deref(), targets) {
             Ok(p) => p,
             Err(message) => {
-                errors.push(ParseError { line: open_line as u32 + 1, message });
+                errors.push(ParseError {
+                    line: open_line as u32 + 1,
+                    message,
+                });
                 continue;
             }
         };
         if edits.iter().any(|e: &FileEdit| e.path == path) {
-            errors.push(ParseError { line: open_line as u32 + 1, message: format!("{path} is given twice; send each file once") });
+            errors.push(ParseError {
+                line: open_line as u32 + 1,
+                message: format!("{path} is given twice; send each file once"),
+            });
             continue;
         }
         let mut content = body.join("\n");
         content.push('\n');
-        edits.push(FileEdit { path, kind: EditKind::Rewrite, search: String::new(), replace: content, new_path: None });
+        edits.push(FileEdit {
+            path,
+            kind: EditKind::Rewrite,
+            search: String::new(),
+            replace: content,
+            new_path: None,
+        });
     }
     if edits.is_empty() && errors.is_empty() {
-        errors.push(ParseError { line: 0, message: "no fenced code block found: send the path, then the whole file in ``` fences".into() });
+        errors.push(ParseError {
+            line: 0,
+            message: "no fenced code block found: send the path, then the whole file in ``` fences"
+                .into(),
+        });
     }
-    if errors.is_empty() { Ok(edits) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(edits)
+    } else {
+        Err(errors)
+    }
 }
 
 /// Strip the decorations LLMs put around a path line (`**a.c**`, `` `a.c` ``, `# a.c`, `a.c:`).
 fn clean_path(line: &str) -> Option<String> {
-    let p = line.trim_start_matches('#').trim().trim_matches(|c| c == '*' || c == '`').trim_end_matches(':').trim();
-    let p = p.strip_prefix("File:").or_else(|| p.strip_prefix("file:")).unwrap_or(p).trim();
+    let p = line
+        .trim_start_matches('#')
+        .trim()
+        .trim_matches(|c| c == '*' || c == '`')
+        .trim_end_matches(':')
+        .trim();
+    let p = p
+        .strip_prefix("File:")
+        .or_else(|| p.strip_prefix("file:"))
+        .unwrap_or(p)
+        .trim();
     if p.is_empty() || p.contains(char::is_whitespace) || p.ends_with('.') {
         return None;
     }
@@ -125,12 +174,18 @@ fn resolve_path(named: Option<&str>, targets: &[String]) -> Result<String, Strin
     match named {
         Some(n) if targets.iter().any(|t| t == n) => Ok(n.to_string()),
         Some(n) => {
-            let by_name: Vec<&String> = targets.iter().filter(|t| t.rsplit('/').next() == Some(n)).collect();
+            let by_name: Vec<&String> = targets
+                .iter()
+                .filter(|t| t.rsplit('/').next() == Some(n))
+                .collect();
             match (by_name.as_slice(), targets) {
                 ([one], _) => Ok((*one).clone()),
                 (_, [only]) if !looks_like_path(n) => Ok(only.clone()),
                 (_, []) => Ok(n.to_string()),
-                _ => Err(format!("{n} is not one of the files you may change ({})", targets.join(", "))),
+                _ => Err(format!(
+                    "{n} is not one of the files you may change ({})",
+                    targets.join(", ")
+                )),
             }
         }
         None => match targets {
@@ -144,49 +199,80 @@ fn looks_like_path(s: &str) -> bool {
     s.contains('/') || s.contains('.')
 }
 
-fn apply_edits(path: &str, text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure> {
+fn apply_edits(
+    path: &str,
+    text: Option<String>,
+    edits: Vec<FileEdit>,
+) -> Result<AppliedFile, ApplyFailure> {
     let mut current = text;
     let mut outcomes = Vec::with_capacity(edits.len());
     for (index, edit) in edits.into_iter().enumerate() {
-        let fail = |kind, message: String| ApplyFailure { index: index as u32, kind, message };
+        let fail = |kind, message: String| ApplyFailure {
+            index: index as u32,
+            kind,
+            message,
+        };
         if edit.path != path {
-            return Err(fail(FailureKind::Invalid, format!("edit names {} but was applied to {path}", edit.path)));
+            return Err(fail(
+                FailureKind::Invalid,
+                format!("edit names {} but was applied to {path}", edit.path),
+            ));
         }
         match edit.kind {
             EditKind::Rewrite | EditKind::Create => {
                 if let Some(marker) = lazy_marker(&edit.replace) {
                     return Err(fail(
                         FailureKind::Invalid,
-                        format!("the new content of {path} elides code (\"{marker}\"); send the complete file"),
+                        format!(
+                            "the new content of {path} elides code (\"{marker}\"); send the complete file"
+                        ),
                     ));
                 }
                 let new = match &current {
                     Some(old) => conform(old, &edit.replace),
                     None => edit.replace.clone(),
                 };
-                let status = if current.as_deref() == Some(new.as_str()) { EditStatus::AlreadyApplied } else { EditStatus::Applied };
+                let status = if current.as_deref() == Some(new.as_str()) {
+                    EditStatus::AlreadyApplied
+                } else {
+                    EditStatus::Applied
+                };
                 outcomes.push(EditOutcome { status, tier: None });
                 current = Some(new);
             }
             EditKind::Delete => {
                 if current.is_none() {
-                    return Err(fail(FailureKind::Invalid, format!("cannot delete {path}: it does not exist")));
+                    return Err(fail(
+                        FailureKind::Invalid,
+                        format!("cannot delete {path}: it does not exist"),
+                    ));
                 }
-                outcomes.push(EditOutcome { status: EditStatus::Applied, tier: None });
+                outcomes.push(EditOutcome {
+                    status: EditStatus::Applied,
+                    tier: None,
+                });
                 current = None;
             }
             EditKind::Replace | EditKind::Rename => {
-                return Err(fail(FailureKind::Invalid, "the whole-file format only rewrites, creates or deletes files".into()));
+                return Err(fail(
+                    FailureKind::Invalid,
+                    "the whole-file format only rewrites, creates or deletes files".into(),
+                ));
             }
         }
     }
-    Ok(AppliedFile { text: current, outcomes })
+    Ok(AppliedFile {
+        text: current,
+        outcomes,
+    })
 }
 
 fn lazy_marker(content: &str) -> Option<&'static str> {
     content.lines().find_map(|line| {
         let l = line.trim().to_lowercase();
-        let is_comment = ["//", "#", "/*", "--", "<!--", ";", "*"].iter().any(|c| l.starts_with(c));
+        let is_comment = ["//", "#", "/*", "--", "<!--", ";", "*"]
+            .iter()
+            .any(|c| l.starts_with(c));
         if !is_comment && !l.starts_with("...") {
             return None;
         }
@@ -200,11 +286,19 @@ fn conform(old: &str, new: &str) -> String {
     let crlf = old.contains("\r\n");
     let body = new.trim_start_matches('\u{feff}').replace("\r\n", "\n");
     let body = if old.is_empty() || old.ends_with('\n') {
-        if body.ends_with('\n') { body } else { body + "\n" }
+        if body.ends_with('\n') {
+            body
+        } else {
+            body + "\n"
+        }
     } else {
         body.trim_end_matches('\n').to_string()
     };
-    let body = if crlf { body.replace('\n', "\r\n") } else { body };
+    let body = if crlf {
+        body.replace('\n', "\r\n")
+    } else {
+        body
+    };
     if bom { format!("\u{feff}{body}") } else { body }
 }
 
@@ -230,12 +324,17 @@ mod tests {
         let e = parse_response(r, &t(&["a.c", "b.c"])).unwrap();
         assert_eq!((e[0].path.as_str(), e[1].path.as_str()), ("a.c", "b.c"));
         let err = parse_response("x/c.c\n```\nC\n```\n", &t(&["a.c", "b.c"])).unwrap_err();
-        assert!(err[0].message.contains("not one of the files"), "{}", err[0].message);
+        assert!(
+            err[0].message.contains("not one of the files"),
+            "{}",
+            err[0].message
+        );
     }
 
     #[test]
     fn lazy_output_refused() {
-        let edits = parse_response("```\nint a;\n// ... existing code ...\n```\n", &t(&["a.c"])).unwrap();
+        let edits =
+            parse_response("```\nint a;\n// ... existing code ...\n```\n", &t(&["a.c"])).unwrap();
         let err = apply_edits("a.c", Some("int a;\nint b;\n".into()), edits).unwrap_err();
         assert!(err.message.contains("elides code"));
     }
@@ -246,6 +345,9 @@ mod tests {
         let out = apply_edits("a.txt", Some("\u{feff}old\r\n".into()), edits.clone()).unwrap();
         assert_eq!(out.text.as_deref(), Some("\u{feff}x\r\ny\r\n"));
         let again = apply_edits("a.txt", out.text, edits).unwrap();
-        assert!(matches!(again.outcomes[0].status, EditStatus::AlreadyApplied));
+        assert!(matches!(
+            again.outcomes[0].status,
+            EditStatus::AlreadyApplied
+        ));
     }
 }

@@ -9,27 +9,37 @@ use serde_json::{Value, json};
 struct Escape;
 
 fn arg(args: &Value, key: &str) -> String {
-    args.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+    args.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 impl Tool for Escape {
     fn manifest() -> Manifest {
-        tool::manifest("escape", "0.1.0", "Tries to escape its sandbox (test fixture)")
-            .with_fs(".", Access::ReadWrite)
-            .with_exec("*", &["*"])
-            .with_env("KILN_TEST_VISIBLE")
-            .with_env("KILN_TEST_SECRET_KEY")
+        tool::manifest(
+            "escape",
+            "0.1.0",
+            "Tries to escape its sandbox (test fixture)",
+        )
+        .with_fs(".", Access::ReadWrite)
+        .with_exec("*", &["*"])
+        .with_env("KILN_TEST_VISIBLE")
+        .with_env("KILN_TEST_SECRET_KEY")
     }
 
     fn list_tools() -> Vec<ToolSpec> {
-        ["read", "write", "exec", "env", "spin", "grow", "flood", "panic"]
-            .iter()
-            .map(|n| tool::spec(n, "escape attempt", r#"{"type":"object"}"#, false))
-            .collect()
+        [
+            "read", "write", "exec", "env", "spin", "grow", "flood", "panic",
+        ]
+        .iter()
+        .map(|n| tool::spec(n, "escape attempt", r#"{"type":"object"}"#, false))
+        .collect()
     }
 
     fn call(name: String, arguments: String) -> Result<String, Error> {
-        let args: Value = serde_json::from_str(&arguments).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let args: Value =
+            serde_json::from_str(&arguments).map_err(|e| Error::InvalidInput(e.to_string()))?;
         match name.as_str() {
             "read" => std::fs::read_to_string(arg(&args, "path"))
                 .map(|s| json!({ "content": s }).to_string())
@@ -42,16 +52,26 @@ impl Tool for Escape {
                 let argv: Vec<String> = args
                     .get("args")
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let mut cmd = tool::command(&program, &argv);
                 if let Some(env) = args.get("env").and_then(Value::as_object) {
-                    cmd.env = env.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect();
+                    cmd.env = env
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                        .collect();
                 }
                 if let Some(cwd) = args.get("cwd").and_then(Value::as_str) {
                     cmd.cwd = Some(cwd.to_string());
                 }
-                cmd.timeout_ms = args.get("timeout_ms").and_then(Value::as_u64).map(|t| t as u32);
+                cmd.timeout_ms = args
+                    .get("timeout_ms")
+                    .and_then(Value::as_u64)
+                    .map(|t| t as u32);
                 let out = tool::exec(&cmd)?;
                 Ok(json!({
                     "exit_code": out.exit_code,
