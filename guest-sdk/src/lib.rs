@@ -1,3 +1,4 @@
+#![doc = include_str!("../README.md")]
 //! `kiln-guest`: everything a Rust plugin author needs to write a kiln runner, edit format or
 //! tool: one trait per plugin kind (with default methods), an export macro per kind, helpers
 //! for the host imports, and a diagnostics parser for `file:line:col: severity: message` output.
