@@ -9,6 +9,7 @@
 //! version ([`CONTRACT_VERSION`]), which the host checks before loading it.
 
 pub mod diagnostics;
+pub mod edit;
 
 /// The version of the `kiln:plugin` WIT package this SDK builds against.
 pub const CONTRACT_VERSION: &str = "0.1.0";

@@ -1,0 +1,637 @@
+//! The matching and applying rules every kiln edit format shares, as pure Rust: a SEARCH text
+//! is located through normalisation tiers (exact → line endings/BOM → trailing whitespace →
+//! indentation offset → Unicode look-alikes → copied line numbers); at each tier one match is
+//! applied, several are refused as ambiguous, none moves to the next tier. The replacement is
+//! re-indented by the detected offset and written with the file's own line endings, BOM and
+//! final newline. Errors are worded for an LLM to act on, and their wording is stable.
+
+/// The tier that located a SEARCH text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    /// Byte-for-byte.
+    Exact,
+    /// After normalising CRLF to LF and dropping a BOM.
+    LineEndings,
+    /// Ignoring trailing whitespace on each line.
+    TrailingWhitespace,
+    /// With a uniform indentation offset (the replacement is re-indented by it).
+    Indentation,
+    /// Treating curly quotes, dashes and non-breaking spaces as their ASCII look-alikes.
+    Unicode,
+    /// After removing line-number prefixes copied from a numbered listing.
+    LineNumbers,
+}
+
+impl Tier {
+    /// Stable name (`exact`, `line-endings`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Exact => "exact",
+            Tier::LineEndings => "line-endings",
+            Tier::TrailingWhitespace => "trailing-whitespace",
+            Tier::Indentation => "indentation",
+            Tier::Unicode => "unicode",
+            Tier::LineNumbers => "line-numbers",
+        }
+    }
+}
+
+/// A successful application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The new text of the file.
+    pub text: String,
+    /// The tier that matched; `None` when no search was needed.
+    pub tier: Option<Tier>,
+    /// True when the edit was already applied and nothing changed.
+    pub already_applied: bool,
+}
+
+/// Why an edit could not be applied; the message is meant for the LLM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// SEARCH occurs nowhere.
+    NoMatch(String),
+    /// SEARCH occurs in several places.
+    Ambiguous(String),
+    /// The edit does not fit the file.
+    Invalid(String),
+}
+
+impl Failure {
+    /// The message.
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::NoMatch(m) | Failure::Ambiguous(m) | Failure::Invalid(m) => m,
+        }
+    }
+}
+
+/// A file's text split into its conventions and an LF body.
+struct Doc {
+    bom: bool,
+    crlf: bool,
+    final_newline: bool,
+    body: String,
+}
+
+impl Doc {
+    fn parse(text: &str) -> Doc {
+        let bom = text.starts_with('\u{feff}');
+        let t = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let crlf = t.contains("\r\n");
+        let body = if crlf { t.replace("\r\n", "\n") } else { t.to_string() };
+        Doc { bom, crlf, final_newline: body.ends_with('\n'), body }
+    }
+
+    /// Render `body` with this document's conventions.
+    fn render(&self, body: &str) -> String {
+        let mut b = body.to_string();
+        if !b.is_empty() {
+            if self.final_newline && !b.ends_with('\n') {
+                b.push('\n');
+            } else if !self.final_newline && b.ends_with('\n') && !self.body.is_empty() {
+                b.pop();
+            }
+        }
+        let b = if self.crlf { b.replace('\n', "\r\n") } else { b };
+        if self.bom { format!("\u{feff}{b}") } else { b }
+    }
+}
+
+fn lf(s: &str) -> String {
+    s.strip_prefix('\u{feff}').unwrap_or(s).replace("\r\n", "\n")
+}
+
+/// Positions (byte offsets) of every occurrence of `needle`, overlapping ones included.
+fn find_all(hay: &str, needle: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    if needle.is_empty() {
+        return out;
+    }
+    let mut start = 0;
+    while let Some(i) = hay[start..].find(needle) {
+        out.push(start + i);
+        start += i + hay[start + i..].chars().next().map_or(1, char::len_utf8);
+    }
+    out
+}
+
+fn line_of(body: &str, byte: usize) -> usize {
+    body[..byte].matches('\n').count() + 1
+}
+
+/// Replace typographic look-alikes with ASCII.
+pub fn fold_unicode(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => '\'',
+            '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => '"',
+            '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}' | '\u{2212}' => '-',
+            '\u{00A0}' | '\u{2007}' | '\u{202F}' | '\u{2009}' | '\u{200A}' | '\u{3000}' => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+/// Strip a line-number prefix such as `12 | `, `12: `, `  12\t` or `L12: `.
+fn strip_line_number(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let t = t.strip_prefix('L').unwrap_or(t);
+    let digits = t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 {
+        return None;
+    }
+    let rest = &t[digits..];
+    for sep in [" | ", "| ", " |", "|", ": ", ":", "\t", "  ", " "] {
+        if let Some(r) = rest.strip_prefix(sep) {
+            return Some(r);
+        }
+    }
+    if rest.is_empty() { Some("") } else { None }
+}
+
+fn indent_of(s: &str) -> &str {
+    &s[..s.len() - s.trim_start_matches([' ', '\t']).len()]
+}
+
+/// How search lines relate to file lines at a match (tiers 4+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Offset {
+    None,
+    /// The file is indented by this much more than SEARCH.
+    Add(String),
+    /// The file is indented by this much less than SEARCH.
+    Remove(String),
+}
+
+struct LineMatch {
+    start: usize,
+    offset: Offset,
+}
+
+/// Try the line-based tiers: compare `search` lines against `file` lines.
+fn line_matches(file: &[String], search: &[String], tier: Tier) -> Vec<LineMatch> {
+    let n = search.len();
+    let mut out = Vec::new();
+    if n == 0 || n > file.len() || search.iter().all(|l| l.trim().is_empty()) {
+        return out;
+    }
+    let first = search.iter().position(|l| !l.trim().is_empty()).unwrap();
+    for start in 0..=file.len() - n {
+        let offset = if tier >= Tier::Indentation {
+            let fi = indent_of(&file[start + first]);
+            let si = indent_of(&search[first]);
+            if let Some(extra) = fi.strip_prefix(si) {
+                if extra.is_empty() { Offset::None } else { Offset::Add(extra.to_string()) }
+            } else if let Some(less) = si.strip_prefix(fi) {
+                Offset::Remove(less.to_string())
+            } else {
+                continue;
+            }
+        } else {
+            Offset::None
+        };
+        let ok = (0..n).all(|k| {
+            let f = file[start + k].trim_end();
+            let s = search[k].trim_end();
+            if s.is_empty() {
+                return f.trim().is_empty();
+            }
+            match &offset {
+                Offset::None => f == s,
+                Offset::Add(extra) => f.strip_prefix(extra.as_str()) == Some(s),
+                Offset::Remove(less) => s.strip_prefix(less.as_str()) == Some(f),
+            }
+        });
+        if ok {
+            out.push(LineMatch { start, offset });
+        }
+    }
+    out
+}
+
+fn reindent(lines: &[String], offset: &Offset) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| match offset {
+            _ if l.trim().is_empty() => l.clone(),
+            Offset::None => l.clone(),
+            Offset::Add(extra) => format!("{extra}{l}"),
+            Offset::Remove(less) => l.strip_prefix(less.as_str()).unwrap_or(l.trim_start()).to_string(),
+        })
+        .collect()
+}
+
+/// Lines of an LF text; a final newline ends the last line rather than starting a new one
+/// (`""` → none, `"\n"` → one empty line).
+fn split_lines(s: &str) -> Vec<String> {
+    if s.is_empty() {
+        return Vec::new();
+    }
+    s.strip_suffix('\n').unwrap_or(s).split('\n').map(String::from).collect()
+}
+
+/// Where SEARCH was found: a byte range of the body, or a line range.
+enum Found {
+    Bytes(usize, usize),
+    Lines(usize, usize, Offset),
+}
+
+/// Locate `search` in `body` (LF), tier by tier. Returns the tier and every match of the
+/// first tier that has any.
+fn locate(body: &str, raw_text: &str, search_raw: &str, file_lines: &[String]) -> Option<(Tier, Vec<Found>)> {
+    let exact = find_all(raw_text, search_raw);
+    if !exact.is_empty() {
+        // Positions in the raw text; re-find in the body for a uniform representation.
+        let s = lf(search_raw);
+        let in_body = find_all(body, &s);
+        if in_body.len() == exact.len() {
+            return Some((Tier::Exact, in_body.into_iter().map(|i| Found::Bytes(i, i + s.len())).collect()));
+        }
+    }
+    let s = lf(search_raw);
+    let norm = find_all(body, &s);
+    if !norm.is_empty() {
+        return Some((Tier::LineEndings, norm.into_iter().map(|i| Found::Bytes(i, i + s.len())).collect()));
+    }
+    let search_lines = split_lines(&s);
+    let folded_file: Vec<String> = file_lines.iter().map(|l| fold_unicode(l)).collect();
+    let folded_search: Vec<String> = search_lines.iter().map(|l| fold_unicode(l)).collect();
+    let numbered: Option<Vec<String>> = {
+        let nonblank: Vec<&String> = folded_search.iter().filter(|l| !l.trim().is_empty()).collect();
+        if !nonblank.is_empty() && nonblank.iter().all(|l| strip_line_number(l).is_some()) {
+            Some(folded_search.iter().map(|l| strip_line_number(l).unwrap_or(l).to_string()).collect())
+        } else {
+            None
+        }
+    };
+    for tier in [Tier::TrailingWhitespace, Tier::Indentation, Tier::Unicode, Tier::LineNumbers] {
+        let (f, sl): (&[String], &[String]) = match tier {
+            Tier::TrailingWhitespace | Tier::Indentation => (file_lines, &search_lines),
+            Tier::Unicode => (&folded_file, &folded_search),
+            _ => match &numbered {
+                Some(n) => (&folded_file, n),
+                None => continue,
+            },
+        };
+        let m = line_matches(f, sl, tier);
+        if !m.is_empty() {
+            let n = sl.len();
+            return Some((tier, m.into_iter().map(|x| Found::Lines(x.start, x.start + n, x.offset)).collect()));
+        }
+    }
+    None
+}
+
+fn found_line(body: &str, f: &Found) -> usize {
+    match f {
+        Found::Bytes(a, _) => line_of(body, *a),
+        Found::Lines(a, _, _) => a + 1,
+    }
+}
+
+fn found_byte_range(body: &str, file_lines: &[String], f: &Found) -> (usize, usize) {
+    match f {
+        Found::Bytes(a, b) => (*a, *b),
+        Found::Lines(a, b, _) => {
+            let start: usize = file_lines[..*a].iter().map(|l| l.len() + 1).sum();
+            let len: usize = file_lines[*a..*b].iter().map(|l| l.len() + 1).sum();
+            (start, (start + len).min(body.len()))
+        }
+    }
+}
+
+/// Apply one SEARCH/REPLACE edit to `text`. `block` (1-based) and `path` are used in messages.
+pub fn apply_search_replace(path: &str, text: &str, search: &str, replace: &str, block: usize) -> Result<Applied, Failure> {
+    let doc = Doc::parse(text);
+    if search.trim().is_empty() {
+        if doc.body.trim().is_empty() {
+            let new = lf(replace);
+            return Ok(Applied { already_applied: false, text: render_new(&doc, &new), tier: None });
+        }
+        if lf(replace).trim_end() == doc.body.trim_end() {
+            return Ok(Applied { text: text.to_string(), tier: None, already_applied: true });
+        }
+        return Err(Failure::Invalid(format!(
+            "block {block}: an empty SEARCH creates a new file, but {path} already exists and is not empty; put the lines to change in SEARCH"
+        )));
+    }
+    let file_lines = split_lines(&doc.body);
+    let replace_lf = lf(replace);
+    let located = locate(&doc.body, text, search, &file_lines);
+    let replace_spans = if replace_lf.trim().is_empty() { None } else { locate(&doc.body, text, replace, &file_lines) };
+    match located {
+        Some((tier, found)) => {
+            // Already applied: every SEARCH match lies inside the one copy of REPLACE.
+            if let Some((_, rs)) = &replace_spans
+                && rs.len() == 1
+            {
+                let (ra, rb) = found_byte_range(&doc.body, &file_lines, &rs[0]);
+                if found.iter().all(|f| {
+                    let (a, b) = found_byte_range(&doc.body, &file_lines, f);
+                    a >= ra && b <= rb
+                }) {
+                    return Ok(Applied { text: text.to_string(), tier: Some(tier), already_applied: true });
+                }
+            }
+            if found.len() > 1 {
+                return Err(ambiguous(path, block, &doc.body, &file_lines, &found));
+            }
+            let new_body = match &found[0] {
+                Found::Bytes(a, b) => {
+                    let mut s = String::with_capacity(doc.body.len() + replace_lf.len());
+                    s.push_str(&doc.body[..*a]);
+                    s.push_str(&replace_lf);
+                    s.push_str(&doc.body[*b..]);
+                    s
+                }
+                Found::Lines(a, b, offset) => {
+                    let mut rl = split_lines(&replace_lf);
+                    if tier == Tier::LineNumbers {
+                        let nonblank: Vec<&String> = rl.iter().filter(|l| !l.trim().is_empty()).collect();
+                        if !nonblank.is_empty() && nonblank.iter().all(|l| strip_line_number(l).is_some()) {
+                            rl = rl.iter().map(|l| strip_line_number(l).unwrap_or(l).to_string()).collect();
+                        }
+                    }
+                    let rl = reindent(&rl, offset);
+                    let mut lines: Vec<String> = file_lines[..*a].to_vec();
+                    lines.extend(rl);
+                    lines.extend_from_slice(&file_lines[*b..]);
+                    let mut s = lines.join("\n");
+                    if doc.final_newline && !lines.is_empty() {
+                        s.push('\n');
+                    }
+                    s
+                }
+            };
+            Ok(Applied { text: render_new(&doc, &new_body), tier: Some(tier), already_applied: false })
+        }
+        None => {
+            if let Some((tier, rs)) = replace_spans
+                && rs.len() == 1
+            {
+                return Ok(Applied { text: text.to_string(), tier: Some(tier), already_applied: true });
+            }
+            Err(no_match(path, block, &file_lines, search))
+        }
+    }
+}
+
+/// Render a new body with the file's conventions (a new or emptied file keeps the body's own).
+fn render_new(doc: &Doc, body: &str) -> String {
+    if doc.body.is_empty() {
+        let d = Doc { final_newline: body.ends_with('\n'), body: String::new(), ..*doc };
+        return d.render(body);
+    }
+    doc.render(body)
+}
+
+fn ambiguous(path: &str, block: usize, body: &str, file_lines: &[String], found: &[Found]) -> Failure {
+    let lines: Vec<usize> = found.iter().map(|f| found_line(body, f)).collect();
+    let shown: Vec<String> = lines.iter().take(5).map(|n| n.to_string()).collect();
+    let mut msg = format!(
+        "block {block}: SEARCH matches {} places in {path} (lines {}{}); add surrounding lines so it matches exactly one:",
+        lines.len(),
+        shown.join(", "),
+        if lines.len() > 5 { ", ..." } else { "" }
+    );
+    for n in lines.iter().take(5) {
+        let text = file_lines.get(n - 1).map(String::as_str).unwrap_or("");
+        msg.push_str(&format!("\n{n:>5} | {text}"));
+    }
+    Failure::Ambiguous(msg)
+}
+
+fn no_match(path: &str, block: usize, file_lines: &[String], search: &str) -> Failure {
+    let search_lines = split_lines(&lf(search));
+    let key = |s: &str| fold_unicode(s.trim());
+    let n = search_lines.len().max(1);
+    let mut best = (0usize, 0usize);
+    if !file_lines.is_empty() {
+        for start in 0..=file_lines.len().saturating_sub(n) {
+            let score = (0..n)
+                .filter(|k| {
+                    let f = file_lines.get(start + k).map(|l| key(l));
+                    let s = search_lines.get(*k).map(|l| key(l));
+                    f.is_some() && f == s && !s.as_deref().unwrap_or("").is_empty()
+                })
+                .count();
+            if score > best.1 {
+                best = (start, score);
+            }
+        }
+    }
+    let mut msg = format!("block {block}: SEARCH does not match {path}.");
+    if best.1 == 0 {
+        msg.push_str(" No line of it occurs in the file; copy the lines to change exactly from the file.");
+        return Failure::NoMatch(msg);
+    }
+    let (start, _) = best;
+    let end = (start + n).min(file_lines.len());
+    msg.push_str(&format!(" The closest lines are {}-{}:", start + 1, end));
+    for (i, line) in file_lines[start..end].iter().enumerate().take(30) {
+        msg.push_str(&format!("\n{:>5} | {line}", start + i + 1));
+    }
+    for k in 0..n {
+        let f = file_lines.get(start + k).map(String::as_str).unwrap_or("");
+        let s = search_lines.get(k).map(String::as_str).unwrap_or("");
+        if f.trim_end() != s.trim_end() {
+            msg.push_str(&format!("\nFirst difference at line {}: the file has `{}` but SEARCH has `{}`.", start + k + 1, f, s));
+            break;
+        }
+    }
+    Failure::NoMatch(msg)
+}
+
+/// Give whole new content the conventions (line endings, BOM, final newline) of `old`.
+pub fn conform(old: &str, new: &str) -> String {
+    let doc = Doc::parse(old);
+    render_new(&doc, &lf(new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(text: &str, s: &str, r: &str) -> Applied {
+        apply_search_replace("f.rs", text, s, r, 1).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn exact_match_and_tier() {
+        let a = ok("fn a() {}\nfn b() {}\n", "fn b() {}", "fn b() { 1 }");
+        assert_eq!(a.text, "fn a() {}\nfn b() { 1 }\n");
+        assert_eq!(a.tier, Some(Tier::Exact));
+    }
+
+    #[test]
+    fn crlf_file_lf_search_keeps_crlf() {
+        let a = ok("\u{feff}a\r\nb\r\nc\r\n", "b\nc\n", "B\nC\n");
+        assert_eq!(a.text, "\u{feff}a\r\nB\r\nC\r\n");
+        assert_eq!(a.tier, Some(Tier::LineEndings));
+    }
+
+    #[test]
+    fn trailing_whitespace_tier() {
+        let a = ok("x = 1   \ny = 2\n", "x = 1\ny = 2", "x = 3\ny = 2");
+        assert_eq!(a.text, "x = 3\ny = 2\n");
+        assert_eq!(a.tier, Some(Tier::TrailingWhitespace));
+    }
+
+    #[test]
+    fn indentation_offset_reindents_replacement() {
+        let file = "def f():\n    if x:\n        return 1\n    return 2\n";
+        let a = ok(file, "if x:\n    return 1", "if x:\n    return 10\nelse:\n    pass");
+        assert_eq!(a.text, "def f():\n    if x:\n        return 10\n    else:\n        pass\n    return 2\n");
+        assert_eq!(a.tier, Some(Tier::Indentation));
+        // SEARCH more indented than the file.
+        let a = ok("a\nb\n", "    a\n    b", "    a\n    c");
+        assert_eq!(a.text, "a\nc\n");
+    }
+
+    #[test]
+    fn unicode_lookalikes_and_line_numbers() {
+        let a = ok("say(\"hi\") - ok\n", "say(\u{201C}hi\u{201D}) \u{2013} ok", "say(\"bye\")");
+        assert_eq!(a.text, "say(\"bye\")\n");
+        assert_eq!(a.tier, Some(Tier::Unicode));
+        let a = ok("one\ntwo\nthree\n", "2 | two\n3 | three", "2 | TWO\n3 | three");
+        assert_eq!(a.text, "one\nTWO\nthree\n");
+        assert_eq!(a.tier, Some(Tier::LineNumbers));
+    }
+
+    #[test]
+    fn ambiguous_is_refused_with_line_numbers() {
+        let e = apply_search_replace("f.rs", "x();\ny();\nx();\n", "x();", "z();", 2).unwrap_err();
+        let Failure::Ambiguous(m) = e else { panic!() };
+        assert!(m.starts_with("block 2: SEARCH matches 2 places in f.rs (lines 1, 3)"), "{m}");
+        assert!(m.contains("    3 | x();"), "{m}");
+    }
+
+    #[test]
+    fn no_match_shows_closest_window_and_first_difference() {
+        let e = apply_search_replace("f.rs", "fn a() {\n    let x = 1;\n    x\n}\n", "fn a() {\n    let x = 2;\n    x\n}", "", 1).unwrap_err();
+        let Failure::NoMatch(m) = e else { panic!() };
+        assert!(m.contains("The closest lines are 1-4:"), "{m}");
+        assert!(m.contains("First difference at line 2: the file has `    let x = 1;` but SEARCH has `    let x = 2;`."), "{m}");
+    }
+
+    #[test]
+    fn already_applied_both_ways() {
+        let a = ok("new line\n", "old line", "new line");
+        assert!(a.already_applied);
+        // Insertion anchored on an unchanged line: SEARCH lies inside the applied REPLACE.
+        let a = ok("fn main() {\n    setup();\n    run();\n}\n", "fn main() {", "fn main() {\n    setup();");
+        assert!(a.already_applied);
+        assert_eq!(a.text, "fn main() {\n    setup();\n    run();\n}\n");
+    }
+
+    #[test]
+    fn empty_replace_deletes_and_final_newline_is_kept() {
+        let a = ok("a\nb\nc", "b\n", "");
+        assert_eq!(a.text, "a\nc");
+        let a = ok("keep\ndrop me\n", "drop me\n", "");
+        assert_eq!(a.text, "keep\n");
+    }
+
+    #[test]
+    fn empty_search_creates_only_empty_files() {
+        let a = ok("", "", "hello\n");
+        assert_eq!(a.text, "hello\n");
+        assert!(matches!(apply_search_replace("f", "x\n", "", "y\n", 1), Err(Failure::Invalid(_))));
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Lines without leading or trailing whitespace; small pool so repeats (and thus ambiguity
+    /// that must be resolved with context) are common.
+    fn line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("}".to_string()),
+            Just("x += 1;".to_string()),
+            Just("return x;".to_string()),
+            Just(String::new()),
+            "[a-z]{1,6}( [a-z0-9();=]{1,8}){0,2}",
+        ]
+    }
+
+    /// An edit from `old` to `new` as an LLM would write it: the changed lines plus the least
+    /// context that makes SEARCH unique.
+    fn make_edit(old: &[String], a: usize, b: usize, mid: &[String]) -> Option<(String, String, String, String)> {
+        let join = |ls: &[String]| ls.iter().map(|l| format!("{l}\n")).collect::<String>();
+        let old_text = join(old);
+        let mut new_lines = old[..a].to_vec();
+        new_lines.extend_from_slice(mid);
+        new_lines.extend_from_slice(&old[b..]);
+        let new_text = join(&new_lines);
+        for c in 0..=old.len() {
+            let (s0, s1) = (a.saturating_sub(c), (b + c).min(old.len()));
+            let search = join(&old[s0..s1]);
+            if search.trim().is_empty() {
+                continue;
+            }
+            if find_all(&old_text, &search).len() == 1 {
+                let mut replace_lines = old[s0..a].to_vec();
+                replace_lines.extend_from_slice(mid);
+                replace_lines.extend_from_slice(&old[b..s1]);
+                return Some((old_text, new_text, search, join(&replace_lines)));
+            }
+        }
+        None
+    }
+
+    fn case() -> impl Strategy<Value = (Vec<String>, usize, usize, Vec<String>)> {
+        prop::collection::vec(line(), 1..25).prop_flat_map(|old| {
+            let n = old.len();
+            (Just(old), 0..=n, 0..=n, prop::collection::vec(line(), 0..5))
+                .prop_map(|(old, x, y, mid)| (old, x.min(y), x.max(y), mid))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn an_edit_made_from_old_and_new_turns_old_into_new((old, a, b, mid) in case()) {
+            let Some((old_text, new_text, search, replace)) = make_edit(&old, a, b, &mid) else { return Ok(()) };
+            // An edit whose REPLACE is already in the file is (correctly) `already_applied`.
+            if !(find_all(&old_text, &replace).is_empty() || replace.trim().is_empty()) || old_text == new_text {
+                return Ok(());
+            }
+            let got = apply_search_replace("f", &old_text, &search, &replace, 1);
+            prop_assert_eq!(got.map(|a| a.text), Ok(new_text));
+        }
+
+        #[test]
+        fn it_still_applies_after_llm_style_perturbations(
+            (old, a, b, mid) in case(),
+            crlf in any::<bool>(),
+            trailing in any::<bool>(),
+            indent in any::<bool>(),
+        ) {
+            let Some((old_text, new_text, search, replace)) = make_edit(&old, a, b, &mid) else { return Ok(()) };
+            // An edit whose REPLACE is already in the file is (correctly) `already_applied`.
+            if !(find_all(&old_text, &replace).is_empty() || replace.trim().is_empty()) || old_text == new_text {
+                return Ok(());
+            }
+            let file = if crlf { old_text.replace('\n', "\r\n") } else { old_text.clone() };
+            let perturb = |s: &str, trailing: bool| -> String {
+                s.lines()
+                    .map(|l| {
+                        let l = if indent && !l.is_empty() { format!("    {l}") } else { l.to_string() };
+                        if trailing { format!("{l}  \n") } else { format!("{l}\n") }
+                    })
+                    .collect()
+            };
+            let search_p = perturb(&search, trailing);
+            let replace_p = perturb(&replace, false);
+            let expected = if crlf { new_text.replace('\n', "\r\n") } else { new_text };
+            let got = apply_search_replace("f", &file, &search_p, &replace_p, 1);
+            prop_assert_eq!(got.map(|a| a.text), Ok(expected));
+        }
+    }
+}
