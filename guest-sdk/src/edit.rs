@@ -450,6 +450,57 @@ pub fn conform(old: &str, new: &str) -> String {
     render_new(&doc, &lf(new))
 }
 
+/// Strip the decorations LLMs put around a path line (`**a.c**`, `` `a.c` ``, `# a.c`, `a.c:`).
+pub fn clean_path(line: &str) -> Option<String> {
+    let p = line
+        .trim_start_matches('#')
+        .trim()
+        .trim_matches(|c| c == '*' || c == '`')
+        .trim_end_matches(':')
+        .trim();
+    let p = p
+        .strip_prefix("File:")
+        .or_else(|| p.strip_prefix("file:"))
+        .unwrap_or(p)
+        .trim();
+    if p.is_empty() || p.contains(char::is_whitespace) || p.ends_with('.') {
+        return None;
+    }
+    Some(p.to_string())
+}
+
+/// Which target a path named by the LLM refers to: an exact target, a unique target with
+/// that file name, or the only target when the name is not path-like. With no targets, the
+/// name itself.
+pub fn resolve_target(named: Option<&str>, targets: &[String]) -> Result<String, String> {
+    match named {
+        Some(n) if targets.iter().any(|t| t == n) => Ok(n.to_string()),
+        Some(n) => {
+            let by_name: Vec<&String> = targets
+                .iter()
+                .filter(|t| t.rsplit('/').next() == Some(n))
+                .collect();
+            match (by_name.as_slice(), targets) {
+                ([one], _) => Ok((*one).clone()),
+                (_, [only]) if !looks_like_path(n) => Ok(only.clone()),
+                (_, []) => Ok(n.to_string()),
+                _ => Err(format!(
+                    "{n} is not one of the files you may change ({})",
+                    targets.join(", ")
+                )),
+            }
+        }
+        None => match targets {
+            [only] => Ok(only.clone()),
+            _ => Err("put the file's path on the line before its code block".into()),
+        },
+    }
+}
+
+fn looks_like_path(s: &str) -> bool {
+    s.contains('/') || s.contains('.')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,11 @@
-//! The `whole-file` edit format: the LLM sends the complete new content of each file it
+//! The `whole` edit format (alias `whole-file`): the LLM sends the complete new content of each file it
 //! changes, as a fenced code block preceded by the file's path. Lazy output that elides code
 //! (`// ... existing code ...`, `# rest unchanged`) is refused, since writing it would delete
 //! the elided code.
 
+use kiln_guest::edit;
 use kiln_guest::edit_format::{
-    self, AppliedFile, ApplyFailure, EditFormat, EditKind, EditOutcome, EditStatus, FailureKind,
-    FileEdit, FormatInfo, Manifest, ParseError,
+    self, AppliedFile, ApplyFailure, EditFormat, EditKind, FailureKind, FileEdit, FormatInfo, Manifest, ParseError,
 };
 
 struct WholeFile;
@@ -21,7 +21,7 @@ impl EditFormat for WholeFile {
 
     fn describe() -> FormatInfo {
         FormatInfo {
-            name: "whole-file".into(),
+            name: "whole".into(),
             description:
                 "Whole-file replacement: the path, then the complete new content in a fenced block"
                     .into(),
@@ -90,7 +90,7 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
             .rev()
             .map(|j| lines[j].trim())
             .find(|l| !l.is_empty())
-            .and_then(clean_path);
+            .and_then(edit::clean_path);
         let mut body = Vec::new();
         i += 1;
         let mut closed = false;
@@ -110,7 +110,7 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
             });
             break;
         }
-        let path = match resolve_path(named.as_deref(), targets) {
+        let path = match edit::resolve_target(named.as_deref(), targets) {
             Ok(p) => p,
             Err(message) => {
                 errors.push(ParseError {
@@ -151,120 +151,17 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
     }
 }
 
-/// Strip the decorations LLMs put around a path line (`**a.c**`, `` `a.c` ``, `# a.c`, `a.c:`).
-fn clean_path(line: &str) -> Option<String> {
-    let p = line
-        .trim_start_matches('#')
-        .trim()
-        .trim_matches(|c| c == '*' || c == '`')
-        .trim_end_matches(':')
-        .trim();
-    let p = p
-        .strip_prefix("File:")
-        .or_else(|| p.strip_prefix("file:"))
-        .unwrap_or(p)
-        .trim();
-    if p.is_empty() || p.contains(char::is_whitespace) || p.ends_with('.') {
-        return None;
-    }
-    Some(p.to_string())
-}
-
-fn resolve_path(named: Option<&str>, targets: &[String]) -> Result<String, String> {
-    match named {
-        Some(n) if targets.iter().any(|t| t == n) => Ok(n.to_string()),
-        Some(n) => {
-            let by_name: Vec<&String> = targets
-                .iter()
-                .filter(|t| t.rsplit('/').next() == Some(n))
-                .collect();
-            match (by_name.as_slice(), targets) {
-                ([one], _) => Ok((*one).clone()),
-                (_, [only]) if !looks_like_path(n) => Ok(only.clone()),
-                (_, []) => Ok(n.to_string()),
-                _ => Err(format!(
-                    "{n} is not one of the files you may change ({})",
-                    targets.join(", ")
-                )),
-            }
-        }
-        None => match targets {
-            [only] => Ok(only.clone()),
-            _ => Err("put the file's path on the line before its code block".into()),
-        },
-    }
-}
-
-fn looks_like_path(s: &str) -> bool {
-    s.contains('/') || s.contains('.')
-}
-
-fn apply_edits(
-    path: &str,
-    text: Option<String>,
-    edits: Vec<FileEdit>,
-) -> Result<AppliedFile, ApplyFailure> {
-    let mut current = text;
-    let mut outcomes = Vec::with_capacity(edits.len());
-    for (index, edit) in edits.into_iter().enumerate() {
-        let fail = |kind, message: String| ApplyFailure {
-            index: index as u32,
-            kind,
-            message,
-        };
-        if edit.path != path {
-            return Err(fail(
-                FailureKind::Invalid,
-                format!("edit names {} but was applied to {path}", edit.path),
-            ));
-        }
-        match edit.kind {
-            EditKind::Rewrite | EditKind::Create => {
-                if let Some(marker) = lazy_marker(&edit.replace) {
-                    return Err(fail(
-                        FailureKind::Invalid,
-                        format!(
-                            "the new content of {path} elides code (\"{marker}\"); send the complete file"
-                        ),
-                    ));
-                }
-                let new = match &current {
-                    Some(old) => conform(old, &edit.replace),
-                    None => edit.replace.clone(),
-                };
-                let status = if current.as_deref() == Some(new.as_str()) {
-                    EditStatus::AlreadyApplied
-                } else {
-                    EditStatus::Applied
-                };
-                outcomes.push(EditOutcome { status, tier: None });
-                current = Some(new);
-            }
-            EditKind::Delete => {
-                if current.is_none() {
-                    return Err(fail(
-                        FailureKind::Invalid,
-                        format!("cannot delete {path}: it does not exist"),
-                    ));
-                }
-                outcomes.push(EditOutcome {
-                    status: EditStatus::Applied,
-                    tier: None,
-                });
-                current = None;
-            }
-            EditKind::Replace | EditKind::Rename => {
-                return Err(fail(
-                    FailureKind::Invalid,
-                    "the whole-file format only rewrites, creates or deletes files".into(),
-                ));
-            }
+fn apply_edits(path: &str, text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure> {
+    for (index, edit) in edits.iter().enumerate() {
+        if let Some(marker) = lazy_marker(&edit.replace) {
+            return Err(ApplyFailure {
+                index: index as u32,
+                kind: FailureKind::Invalid,
+                message: format!("the new content of {path} elides code (\"{marker}\"); send the complete file"),
+            });
         }
     }
-    Ok(AppliedFile {
-        text: current,
-        outcomes,
-    })
+    edit_format::apply_edits(path, text, edits)
 }
 
 fn lazy_marker(content: &str) -> Option<&'static str> {
@@ -278,28 +175,6 @@ fn lazy_marker(content: &str) -> Option<&'static str> {
         }
         LAZY_MARKERS.iter().copied().find(|m| l.contains(m))
     })
-}
-
-/// Give `new` the line endings, BOM and final-newline convention of `old`.
-fn conform(old: &str, new: &str) -> String {
-    let bom = old.starts_with('\u{feff}');
-    let crlf = old.contains("\r\n");
-    let body = new.trim_start_matches('\u{feff}').replace("\r\n", "\n");
-    let body = if old.is_empty() || old.ends_with('\n') {
-        if body.ends_with('\n') {
-            body
-        } else {
-            body + "\n"
-        }
-    } else {
-        body.trim_end_matches('\n').to_string()
-    };
-    let body = if crlf {
-        body.replace('\n', "\r\n")
-    } else {
-        body
-    };
-    if bom { format!("\u{feff}{body}") } else { body }
 }
 
 #[cfg(test)]
@@ -347,7 +222,7 @@ mod tests {
         let again = apply_edits("a.txt", out.text, edits).unwrap();
         assert!(matches!(
             again.outcomes[0].status,
-            EditStatus::AlreadyApplied
+            edit_format::EditStatus::AlreadyApplied
         ));
     }
 }
