@@ -9,7 +9,11 @@ use std::process::Command;
 /// (package, file stem, embedded in the binary)
 const PLUGINS: &[(&str, &str, bool)] = &[
     ("kiln-plugin-command", "kiln_plugin_command", true),
-    ("kiln-plugin-search-replace", "kiln_plugin_search_replace", true),
+    (
+        "kiln-plugin-search-replace",
+        "kiln_plugin_search_replace",
+        true,
+    ),
     ("kiln-plugin-udiff", "kiln_plugin_udiff", true),
     ("kiln-plugin-whole", "kiln_plugin_whole", true),
     ("kiln-plugin-apply-patch", "kiln_plugin_apply_patch", true),

@@ -80,8 +80,17 @@ impl Doc {
         let bom = text.starts_with('\u{feff}');
         let t = text.strip_prefix('\u{feff}').unwrap_or(text);
         let crlf = t.contains("\r\n");
-        let body = if crlf { t.replace("\r\n", "\n") } else { t.to_string() };
-        Doc { bom, crlf, final_newline: body.ends_with('\n'), body }
+        let body = if crlf {
+            t.replace("\r\n", "\n")
+        } else {
+            t.to_string()
+        };
+        Doc {
+            bom,
+            crlf,
+            final_newline: body.ends_with('\n'),
+            body,
+        }
     }
 
     /// Render `body` with this document's conventions.
@@ -94,13 +103,19 @@ impl Doc {
                 b.pop();
             }
         }
-        let b = if self.crlf { b.replace('\n', "\r\n") } else { b };
+        let b = if self.crlf {
+            b.replace('\n', "\r\n")
+        } else {
+            b
+        };
         if self.bom { format!("\u{feff}{b}") } else { b }
     }
 }
 
 fn lf(s: &str) -> String {
-    s.strip_prefix('\u{feff}').unwrap_or(s).replace("\r\n", "\n")
+    s.strip_prefix('\u{feff}')
+        .unwrap_or(s)
+        .replace("\r\n", "\n")
 }
 
 /// Positions (byte offsets) of every occurrence of `needle`, overlapping ones included.
@@ -127,7 +142,8 @@ pub fn fold_unicode(s: &str) -> String {
         .map(|c| match c {
             '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => '\'',
             '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => '"',
-            '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}' | '\u{2212}' => '-',
+            '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}'
+            | '\u{2212}' => '-',
             '\u{00A0}' | '\u{2007}' | '\u{202F}' | '\u{2009}' | '\u{200A}' | '\u{3000}' => ' ',
             c => c,
         })
@@ -183,7 +199,11 @@ fn line_matches(file: &[String], search: &[String], tier: Tier) -> Vec<LineMatch
             let fi = indent_of(&file[start + first]);
             let si = indent_of(&search[first]);
             if let Some(extra) = fi.strip_prefix(si) {
-                if extra.is_empty() { Offset::None } else { Offset::Add(extra.to_string()) }
+                if extra.is_empty() {
+                    Offset::None
+                } else {
+                    Offset::Add(extra.to_string())
+                }
             } else if let Some(less) = si.strip_prefix(fi) {
                 Offset::Remove(less.to_string())
             } else {
@@ -218,7 +238,10 @@ fn reindent(lines: &[String], offset: &Offset) -> Vec<String> {
             _ if l.trim().is_empty() => l.clone(),
             Offset::None => l.clone(),
             Offset::Add(extra) => format!("{extra}{l}"),
-            Offset::Remove(less) => l.strip_prefix(less.as_str()).unwrap_or(l.trim_start()).to_string(),
+            Offset::Remove(less) => l
+                .strip_prefix(less.as_str())
+                .unwrap_or(l.trim_start())
+                .to_string(),
         })
         .collect()
 }
@@ -229,7 +252,11 @@ fn split_lines(s: &str) -> Vec<String> {
     if s.is_empty() {
         return Vec::new();
     }
-    s.strip_suffix('\n').unwrap_or(s).split('\n').map(String::from).collect()
+    s.strip_suffix('\n')
+        .unwrap_or(s)
+        .split('\n')
+        .map(String::from)
+        .collect()
 }
 
 /// Where SEARCH was found: a byte range of the body, or a line range.
@@ -240,33 +267,62 @@ enum Found {
 
 /// Locate `search` in `body` (LF), tier by tier. Returns the tier and every match of the
 /// first tier that has any.
-fn locate(body: &str, raw_text: &str, search_raw: &str, file_lines: &[String]) -> Option<(Tier, Vec<Found>)> {
+fn locate(
+    body: &str,
+    raw_text: &str,
+    search_raw: &str,
+    file_lines: &[String],
+) -> Option<(Tier, Vec<Found>)> {
     let exact = find_all(raw_text, search_raw);
     if !exact.is_empty() {
         // Positions in the raw text; re-find in the body for a uniform representation.
         let s = lf(search_raw);
         let in_body = find_all(body, &s);
         if in_body.len() == exact.len() {
-            return Some((Tier::Exact, in_body.into_iter().map(|i| Found::Bytes(i, i + s.len())).collect()));
+            return Some((
+                Tier::Exact,
+                in_body
+                    .into_iter()
+                    .map(|i| Found::Bytes(i, i + s.len()))
+                    .collect(),
+            ));
         }
     }
     let s = lf(search_raw);
     let norm = find_all(body, &s);
     if !norm.is_empty() {
-        return Some((Tier::LineEndings, norm.into_iter().map(|i| Found::Bytes(i, i + s.len())).collect()));
+        return Some((
+            Tier::LineEndings,
+            norm.into_iter()
+                .map(|i| Found::Bytes(i, i + s.len()))
+                .collect(),
+        ));
     }
     let search_lines = split_lines(&s);
     let folded_file: Vec<String> = file_lines.iter().map(|l| fold_unicode(l)).collect();
     let folded_search: Vec<String> = search_lines.iter().map(|l| fold_unicode(l)).collect();
     let numbered: Option<Vec<String>> = {
-        let nonblank: Vec<&String> = folded_search.iter().filter(|l| !l.trim().is_empty()).collect();
+        let nonblank: Vec<&String> = folded_search
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
         if !nonblank.is_empty() && nonblank.iter().all(|l| strip_line_number(l).is_some()) {
-            Some(folded_search.iter().map(|l| strip_line_number(l).unwrap_or(l).to_string()).collect())
+            Some(
+                folded_search
+                    .iter()
+                    .map(|l| strip_line_number(l).unwrap_or(l).to_string())
+                    .collect(),
+            )
         } else {
             None
         }
     };
-    for tier in [Tier::TrailingWhitespace, Tier::Indentation, Tier::Unicode, Tier::LineNumbers] {
+    for tier in [
+        Tier::TrailingWhitespace,
+        Tier::Indentation,
+        Tier::Unicode,
+        Tier::LineNumbers,
+    ] {
         let (f, sl): (&[String], &[String]) = match tier {
             Tier::TrailingWhitespace | Tier::Indentation => (file_lines, &search_lines),
             Tier::Unicode => (&folded_file, &folded_search),
@@ -278,7 +334,12 @@ fn locate(body: &str, raw_text: &str, search_raw: &str, file_lines: &[String]) -
         let m = line_matches(f, sl, tier);
         if !m.is_empty() {
             let n = sl.len();
-            return Some((tier, m.into_iter().map(|x| Found::Lines(x.start, x.start + n, x.offset)).collect()));
+            return Some((
+                tier,
+                m.into_iter()
+                    .map(|x| Found::Lines(x.start, x.start + n, x.offset))
+                    .collect(),
+            ));
         }
     }
     None
@@ -303,15 +364,29 @@ fn found_byte_range(body: &str, file_lines: &[String], f: &Found) -> (usize, usi
 }
 
 /// Apply one SEARCH/REPLACE edit to `text`. `block` (1-based) and `path` are used in messages.
-pub fn apply_search_replace(path: &str, text: &str, search: &str, replace: &str, block: usize) -> Result<Applied, Failure> {
+pub fn apply_search_replace(
+    path: &str,
+    text: &str,
+    search: &str,
+    replace: &str,
+    block: usize,
+) -> Result<Applied, Failure> {
     let doc = Doc::parse(text);
     if search.trim().is_empty() {
         if doc.body.trim().is_empty() {
             let new = lf(replace);
-            return Ok(Applied { already_applied: false, text: render_new(&doc, &new), tier: None });
+            return Ok(Applied {
+                already_applied: false,
+                text: render_new(&doc, &new),
+                tier: None,
+            });
         }
         if lf(replace).trim_end() == doc.body.trim_end() {
-            return Ok(Applied { text: text.to_string(), tier: None, already_applied: true });
+            return Ok(Applied {
+                text: text.to_string(),
+                tier: None,
+                already_applied: true,
+            });
         }
         return Err(Failure::Invalid(format!(
             "block {block}: an empty SEARCH creates a new file, but {path} already exists and is not empty; put the lines to change in SEARCH"
@@ -320,7 +395,22 @@ pub fn apply_search_replace(path: &str, text: &str, search: &str, replace: &str,
     let file_lines = split_lines(&doc.body);
     let replace_lf = lf(replace);
     let located = locate(&doc.body, text, search, &file_lines);
-    let replace_spans = if replace_lf.trim().is_empty() { None } else { locate(&doc.body, text, replace, &file_lines) };
+    // REPLACE is only looked for when it could show the edit as already applied: SEARCH
+    // found nowhere, or SEARCH contained in REPLACE (an insertion anchored on kept lines).
+    let squash = |s: &str| {
+        fold_unicode(s)
+            .lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let replace_spans = if replace_lf.trim().is_empty()
+        || (located.is_some() && !squash(&replace_lf).contains(&squash(&lf(search))))
+    {
+        None
+    } else {
+        locate(&doc.body, text, replace, &file_lines)
+    };
     match located {
         Some((tier, found)) => {
             // Already applied: every SEARCH match lies inside the one copy of REPLACE.
@@ -332,7 +422,11 @@ pub fn apply_search_replace(path: &str, text: &str, search: &str, replace: &str,
                     let (a, b) = found_byte_range(&doc.body, &file_lines, f);
                     a >= ra && b <= rb
                 }) {
-                    return Ok(Applied { text: text.to_string(), tier: Some(tier), already_applied: true });
+                    return Ok(Applied {
+                        text: text.to_string(),
+                        tier: Some(tier),
+                        already_applied: true,
+                    });
                 }
             }
             if found.len() > 1 {
@@ -349,9 +443,15 @@ pub fn apply_search_replace(path: &str, text: &str, search: &str, replace: &str,
                 Found::Lines(a, b, offset) => {
                     let mut rl = split_lines(&replace_lf);
                     if tier == Tier::LineNumbers {
-                        let nonblank: Vec<&String> = rl.iter().filter(|l| !l.trim().is_empty()).collect();
-                        if !nonblank.is_empty() && nonblank.iter().all(|l| strip_line_number(l).is_some()) {
-                            rl = rl.iter().map(|l| strip_line_number(l).unwrap_or(l).to_string()).collect();
+                        let nonblank: Vec<&String> =
+                            rl.iter().filter(|l| !l.trim().is_empty()).collect();
+                        if !nonblank.is_empty()
+                            && nonblank.iter().all(|l| strip_line_number(l).is_some())
+                        {
+                            rl = rl
+                                .iter()
+                                .map(|l| strip_line_number(l).unwrap_or(l).to_string())
+                                .collect();
                         }
                     }
                     let rl = reindent(&rl, offset);
@@ -365,13 +465,21 @@ pub fn apply_search_replace(path: &str, text: &str, search: &str, replace: &str,
                     s
                 }
             };
-            Ok(Applied { text: render_new(&doc, &new_body), tier: Some(tier), already_applied: false })
+            Ok(Applied {
+                text: render_new(&doc, &new_body),
+                tier: Some(tier),
+                already_applied: false,
+            })
         }
         None => {
             if let Some((tier, rs)) = replace_spans
                 && rs.len() == 1
             {
-                return Ok(Applied { text: text.to_string(), tier: Some(tier), already_applied: true });
+                return Ok(Applied {
+                    text: text.to_string(),
+                    tier: Some(tier),
+                    already_applied: true,
+                });
             }
             Err(no_match(path, block, &file_lines, search))
         }
@@ -381,13 +489,23 @@ pub fn apply_search_replace(path: &str, text: &str, search: &str, replace: &str,
 /// Render a new body with the file's conventions (a new or emptied file keeps the body's own).
 fn render_new(doc: &Doc, body: &str) -> String {
     if doc.body.is_empty() {
-        let d = Doc { final_newline: body.ends_with('\n'), body: String::new(), ..*doc };
+        let d = Doc {
+            final_newline: body.ends_with('\n'),
+            body: String::new(),
+            ..*doc
+        };
         return d.render(body);
     }
     doc.render(body)
 }
 
-fn ambiguous(path: &str, block: usize, body: &str, file_lines: &[String], found: &[Found]) -> Failure {
+fn ambiguous(
+    path: &str,
+    block: usize,
+    body: &str,
+    file_lines: &[String],
+    found: &[Found],
+) -> Failure {
     let lines: Vec<usize> = found.iter().map(|f| found_line(body, f)).collect();
     let shown: Vec<String> = lines.iter().take(5).map(|n| n.to_string()).collect();
     let mut msg = format!(
@@ -424,7 +542,9 @@ fn no_match(path: &str, block: usize, file_lines: &[String], search: &str) -> Fa
     }
     let mut msg = format!("block {block}: SEARCH does not match {path}.");
     if best.1 == 0 {
-        msg.push_str(" No line of it occurs in the file; copy the lines to change exactly from the file.");
+        msg.push_str(
+            " No line of it occurs in the file; copy the lines to change exactly from the file.",
+        );
         return Failure::NoMatch(msg);
     }
     let (start, _) = best;
@@ -437,7 +557,12 @@ fn no_match(path: &str, block: usize, file_lines: &[String], search: &str) -> Fa
         let f = file_lines.get(start + k).map(String::as_str).unwrap_or("");
         let s = search_lines.get(k).map(String::as_str).unwrap_or("");
         if f.trim_end() != s.trim_end() {
-            msg.push_str(&format!("\nFirst difference at line {}: the file has `{}` but SEARCH has `{}`.", start + k + 1, f, s));
+            msg.push_str(&format!(
+                "\nFirst difference at line {}: the file has `{}` but SEARCH has `{}`.",
+                start + k + 1,
+                f,
+                s
+            ));
             break;
         }
     }
@@ -533,8 +658,15 @@ mod tests {
     #[test]
     fn indentation_offset_reindents_replacement() {
         let file = "def f():\n    if x:\n        return 1\n    return 2\n";
-        let a = ok(file, "if x:\n    return 1", "if x:\n    return 10\nelse:\n    pass");
-        assert_eq!(a.text, "def f():\n    if x:\n        return 10\n    else:\n        pass\n    return 2\n");
+        let a = ok(
+            file,
+            "if x:\n    return 1",
+            "if x:\n    return 10\nelse:\n    pass",
+        );
+        assert_eq!(
+            a.text,
+            "def f():\n    if x:\n        return 10\n    else:\n        pass\n    return 2\n"
+        );
         assert_eq!(a.tier, Some(Tier::Indentation));
         // SEARCH more indented than the file.
         let a = ok("a\nb\n", "    a\n    b", "    a\n    c");
@@ -543,10 +675,18 @@ mod tests {
 
     #[test]
     fn unicode_lookalikes_and_line_numbers() {
-        let a = ok("say(\"hi\") - ok\n", "say(\u{201C}hi\u{201D}) \u{2013} ok", "say(\"bye\")");
+        let a = ok(
+            "say(\"hi\") - ok\n",
+            "say(\u{201C}hi\u{201D}) \u{2013} ok",
+            "say(\"bye\")",
+        );
         assert_eq!(a.text, "say(\"bye\")\n");
         assert_eq!(a.tier, Some(Tier::Unicode));
-        let a = ok("one\ntwo\nthree\n", "2 | two\n3 | three", "2 | TWO\n3 | three");
+        let a = ok(
+            "one\ntwo\nthree\n",
+            "2 | two\n3 | three",
+            "2 | TWO\n3 | three",
+        );
         assert_eq!(a.text, "one\nTWO\nthree\n");
         assert_eq!(a.tier, Some(Tier::LineNumbers));
     }
@@ -555,13 +695,23 @@ mod tests {
     fn ambiguous_is_refused_with_line_numbers() {
         let e = apply_search_replace("f.rs", "x();\ny();\nx();\n", "x();", "z();", 2).unwrap_err();
         let Failure::Ambiguous(m) = e else { panic!() };
-        assert!(m.starts_with("block 2: SEARCH matches 2 places in f.rs (lines 1, 3)"), "{m}");
+        assert!(
+            m.starts_with("block 2: SEARCH matches 2 places in f.rs (lines 1, 3)"),
+            "{m}"
+        );
         assert!(m.contains("    3 | x();"), "{m}");
     }
 
     #[test]
     fn no_match_shows_closest_window_and_first_difference() {
-        let e = apply_search_replace("f.rs", "fn a() {\n    let x = 1;\n    x\n}\n", "fn a() {\n    let x = 2;\n    x\n}", "", 1).unwrap_err();
+        let e = apply_search_replace(
+            "f.rs",
+            "fn a() {\n    let x = 1;\n    x\n}\n",
+            "fn a() {\n    let x = 2;\n    x\n}",
+            "",
+            1,
+        )
+        .unwrap_err();
         let Failure::NoMatch(m) = e else { panic!() };
         assert!(m.contains("The closest lines are 1-4:"), "{m}");
         assert!(m.contains("First difference at line 2: the file has `    let x = 1;` but SEARCH has `    let x = 2;`."), "{m}");
@@ -572,7 +722,11 @@ mod tests {
         let a = ok("new line\n", "old line", "new line");
         assert!(a.already_applied);
         // Insertion anchored on an unchanged line: SEARCH lies inside the applied REPLACE.
-        let a = ok("fn main() {\n    setup();\n    run();\n}\n", "fn main() {", "fn main() {\n    setup();");
+        let a = ok(
+            "fn main() {\n    setup();\n    run();\n}\n",
+            "fn main() {",
+            "fn main() {\n    setup();",
+        );
         assert!(a.already_applied);
         assert_eq!(a.text, "fn main() {\n    setup();\n    run();\n}\n");
     }
@@ -589,7 +743,10 @@ mod tests {
     fn empty_search_creates_only_empty_files() {
         let a = ok("", "", "hello\n");
         assert_eq!(a.text, "hello\n");
-        assert!(matches!(apply_search_replace("f", "x\n", "", "y\n", 1), Err(Failure::Invalid(_))));
+        assert!(matches!(
+            apply_search_replace("f", "x\n", "", "y\n", 1),
+            Err(Failure::Invalid(_))
+        ));
     }
 }
 
@@ -612,7 +769,12 @@ mod properties {
 
     /// An edit from `old` to `new` as an LLM would write it: the changed lines plus the least
     /// context that makes SEARCH unique.
-    fn make_edit(old: &[String], a: usize, b: usize, mid: &[String]) -> Option<(String, String, String, String)> {
+    fn make_edit(
+        old: &[String],
+        a: usize,
+        b: usize,
+        mid: &[String],
+    ) -> Option<(String, String, String, String)> {
         let join = |ls: &[String]| ls.iter().map(|l| format!("{l}\n")).collect::<String>();
         let old_text = join(old);
         let mut new_lines = old[..a].to_vec();

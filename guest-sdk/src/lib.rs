@@ -209,15 +209,26 @@ pub mod edit_format {
     /// `replace` through the matching tiers, `create` only where the file does not exist (or
     /// is empty), `rewrite` keeping the file's conventions, `delete`, and `rename` (the host
     /// moves the file).
-    pub fn apply_edits(path: &str, text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure> {
+    pub fn apply_edits(
+        path: &str,
+        text: Option<String>,
+        edits: Vec<FileEdit>,
+    ) -> Result<AppliedFile, ApplyFailure> {
         use crate::edit;
         let mut current = text;
         let mut outcomes = Vec::with_capacity(edits.len());
         for (i, e) in edits.into_iter().enumerate() {
             let n = i + 1;
-            let fail = |kind, message: String| ApplyFailure { index: i as u32, kind, message };
+            let fail = |kind, message: String| ApplyFailure {
+                index: i as u32,
+                kind,
+                message,
+            };
             if e.path != path {
-                return Err(fail(FailureKind::Invalid, format!("edit {n} names {} but was given for {path}", e.path)));
+                return Err(fail(
+                    FailureKind::Invalid,
+                    format!("edit {n} names {} but was given for {path}", e.path),
+                ));
             }
             let (status, tier) = match e.kind {
                 EditKind::Replace | EditKind::Create => {
@@ -228,14 +239,24 @@ pub mod edit_format {
                         (None, _) => {
                             return Err(fail(
                                 FailureKind::Invalid,
-                                format!("block {n}: {path} does not exist; to create it, use an empty SEARCH"),
+                                format!(
+                                    "block {n}: {path} does not exist; to create it, use an empty SEARCH"
+                                ),
                             ));
                         }
                     };
-                    let search = if e.kind == EditKind::Create { "" } else { e.search.as_str() };
+                    let search = if e.kind == EditKind::Create {
+                        ""
+                    } else {
+                        e.search.as_str()
+                    };
                     match edit::apply_search_replace(path, &base, search, &e.replace, n) {
                         Ok(a) => {
-                            let status = if a.already_applied { EditStatus::AlreadyApplied } else { EditStatus::Applied };
+                            let status = if a.already_applied {
+                                EditStatus::AlreadyApplied
+                            } else {
+                                EditStatus::Applied
+                            };
                             current = Some(a.text);
                             (status, a.tier.map(|t| t.name().to_string()))
                         }
@@ -254,14 +275,25 @@ pub mod edit_format {
                         Some(old) => edit::conform(old, &e.replace),
                         None => e.replace.clone(),
                     };
-                    let status = if current.as_deref() == Some(new.as_str()) { EditStatus::AlreadyApplied } else { EditStatus::Applied };
+                    let status = if current.as_deref() == Some(new.as_str()) {
+                        EditStatus::AlreadyApplied
+                    } else {
+                        EditStatus::Applied
+                    };
                     current = Some(new);
                     (status, None)
                 }
                 EditKind::Delete | EditKind::Rename => {
                     if current.is_none() {
-                        let verb = if e.kind == EditKind::Delete { "delete" } else { "move" };
-                        return Err(fail(FailureKind::Invalid, format!("cannot {verb} {path}: it does not exist")));
+                        let verb = if e.kind == EditKind::Delete {
+                            "delete"
+                        } else {
+                            "move"
+                        };
+                        return Err(fail(
+                            FailureKind::Invalid,
+                            format!("cannot {verb} {path}: it does not exist"),
+                        ));
                     }
                     if e.kind == EditKind::Delete {
                         current = None;
@@ -271,7 +303,10 @@ pub mod edit_format {
             };
             outcomes.push(EditOutcome { status, tier });
         }
-        Ok(AppliedFile { text: current, outcomes })
+        Ok(AppliedFile {
+            text: current,
+            outcomes,
+        })
     }
 
     /// An edit format: how an LLM expresses a change.
@@ -293,7 +328,11 @@ pub mod edit_format {
         fn parse(response: String, targets: Vec<String>) -> Result<Vec<FileEdit>, Vec<ParseError>>;
         /// Apply one file's edits to its text; the default is [`apply_edits`], the shared
         /// semantics every built-in format uses.
-        fn apply(path: String, text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure> {
+        fn apply(
+            path: String,
+            text: Option<String>,
+            edits: Vec<FileEdit>,
+        ) -> Result<AppliedFile, ApplyFailure> {
             apply_edits(&path, text, edits)
         }
     }

@@ -26,9 +26,12 @@ fn version_and_plugin_list() {
     assert_eq!(
         names,
         [
+            ("apply-patch", "edit-format"),
             ("command", "runner"),
             ("fs", "tool"),
-            ("whole-file", "edit-format")
+            ("search-replace", "edit-format"),
+            ("udiff", "edit-format"),
+            ("whole", "edit-format")
         ]
     );
     assert!(
@@ -89,8 +92,9 @@ fn inspect_shows_requested_granted_and_missing() {
     let r = ws.kiln(&["plugin", "inspect", "nope"], &[]);
     r.expect_code(2);
     assert!(
-        r.stderr()
-            .contains("no plugin named `nope`; known: command, fs, whole-file"),
+        r.stderr().contains(
+            "no plugin named `nope`; known: apply-patch, command, fs, search-replace, udiff, whole"
+        ),
         "{}",
         r.stderr()
     );
@@ -101,7 +105,10 @@ fn plugin_check_accepts_conforming_components_and_rejects_others() {
     let ws = Workspace::new();
     for stem in [
         "kiln_plugin_command",
-        "kiln_plugin_whole_file",
+        "kiln_plugin_whole",
+        "kiln_plugin_search_replace",
+        "kiln_plugin_udiff",
+        "kiln_plugin_apply_patch",
         "kiln_plugin_fs",
         "kiln_test_escape",
     ] {

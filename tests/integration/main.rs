@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod edit;
 mod runner;
 mod runtime;
 mod sandbox;

@@ -108,3 +108,29 @@ pub fn error_of(r: &Run, kind: &str) -> String {
     assert_eq!(j["error"]["kind"], kind, "{j}");
     j["error"]["message"].as_str().unwrap().to_string()
 }
+
+impl Workspace {
+    /// Run `kiln` with `stdin` as standard input.
+    pub fn kiln_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        use std::io::Write;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(args)
+            .current_dir(self.root())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.path())
+            .env("KILN_CACHE_DIR", shared_cache())
+            .env("KILN_CONFIG", self.path().join("no-user-config.toml"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        Run(child.wait_with_output().unwrap())
+    }
+}

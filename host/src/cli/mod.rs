@@ -3,6 +3,7 @@
 //! success, 2 usage, configuration or plugin-loading error.
 
 mod check;
+mod edit_cmd;
 mod plugin_cmd;
 mod tool_cmd;
 
@@ -44,6 +45,9 @@ struct Global {
 enum Command {
     /// Run a runner once over target files and report its diagnostics.
     Check(check::CheckArgs),
+    /// Parse or apply an LLM response with an edit format.
+    #[command(subcommand)]
+    Edit(edit_cmd::EditCommand),
     /// List, inspect and validate plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -147,6 +151,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let ctx = Ctx::new(&cli.global)?;
     match cli.command {
         Command::Check(args) => check::run(&ctx, &cli.global.plugins, args).await,
+        Command::Edit(cmd) => edit_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
     }

@@ -50,6 +50,11 @@ impl Registry {
 
     /// A plugin by name, of the given kind if one is given.
     pub fn get(&self, name: &str, kind: Option<PluginKind>) -> Result<&Plugin, PluginError> {
+        // Names the built-ins were known by before.
+        let name = match name {
+            "whole-file" => "whole",
+            other => other,
+        };
         match self.plugins.iter().find(|p| p.name == name) {
             Some(p) => match kind {
                 Some(k) if p.kind != k => Err(PluginError::WrongKind {

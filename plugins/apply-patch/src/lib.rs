@@ -4,17 +4,27 @@
 //! its content, like a SEARCH/REPLACE block), optionally `*** Move to: Q`, and `*** End Patch`.
 
 use kiln_guest::edit;
-use kiln_guest::edit_format::{self, EditFormat, EditKind, FileEdit, FormatInfo, Manifest, ParseError};
+use kiln_guest::edit_format::{
+    self, EditFormat, EditKind, FileEdit, FormatInfo, Manifest, ParseError,
+};
 
 struct ApplyPatch;
 
 impl EditFormat for ApplyPatch {
     fn manifest() -> Manifest {
-        edit_format::manifest("apply-patch", env!("CARGO_PKG_VERSION"), "The *** Begin Patch envelope (add, delete, update, move)")
+        edit_format::manifest(
+            "apply-patch",
+            env!("CARGO_PKG_VERSION"),
+            "The *** Begin Patch envelope (add, delete, update, move)",
+        )
     }
 
     fn describe() -> FormatInfo {
-        FormatInfo { name: "apply-patch".into(), description: "*** Begin Patch / *** Update File: / @@ / *** End Patch".into(), multi_file: true }
+        FormatInfo {
+            name: "apply-patch".into(),
+            description: "*** Begin Patch / *** Update File: / @@ / *** End Patch".into(),
+            multi_file: true,
+        }
     }
 
     fn instructions(multi_file: bool) -> String {
@@ -40,21 +50,44 @@ impl EditFormat for ApplyPatch {
 kiln_guest::export_edit_format!(ApplyPatch);
 
 fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseError>> {
-    let lines: Vec<&str> = response.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
-    let err = |line: usize, message: String| ParseError { line: line as u32, message };
+    let lines: Vec<&str> = response
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
+    let err = |line: usize, message: String| ParseError {
+        line: line as u32,
+        message,
+    };
     let Some(begin) = lines.iter().position(|l| l.trim() == "*** Begin Patch") else {
         return Err(vec![err(0, "no `*** Begin Patch` line found; the patch must start with it and end with `*** End Patch`".into())]);
     };
-    let Some(end) = lines.iter().skip(begin + 1).position(|l| l.trim() == "*** End Patch").map(|p| p + begin + 1) else {
-        return Err(vec![err(begin + 1, "the patch has no `*** End Patch` line".into())]);
+    let Some(end) = lines
+        .iter()
+        .skip(begin + 1)
+        .position(|l| l.trim() == "*** End Patch")
+        .map(|p| p + begin + 1)
+    else {
+        return Err(vec![err(
+            begin + 1,
+            "the patch has no `*** End Patch` line".into(),
+        )]);
     };
     let mut edits = Vec::new();
     let mut errors = Vec::new();
-    let join = |ls: &[String]| if ls.is_empty() { String::new() } else { ls.join("\n") + "\n" };
+    let join = |ls: &[String]| {
+        if ls.is_empty() {
+            String::new()
+        } else {
+            ls.join("\n") + "\n"
+        }
+    };
     let mut i = begin + 1;
     while i < end {
         let line = lines[i];
-        let header = |prefix: &str| line.strip_prefix(prefix).map(|p| p.trim().trim_start_matches("./").to_string());
+        let header = |prefix: &str| {
+            line.strip_prefix(prefix)
+                .map(|p| p.trim().trim_start_matches("./").to_string())
+        };
         let resolve = |p: &str| edit::resolve_target(Some(p), targets);
         if let Some(p) = header("*** Add File:") {
             let mut content = Vec::new();
@@ -63,17 +96,32 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 match lines[i].strip_prefix('+') {
                     Some(c) => content.push(c.to_string()),
                     None if lines[i].is_empty() => content.push(String::new()),
-                    None => errors.push(err(i + 1, format!("lines of an added file must start with `+`: `{}`", lines[i]))),
+                    None => errors.push(err(
+                        i + 1,
+                        format!("lines of an added file must start with `+`: `{}`", lines[i]),
+                    )),
                 }
                 i += 1;
             }
             match resolve(&p) {
-                Ok(path) => edits.push(FileEdit { path, kind: EditKind::Create, search: String::new(), replace: join(&content), new_path: None }),
+                Ok(path) => edits.push(FileEdit {
+                    path,
+                    kind: EditKind::Create,
+                    search: String::new(),
+                    replace: join(&content),
+                    new_path: None,
+                }),
                 Err(m) => errors.push(err(i, m)),
             }
         } else if let Some(p) = header("*** Delete File:") {
             match resolve(&p) {
-                Ok(path) => edits.push(FileEdit { path, kind: EditKind::Delete, search: String::new(), replace: String::new(), new_path: None }),
+                Ok(path) => edits.push(FileEdit {
+                    path,
+                    kind: EditKind::Delete,
+                    search: String::new(),
+                    replace: String::new(),
+                    new_path: None,
+                }),
                 Err(m) => errors.push(err(i + 1, m)),
             }
             i += 1;
@@ -93,7 +141,9 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 i += 1;
             }
             let mut chunks: Vec<(usize, Vec<String>, Vec<String>)> = Vec::new();
-            while i < end && !(lines[i].starts_with("*** ") && !lines[i].starts_with("*** End of File")) {
+            while i < end
+                && !(lines[i].starts_with("*** ") && !lines[i].starts_with("*** End of File"))
+            {
                 let l = lines[i];
                 if l.starts_with("@@") || chunks.is_empty() {
                     chunks.push((i + 1, Vec::new(), Vec::new()));
@@ -114,13 +164,18 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                     search.push(String::new());
                     replace.push(String::new());
                 } else if !l.starts_with("*** End of File") {
-                    errors.push(err(i + 1, format!("patch lines start with ` `, `-` or `+`: `{l}`")));
+                    errors.push(err(
+                        i + 1,
+                        format!("patch lines start with ` `, `-` or `+`: `{l}`"),
+                    ));
                 }
                 i += 1;
             }
             let Some(path) = path else { continue };
             for (line, mut search, mut replace) in chunks {
-                while search.last().is_some_and(String::is_empty) && replace.last().is_some_and(String::is_empty) {
+                while search.last().is_some_and(String::is_empty)
+                    && replace.last().is_some_and(String::is_empty)
+                {
                     search.pop();
                     replace.pop();
                 }
@@ -128,16 +183,36 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                     continue;
                 }
                 if search.iter().all(|l| l.trim().is_empty()) {
-                    errors.push(err(line, format!("a chunk for {path} has no unchanged or removed lines to locate it")));
+                    errors.push(err(
+                        line,
+                        format!(
+                            "a chunk for {path} has no unchanged or removed lines to locate it"
+                        ),
+                    ));
                     continue;
                 }
-                edits.push(FileEdit { path: path.clone(), kind: EditKind::Replace, search: join(&search), replace: join(&replace), new_path: None });
+                edits.push(FileEdit {
+                    path: path.clone(),
+                    kind: EditKind::Replace,
+                    search: join(&search),
+                    replace: join(&replace),
+                    new_path: None,
+                });
             }
             if let Some(dest) = move_to {
                 if let Err(why) = check_relative(&dest) {
-                    errors.push(err(header_line + 1, format!("cannot move {path} to {dest}: the path {why}")));
+                    errors.push(err(
+                        header_line + 1,
+                        format!("cannot move {path} to {dest}: the path {why}"),
+                    ));
                 } else {
-                    edits.push(FileEdit { path, kind: EditKind::Rename, search: String::new(), replace: String::new(), new_path: Some(dest) });
+                    edits.push(FileEdit {
+                        path,
+                        kind: EditKind::Rename,
+                        search: String::new(),
+                        replace: String::new(),
+                        new_path: Some(dest),
+                    });
                 }
             }
         } else {
@@ -150,7 +225,11 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
     if edits.is_empty() && errors.is_empty() {
         errors.push(err(begin + 1, "the patch changes nothing".into()));
     }
-    if errors.is_empty() { Ok(edits) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(edits)
+    } else {
+        Err(errors)
+    }
 }
 
 fn check_relative(p: &str) -> Result<(), &'static str> {
@@ -180,7 +259,16 @@ mod tests {
         let r = "*** Begin Patch\n*** Add File: new.txt\n+hello\n*** Update File: a.py\n*** Move to: b.py\n@@ def f():\n def f():\n-    return 1\n+    return 2\n@@\n x = 1\n-y = 2\n*** Delete File: old.py\n*** End Patch\n";
         let e = parse(r, &t(&["new.txt", "a.py", "old.py"])).unwrap();
         let kinds: Vec<EditKind> = e.iter().map(|e| e.kind).collect();
-        assert_eq!(kinds, [EditKind::Create, EditKind::Replace, EditKind::Replace, EditKind::Rename, EditKind::Delete]);
+        assert_eq!(
+            kinds,
+            [
+                EditKind::Create,
+                EditKind::Replace,
+                EditKind::Replace,
+                EditKind::Rename,
+                EditKind::Delete
+            ]
+        );
         assert_eq!(e[1].search, "def f():\n    return 1\n");
         assert_eq!(e[2].replace, "x = 1\n");
         assert_eq!(e[3].new_path.as_deref(), Some("b.py"));
@@ -188,11 +276,27 @@ mod tests {
 
     #[test]
     fn envelope_errors() {
-        assert!(parse("*** Update File: a\n", &t(&["a"])).unwrap_err()[0].message.contains("Begin Patch"));
-        assert!(parse("*** Begin Patch\n*** Update File: a\n", &t(&["a"])).unwrap_err()[0].message.contains("End Patch"));
-        let e = parse("*** Begin Patch\n*** Update File: zz.c\n@@\n-a\n*** End Patch", &t(&["a.c", "b.c"])).unwrap_err();
+        assert!(
+            parse("*** Update File: a\n", &t(&["a"])).unwrap_err()[0]
+                .message
+                .contains("Begin Patch")
+        );
+        assert!(
+            parse("*** Begin Patch\n*** Update File: a\n", &t(&["a"])).unwrap_err()[0]
+                .message
+                .contains("End Patch")
+        );
+        let e = parse(
+            "*** Begin Patch\n*** Update File: zz.c\n@@\n-a\n*** End Patch",
+            &t(&["a.c", "b.c"]),
+        )
+        .unwrap_err();
         assert!(e[0].message.contains("zz.c is not one of the files"));
-        let e = parse("*** Begin Patch\n*** Update File: a.c\n*** Move to: ../x\n@@\n-a\n*** End Patch", &t(&["a.c", "b.c"])).unwrap_err();
+        let e = parse(
+            "*** Begin Patch\n*** Update File: a.c\n*** Move to: ../x\n@@\n-a\n*** End Patch",
+            &t(&["a.c", "b.c"]),
+        )
+        .unwrap_err();
         assert!(e[0].message.contains("contains `..`"));
     }
 

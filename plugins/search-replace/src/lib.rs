@@ -8,19 +8,26 @@
 //! an empty REPLACE deletes the matched text.
 
 use kiln_guest::edit;
-use kiln_guest::edit_format::{self, EditFormat, EditKind, FileEdit, FormatInfo, Manifest, ParseError};
+use kiln_guest::edit_format::{
+    self, EditFormat, EditKind, FileEdit, FormatInfo, Manifest, ParseError,
+};
 
 struct SearchReplace;
 
 impl EditFormat for SearchReplace {
     fn manifest() -> Manifest {
-        edit_format::manifest("search-replace", env!("CARGO_PKG_VERSION"), "SEARCH/REPLACE blocks, single- or multi-file")
+        edit_format::manifest(
+            "search-replace",
+            env!("CARGO_PKG_VERSION"),
+            "SEARCH/REPLACE blocks, single- or multi-file",
+        )
     }
 
     fn describe() -> FormatInfo {
         FormatInfo {
             name: "search-replace".into(),
-            description: "SEARCH/REPLACE blocks: exact existing lines, then their replacement".into(),
+            description: "SEARCH/REPLACE blocks: exact existing lines, then their replacement"
+                .into(),
             multi_file: true,
         }
     }
@@ -75,12 +82,19 @@ fn path_header(line: &str) -> Option<String> {
     if inner.starts_with('<') || inner.ends_with('>') {
         return None;
     }
-    let p = inner.trim().strip_prefix("path=")?.trim().trim_matches(|c| c == '"' || c == '\'');
+    let p = inner
+        .trim()
+        .strip_prefix("path=")?
+        .trim()
+        .trim_matches(|c| c == '"' || c == '\'');
     Some(p.trim_start_matches("./").to_string())
 }
 
 fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseError>> {
-    let lines: Vec<&str> = response.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
+    let lines: Vec<&str> = response
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
     let multi = targets.len() > 1;
     let mut edits = Vec::new();
     let mut errors = Vec::new();
@@ -88,7 +102,10 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
     let mut headers_seen: Vec<String> = Vec::new();
     let mut last_text_line: Option<&str> = None;
     let mut i = 0;
-    let err = |line: usize, message: String| ParseError { line: line as u32, message };
+    let err = |line: usize, message: String| ParseError {
+        line: line as u32,
+        message,
+    };
     while i < lines.len() {
         let line = lines[i];
         if let Some(p) = path_header(line) {
@@ -109,7 +126,17 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
         match marker(line) {
             Some('<') => {}
             Some(c) => {
-                errors.push(err(i + 1, format!("`{}` without an opening `<<<<<<< SEARCH`", if c == '=' { "=======" } else { ">>>>>>> REPLACE" })));
+                errors.push(err(
+                    i + 1,
+                    format!(
+                        "`{}` without an opening `<<<<<<< SEARCH`",
+                        if c == '=' {
+                            "======="
+                        } else {
+                            ">>>>>>> REPLACE"
+                        }
+                    ),
+                ));
                 i += 1;
                 continue;
             }
@@ -131,7 +158,10 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
             j += 1;
         }
         if j >= lines.len() || marker(lines[j]) != Some('=') {
-            errors.push(err(start + 1, "SEARCH block is missing its `=======` divider".into()));
+            errors.push(err(
+                start + 1,
+                "SEARCH block is missing its `=======` divider".into(),
+            ));
             i = j.max(i + 1);
             continue;
         }
@@ -141,7 +171,10 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
             j += 1;
         }
         if j >= lines.len() || marker(lines[j]) != Some('>') {
-            errors.push(err(start + 1, "SEARCH block is missing its `>>>>>>> REPLACE` end marker".into()));
+            errors.push(err(
+                start + 1,
+                "SEARCH block is missing its `>>>>>>> REPLACE` end marker".into(),
+            ));
             i = j.max(i + 1);
             continue;
         }
@@ -149,7 +182,10 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
         // The file name on the line before the block acts as a header in multi-file mode.
         let named = last_text_line.take().and_then(edit::clean_path);
         let path = if multi {
-            if let Some(n) = named.as_deref().and_then(|n| edit::resolve_target(Some(n), targets).ok()) {
+            if let Some(n) = named
+                .as_deref()
+                .and_then(|n| edit::resolve_target(Some(n), targets).ok())
+            {
                 current = Some(n);
             }
             match &current {
@@ -165,21 +201,45 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 None => match named.or_else(|| current.clone()) {
                     Some(n) => n,
                     None => {
-                        errors.push(err(start + 1, "no target file: name the file with a `<<< path=FILE >>>` header".into()));
+                        errors.push(err(
+                            start + 1,
+                            "no target file: name the file with a `<<< path=FILE >>>` header"
+                                .into(),
+                        ));
                         continue;
                     }
                 },
             }
         };
-        let join = |ls: &[&str]| if ls.is_empty() { String::new() } else { ls.join("\n") + "\n" };
+        let join = |ls: &[&str]| {
+            if ls.is_empty() {
+                String::new()
+            } else {
+                ls.join("\n") + "\n"
+            }
+        };
         let search = join(&search);
-        let kind = if search.trim().is_empty() { EditKind::Create } else { EditKind::Replace };
-        edits.push(FileEdit { path, kind, search, replace: join(&replace), new_path: None });
+        let kind = if search.trim().is_empty() {
+            EditKind::Create
+        } else {
+            EditKind::Replace
+        };
+        edits.push(FileEdit {
+            path,
+            kind,
+            search,
+            replace: join(&replace),
+            new_path: None,
+        });
     }
     if edits.is_empty() && errors.is_empty() {
         errors.push(err(0, "no SEARCH/REPLACE block found; write the change as <<<<<<< SEARCH / ======= / >>>>>>> REPLACE".into()));
     }
-    if errors.is_empty() { Ok(edits) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(edits)
+    } else {
+        Err(errors)
+    }
 }
 
 #[cfg(test)]
@@ -196,7 +256,14 @@ mod tests {
         let r = "<<< path=other.c >>>\n<<<<<<< SEARCH\nint a;\n=======\nint b;\n>>>>>>> REPLACE\n";
         let e = parse(r, &t(&["main.c"])).unwrap();
         assert_eq!(e.len(), 1);
-        assert_eq!((e[0].path.as_str(), e[0].search.as_str(), e[0].replace.as_str()), ("main.c", "int a;\n", "int b;\n"));
+        assert_eq!(
+            (
+                e[0].path.as_str(),
+                e[0].search.as_str(),
+                e[0].replace.as_str()
+            ),
+            ("main.c", "int a;\n", "int b;\n")
+        );
     }
 
     #[test]
@@ -204,12 +271,31 @@ mod tests {
         let ts = t(&["a.c", "b.c"]);
         let r = "<<< path=a.c >>>\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n<<< path=b.c >>>\n<<<<<<< SEARCH\np\n=======\n>>>>>>> REPLACE\n";
         let e = parse(r, &ts).unwrap();
-        assert_eq!((e[0].path.as_str(), e[1].path.as_str(), e[1].replace.as_str()), ("a.c", "b.c", ""));
+        assert_eq!(
+            (
+                e[0].path.as_str(),
+                e[1].path.as_str(),
+                e[1].replace.as_str()
+            ),
+            ("a.c", "b.c", "")
+        );
 
         let no_header = parse("<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n", &ts).unwrap_err();
-        assert!(no_header[0].message.contains("no path header"), "{:?}", no_header);
-        let outside = parse("<<< path=c.c >>>\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n", &ts).unwrap_err();
-        assert!(outside[0].message.contains("c.c, which is not one of the files"));
+        assert!(
+            no_header[0].message.contains("no path header"),
+            "{:?}",
+            no_header
+        );
+        let outside = parse(
+            "<<< path=c.c >>>\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n",
+            &ts,
+        )
+        .unwrap_err();
+        assert!(
+            outside[0]
+                .message
+                .contains("c.c, which is not one of the files")
+        );
         let twice = parse(&format!("{r}<<< path=a.c >>>\n"), &ts).unwrap_err();
         assert!(twice[0].message.contains("appears twice"));
     }
@@ -219,14 +305,25 @@ mod tests {
         let ts = t(&["src/a.c", "src/b.c"]);
         let r = "Here is the fix.\n\nsrc/b.c\n```c\n<<<<< SEARCH\nold\n=========\nnew\n>>>>>>>>> REPLACE\n```\n";
         let e = parse(r, &ts).unwrap();
-        assert_eq!((e[0].path.as_str(), e[0].search.as_str(), e[0].replace.as_str()), ("src/b.c", "old\n", "new\n"));
+        assert_eq!(
+            (
+                e[0].path.as_str(),
+                e[0].search.as_str(),
+                e[0].replace.as_str()
+            ),
+            ("src/b.c", "old\n", "new\n")
+        );
         let four = parse("<<<< SEARCH\nold\n====\nnew\n>>>> REPLACE\n", &t(&["a"])).unwrap_err();
         assert!(four[0].message.contains("no SEARCH/REPLACE block"));
     }
 
     #[test]
     fn empty_search_creates_and_missing_markers_are_reported() {
-        let e = parse("<<<<<<< SEARCH\n=======\nfn main() {}\n>>>>>>> REPLACE\n", &t(&["new.rs"])).unwrap();
+        let e = parse(
+            "<<<<<<< SEARCH\n=======\nfn main() {}\n>>>>>>> REPLACE\n",
+            &t(&["new.rs"]),
+        )
+        .unwrap();
         assert_eq!(e[0].kind, EditKind::Create);
         let errs = parse("<<<<<<< SEARCH\nx\n>>>>>>> REPLACE\n", &t(&["a"])).unwrap_err();
         assert_eq!(errs[0].line, 1);

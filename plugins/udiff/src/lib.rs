@@ -4,17 +4,27 @@
 //! line numbers of its `@@` header, which LLMs rarely get right.
 
 use kiln_guest::edit;
-use kiln_guest::edit_format::{self, EditFormat, EditKind, FileEdit, FormatInfo, Manifest, ParseError};
+use kiln_guest::edit_format::{
+    self, EditFormat, EditKind, FileEdit, FormatInfo, Manifest, ParseError,
+};
 
 struct Udiff;
 
 impl EditFormat for Udiff {
     fn manifest() -> Manifest {
-        edit_format::manifest("udiff", env!("CARGO_PKG_VERSION"), "Unified diffs, hunks located by content")
+        edit_format::manifest(
+            "udiff",
+            env!("CARGO_PKG_VERSION"),
+            "Unified diffs, hunks located by content",
+        )
     }
 
     fn describe() -> FormatInfo {
-        FormatInfo { name: "udiff".into(), description: "Unified diff (--- a/ +++ b/ @@ hunks), located by content".into(), multi_file: true }
+        FormatInfo {
+            name: "udiff".into(),
+            description: "Unified diff (--- a/ +++ b/ @@ hunks), located by content".into(),
+            multi_file: true,
+        }
     }
 
     fn instructions(multi_file: bool) -> String {
@@ -45,7 +55,11 @@ fn header_path(rest: &str) -> String {
     if p == "/dev/null" {
         return p.to_string();
     }
-    p.strip_prefix("a/").or_else(|| p.strip_prefix("b/")).unwrap_or(p).trim_start_matches("./").to_string()
+    p.strip_prefix("a/")
+        .or_else(|| p.strip_prefix("b/"))
+        .unwrap_or(p)
+        .trim_start_matches("./")
+        .to_string()
 }
 
 struct Hunk {
@@ -55,10 +69,16 @@ struct Hunk {
 }
 
 fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseError>> {
-    let lines: Vec<&str> = response.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
+    let lines: Vec<&str> = response
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
     let mut edits = Vec::new();
     let mut errors = Vec::new();
-    let err = |line: usize, message: String| ParseError { line: line as u32, message };
+    let err = |line: usize, message: String| ParseError {
+        line: line as u32,
+        message,
+    };
     let mut i = 0;
     while i < lines.len() {
         let Some(old) = lines[i].strip_prefix("--- ") else {
@@ -67,7 +87,10 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
         };
         let header_line = i + 1;
         let Some(new) = lines.get(i + 1).and_then(|l| l.strip_prefix("+++ ")) else {
-            errors.push(err(header_line, "`---` header without a `+++` line after it".into()));
+            errors.push(err(
+                header_line,
+                "`---` header without a `+++` line after it".into(),
+            ));
             i += 1;
             continue;
         };
@@ -76,10 +99,17 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
         // Hunks until the next file header.
         let mut hunks: Vec<Hunk> = Vec::new();
         let mut in_hunk = false;
-        while i < lines.len() && !(lines[i].starts_with("--- ") && lines.get(i + 1).is_some_and(|l| l.starts_with("+++ "))) {
+        while i < lines.len()
+            && !(lines[i].starts_with("--- ")
+                && lines.get(i + 1).is_some_and(|l| l.starts_with("+++ ")))
+        {
             let l = lines[i];
             if l.starts_with("@@") {
-                hunks.push(Hunk { line: i + 1, search: Vec::new(), replace: Vec::new() });
+                hunks.push(Hunk {
+                    line: i + 1,
+                    search: Vec::new(),
+                    replace: Vec::new(),
+                });
                 in_hunk = true;
             } else if let Some(h) = hunks.last_mut().filter(|_| in_hunk) {
                 if let Some(c) = l.strip_prefix(' ') {
@@ -101,14 +131,20 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 }
             } else if old == "/dev/null" && hunks.is_empty() && l.starts_with('+') {
                 // A creation diff without an @@ line.
-                hunks.push(Hunk { line: i + 1, search: Vec::new(), replace: vec![l[1..].to_string()] });
+                hunks.push(Hunk {
+                    line: i + 1,
+                    search: Vec::new(),
+                    replace: vec![l[1..].to_string()],
+                });
                 in_hunk = true;
             }
             i += 1;
         }
         // Trailing empty "context" lines were the blank lines after the hunk.
         for h in &mut hunks {
-            while h.search.last().is_some_and(String::is_empty) && h.replace.last().is_some_and(String::is_empty) {
+            while h.search.last().is_some_and(String::is_empty)
+                && h.replace.last().is_some_and(String::is_empty)
+            {
                 h.search.pop();
                 h.replace.pop();
             }
@@ -122,29 +158,64 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 continue;
             }
         };
-        let join = |ls: &[String]| if ls.is_empty() { String::new() } else { ls.join("\n") + "\n" };
+        let join = |ls: &[String]| {
+            if ls.is_empty() {
+                String::new()
+            } else {
+                ls.join("\n") + "\n"
+            }
+        };
         if new == "/dev/null" {
-            edits.push(FileEdit { path, kind: EditKind::Delete, search: String::new(), replace: String::new(), new_path: None });
+            edits.push(FileEdit {
+                path,
+                kind: EditKind::Delete,
+                search: String::new(),
+                replace: String::new(),
+                new_path: None,
+            });
         } else if old == "/dev/null" {
             let content: Vec<String> = hunks.iter().flat_map(|h| h.replace.clone()).collect();
-            edits.push(FileEdit { path, kind: EditKind::Create, search: String::new(), replace: join(&content), new_path: None });
+            edits.push(FileEdit {
+                path,
+                kind: EditKind::Create,
+                search: String::new(),
+                replace: join(&content),
+                new_path: None,
+            });
         } else {
             if hunks.is_empty() {
-                errors.push(err(header_line, format!("the diff for {path} has no hunks")));
+                errors.push(err(
+                    header_line,
+                    format!("the diff for {path} has no hunks"),
+                ));
             }
             for h in hunks {
                 if h.search.iter().all(|l| l.trim().is_empty()) {
                     errors.push(err(h.line, format!("a hunk for {path} has no unchanged or removed lines to locate it; add context lines")));
                     continue;
                 }
-                edits.push(FileEdit { path: path.clone(), kind: EditKind::Replace, search: join(&h.search), replace: join(&h.replace), new_path: None });
+                edits.push(FileEdit {
+                    path: path.clone(),
+                    kind: EditKind::Replace,
+                    search: join(&h.search),
+                    replace: join(&h.replace),
+                    new_path: None,
+                });
             }
         }
     }
     if edits.is_empty() && errors.is_empty() {
-        errors.push(err(0, "no unified diff found: start each file with `--- a/PATH` and `+++ b/PATH` lines".into()));
+        errors.push(err(
+            0,
+            "no unified diff found: start each file with `--- a/PATH` and `+++ b/PATH` lines"
+                .into(),
+        ));
     }
-    if errors.is_empty() { Ok(edits) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(edits)
+    } else {
+        Err(errors)
+    }
 }
 
 #[cfg(test)]
@@ -169,8 +240,14 @@ mod tests {
     fn create_delete_and_blank_context() {
         let r = "--- /dev/null\n+++ b/new.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = 2\n--- a/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n";
         let e = parse(r, &t(&["new.py", "old.py"])).unwrap();
-        assert_eq!((e[0].kind, e[0].replace.as_str()), (EditKind::Create, "a = 1\nb = 2\n"));
-        assert_eq!((e[1].kind, e[1].path.as_str()), (EditKind::Delete, "old.py"));
+        assert_eq!(
+            (e[0].kind, e[0].replace.as_str()),
+            (EditKind::Create, "a = 1\nb = 2\n")
+        );
+        assert_eq!(
+            (e[1].kind, e[1].path.as_str()),
+            (EditKind::Delete, "old.py")
+        );
         let r = "--- a/f\n+++ b/f\n@@\n a\n\n-b\n+c\n";
         let e = parse(r, &t(&["f"])).unwrap();
         assert_eq!(e[0].search, "a\n\nb\n");
@@ -179,7 +256,11 @@ mod tests {
     #[test]
     fn unknown_file_and_contextless_hunk_are_errors() {
         let errs = parse("--- a/x.c\n+++ b/x.c\n@@\n-a\n+b\n", &t(&["a.c", "b.c"])).unwrap_err();
-        assert!(errs[0].message.contains("x.c is not one of the files"), "{:?}", errs[0].message);
+        assert!(
+            errs[0].message.contains("x.c is not one of the files"),
+            "{:?}",
+            errs[0].message
+        );
         let errs = parse("--- a/a.c\n+++ b/a.c\n@@\n+b\n", &t(&["a.c"])).unwrap_err();
         assert!(errs[0].message.contains("no unchanged or removed lines"));
         assert!(parse("just prose", &t(&["a.c"])).is_err());

@@ -5,15 +5,16 @@
 
 use kiln_guest::edit;
 use kiln_guest::edit_format::{
-    self, AppliedFile, ApplyFailure, EditFormat, EditKind, FailureKind, FileEdit, FormatInfo, Manifest, ParseError,
+    self, AppliedFile, ApplyFailure, EditFormat, EditKind, FailureKind, FileEdit, FormatInfo,
+    Manifest, ParseError,
 };
 
-struct WholeFile;
+struct Whole;
 
-impl EditFormat for WholeFile {
+impl EditFormat for Whole {
     fn manifest() -> Manifest {
         edit_format::manifest(
-            "whole-file",
+            "whole",
             env!("CARGO_PKG_VERSION"),
             "Whole-file replacement with a path header per file",
         )
@@ -55,7 +56,7 @@ impl EditFormat for WholeFile {
     }
 }
 
-kiln_guest::export_edit_format!(WholeFile);
+kiln_guest::export_edit_format!(Whole);
 
 /// Phrases that mark elided code in a "whole" file.
 const LAZY_MARKERS: [&str; 8] = [
@@ -151,13 +152,19 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
     }
 }
 
-fn apply_edits(path: &str, text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure> {
+fn apply_edits(
+    path: &str,
+    text: Option<String>,
+    edits: Vec<FileEdit>,
+) -> Result<AppliedFile, ApplyFailure> {
     for (index, edit) in edits.iter().enumerate() {
         if let Some(marker) = lazy_marker(&edit.replace) {
             return Err(ApplyFailure {
                 index: index as u32,
                 kind: FailureKind::Invalid,
-                message: format!("the new content of {path} elides code (\"{marker}\"); send the complete file"),
+                message: format!(
+                    "the new content of {path} elides code (\"{marker}\"); send the complete file"
+                ),
             });
         }
     }

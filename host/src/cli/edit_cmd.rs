@@ -1,0 +1,191 @@
+//! `kiln edit parse | apply`: run an edit format over an LLM response read from stdin.
+
+use super::{Ctx, Outcome, print_json};
+use crate::edit::{self, ApplyOptions, EditReport, Workspace};
+use crate::plugin::PluginKind;
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::json;
+use std::io::Read;
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum EditCommand {
+    /// Parse a response (stdin) and print the edits it contains, or its parse errors.
+    Parse {
+        /// Edit format (search-replace, udiff, whole, apply-patch, or a plugin).
+        #[arg(long, default_value = "search-replace")]
+        format: String,
+        /// The files the LLM may change (workspace-relative).
+        #[arg(long, num_args = 1..)]
+        files: Vec<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply a response (stdin) to the workspace: every edit or none. Exit 0 when all applied,
+    /// 1 when an edit was refused (nothing is written).
+    Apply {
+        /// Edit format.
+        #[arg(long, default_value = "search-replace")]
+        format: String,
+        /// The files the LLM may change (workspace-relative).
+        #[arg(long, num_args = 1..)]
+        files: Vec<String>,
+        /// Validate and report without writing.
+        #[arg(long)]
+        dry_run: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn read_stdin() -> anyhow::Result<String> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .context("cannot read the response from stdin (is it UTF-8?)")?;
+    Ok(s)
+}
+
+pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyhow::Result<Outcome> {
+    let reg = ctx.registry(extra).await?;
+    match cmd {
+        EditCommand::Parse {
+            format,
+            files,
+            json,
+        } => {
+            let plugin = reg.get(&format, Some(PluginKind::EditFormat))?;
+            let response = read_stdin()?;
+            match edit::parse(plugin, &response, &files).await? {
+                Ok(edits) => {
+                    let rows: Vec<_> = edits
+                        .iter()
+                        .map(|e| json!({ "path": e.path, "kind": edit::kind_name(e.kind), "search": e.search, "replace": e.replace, "new_path": e.new_path }))
+                        .collect();
+                    if json {
+                        print_json(&json!({ "ok": true, "format": plugin.name, "edits": rows }));
+                    } else {
+                        for (i, e) in edits.iter().enumerate() {
+                            println!(
+                                "edit {} {} {}{}",
+                                i + 1,
+                                edit::kind_name(e.kind),
+                                e.path,
+                                e.new_path
+                                    .as_deref()
+                                    .map(|d| format!(" -> {d}"))
+                                    .unwrap_or_default()
+                            );
+                            for (label, text) in [("search", &e.search), ("replace", &e.replace)] {
+                                if !text.is_empty() {
+                                    println!("  {label}:");
+                                    for l in text.lines() {
+                                        println!("    | {l}");
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Ok(Outcome::Success)
+                }
+                Err(problems) => {
+                    if json {
+                        print_json(
+                            &json!({ "ok": false, "format": plugin.name, "errors": problems }),
+                        );
+                    } else {
+                        for p in &problems {
+                            eprintln!(
+                                "parse error{}: {}",
+                                if p.line > 0 {
+                                    format!(" at line {}", p.line)
+                                } else {
+                                    String::new()
+                                },
+                                p.message
+                            );
+                        }
+                    }
+                    Ok(Outcome::Failure)
+                }
+            }
+        }
+        EditCommand::Apply {
+            format,
+            files,
+            dry_run,
+            json,
+        } => {
+            let plugin = reg.get(&format, Some(PluginKind::EditFormat))?;
+            let response = read_stdin()?;
+            let ws = Workspace::open(&ctx.workspace)?;
+            let opts = ApplyOptions {
+                dry_run,
+                ..Default::default()
+            };
+            let report = edit::apply_response(plugin, &ws, &response, &files, &opts).await?;
+            if json {
+                print_json(&serde_json::to_value(&report)?);
+            } else {
+                render(&report);
+            }
+            Ok(if report.ok {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            })
+        }
+    }
+}
+
+fn render(r: &EditReport) {
+    for p in &r.parse_errors {
+        println!(
+            "parse error{}: {}",
+            if p.line > 0 {
+                format!(" at line {}", p.line)
+            } else {
+                String::new()
+            },
+            p.message
+        );
+    }
+    for e in &r.edits {
+        let tier = e
+            .tier
+            .as_deref()
+            .map(|t| format!(" (tier: {t})"))
+            .unwrap_or_default();
+        let dest = e
+            .new_path
+            .as_deref()
+            .map(|d| format!(" -> {d}"))
+            .unwrap_or_default();
+        println!("{:<15} {} {}{dest}{tier}", e.status, e.kind, e.path);
+        if let Some(err) = &e.error {
+            for l in err.lines() {
+                println!("    {l}");
+            }
+        }
+    }
+    if r.ok {
+        if r.dry_run {
+            eprintln!(
+                "dry run: {} edits would apply; nothing written",
+                r.edits.len()
+            );
+        } else {
+            eprintln!(
+                "{} edits applied; {} files written, {} deleted",
+                r.edits.len(),
+                r.written.len(),
+                r.deleted.len()
+            );
+        }
+    } else {
+        eprintln!("nothing written: the response does not apply");
+    }
+}

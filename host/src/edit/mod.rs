@@ -1,0 +1,470 @@
+//! The host side of editing: reading files through a cap-std `Dir` rooted at the workspace (so
+//! a path an LLM invents cannot leave it), stale-read checks, and applying a whole LLM response
+//! atomically: every file's edits are validated in memory first, then all files are written
+//! (temporary file + rename) or none, with a best-effort rollback if a rename fails.
+
+use crate::plugin::{EditKind, EditStatus, FailureKind, FileEdit, Plugin, PluginError};
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Errors of the edit machinery itself (not an edit the LLM got wrong: those are reported in
+/// the [`EditReport`]).
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    /// The workspace could not be opened.
+    #[error("cannot open workspace {path}: {source}")]
+    Workspace {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {message}")]
+    Io {
+        /// Workspace-relative path.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// The edit-format plugin failed (trap, deadline, ...).
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+}
+
+/// A workspace opened for editing.
+pub struct Workspace {
+    root: PathBuf,
+    dir: Dir,
+}
+
+/// A short fingerprint of a file's content, used for stale-read checks.
+pub fn fingerprint(text: &str) -> String {
+    hex::encode(&Sha256::digest(text.as_bytes())[..12])
+}
+
+impl Workspace {
+    /// Open `root`.
+    pub fn open(root: &Path) -> Result<Workspace, EditError> {
+        let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|source| {
+            EditError::Workspace {
+                path: root.to_path_buf(),
+                source,
+            }
+        })?;
+        Ok(Workspace {
+            root: root.to_path_buf(),
+            dir,
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Read a file as text; `None` when it does not exist. Paths leaving the workspace
+    /// (`..`, absolute, symlinks out) are refused.
+    pub fn read(&self, rel: &str) -> Result<Option<String>, EditError> {
+        check_path(rel)?;
+        match self.dir.read(rel) {
+            Ok(bytes) => String::from_utf8(bytes)
+                .map(Some)
+                .map_err(|_| EditError::Io {
+                    path: rel.into(),
+                    message: "is not UTF-8 text".into(),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(EditError::Io {
+                path: rel.into(),
+                message: describe_io(&e),
+            }),
+        }
+    }
+
+    /// Write `text` to `rel` through a temporary file and a rename, keeping the file's mode.
+    fn write_atomic(&self, rel: &str, text: &str) -> Result<(), EditError> {
+        let io = |e: std::io::Error| EditError::Io {
+            path: rel.into(),
+            message: describe_io(&e),
+        };
+        let path = Path::new(rel);
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.dir.create_dir_all(parent).map_err(io)?;
+        }
+        let tmp = temp_name(rel);
+        self.dir.write(&tmp, text.as_bytes()).map_err(io)?;
+        if let Ok(meta) = self.dir.metadata(rel) {
+            let _ = self.dir.set_permissions(&tmp, meta.permissions());
+        }
+        self.dir.rename(&tmp, &self.dir, rel).map_err(|e| {
+            let _ = self.dir.remove_file(&tmp);
+            io(e)
+        })
+    }
+
+    fn remove(&self, rel: &str) -> Result<(), EditError> {
+        self.dir.remove_file(rel).map_err(|e| EditError::Io {
+            path: rel.into(),
+            message: describe_io(&e),
+        })
+    }
+}
+
+fn describe_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            format!("permission denied or outside the workspace ({e})")
+        }
+        _ => e.to_string(),
+    }
+}
+
+fn temp_name(rel: &str) -> String {
+    let p = Path::new(rel);
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = format!(".{name}.kiln-tmp-{}", std::process::id());
+    match p.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => parent.join(tmp).to_string_lossy().into_owned(),
+        None => tmp,
+    }
+}
+
+fn check_path(rel: &str) -> Result<(), EditError> {
+    crate::plugin::capability::check_relative(rel).map_err(|why| EditError::Io {
+        path: rel.into(),
+        message: format!("the path {why}"),
+    })
+}
+
+/// Options for [`apply_response`].
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOptions {
+    /// Validate and report, but write nothing.
+    pub dry_run: bool,
+    /// Fingerprints of the files as the LLM was shown them; a file that changed since is stale.
+    pub shown: BTreeMap<String, String>,
+}
+
+/// What happened to one edit.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct EditResult {
+    /// Workspace-relative path.
+    pub path: String,
+    /// `replace`, `create`, `rewrite`, `delete`, `rename`.
+    pub kind: &'static str,
+    /// `applied`, `already_applied`, `failed`, or `not_applied` (another edit failed, so
+    /// nothing was written).
+    pub status: &'static str,
+    /// The matching tier, when a search located the edit.
+    pub tier: Option<String>,
+    /// Why it failed (`no_match`, `ambiguous`, `invalid`, `stale`, `policy`).
+    pub failure: Option<&'static str>,
+    /// The message for the LLM.
+    pub error: Option<String>,
+    /// Destination of a rename.
+    pub new_path: Option<String>,
+}
+
+/// A parse error of the response.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ParseProblem {
+    /// 1-based response line (0: not tied to a line).
+    pub line: u32,
+    /// The message.
+    pub message: String,
+}
+
+/// The outcome of applying a response.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct EditReport {
+    /// True when every edit applied (or was already applied) and, unless a dry run, was written.
+    pub ok: bool,
+    /// Nothing was written because this was a dry run.
+    pub dry_run: bool,
+    /// Parse errors (then there are no edits).
+    pub parse_errors: Vec<ParseProblem>,
+    /// Every edit in response order.
+    pub edits: Vec<EditResult>,
+    /// Files written (created or changed), in order.
+    pub written: Vec<String>,
+    /// Files deleted.
+    pub deleted: Vec<String>,
+}
+
+impl EditReport {
+    /// Number of edits that changed something.
+    pub fn applied_count(&self) -> usize {
+        self.edits.iter().filter(|e| e.status == "applied").count()
+    }
+
+    /// One message for an LLM describing every problem, or `None` when all applied.
+    pub fn feedback(&self) -> Option<String> {
+        let mut parts: Vec<String> = self
+            .parse_errors
+            .iter()
+            .map(|p| {
+                if p.line > 0 {
+                    format!("line {}: {}", p.line, p.message)
+                } else {
+                    p.message.clone()
+                }
+            })
+            .collect();
+        parts.extend(
+            self.edits
+                .iter()
+                .filter_map(|e| e.error.as_ref().map(|m| format!("{}: {m}", e.path))),
+        );
+        if parts.is_empty() {
+            None
+        } else {
+            Some(parts.join("\n\n"))
+        }
+    }
+}
+
+/// The WIT name of an edit kind.
+pub fn kind_name(k: EditKind) -> &'static str {
+    match k {
+        EditKind::Replace => "replace",
+        EditKind::Create => "create",
+        EditKind::Rewrite => "rewrite",
+        EditKind::Delete => "delete",
+        EditKind::Rename => "rename",
+    }
+}
+
+/// Parse `response` with `format`; parse errors come back as `Err`.
+pub async fn parse(
+    format: &Plugin,
+    response: &str,
+    targets: &[String],
+) -> Result<Result<Vec<FileEdit>, Vec<ParseProblem>>, EditError> {
+    Ok(format
+        .format_parse(response, targets)
+        .await?
+        .map_err(|errs| {
+            errs.into_iter()
+                .map(|e| ParseProblem {
+                    line: e.line,
+                    message: e.message,
+                })
+                .collect()
+        }))
+}
+
+/// Parse and apply a whole LLM response: all files or none.
+pub async fn apply_response(
+    format: &Plugin,
+    ws: &Workspace,
+    response: &str,
+    targets: &[String],
+    opts: &ApplyOptions,
+) -> Result<EditReport, EditError> {
+    let mut report = EditReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let edits = match parse(format, response, targets).await? {
+        Ok(e) => e,
+        Err(problems) => {
+            report.parse_errors = problems;
+            return Ok(report);
+        }
+    };
+    apply_edits(format, ws, edits, targets, opts, report).await
+}
+
+/// Apply parsed edits: validate everything in memory, then write all files or none.
+pub async fn apply_edits(
+    format: &Plugin,
+    ws: &Workspace,
+    edits: Vec<FileEdit>,
+    targets: &[String],
+    opts: &ApplyOptions,
+    mut report: EditReport,
+) -> Result<EditReport, EditError> {
+    report.edits = edits
+        .iter()
+        .map(|e| EditResult {
+            path: e.path.clone(),
+            kind: kind_name(e.kind),
+            status: "not_applied",
+            tier: None,
+            failure: None,
+            error: None,
+            new_path: e.new_path.clone(),
+        })
+        .collect();
+    // Group edit indices by file, in first-appearance order; each file's edits keep their order.
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut failed = false;
+    for (i, e) in edits.iter().enumerate() {
+        let policy = check_path(&e.path)
+            .err()
+            .map(|err| err.to_string())
+            .or_else(|| {
+                (!targets.is_empty() && !targets.contains(&e.path)).then(|| {
+                    format!(
+                        "{} is not one of the files you may change ({})",
+                        e.path,
+                        targets.join(", ")
+                    )
+                })
+            })
+            .or_else(|| {
+                e.new_path
+                    .as_deref()
+                    .and_then(|d| check_path(d).err().map(|err| err.to_string()))
+            });
+        if let Some(message) = policy {
+            let r = &mut report.edits[i];
+            r.status = "failed";
+            r.failure = Some("policy");
+            r.error = Some(message);
+            failed = true;
+            continue;
+        }
+        if !groups.contains_key(&e.path) {
+            order.push(e.path.clone());
+        }
+        groups.entry(e.path.clone()).or_default().push(i);
+    }
+    // Compute every file's new state in memory.
+    struct Planned {
+        path: String,
+        original: Option<String>,
+        new: Option<String>,
+        move_to: Option<String>,
+    }
+    let mut plan: Vec<Planned> = Vec::new();
+    for path in &order {
+        let idx = &groups[path];
+        let original = ws.read(path)?;
+        if let (Some(seen), Some(now)) = (opts.shown.get(path), &original)
+            && *seen != fingerprint(now)
+        {
+            for &i in idx {
+                let r = &mut report.edits[i];
+                r.status = "failed";
+                r.failure = Some("stale");
+                r.error = Some(format!(
+                    "{path} changed since you were shown it; re-read it and make the edit against its current content"
+                ));
+            }
+            failed = true;
+            continue;
+        }
+        let file_edits: Vec<FileEdit> = idx.iter().map(|&i| edits[i].clone()).collect();
+        match format
+            .format_apply(path, original.as_deref(), &file_edits)
+            .await?
+        {
+            Ok(applied) => {
+                for (k, &i) in idx.iter().enumerate() {
+                    let r = &mut report.edits[i];
+                    if let Some(o) = applied.outcomes.get(k) {
+                        r.status = match o.status {
+                            EditStatus::Applied => "applied",
+                            EditStatus::AlreadyApplied => "already_applied",
+                        };
+                        r.tier = o.tier.clone();
+                    }
+                }
+                let move_to = file_edits
+                    .iter()
+                    .rev()
+                    .find(|e| e.kind == EditKind::Rename)
+                    .and_then(|e| e.new_path.clone());
+                if let Some(dest) = &move_to
+                    && ws.read(dest)?.is_some()
+                {
+                    let i = idx[idx.len() - 1];
+                    report.edits[i].status = "failed";
+                    report.edits[i].failure = Some("invalid");
+                    report.edits[i].error = Some(format!(
+                        "cannot move {path} to {dest}: {dest} already exists"
+                    ));
+                    failed = true;
+                    continue;
+                }
+                plan.push(Planned {
+                    path: path.clone(),
+                    original,
+                    new: applied.text,
+                    move_to,
+                });
+            }
+            Err(f) => {
+                let i = idx[(f.index as usize).min(idx.len() - 1)];
+                let r = &mut report.edits[i];
+                r.status = "failed";
+                r.failure = Some(match f.kind {
+                    FailureKind::NoMatch => "no_match",
+                    FailureKind::Ambiguous => "ambiguous",
+                    FailureKind::Invalid => "invalid",
+                });
+                r.error = Some(f.message);
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        for r in &mut report.edits {
+            if r.status == "applied" || r.status == "already_applied" {
+                r.status = "not_applied";
+            }
+        }
+        return Ok(report);
+    }
+    report.ok = true;
+    if opts.dry_run {
+        return Ok(report);
+    }
+    // Commit: writes first (each atomic), then moves' removals and deletions; undo on failure.
+    let mut done: Vec<(String, Option<String>)> = Vec::new();
+    let result = (|| -> Result<(), EditError> {
+        for p in &plan {
+            let dest = p.move_to.as_deref().unwrap_or(&p.path);
+            if let Some(text) = &p.new {
+                if p.move_to.is_some() || p.original.as_deref() != Some(text.as_str()) {
+                    let before = if p.move_to.is_some() {
+                        None
+                    } else {
+                        p.original.clone()
+                    };
+                    ws.write_atomic(dest, text)?;
+                    done.push((dest.to_string(), before));
+                    report.written.push(dest.to_string());
+                }
+            }
+        }
+        for p in &plan {
+            if p.new.is_none() || p.move_to.is_some() {
+                ws.remove(&p.path)?;
+                done.push((p.path.clone(), p.original.clone()));
+                report.deleted.push(p.path.clone());
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        for (path, before) in done.into_iter().rev() {
+            let _ = match before {
+                Some(text) => ws.write_atomic(&path, &text),
+                None => ws.remove(&path),
+            };
+        }
+        return Err(e);
+    }
+    Ok(report)
+}
