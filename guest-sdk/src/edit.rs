@@ -136,18 +136,25 @@ fn line_of(body: &str, byte: usize) -> usize {
     body[..byte].matches('\n').count() + 1
 }
 
+/// The ASCII look-alike of a typographic character (curly quotes, dashes, special spaces).
+fn fold_char(c: char) -> char {
+    match c {
+        '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => '\'',
+        '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => '"',
+        '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}'
+        | '\u{2212}' => '-',
+        '\u{00A0}' | '\u{2007}' | '\u{202F}' | '\u{2009}' | '\u{200A}' | '\u{3000}' => ' ',
+        c => c,
+    }
+}
+
 /// Replace typographic look-alikes with ASCII.
 pub fn fold_unicode(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => '\'',
-            '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => '"',
-            '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}'
-            | '\u{2212}' => '-',
-            '\u{00A0}' | '\u{2007}' | '\u{202F}' | '\u{2009}' | '\u{200A}' | '\u{3000}' => ' ',
-            c => c,
-        })
-        .collect()
+    s.chars().map(fold_char).collect()
+}
+
+fn has_lookalike(s: &str) -> bool {
+    s.chars().any(|c| !c.is_ascii() && fold_char(c) != c)
 }
 
 /// Strip a line-number prefix such as `12 | `, `12: `, `  12\t` or `L12: `.
@@ -265,20 +272,53 @@ enum Found {
     Lines(usize, usize, Offset),
 }
 
-/// Locate `search` in `body` (LF), tier by tier. Returns the tier and every match of the
+/// Lines of the body, split once and only when a line-based tier needs them.
+struct Lines<'a> {
+    body: &'a str,
+    plain: std::cell::OnceCell<Vec<String>>,
+    folded: std::cell::OnceCell<Vec<String>>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(body: &'a str) -> Self {
+        Lines {
+            body,
+            plain: Default::default(),
+            folded: Default::default(),
+        }
+    }
+    fn plain(&self) -> &[String] {
+        self.plain.get_or_init(|| split_lines(self.body))
+    }
+    fn folded(&self) -> &[String] {
+        self.folded
+            .get_or_init(|| self.plain().iter().map(|l| fold_unicode(l)).collect())
+    }
+}
+
+/// Locate `search` in the body (LF), tier by tier. Returns the tier and every match of the
 /// first tier that has any.
 fn locate(
-    body: &str,
+    doc: &Doc,
     raw_text: &str,
     search_raw: &str,
-    file_lines: &[String],
+    lines: &Lines<'_>,
 ) -> Option<(Tier, Vec<Found>)> {
-    let exact = find_all(raw_text, search_raw);
-    if !exact.is_empty() {
-        // Positions in the raw text; re-find in the body for a uniform representation.
-        let s = lf(search_raw);
-        let in_body = find_all(body, &s);
-        if in_body.len() == exact.len() {
+    let body = doc.body.as_str();
+    let s = lf(search_raw);
+    let raw_is_body = !doc.bom && !doc.crlf;
+    let exact_hits = if raw_is_body && s == search_raw {
+        find_all(body, &s)
+    } else {
+        find_all(raw_text, search_raw)
+    };
+    if !exact_hits.is_empty() {
+        let in_body = if raw_is_body && s == search_raw {
+            exact_hits.clone()
+        } else {
+            find_all(body, &s)
+        };
+        if in_body.len() == exact_hits.len() {
             return Some((
                 Tier::Exact,
                 in_body
@@ -288,8 +328,11 @@ fn locate(
             ));
         }
     }
-    let s = lf(search_raw);
-    let norm = find_all(body, &s);
+    let norm = if raw_is_body && s == search_raw {
+        Vec::new()
+    } else {
+        find_all(body, &s)
+    };
     if !norm.is_empty() {
         return Some((
             Tier::LineEndings,
@@ -299,7 +342,6 @@ fn locate(
         ));
     }
     let search_lines = split_lines(&s);
-    let folded_file: Vec<String> = file_lines.iter().map(|l| fold_unicode(l)).collect();
     let folded_search: Vec<String> = search_lines.iter().map(|l| fold_unicode(l)).collect();
     let numbered: Option<Vec<String>> = {
         let nonblank: Vec<&String> = folded_search
@@ -324,10 +366,15 @@ fn locate(
         Tier::LineNumbers,
     ] {
         let (f, sl): (&[String], &[String]) = match tier {
-            Tier::TrailingWhitespace | Tier::Indentation => (file_lines, &search_lines),
-            Tier::Unicode => (&folded_file, &folded_search),
+            Tier::TrailingWhitespace | Tier::Indentation => (lines.plain(), &search_lines),
+            Tier::Unicode => {
+                if folded_search == search_lines && !has_lookalike(lines.body) {
+                    continue;
+                }
+                (lines.folded(), &folded_search)
+            }
             _ => match &numbered {
-                Some(n) => (&folded_file, n),
+                Some(n) => (lines.folded(), n),
                 None => continue,
             },
         };
@@ -392,9 +439,9 @@ pub fn apply_search_replace(
             "block {block}: an empty SEARCH creates a new file, but {path} already exists and is not empty; put the lines to change in SEARCH"
         )));
     }
-    let file_lines = split_lines(&doc.body);
+    let lines = Lines::new(&doc.body);
     let replace_lf = lf(replace);
-    let located = locate(&doc.body, text, search, &file_lines);
+    let located = locate(&doc, text, search, &lines);
     // REPLACE is only looked for when it could show the edit as already applied: SEARCH
     // found nowhere, or SEARCH contained in REPLACE (an insertion anchored on kept lines).
     let squash = |s: &str| {
@@ -409,7 +456,7 @@ pub fn apply_search_replace(
     {
         None
     } else {
-        locate(&doc.body, text, replace, &file_lines)
+        locate(&doc, text, replace, &lines)
     };
     match located {
         Some((tier, found)) => {
@@ -417,9 +464,9 @@ pub fn apply_search_replace(
             if let Some((_, rs)) = &replace_spans
                 && rs.len() == 1
             {
-                let (ra, rb) = found_byte_range(&doc.body, &file_lines, &rs[0]);
+                let (ra, rb) = found_byte_range(&doc.body, lines.plain(), &rs[0]);
                 if found.iter().all(|f| {
-                    let (a, b) = found_byte_range(&doc.body, &file_lines, f);
+                    let (a, b) = found_byte_range(&doc.body, lines.plain(), f);
                     a >= ra && b <= rb
                 }) {
                     return Ok(Applied {
@@ -430,7 +477,7 @@ pub fn apply_search_replace(
                 }
             }
             if found.len() > 1 {
-                return Err(ambiguous(path, block, &doc.body, &file_lines, &found));
+                return Err(ambiguous(path, block, &doc.body, lines.plain(), &found));
             }
             let new_body = match &found[0] {
                 Found::Bytes(a, b) => {
@@ -455,11 +502,12 @@ pub fn apply_search_replace(
                         }
                     }
                     let rl = reindent(&rl, offset);
-                    let mut lines: Vec<String> = file_lines[..*a].to_vec();
-                    lines.extend(rl);
-                    lines.extend_from_slice(&file_lines[*b..]);
-                    let mut s = lines.join("\n");
-                    if doc.final_newline && !lines.is_empty() {
+                    let file_lines = lines.plain();
+                    let mut new_lines: Vec<String> = file_lines[..*a].to_vec();
+                    new_lines.extend(rl);
+                    new_lines.extend_from_slice(&file_lines[*b..]);
+                    let mut s = new_lines.join("\n");
+                    if doc.final_newline && !new_lines.is_empty() {
                         s.push('\n');
                     }
                     s
@@ -481,7 +529,7 @@ pub fn apply_search_replace(
                     already_applied: true,
                 });
             }
-            Err(no_match(path, block, &file_lines, search))
+            Err(no_match(path, block, lines.plain(), search))
         }
     }
 }

@@ -435,17 +435,17 @@ pub async fn apply_edits(
     let result = (|| -> Result<(), EditError> {
         for p in &plan {
             let dest = p.move_to.as_deref().unwrap_or(&p.path);
-            if let Some(text) = &p.new {
-                if p.move_to.is_some() || p.original.as_deref() != Some(text.as_str()) {
-                    let before = if p.move_to.is_some() {
-                        None
-                    } else {
-                        p.original.clone()
-                    };
-                    ws.write_atomic(dest, text)?;
-                    done.push((dest.to_string(), before));
-                    report.written.push(dest.to_string());
-                }
+            if let Some(text) = &p.new
+                && (p.move_to.is_some() || p.original.as_deref() != Some(text.as_str()))
+            {
+                let before = if p.move_to.is_some() {
+                    None
+                } else {
+                    p.original.clone()
+                };
+                ws.write_atomic(dest, text)?;
+                done.push((dest.to_string(), before));
+                report.written.push(dest.to_string());
             }
         }
         for p in &plan {

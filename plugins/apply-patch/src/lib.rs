@@ -142,7 +142,7 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
             }
             let mut chunks: Vec<(usize, Vec<String>, Vec<String>)> = Vec::new();
             while i < end
-                && !(lines[i].starts_with("*** ") && !lines[i].starts_with("*** End of File"))
+                && (!lines[i].starts_with("*** ") || lines[i].starts_with("*** End of File"))
             {
                 let l = lines[i];
                 if l.starts_with("@@") || chunks.is_empty() {
