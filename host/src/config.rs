@@ -128,6 +128,8 @@ impl PluginConfig {
 struct File {
     #[serde(default)]
     plugins: BTreeMap<String, PluginConfig>,
+    #[serde(default)]
+    llm: Option<crate::llm::LlmConfig>,
 }
 
 /// The merged configuration.
@@ -135,6 +137,8 @@ struct File {
 pub struct Config {
     /// Per-plugin grants and settings, by plugin name.
     pub plugins: BTreeMap<String, PluginConfig>,
+    /// `[llm]`, merged.
+    pub llm: crate::llm::LlmConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
 }
@@ -175,6 +179,9 @@ impl Config {
                 pc.path = Some(base.join(p));
             }
             self.plugins.entry(name).or_default().merge(pc);
+        }
+        if let Some(llm) = file.llm {
+            self.llm.merge(llm);
         }
         self.sources.push(path.to_path_buf());
         Ok(())

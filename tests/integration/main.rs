@@ -1,10 +1,12 @@
 //! kiln's integration tests: one binary, real components compiled from source, the real
 //! `kiln` executable, real compilers.
 
+mod mock_llm;
 mod support;
 
 mod cli;
 mod edit;
+mod llm;
 mod runner;
 mod runtime;
 mod sandbox;

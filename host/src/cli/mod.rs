@@ -4,6 +4,7 @@
 
 mod check;
 mod edit_cmd;
+mod llm_cmd;
 mod plugin_cmd;
 mod tool_cmd;
 
@@ -48,6 +49,9 @@ enum Command {
     /// Parse or apply an LLM response with an edit format.
     #[command(subcommand)]
     Edit(edit_cmd::EditCommand),
+    /// Check the LLM connection.
+    #[command(subcommand)]
+    Llm(llm_cmd::LlmCommand),
     /// List, inspect and validate plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -152,6 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Check(args) => check::run(&ctx, &cli.global.plugins, args).await,
         Command::Edit(cmd) => edit_cmd::run(&ctx, &cli.global.plugins, cmd).await,
+        Command::Llm(cmd) => llm_cmd::run(&ctx, cmd).await,
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
     }

@@ -11,7 +11,12 @@ pub fn retryable_status(status: u16) -> bool {
 /// The delay the server asked for: `retry-after-ms` (milliseconds) first, then `retry-after`
 /// (seconds). HTTP-date values are ignored (backoff applies).
 pub fn server_delay(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
         && ms >= 0.0
     {
@@ -34,7 +39,10 @@ pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
 }
 
 fn seed() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() as u64).unwrap_or(7);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(7);
     let mut x = t ^ 0x9E37_79B9_7F4A_7C15;
     x ^= x << 13;
     x ^= x >> 7;
@@ -68,7 +76,10 @@ mod tests {
         let d0 = backoff(0, b, cap);
         assert!(d0 >= Duration::from_millis(75) && d0 <= Duration::from_millis(125));
         let d3 = backoff(3, b, cap);
-        assert!(d3 >= Duration::from_millis(600) && d3 <= Duration::from_millis(1000), "{d3:?}");
+        assert!(
+            d3 >= Duration::from_millis(600) && d3 <= Duration::from_millis(1000),
+            "{d3:?}"
+        );
         assert!(backoff(20, b, cap) <= Duration::from_millis(1250));
     }
 }

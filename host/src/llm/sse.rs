@@ -69,7 +69,10 @@ impl Decoder {
         if self.data.is_empty() && self.event.is_none() {
             return None;
         }
-        Some(Event { event: self.event.take(), data: std::mem::take(&mut self.data).join("\n") })
+        Some(Event {
+            event: self.event.take(),
+            data: std::mem::take(&mut self.data).join("\n"),
+        })
     }
 }
 

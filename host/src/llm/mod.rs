@@ -1,0 +1,632 @@
+//! The LLM transport: provider-neutral request/response types, the client (timeouts,
+//! retries with backoff honouring `retry-after-ms`/`retry-after`, streaming), and typed
+//! errors. One file per wire dialect (`openai`, `anthropic`); SSE decoding in `sse`.
+//! API keys are [`Secret`]s and are scrubbed from every error message.
+
+mod anthropic;
+mod openai;
+pub mod retry;
+pub mod settings;
+pub mod sse;
+
+pub use settings::{LlmConfig, LlmFlags, LlmSettings, Provider, Secret};
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// A tool the model may call.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolDef {
+    /// Name.
+    pub name: String,
+    /// Description for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// A tool call made by the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolCall {
+    /// Call id (echoed in the tool result).
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as JSON text.
+    pub arguments: String,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// From the user (or the loop speaking for them).
+    User {
+        /// Text.
+        text: String,
+    },
+    /// From the model.
+    Assistant {
+        /// Text.
+        text: String,
+        /// Tool calls it made.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of a tool call.
+    ToolResult {
+        /// The call's id.
+        id: String,
+        /// Result text.
+        content: String,
+        /// The tool failed.
+        is_error: bool,
+    },
+}
+
+/// A request.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    /// System prompt.
+    pub system: Option<String>,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Tools offered.
+    pub tools: Vec<ToolDef>,
+    /// Override of the settings' max tokens.
+    pub max_tokens: Option<u32>,
+}
+
+/// Token usage by class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Input tokens not read from a cache.
+    pub input: u64,
+    /// Input tokens read from the provider's prompt cache.
+    pub cached_input: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write: u64,
+    /// Output tokens (reasoning included).
+    pub output: u64,
+    /// Of the output, reasoning tokens.
+    pub reasoning: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, o: Usage) {
+        self.input += o.input;
+        self.cached_input += o.cached_input;
+        self.cache_write += o.cache_write;
+        self.output += o.output;
+        self.reasoning += o.reasoning;
+    }
+}
+
+/// A complete answer.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChatResponse {
+    /// Text.
+    pub text: String,
+    /// Tool calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// Usage.
+    pub usage: Usage,
+    /// Why the model stopped (`stop`, `tool_calls`, `end_turn`, `length`, ...).
+    pub finish_reason: Option<String>,
+    /// The model that answered, as reported.
+    pub model: Option<String>,
+    /// Time from the first attempt to the end of the answer.
+    #[serde(skip)]
+    pub latency: Duration,
+    /// Attempts made (1 = no retry).
+    pub attempts: u32,
+}
+
+/// Streaming progress delivered to the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    /// More text.
+    Text(String),
+    /// A tool call started.
+    ToolCall {
+        /// Tool name.
+        name: String,
+    },
+}
+
+/// Transport errors, each saying what the caller can do.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    /// Connection failed (DNS, refused, TLS).
+    #[error("cannot reach the LLM at {url}: {message}")]
+    Unreachable {
+        /// Endpoint.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// No response headers, or no stream data, in time.
+    #[error("the LLM did not answer in time ({phase} timeout of {secs} s)")]
+    Timeout {
+        /// `connect`, `first byte` or `idle`.
+        phase: &'static str,
+        /// The limit.
+        secs: u64,
+    },
+    /// 401/403: bad or missing key.
+    #[error("the LLM rejected the credentials (HTTP {status}): {message}")]
+    Auth {
+        /// Status.
+        status: u16,
+        /// Server message.
+        message: String,
+    },
+    /// 404: unknown model or wrong base URL.
+    #[error("model or endpoint not found (HTTP 404): {message}")]
+    NotFound {
+        /// Server message.
+        message: String,
+    },
+    /// 429 `insufficient_quota`: permanent until the account is topped up.
+    #[error("the API quota is exhausted: {message}")]
+    QuotaExhausted {
+        /// Server message.
+        message: String,
+    },
+    /// The prompt does not fit the model's context window.
+    #[error("the conversation exceeds the model's context window: {message}")]
+    ContextOverflow {
+        /// Server message.
+        message: String,
+    },
+    /// Any other HTTP error.
+    #[error("the LLM answered HTTP {status}: {message}")]
+    Http {
+        /// Status.
+        status: u16,
+        /// Server message (the body as text when it is not a known shape).
+        message: String,
+        /// Worth retrying (408, 409, 429, 5xx, 529).
+        retryable: bool,
+    },
+    /// The stream ended without its finish marker.
+    #[error("the LLM stream ended before the answer was complete ({0})")]
+    Truncated(String),
+    /// An error event inside a 200 stream.
+    #[error("the LLM stream reported an error: {0}")]
+    Stream(String),
+    /// A body or chunk that is not what the dialect promises.
+    #[error("the LLM sent something kiln cannot read: {0}")]
+    Decode(String),
+}
+
+impl LlmError {
+    /// Whether another attempt may succeed.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            LlmError::Http {
+                retryable: true,
+                ..
+            } | LlmError::Unreachable { .. }
+                | LlmError::Timeout { .. }
+        )
+    }
+
+    fn scrub(self, key: Option<&Secret>) -> LlmError {
+        let Some(k) = key.map(Secret::expose).filter(|k| k.len() >= 4) else {
+            return self;
+        };
+        let s = |m: String| m.replace(k, "[redacted]");
+        match self {
+            LlmError::Unreachable { url, message } => LlmError::Unreachable {
+                url: s(url),
+                message: s(message),
+            },
+            LlmError::Auth { status, message } => LlmError::Auth {
+                status,
+                message: s(message),
+            },
+            LlmError::NotFound { message } => LlmError::NotFound {
+                message: s(message),
+            },
+            LlmError::QuotaExhausted { message } => LlmError::QuotaExhausted {
+                message: s(message),
+            },
+            LlmError::ContextOverflow { message } => LlmError::ContextOverflow {
+                message: s(message),
+            },
+            LlmError::Http {
+                status,
+                message,
+                retryable,
+            } => LlmError::Http {
+                status,
+                message: s(message),
+                retryable,
+            },
+            LlmError::Truncated(m) => LlmError::Truncated(s(m)),
+            LlmError::Stream(m) => LlmError::Stream(s(m)),
+            LlmError::Decode(m) => LlmError::Decode(s(m)),
+            e @ LlmError::Timeout { .. } => e,
+        }
+    }
+}
+
+/// Does a server message describe a context-window overflow?
+fn is_context_overflow(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "context length",
+        "context_length",
+        "maximum context",
+        "context window",
+        "prompt is too long",
+        "exceed_context_size",
+        "exceeds the context",
+        "too many tokens",
+        "input is too long",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
+}
+
+/// Turn an HTTP error status and body into a typed error, whatever shape the server used:
+/// `{"error":{"message","type","code"}}` (OpenAI, OpenRouter, llama.cpp), `{"object":"error",
+/// "message", "code": 400}` (vLLM), `{"error":"..."}` (Ollama), `{"type":"error","error":{...}}`
+/// (Anthropic), or anything else (kept as text).
+pub fn classify_error(status: u16, body: &str) -> LlmError {
+    let v: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let pick = |v: &serde_json::Value, k: &str| -> Option<String> {
+        match v.get(k)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    };
+    let (message, kind) = match &v {
+        Some(v) => {
+            let err = v.get("error");
+            match err {
+                Some(serde_json::Value::String(s)) => {
+                    (s.clone(), pick(v, "type").unwrap_or_default())
+                }
+                Some(e @ serde_json::Value::Object(_)) => (
+                    pick(e, "message").unwrap_or_else(|| e.to_string()),
+                    [pick(e, "type"), pick(e, "code")]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                _ => (
+                    pick(v, "message")
+                        .or_else(|| pick(v, "detail"))
+                        .unwrap_or_else(|| body.trim().to_string()),
+                    [pick(v, "type"), pick(v, "code")]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+            }
+        }
+        None => (body.trim().chars().take(2000).collect(), String::new()),
+    };
+    let message = if message.is_empty() {
+        format!("(empty body, HTTP {status})")
+    } else {
+        message
+    };
+    if kind.contains("insufficient_quota") || message.contains("insufficient_quota") {
+        return LlmError::QuotaExhausted { message };
+    }
+    if is_context_overflow(&message)
+        || kind.contains("context_length")
+        || kind.contains("exceed_context")
+    {
+        return LlmError::ContextOverflow { message };
+    }
+    match status {
+        401 | 403 => LlmError::Auth { status, message },
+        404 => LlmError::NotFound { message },
+        _ => LlmError::Http {
+            status,
+            message,
+            retryable: retry::retryable_status(status),
+        },
+    }
+}
+
+/// The client: one reqwest client and the resolved settings.
+pub struct LlmClient {
+    http: reqwest::Client,
+    settings: LlmSettings,
+}
+
+/// Collects a streamed answer; one implementation per dialect.
+trait Assembler: Send {
+    /// Consume one SSE event; deltas go to `sink`. Returns true when the stream is complete.
+    fn event(&mut self, ev: &sse::Event, sink: &mut dyn FnMut(Delta)) -> Result<bool, LlmError>;
+    /// The answer, once complete.
+    fn finish(self: Box<Self>) -> ChatResponse;
+    /// What is missing when the stream ended early.
+    fn missing(&self) -> String;
+}
+
+impl LlmClient {
+    /// Build a client.
+    pub fn new(settings: LlmSettings) -> Result<LlmClient, LlmError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .user_agent(concat!("kiln/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| LlmError::Unreachable {
+                url: settings.base_url.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(LlmClient { http, settings })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &LlmSettings {
+        &self.settings
+    }
+
+    fn url(&self) -> String {
+        match self.settings.provider {
+            Provider::Openai => format!("{}/chat/completions", self.settings.base_url),
+            Provider::Anthropic => format!("{}/v1/messages", self.settings.base_url),
+        }
+    }
+
+    /// Ask for one answer. Streaming deltas go to `sink`; once any has, a failure is returned
+    /// rather than retried. Dropping the future cancels the request.
+    pub async fn complete(
+        &self,
+        req: &ChatRequest,
+        sink: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<ChatResponse, LlmError> {
+        let start = Instant::now();
+        let mut attempt = 0;
+        loop {
+            let mut delivered = false;
+            let mut tracking = |d: Delta| {
+                delivered = true;
+                sink(d)
+            };
+            let result = self.attempt(req, &mut tracking).await;
+            match result {
+                Ok(mut r) => {
+                    r.latency = start.elapsed();
+                    r.attempts = attempt + 1;
+                    return Ok(r);
+                }
+                Err((e, wait)) => {
+                    let e = e.scrub(self.settings.api_key.as_ref());
+                    if delivered || !e.retryable() || attempt >= self.settings.max_retries {
+                        return Err(e);
+                    }
+                    let delay = wait.unwrap_or_else(|| {
+                        retry::backoff(attempt, self.settings.retry_base, Duration::from_secs(30))
+                    });
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// One attempt; on failure also the delay the server asked for.
+    async fn attempt(
+        &self,
+        req: &ChatRequest,
+        sink: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<ChatResponse, (LlmError, Option<Duration>)> {
+        let s = &self.settings;
+        let url = self.url();
+        let body = match s.provider {
+            Provider::Openai => openai::body(s, req),
+            Provider::Anthropic => anthropic::body(s, req),
+        };
+        let mut rb = self.http.post(&url).json(&body);
+        rb = match (s.provider, &s.api_key) {
+            (Provider::Openai, Some(k)) => rb.bearer_auth(k.expose()),
+            (Provider::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
+            _ => rb,
+        };
+        if s.provider == Provider::Anthropic {
+            rb = rb.header("anthropic-version", "2023-06-01");
+        }
+        let secs = s.timeout.as_secs();
+        let resp = match tokio::time::timeout(s.timeout, rb.send()).await {
+            Err(_) => {
+                return Err((
+                    LlmError::Timeout {
+                        phase: "first byte",
+                        secs,
+                    },
+                    None,
+                ));
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                return Err((
+                    LlmError::Unreachable {
+                        url: url.clone(),
+                        message: root_cause(&e),
+                    },
+                    None,
+                ));
+            }
+            Ok(Err(e)) if e.is_timeout() => {
+                return Err((
+                    LlmError::Timeout {
+                        phase: "connect",
+                        secs: s.connect_timeout.as_secs(),
+                    },
+                    None,
+                ));
+            }
+            Ok(Err(e)) => {
+                return Err((
+                    LlmError::Unreachable {
+                        url: url.clone(),
+                        message: root_cause(&e),
+                    },
+                    None,
+                ));
+            }
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status().as_u16();
+        if status >= 400 {
+            let wait = retry::server_delay(resp.headers());
+            let text = match tokio::time::timeout(s.timeout, resp.text()).await {
+                Ok(Ok(t)) => t,
+                _ => String::new(),
+            };
+            return Err((classify_error(status, &text), wait));
+        }
+        if !s.stream {
+            let text = match tokio::time::timeout(s.timeout, resp.text()).await {
+                Err(_) => {
+                    return Err((
+                        LlmError::Timeout {
+                            phase: "idle",
+                            secs,
+                        },
+                        None,
+                    ));
+                }
+                Ok(Err(e)) => return Err((LlmError::Truncated(root_cause(&e)), None)),
+                Ok(Ok(t)) => t,
+            };
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                (
+                    LlmError::Decode(format!("response body is not JSON: {e}")),
+                    None,
+                )
+            })?;
+            let r = match s.provider {
+                Provider::Openai => openai::parse_full(&v),
+                Provider::Anthropic => anthropic::parse_full(&v),
+            };
+            return r.map_err(|e| (e, None));
+        }
+        let mut asm: Box<dyn Assembler> = match s.provider {
+            Provider::Openai => Box::new(openai::StreamAssembler::default()),
+            Provider::Anthropic => Box::new(anthropic::StreamAssembler::default()),
+        };
+        let mut decoder = sse::Decoder::default();
+        let mut stream = resp.bytes_stream();
+        let mut done = false;
+        while !done {
+            let chunk = match tokio::time::timeout(s.timeout, stream.next()).await {
+                Err(_) => {
+                    return Err((
+                        LlmError::Timeout {
+                            phase: "idle",
+                            secs,
+                        },
+                        None,
+                    ));
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err((
+                        LlmError::Truncated(format!("connection broke: {}", root_cause(&e))),
+                        None,
+                    ));
+                }
+                Ok(Some(Ok(c))) => c,
+            };
+            for ev in decoder.push(&chunk) {
+                if asm.event(&ev, sink).map_err(|e| (e, None))? {
+                    done = true;
+                    break;
+                }
+            }
+        }
+        if !done {
+            if let Some(ev) = decoder.finish()
+                && asm.event(&ev, sink).map_err(|e| (e, None))?
+            {
+                return Ok(asm.finish());
+            }
+            return Err((LlmError::Truncated(asm.missing()), None));
+        }
+        Ok(asm.finish())
+    }
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        msg = format!("{msg}: {s}");
+        cur = s.source();
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_shapes_are_classified() {
+        let e = classify_error(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+        );
+        assert!(matches!(e, LlmError::ContextOverflow { .. }), "{e}");
+        let e = classify_error(
+            400,
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","code":400}"#,
+        );
+        assert!(
+            matches!(e, LlmError::ContextOverflow { .. }),
+            "vLLM integer code: {e}"
+        );
+        let e = classify_error(
+            400,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error"}}"#,
+        );
+        assert!(
+            matches!(e, LlmError::ContextOverflow { .. }),
+            "llama.cpp: {e}"
+        );
+        let e = classify_error(404, r#"{"error":"model 'qwen9' not found"}"#);
+        assert!(
+            matches!(&e, LlmError::NotFound { message } if message.contains("qwen9")),
+            "ollama: {e}"
+        );
+        let e = classify_error(
+            429,
+            r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
+        );
+        assert!(matches!(e, LlmError::QuotaExhausted { .. }));
+        let e = classify_error(
+            429,
+            r#"{"error":{"code":429,"message":"Rate limit exceeded","metadata":{}}}"#,
+        );
+        assert!(e.retryable(), "openrouter rate limit: {e}");
+        let e = classify_error(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        );
+        assert!(
+            matches!(&e, LlmError::Http { status: 529, retryable: true, message } if message == "Overloaded")
+        );
+        let e = classify_error(502, "<html>bad gateway</html>");
+        assert!(matches!(&e, LlmError::Http { message, .. } if message.contains("bad gateway")));
+        let e = classify_error(
+            401,
+            r#"{"error":{"message":"Incorrect API key provided: sk-abc"}}"#,
+        )
+        .scrub(Some(&Secret::new("sk-abc")));
+        assert!(
+            matches!(&e, LlmError::Auth { message, .. } if !message.contains("sk-abc") && message.contains("[redacted]"))
+        );
+    }
+}

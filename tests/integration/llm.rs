@@ -1,0 +1,520 @@
+//! The LLM transport against a mock server over real HTTP: both dialects, streaming and not,
+//! tool calls, usage, retries, truncation, stream errors, stalls, context overflow, secrets.
+
+use crate::mock_llm::{MockLlm, Reply, anthropic_events, openai_events};
+use crate::support::Workspace;
+use kiln::llm::{
+    ChatRequest, LlmClient, LlmError, LlmSettings, Message, Provider, Secret, ToolDef,
+};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const KEY: &str = "sk-test-SECRET-123456";
+
+fn settings(mock: &MockLlm, provider: Provider) -> LlmSettings {
+    LlmSettings {
+        provider,
+        base_url: if provider == Provider::Openai {
+            format!("{}/v1", mock.url)
+        } else {
+            mock.url.clone()
+        },
+        model: "test-model".into(),
+        api_key: Some(Secret::new(KEY)),
+        max_tokens: 256,
+        connect_timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(2),
+        temperature: Some(0.0),
+        disable_thinking: false,
+        max_retries: 3,
+        retry_base: Duration::from_millis(10),
+        stream: true,
+    }
+}
+
+fn ask(text: &str) -> ChatRequest {
+    ChatRequest {
+        system: Some("be brief".into()),
+        messages: vec![Message::User { text: text.into() }],
+        tools: vec![],
+        max_tokens: None,
+    }
+}
+
+fn tool_req() -> ChatRequest {
+    let mut r = ask("read two files");
+    r.tools = vec![ToolDef {
+        name: "read_file".into(),
+        description: "read".into(),
+        parameters: json!({"type":"object","properties":{"path":{"type":"string"}}}),
+    }];
+    r
+}
+
+fn oa_text(text: &str) -> Reply {
+    let mut parts = openai_events(&[
+        json!({"model":"test-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}),
+        json!({"choices":[{"index":0,"delta":{"content":text}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":2}}}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    Reply::sse(parts)
+}
+
+async fn complete(
+    s: LlmSettings,
+    req: &ChatRequest,
+) -> (Result<kiln::llm::ChatResponse, LlmError>, String) {
+    let client = LlmClient::new(s).unwrap();
+    let mut streamed = String::new();
+    let r = client
+        .complete(req, &mut |d| {
+            if let kiln::llm::Delta::Text(t) = d {
+                streamed.push_str(&t)
+            }
+        })
+        .await;
+    (r, streamed)
+}
+
+#[tokio::test]
+async fn openai_streams_text_and_usage_by_class() {
+    let mock = MockLlm::start(vec![oa_text("Hello there")]);
+    let (r, streamed) = complete(settings(&mock, Provider::Openai), &ask("hi")).await;
+    let r = r.unwrap();
+    assert_eq!(
+        (r.text.as_str(), streamed.as_str()),
+        ("Hello there", "Hello there")
+    );
+    assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(
+        (
+            r.usage.input,
+            r.usage.cached_input,
+            r.usage.output,
+            r.usage.reasoning
+        ),
+        (12, 8, 5, 2)
+    );
+    let req = &mock.recorded()[0];
+    assert_eq!(req.path, "/v1/chat/completions");
+    assert_eq!(
+        req.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(req.body["model"], "test-model");
+    assert_eq!(req.body["temperature"], 0.0);
+    assert_eq!(req.body["stream"], true);
+    assert_eq!(
+        req.body["messages"][0],
+        json!({"role":"system","content":"be brief"})
+    );
+}
+
+#[tokio::test]
+async fn openai_parallel_tool_calls_are_assembled_from_fragments() {
+    let mut parts = openai_events(&[
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read_file","arguments":""}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"pa"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"read_file","arguments":"{\"path\":"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":\"a.rs\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"b.rs\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    let mock = MockLlm::start(vec![Reply::sse(parts)]);
+    let (r, _) = complete(settings(&mock, Provider::Openai), &tool_req()).await;
+    let r = r.unwrap();
+    assert_eq!(r.tool_calls.len(), 2);
+    assert_eq!(
+        (
+            r.tool_calls[0].id.as_str(),
+            r.tool_calls[0].arguments.as_str()
+        ),
+        ("call_a", r#"{"path":"a.rs"}"#)
+    );
+    assert_eq!(
+        (
+            r.tool_calls[1].id.as_str(),
+            r.tool_calls[1].arguments.as_str()
+        ),
+        ("call_b", r#"{"path":"b.rs"}"#)
+    );
+    assert_eq!(
+        mock.recorded()[0].body["tools"][0]["function"]["name"],
+        "read_file"
+    );
+}
+
+fn anthropic_stream_with_tool() -> Reply {
+    Reply::sse(anthropic_events(&[
+        json!({"type":"message_start","message":{"model":"claude-test","usage":{"input_tokens":30,"cache_read_input_tokens":100,"cache_creation_input_tokens":7,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Reading "}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"both."}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"read_file","input":{}}}),
+        json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"path\": \"a"}}),
+        json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":".rs\"}"}}),
+        json!({"type":"content_block_stop","index":1}),
+        json!({"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_2","name":"read_file","input":{}}}),
+        json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"path\": \"b.rs\"}"}}),
+        json!({"type":"content_block_stop","index":2}),
+        json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}}),
+        json!({"type":"message_stop"}),
+    ]))
+}
+
+#[tokio::test]
+async fn anthropic_streams_text_tool_use_and_usage() {
+    let mock = MockLlm::start(vec![anthropic_stream_with_tool()]);
+    let mut req = tool_req();
+    req.messages.push(Message::Assistant {
+        text: String::new(),
+        tool_calls: vec![kiln::llm::ToolCall {
+            id: "t0".into(),
+            name: "read_file".into(),
+            arguments: "{}".into(),
+        }],
+    });
+    req.messages.push(Message::ToolResult {
+        id: "t0".into(),
+        content: "x".into(),
+        is_error: false,
+    });
+    req.messages.push(Message::User {
+        text: "continue".into(),
+    });
+    let (r, streamed) = complete(settings(&mock, Provider::Anthropic), &req).await;
+    let r = r.unwrap();
+    assert_eq!(
+        (r.text.as_str(), streamed.as_str()),
+        ("Reading both.", "Reading both.")
+    );
+    assert_eq!(
+        r.tool_calls
+            .iter()
+            .map(|c| c.arguments.as_str())
+            .collect::<Vec<_>>(),
+        [r#"{"path": "a.rs"}"#, r#"{"path": "b.rs"}"#]
+    );
+    assert_eq!(r.finish_reason.as_deref(), Some("tool_use"));
+    assert_eq!(
+        (
+            r.usage.input,
+            r.usage.cached_input,
+            r.usage.cache_write,
+            r.usage.output
+        ),
+        (30, 100, 7, 42)
+    );
+    let rec = &mock.recorded()[0];
+    assert_eq!(rec.path, "/v1/messages");
+    assert_eq!(rec.header("x-api-key"), Some(KEY));
+    assert_eq!(rec.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(rec.body["max_tokens"], 256);
+    assert_eq!(rec.body["system"], "be brief");
+    // The tool result and the following user text are merged into one user turn.
+    let msgs = rec.body["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
+    assert_eq!(msgs[2]["content"][1]["text"], "continue");
+}
+
+#[tokio::test]
+async fn non_streaming_both_dialects() {
+    let mock = MockLlm::start(vec![
+        Reply::json(
+            200,
+            json!({"model":"m","choices":[{"message":{"role":"assistant","content":"plain","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}),
+        ),
+        Reply::json(
+            200,
+            json!({"model":"claude","content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"tu","name":"g","input":{"b":2}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":6}}),
+        ),
+    ]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.stream = false;
+    let (r, _) = complete(s, &ask("x")).await;
+    let r = r.unwrap();
+    assert_eq!(
+        (
+            r.text.as_str(),
+            r.tool_calls[0].arguments.as_str(),
+            r.usage.output
+        ),
+        ("plain", r#"{"a":1}"#, 4)
+    );
+    let mut s = settings(&mock, Provider::Anthropic);
+    s.stream = false;
+    let (r, _) = complete(s, &ask("x")).await;
+    let r = r.unwrap();
+    assert_eq!(
+        (
+            r.text.as_str(),
+            r.tool_calls[0].arguments.as_str(),
+            r.usage.input
+        ),
+        ("hi", r#"{"b":2}"#, 5)
+    );
+}
+
+#[tokio::test]
+async fn retryable_statuses_are_retried_with_and_without_retry_after() {
+    for (status, header) in [
+        (503, None),
+        (429, Some(("retry-after-ms", "30"))),
+        (408, None),
+        (409, None),
+        (500, Some(("retry-after", "0"))),
+    ] {
+        let first = Reply::Full(
+            status,
+            header
+                .map(|(k, v)| vec![(k, v.to_string())])
+                .unwrap_or_default(),
+            r#"{"error":{"message":"busy"}}"#.into(),
+        );
+        let mock = MockLlm::start(vec![first, oa_text("ok")]);
+        let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+        let r = r.unwrap_or_else(|e| panic!("{status}: {e}"));
+        assert_eq!((r.text.as_str(), r.attempts), ("ok", 2), "{status}");
+        assert_eq!(mock.recorded().len(), 2);
+    }
+    // Anthropic's 529 overloaded.
+    let overloaded = Reply::json(
+        529,
+        json!({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}),
+    );
+    let mock = MockLlm::start(vec![overloaded, anthropic_stream_with_tool()]);
+    let (r, _) = complete(settings(&mock, Provider::Anthropic), &ask("x")).await;
+    assert_eq!(r.unwrap().attempts, 2);
+}
+
+#[tokio::test]
+async fn retry_after_seconds_is_honoured() {
+    let mock = MockLlm::start(vec![
+        Reply::Full(429, vec![("retry-after", "1".into())], "{}".into()),
+        oa_text("ok"),
+    ]);
+    let start = Instant::now();
+    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    r.unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_millis(950),
+        "waited {:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn quota_exhaustion_and_client_errors_are_not_retried() {
+    let quota = Reply::json(
+        429,
+        json!({"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}),
+    );
+    let mock = MockLlm::start(vec![quota, oa_text("never")]);
+    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert!(matches!(r, Err(LlmError::QuotaExhausted { .. })), "{r:?}");
+    assert_eq!(mock.recorded().len(), 1);
+
+    let mock = MockLlm::start(vec![
+        Reply::json(400, json!({"error":{"message":"bad request"}})),
+        oa_text("never"),
+    ]);
+    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert!(
+        matches!(
+            r,
+            Err(LlmError::Http {
+                status: 400,
+                retryable: false,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(mock.recorded().len(), 1);
+
+    let mock = MockLlm::start(vec![Reply::json(503, json!({})); 5]);
+    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert!(matches!(r, Err(LlmError::Http { status: 503, .. })));
+    assert_eq!(mock.recorded().len(), 4, "first attempt + max_retries (3)");
+}
+
+#[tokio::test]
+async fn truncated_streams_are_errors_never_short_answers() {
+    let cut = Reply::sse(openai_events(&[
+        json!({"choices":[{"index":0,"delta":{"content":"Half an ans"}}]}),
+    ]));
+    let mock = MockLlm::start(vec![cut, oa_text("should not be fetched")]);
+    let (r, streamed) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert!(
+        matches!(&r, Err(LlmError::Truncated(m)) if m.contains("finish_reason")),
+        "{r:?}"
+    );
+    assert_eq!(streamed, "Half an ans");
+    assert_eq!(
+        mock.recorded().len(),
+        1,
+        "output reached the caller: no retry"
+    );
+
+    let cut = Reply::sse(anthropic_events(&[
+        json!({"type":"message_start","message":{"usage":{"input_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"partial"}}),
+    ]));
+    let mock = MockLlm::start(vec![cut]);
+    let (r, _) = complete(settings(&mock, Provider::Anthropic), &ask("x")).await;
+    assert!(
+        matches!(&r, Err(LlmError::Truncated(m)) if m.contains("message_stop")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_inside_a_200_stream_and_malformed_chunks_are_errors() {
+    let mock = MockLlm::start(vec![
+        Reply::sse(vec![
+            "data: {\"error\":{\"message\":\"upstream model crashed\"}}\n\n".into(),
+        ]),
+        Reply::sse(vec!["data: {not json\n\n".into()]),
+        Reply::sse(anthropic_events(&[
+            json!({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}),
+        ])),
+    ]);
+    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert!(
+        matches!(&r, Err(LlmError::Stream(m)) if m.contains("upstream model crashed")),
+        "{r:?}"
+    );
+    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert!(
+        matches!(&r, Err(LlmError::Decode(m)) if m.contains("not JSON")),
+        "{r:?}"
+    );
+    let (r, _) = complete(settings(&mock, Provider::Anthropic), &ask("x")).await;
+    assert!(
+        matches!(&r, Err(LlmError::Stream(m)) if m == "Overloaded"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_stream_hits_the_idle_timeout() {
+    let stall = Reply::Stream(vec![
+        (
+            Duration::ZERO,
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n".into(),
+        ),
+        (Duration::from_secs(4), "data: [DONE]\n\n".into()),
+    ]);
+    let mock = MockLlm::start(vec![stall]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.timeout = Duration::from_millis(500);
+    let start = Instant::now();
+    let (r, _) = complete(s, &ask("x")).await;
+    assert!(
+        matches!(r, Err(LlmError::Timeout { phase: "idle", .. })),
+        "{r:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn context_overflow_is_typed() {
+    let mock = MockLlm::start(vec![
+        Reply::json(
+            400,
+            json!({"error":{"message":"This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}),
+        ),
+        Reply::json(
+            400,
+            json!({"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}),
+        ),
+    ]);
+    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert!(matches!(r, Err(LlmError::ContextOverflow { .. })), "{r:?}");
+    let (r, _) = complete(settings(&mock, Provider::Anthropic), &ask("x")).await;
+    assert!(matches!(r, Err(LlmError::ContextOverflow { .. })), "{r:?}");
+}
+
+#[tokio::test]
+async fn disable_thinking_and_omitted_temperature() {
+    let mock = MockLlm::start(vec![oa_text("a")]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.disable_thinking = true;
+    s.temperature = None;
+    complete(s, &ask("x")).await.0.unwrap();
+    let body = &mock.recorded()[0].body;
+    assert_eq!(
+        body["chat_template_kwargs"],
+        json!({"enable_thinking": false}),
+        "a self-hosted (vLLM/llama.cpp) URL"
+    );
+    assert!(body.get("temperature").is_none());
+}
+
+#[test]
+fn llm_check_reports_success_and_failure_without_leaking_the_key() {
+    let ws = Workspace::new();
+    let mock = MockLlm::start(vec![
+        oa_text("ok"),
+        Reply::json(
+            401,
+            json!({"error":{"message":format!("Incorrect API key provided: {KEY}"),"type":"invalid_request_error"}}),
+        ),
+        Reply::json(404, json!({"error":"model 'nope' not found"})),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let env = [("OPENAI_API_KEY", KEY), ("KILN_MODEL", "test-model")];
+    let r = ws.kiln(&["llm", "check", "--base-url", &base, "--json"], &env);
+    r.expect_code(0);
+    let j = r.json();
+    assert_eq!(
+        (
+            j["ok"].as_bool(),
+            j["usage"]["output"].as_u64(),
+            j["model"].as_str()
+        ),
+        (Some(true), Some(5), Some("test-model"))
+    );
+
+    let r = ws.kiln(&["llm", "check", "--base-url", &base, "--json"], &env);
+    r.expect_code(2);
+    assert_eq!(r.json()["reason"], "bad_key");
+    assert!(
+        !r.stdout().contains(KEY) && !r.stderr().contains(KEY),
+        "{}{}",
+        r.stdout(),
+        r.stderr()
+    );
+    assert!(r.stderr().contains("[redacted]"));
+
+    let r = ws.kiln(
+        &["llm", "check", "--base-url", &base, "--model", "nope"],
+        &env,
+    );
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("model or endpoint not found") && r.stderr().contains("nope"),
+        "{}",
+        r.stderr()
+    );
+
+    // Nothing listening: unreachable, named as such.
+    let r = ws.kiln(
+        &[
+            "llm",
+            "check",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--json",
+        ],
+        &env,
+    );
+    r.expect_code(2);
+    assert_eq!(r.json()["reason"], "unreachable");
+}
