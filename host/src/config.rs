@@ -130,6 +130,20 @@ struct File {
     plugins: BTreeMap<String, PluginConfig>,
     #[serde(default)]
     llm: Option<crate::llm::LlmConfig>,
+    #[serde(default)]
+    fix: Option<FixConfig>,
+}
+
+/// `[fix]`: defaults for `kiln fix` in this project.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixConfig {
+    /// The project prompt: what the code should do, conventions to keep.
+    pub prompt: Option<String>,
+    /// Default edit format.
+    pub format: Option<String>,
+    /// Default iteration ceiling.
+    pub max_iters: Option<u32>,
 }
 
 /// The merged configuration.
@@ -139,6 +153,8 @@ pub struct Config {
     pub plugins: BTreeMap<String, PluginConfig>,
     /// `[llm]`, merged.
     pub llm: crate::llm::LlmConfig,
+    /// `[fix]`, merged.
+    pub fix: FixConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
 }
@@ -183,6 +199,17 @@ impl Config {
         if let Some(llm) = file.llm {
             self.llm.merge(llm);
         }
+        if let Some(fix) = file.fix {
+            if fix.prompt.is_some() {
+                self.fix.prompt = fix.prompt;
+            }
+            if fix.format.is_some() {
+                self.fix.format = fix.format;
+            }
+            if fix.max_iters.is_some() {
+                self.fix.max_iters = fix.max_iters;
+            }
+        }
         self.sources.push(path.to_path_buf());
         Ok(())
     }
@@ -215,6 +242,42 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
         return Err(invalid(format!(
             "plugins.{name}: limits must be greater than zero"
         )));
+    }
+    Ok(())
+}
+
+/// Grants implied by naming a runner on the command line (DESIGN §3: naming it is consent for
+/// the build it runs): `--runner command --cmd "prog ..."` grants `prog`; `--runner cargo`
+/// grants `cargo` and the variables rustup and cargo need.
+pub fn grant_runner_consent(
+    config: &mut Config,
+    runner: &str,
+    cmd: Option<&str>,
+) -> Result<(), String> {
+    let pc = config.plugins.entry(runner.to_string()).or_default();
+    if let Some(cmd) = cmd {
+        let program = cmd.split_whitespace().next().ok_or("--cmd is empty")?;
+        pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
+            program: program.trim_matches(['"', '\'']).to_string(),
+            args: vec!["*".into()],
+        });
+    }
+    if runner == "cargo" {
+        pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
+            program: "cargo".into(),
+            args: vec!["*".into()],
+        });
+        let env = pc.env.get_or_insert_with(Vec::new);
+        for v in [
+            "CARGO_HOME",
+            "RUSTUP_HOME",
+            "RUSTUP_TOOLCHAIN",
+            "CARGO_TARGET_DIR",
+        ] {
+            if !env.iter().any(|e| e == v) {
+                env.push(v.to_string());
+            }
+        }
     }
     Ok(())
 }

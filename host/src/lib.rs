@@ -4,5 +4,7 @@
 pub mod cli;
 pub mod config;
 pub mod edit;
+pub mod engine;
 pub mod llm;
 pub mod plugin;
+pub mod store;

@@ -2,7 +2,6 @@
 //! of every fix-loop iteration).
 
 use super::{Ctx, Outcome, print_json};
-use crate::config::ExecGrant;
 use crate::plugin::{PluginKind, Severity};
 use clap::Args;
 use serde_json::json;
@@ -18,6 +17,9 @@ pub(crate) struct CheckArgs {
     /// targets). Naming it here grants the runner that program.
     #[arg(long)]
     cmd: Option<String>,
+    /// For the `cargo` runner: `check` (default), `build` or `test`.
+    #[arg(long)]
+    mode: Option<String>,
     /// One target file.
     #[arg(long, conflicts_with = "files")]
     file: Option<String>,
@@ -52,18 +54,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     }
     let mut config = ctx.config.clone();
     let mut settings = BTreeMap::new();
+    crate::config::grant_runner_consent(&mut config, &args.runner, args.cmd.as_deref())
+        .map_err(|e| anyhow::anyhow!(e))?;
     if let Some(cmd) = &args.cmd {
-        // Naming the command on the command line is consent to run that program.
-        let program = cmd
-            .split_whitespace()
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("--cmd is empty"))?;
-        let pc = config.plugins.entry(args.runner.clone()).or_default();
-        pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
-            program: program.to_string(),
-            args: vec!["*".into()],
-        });
         settings.insert("cmd".to_string(), cmd.clone());
+    }
+    if let Some(mode) = &args.mode {
+        settings.insert("mode".to_string(), mode.clone());
     }
     let ctx2 = Ctx {
         workspace: ctx.workspace.clone(),

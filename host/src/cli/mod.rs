@@ -4,6 +4,8 @@
 
 mod check;
 mod edit_cmd;
+mod fix_cmd;
+mod history_cmd;
 mod llm_cmd;
 mod plugin_cmd;
 mod tool_cmd;
@@ -44,6 +46,10 @@ struct Global {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The compile-and-fix loop: check, ask the model, apply its edits, repeat.
+    Fix(Box<fix_cmd::FixArgs>),
+    /// Earlier loops of this workspace.
+    History(history_cmd::HistoryArgs),
     /// Run a runner once over target files and report its diagnostics.
     Check(check::CheckArgs),
     /// Parse or apply an LLM response with an edit format.
@@ -66,6 +72,8 @@ pub enum Outcome {
     Success,
     /// Exit 1: the work ran but did not succeed.
     Failure,
+    /// Exit 2: the work stopped on an error (transport, plugin).
+    Error,
 }
 
 /// Everything a command needs: the workspace, merged configuration, the runtime and the
@@ -144,6 +152,7 @@ pub fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failure) => ExitCode::from(1),
+        Ok(Outcome::Error) => ExitCode::from(2),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
@@ -154,6 +163,8 @@ pub fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let ctx = Ctx::new(&cli.global)?;
     match cli.command {
+        Command::Fix(args) => fix_cmd::run(&ctx, &cli.global.plugins, *args).await,
+        Command::History(args) => history_cmd::run(&ctx, args).await,
         Command::Check(args) => check::run(&ctx, &cli.global.plugins, args).await,
         Command::Edit(cmd) => edit_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Llm(cmd) => llm_cmd::run(&ctx, cmd).await,

@@ -27,7 +27,7 @@ pub struct ToolDef {
 }
 
 /// A tool call made by the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ToolCall {
     /// Call id (echoed in the tool result).
     pub id: String,

@@ -1,0 +1,161 @@
+//! `kiln fix`: the compile-and-fix loop from the command line, with live events for a person
+//! (stderr) or as JSON lines (stdout), Ctrl-C handling and the seed-000 result shape.
+
+use super::llm_cmd::LlmArgs;
+use super::{Ctx, Outcome, print_json};
+use crate::engine::{self, Event, FixOptions, ModelSource, Replay};
+use crate::llm::LlmClient;
+use crate::plugin::PluginKind;
+use crate::store::Store;
+use anyhow::Context;
+use clap::Args;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub(crate) struct FixArgs {
+    /// Runner plugin: `command`, `cargo`, or a user plugin.
+    #[arg(long, default_value = "command")]
+    runner: String,
+    /// For the `command` runner: the command (`{file}`/`{files}` replaced by the targets).
+    #[arg(long)]
+    cmd: Option<String>,
+    /// For the `cargo` runner: `check` (default), `build` or `test`.
+    #[arg(long)]
+    mode: Option<String>,
+    /// One target file.
+    #[arg(long, conflicts_with = "files")]
+    file: Option<String>,
+    /// Several target files (needs a multi-file format).
+    #[arg(long, num_args = 1..)]
+    files: Vec<String>,
+    /// Edit format (default: `[fix] format` in kiln.toml, else search-replace).
+    #[arg(long)]
+    format: Option<String>,
+    /// Iteration ceiling (default 5).
+    #[arg(long)]
+    max_iters: Option<u32>,
+    /// Extra system prompt text.
+    #[arg(long)]
+    system: Option<String>,
+    /// Language hint for the model.
+    #[arg(long)]
+    lang: Option<String>,
+    /// The task prompt, from a file (default: `[fix] prompt` in kiln.toml).
+    #[arg(long)]
+    prompt_file: Option<PathBuf>,
+    /// Replay recorded LLM responses from a JSONL file instead of calling a model.
+    #[arg(long, conflicts_with = "replay_loop")]
+    replay: Option<PathBuf>,
+    /// Replay the LLM responses recorded for an earlier loop.
+    #[arg(long)]
+    replay_loop: Option<i64>,
+    /// Events as JSON lines on stdout; the last (`loop.result`) carries the result.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    llm: LlmArgs,
+}
+
+pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
+    let targets: Vec<String> = args
+        .file
+        .iter()
+        .cloned()
+        .chain(args.files.iter().cloned())
+        .collect();
+    anyhow::ensure!(
+        !targets.is_empty(),
+        "name the files to fix with --file F or --files F..."
+    );
+    let mut config = ctx.config.clone();
+    crate::config::grant_runner_consent(&mut config, &args.runner, args.cmd.as_deref())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let mut runner_settings = BTreeMap::new();
+    if let Some(cmd) = &args.cmd {
+        runner_settings.insert("cmd".into(), cmd.clone());
+    }
+    if let Some(mode) = &args.mode {
+        runner_settings.insert("mode".into(), mode.clone());
+    }
+    let prompt = match &args.prompt_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read --prompt-file {}", p.display()))?,
+        ),
+        None => config.fix.prompt.clone(),
+    };
+    let mut store = Store::open(&ctx.workspace)?;
+    let mut model = match (&args.replay, args.replay_loop) {
+        (Some(file), _) => {
+            ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        (None, Some(id)) => {
+            ModelSource::Replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        (None, None) => ModelSource::Live(LlmClient::new(args.llm.settings(&Ctx {
+            workspace: ctx.workspace.clone(),
+            config: config.clone(),
+            runtime: crate::plugin::Runtime::new(None)?,
+        })?)?),
+    };
+    let ctx2 = Ctx {
+        workspace: ctx.workspace.clone(),
+        config: config.clone(),
+        runtime: crate::plugin::Runtime::with_default_cache()?,
+    };
+    let reg = ctx2.registry(extra).await?;
+    let runner = reg.get(&args.runner, Some(PluginKind::Runner))?;
+    let format_name = args
+        .format
+        .clone()
+        .or(config.fix.format.clone())
+        .unwrap_or_else(|| "search-replace".into());
+    let format = reg.get(&format_name, Some(PluginKind::EditFormat))?;
+    let opts = FixOptions {
+        targets,
+        max_iters: args.max_iters.or(config.fix.max_iters).unwrap_or(5),
+        system: args.system.clone(),
+        lang: args.lang.clone(),
+        prompt,
+        runner_settings,
+        ..Default::default()
+    };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = tx.send(true);
+        }
+    });
+    let json = args.json;
+    let mut seq = 0u64;
+    let mut on_event = move |e: &Event| {
+        seq += 1;
+        if json {
+            print_json(&e.to_json(seq, crate::store::now_ms()));
+        } else if let Some(line) = e.human() {
+            eprintln!("{line}");
+        }
+    };
+    let outcome = engine::run_fix(
+        &opts,
+        engine::fix::FixDeps {
+            workspace: &ctx.workspace,
+            runner,
+            format,
+            model: &mut model,
+            store: &mut store,
+            cancel: rx,
+            on_event: &mut on_event,
+        },
+    )
+    .await?;
+    if !json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    }
+    Ok(match outcome.stop_reason.as_str() {
+        "success" => Outcome::Success,
+        "error" => Outcome::Error,
+        _ => Outcome::Failure,
+    })
+}

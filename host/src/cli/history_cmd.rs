@@ -1,0 +1,116 @@
+//! `kiln history [show ID]`: what happened in earlier loops, from the workspace's store.
+
+use super::{Ctx, Outcome, print_json};
+use crate::store::Store;
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    #[command(subcommand)]
+    show: Option<HistoryCommand>,
+    /// JSON output (one object per loop per line, or one object for `show`).
+    #[arg(long, global = true)]
+    json: bool,
+    /// How many loops to list.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+}
+
+#[derive(Debug, Subcommand)]
+enum HistoryCommand {
+    /// Every iteration of one loop with its edits and output.
+    Show {
+        /// Loop id.
+        id: i64,
+    },
+}
+
+pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome> {
+    let store = Store::open(&ctx.workspace)?;
+    match args.show {
+        None => {
+            let rows = store.loops(args.limit)?;
+            if rows.is_empty() && !args.json {
+                eprintln!("no loops recorded in {} yet", ctx.workspace.display());
+            }
+            for r in rows {
+                if args.json {
+                    print_json(&serde_json::to_value(&r)?);
+                } else {
+                    println!(
+                        "{:>4}  {:<8} {:<17} iters {}/{}  {}  {}",
+                        r.id,
+                        r.status,
+                        r.stop_reason.as_deref().unwrap_or("-"),
+                        r.iters,
+                        r.max_iters,
+                        r.targets.join(","),
+                        r.summary.as_deref().unwrap_or("")
+                    );
+                }
+            }
+        }
+        Some(HistoryCommand::Show { id }) => {
+            let d = store.loop_detail(id)?;
+            if args.json {
+                print_json(&serde_json::to_value(&d)?);
+            } else {
+                let r = &d.row;
+                println!(
+                    "loop {}: {} ({}) runner {} format {} model {}",
+                    r.id,
+                    r.status,
+                    r.stop_reason.as_deref().unwrap_or("running"),
+                    r.runner,
+                    r.format,
+                    r.model
+                );
+                println!("targets: {}", r.targets.join(", "));
+                println!(
+                    "tokens: input {} (cached {}), output {}",
+                    r.tokens.input, r.tokens.cached_input, r.tokens.output
+                );
+                if let Some(s) = &r.summary {
+                    println!("summary: {s}");
+                }
+                for it in &d.iterations {
+                    println!(
+                        "\n-- iteration {}: {} (exit {}), {} edit(s) applied, runner {} ms, llm {} ms",
+                        it.n,
+                        if it.ok { "passed" } else { "failed" },
+                        it.exit_code,
+                        it.edits_applied,
+                        it.runner_ms,
+                        it.llm_ms
+                    );
+                    if let Some(s) = &it.llm_summary {
+                        println!("   model: {s}");
+                    }
+                    for e in d.edits.iter().filter(|e| e.iteration == it.n) {
+                        println!(
+                            "   edit {} {} {}{}",
+                            e.status,
+                            e.kind,
+                            e.path,
+                            e.error
+                                .as_deref()
+                                .map(|x| format!(": {}", x.lines().next().unwrap_or("")))
+                                .unwrap_or_default()
+                        );
+                    }
+                    for diag in it.diagnostics.as_array().into_iter().flatten().take(10) {
+                        println!(
+                            "   {}:{}:{}: {}: {}",
+                            diag["file"].as_str().unwrap_or(""),
+                            diag["line"],
+                            diag["column"],
+                            diag["severity"].as_str().unwrap_or(""),
+                            diag["message"].as_str().unwrap_or("")
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,241 @@
+//! The typed event stream every loop emits: numbered, timestamped, rendered for a person or as
+//! one JSON object per line. The JSON form is `{"seq", "ts_ms", "type", ...fields}`; `type` is
+//! one of the names below (`loop.started`, `runner.finished`, ...).
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One event.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    /// A loop began.
+    #[serde(rename = "loop.started")]
+    LoopStarted {
+        /// Loop id.
+        loop_id: i64,
+        /// Runner.
+        runner: String,
+        /// Format.
+        format: String,
+        /// Model.
+        model: String,
+        /// Targets.
+        targets: Vec<String>,
+        /// Ceiling.
+        max_iters: u32,
+    },
+    /// The runner finished a check.
+    #[serde(rename = "runner.finished")]
+    RunnerFinished {
+        /// Iteration (0: before any fix).
+        iteration: u32,
+        /// Verdict.
+        ok: bool,
+        /// Exit code.
+        exit_code: i32,
+        /// Error diagnostics.
+        errors: usize,
+        /// Run time.
+        duration_ms: u64,
+    },
+    /// A request went to the model.
+    #[serde(rename = "llm.request")]
+    LlmRequest {
+        /// Iteration.
+        iteration: u32,
+        /// Prompt size in characters.
+        prompt_chars: usize,
+    },
+    /// The model answered.
+    #[serde(rename = "llm.response")]
+    LlmResponse {
+        /// Iteration.
+        iteration: u32,
+        /// Latency.
+        latency_ms: u64,
+        /// Input tokens.
+        input_tokens: u64,
+        /// Output tokens.
+        output_tokens: u64,
+        /// Tool calls made.
+        tool_calls: Vec<String>,
+    },
+    /// An edit was applied (or already was).
+    #[serde(rename = "edit.applied")]
+    EditApplied {
+        /// Iteration.
+        iteration: u32,
+        /// Path.
+        path: String,
+        /// `applied` or `already_applied`.
+        status: String,
+        /// Tier.
+        tier: Option<String>,
+    },
+    /// An edit was refused (nothing of that response was written).
+    #[serde(rename = "edit.failed")]
+    EditFailed {
+        /// Iteration.
+        iteration: u32,
+        /// Path.
+        path: String,
+        /// Failure class.
+        failure: String,
+        /// Message given to the model.
+        error: String,
+    },
+    /// An iteration ended.
+    #[serde(rename = "loop.iteration")]
+    LoopIteration {
+        /// Loop id.
+        loop_id: i64,
+        /// Iteration.
+        iteration: u32,
+        /// Runner verdict after the edits.
+        ok: bool,
+        /// Edits applied.
+        edits_applied: usize,
+    },
+    /// The loop succeeded.
+    #[serde(rename = "loop.succeeded")]
+    LoopSucceeded {
+        /// Loop id.
+        loop_id: i64,
+        /// Iterations used.
+        iters: u32,
+    },
+    /// The loop ended without success.
+    #[serde(rename = "loop.failed")]
+    LoopFailed {
+        /// Loop id.
+        loop_id: i64,
+        /// Stop reason.
+        reason: String,
+        /// Last error.
+        last_error: Option<String>,
+    },
+    /// The loop was blocked (stop tool or policy).
+    #[serde(rename = "loop.blocked")]
+    LoopBlocked {
+        /// Loop id.
+        loop_id: i64,
+        /// Why.
+        reason: String,
+    },
+    /// The final result, in the compile_loop return shape.
+    #[serde(rename = "loop.result")]
+    LoopResult(super::fix::FixOutcome),
+}
+
+impl Event {
+    /// The `type` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::LoopStarted { .. } => "loop.started",
+            Event::RunnerFinished { .. } => "runner.finished",
+            Event::LlmRequest { .. } => "llm.request",
+            Event::LlmResponse { .. } => "llm.response",
+            Event::EditApplied { .. } => "edit.applied",
+            Event::EditFailed { .. } => "edit.failed",
+            Event::LoopIteration { .. } => "loop.iteration",
+            Event::LoopSucceeded { .. } => "loop.succeeded",
+            Event::LoopFailed { .. } => "loop.failed",
+            Event::LoopBlocked { .. } => "loop.blocked",
+            Event::LoopResult(_) => "loop.result",
+        }
+    }
+
+    /// The JSON line form with `seq` and `ts_ms`.
+    pub fn to_json(&self, seq: u64, ts_ms: i64) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("seq".into(), seq.into());
+            m.insert("ts_ms".into(), ts_ms.into());
+            if !m.contains_key("type") {
+                m.insert("type".into(), self.name().into());
+            }
+        }
+        v
+    }
+
+    /// One line for a person.
+    pub fn human(&self) -> Option<String> {
+        Some(match self {
+            Event::LoopStarted {
+                loop_id,
+                runner,
+                format,
+                model,
+                targets,
+                max_iters,
+            } => {
+                format!(
+                    "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {max_iters} iterations)",
+                    targets.join(", ")
+                )
+            }
+            Event::RunnerFinished {
+                iteration,
+                ok,
+                exit_code,
+                errors,
+                duration_ms,
+            } => format!(
+                "[{iteration}] runner: {} (exit {exit_code}, {errors} errors, {duration_ms} ms)",
+                if *ok { "passed" } else { "failed" }
+            ),
+            Event::LlmRequest {
+                iteration,
+                prompt_chars,
+            } => format!("[{iteration}] asking the model ({prompt_chars} chars)…"),
+            Event::LlmResponse {
+                iteration,
+                latency_ms,
+                input_tokens,
+                output_tokens,
+                tool_calls,
+            } => format!(
+                "[{iteration}] model answered in {latency_ms} ms ({input_tokens} in / {output_tokens} out tokens){}",
+                if tool_calls.is_empty() {
+                    String::new()
+                } else {
+                    format!(", called {}", tool_calls.join(", "))
+                }
+            ),
+            Event::EditApplied {
+                iteration,
+                path,
+                status,
+                tier,
+            } => {
+                format!(
+                    "[{iteration}] {status} {path}{}",
+                    tier.as_deref()
+                        .map(|t| format!(" (tier {t})"))
+                        .unwrap_or_default()
+                )
+            }
+            Event::EditFailed {
+                iteration,
+                path,
+                failure,
+                error,
+            } => {
+                format!(
+                    "[{iteration}] edit refused ({failure}) {path}: {}",
+                    error.lines().next().unwrap_or("")
+                )
+            }
+            Event::LoopIteration { .. } => return None,
+            Event::LoopSucceeded { loop_id, iters } => {
+                format!("loop {loop_id}: success after {iters} iteration(s)")
+            }
+            Event::LoopFailed {
+                loop_id, reason, ..
+            } => format!("loop {loop_id}: stopped: {reason}"),
+            Event::LoopBlocked { loop_id, reason } => format!("loop {loop_id}: blocked: {reason}"),
+            Event::LoopResult(_) => return None,
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! Where a loop's answers come from: a live model through the transport, or a replay of
+//! recorded responses (a JSONL file, or an earlier loop's LLM calls from the store) for
+//! deterministic re-runs without an API key.
+
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
+use std::collections::VecDeque;
+use std::path::Path;
+
+/// Recorded responses, served in order.
+#[derive(Debug, Clone, Default)]
+pub struct Replay {
+    responses: VecDeque<ChatResponse>,
+    /// Where they came from (for messages).
+    pub source: String,
+}
+
+impl Replay {
+    /// Read a JSONL file: each line is a JSON string (the answer text) or an object with `text`
+    /// (or `response`/`content`) and optional `tool_calls: [{name, arguments}]`.
+    pub fn from_jsonl(path: &Path) -> Result<Replay, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read replay file {}: {e}", path.display()))?;
+        let mut responses = VecDeque::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| format!("{}:{}: not JSON: {e}", path.display(), i + 1))?;
+            responses.push_back(Self::parse(&v).ok_or_else(|| {
+                format!(
+                    "{}:{}: expected a string or an object with `text` (and optional `tool_calls`)",
+                    path.display(),
+                    i + 1
+                )
+            })?);
+        }
+        if responses.is_empty() {
+            return Err(format!("replay file {} has no responses", path.display()));
+        }
+        Ok(Replay {
+            responses,
+            source: path.display().to_string(),
+        })
+    }
+
+    fn parse(v: &serde_json::Value) -> Option<ChatResponse> {
+        if let Some(s) = v.as_str() {
+            return Some(ChatResponse {
+                text: s.to_string(),
+                ..Default::default()
+            });
+        }
+        let o = v.as_object()?;
+        let text = ["text", "response", "content"]
+            .iter()
+            .find_map(|k| o.get(*k).and_then(|t| t.as_str()))
+            .unwrap_or("")
+            .to_string();
+        let tool_calls: Vec<ToolCall> = o
+            .get("tool_calls")
+            .and_then(|t| t.as_array())
+            .map(|calls| {
+                calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| ToolCall {
+                        id: c
+                            .get("id")
+                            .and_then(|x| x.as_str())
+                            .map(String::from)
+                            .unwrap_or_else(|| format!("replay_{i}")),
+                        name: c
+                            .get("name")
+                            .and_then(|x| x.as_str())
+                            .unwrap_or_default()
+                            .to_string(),
+                        arguments: match c.get("arguments") {
+                            Some(serde_json::Value::String(s)) => s.clone(),
+                            Some(other) => other.to_string(),
+                            None => "{}".into(),
+                        },
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if text.is_empty() && tool_calls.is_empty() && !o.contains_key("text") {
+            return None;
+        }
+        Some(ChatResponse {
+            text,
+            tool_calls,
+            ..Default::default()
+        })
+    }
+
+    /// Responses recorded for an earlier loop.
+    pub fn from_store(store: &crate::store::Store, loop_id: i64) -> Result<Replay, String> {
+        let detail = store.loop_detail(loop_id).map_err(|e| e.to_string())?;
+        let responses: VecDeque<ChatResponse> = detail
+            .llm_calls
+            .iter()
+            .filter(|c| c.error.is_none())
+            .map(|c| ChatResponse {
+                text: c.response.clone(),
+                tool_calls: serde_json::from_value(c.tool_calls.clone()).unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect();
+        if responses.is_empty() {
+            return Err(format!(
+                "loop {loop_id} recorded no LLM responses to replay"
+            ));
+        }
+        Ok(Replay {
+            responses,
+            source: format!("loop {loop_id}"),
+        })
+    }
+}
+
+/// A live client or a replay.
+pub enum ModelSource {
+    /// The transport.
+    Live(LlmClient),
+    /// Recorded responses.
+    Replay(Replay),
+}
+
+impl ModelSource {
+    /// `provider/model` or `replay:SOURCE`.
+    pub fn label(&self) -> String {
+        match self {
+            ModelSource::Live(c) => c.settings().model.clone(),
+            ModelSource::Replay(r) => format!("replay:{}", r.source),
+        }
+    }
+
+    /// Get the next answer.
+    pub async fn complete(&mut self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        match self {
+            ModelSource::Live(c) => c.complete(req, &mut |_| {}).await,
+            ModelSource::Replay(r) => r.responses.pop_front().ok_or_else(|| {
+                LlmError::Decode(format!(
+                    "the replay ({}) has no more recorded responses",
+                    r.source
+                ))
+            }),
+        }
+    }
+}

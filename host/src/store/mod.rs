@@ -1,0 +1,759 @@
+//! Persistence: an SQLite file in the workspace (`.kiln/kiln.db`, WAL) holding loops,
+//! iterations, edits, LLM calls and events. The schema carries a version (`user_version`) and is
+//! migrated forward on open. Writes are transactional; very large outputs are stored capped
+//! (head and tail kept, with a marker saying how much was cut), never dropped silently.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The current schema version.
+pub const SCHEMA_VERSION: i64 = 1;
+/// Largest text stored per output column.
+pub const MAX_STORED_TEXT: usize = 256 * 1024;
+
+/// Store errors name the database file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database {path}: {source}")]
+    Sql {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// The `.kiln` directory could not be created.
+    #[error("cannot create {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Another loop is running on this workspace.
+    #[error(
+        "loop {id} is already running on this workspace (pid {pid}, started {started}); wait for it or stop it first"
+    )]
+    Overlap {
+        /// Its id.
+        id: i64,
+        /// Its process.
+        pid: i64,
+        /// When it started (unix ms).
+        started: i64,
+    },
+    /// The database was written by a newer kiln.
+    #[error(
+        "database {path} has schema version {found}, newer than this kiln's {supported}; upgrade kiln"
+    )]
+    TooNew {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: i64,
+        /// Ours.
+        supported: i64,
+    },
+    /// No such loop.
+    #[error("no loop with id {0} in this workspace; see `kiln history`")]
+    NoLoop(i64),
+}
+
+/// Keep `text` under `max` bytes: head and tail with a marker in between.
+pub fn cap_text(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let head_len = max / 4;
+    let tail_len = max - head_len;
+    let mut h = head_len;
+    while !text.is_char_boundary(h) {
+        h -= 1;
+    }
+    let mut t = text.len() - tail_len;
+    while !text.is_char_boundary(t) {
+        t += 1;
+    }
+    format!(
+        "{}\n[... kiln: {} bytes omitted ...]\n{}",
+        &text[..h],
+        t - h,
+        &text[t..]
+    )
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A loop as listed by `kiln history`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopRow {
+    /// Id.
+    pub id: i64,
+    /// `fix`.
+    pub kind: String,
+    /// Workspace.
+    pub project: String,
+    /// Runner plugin.
+    pub runner: String,
+    /// Target files.
+    pub targets: Vec<String>,
+    /// Edit format.
+    pub format: String,
+    /// Model (or `replay`).
+    pub model: String,
+    /// `running`, `success`, `failed`, `blocked`.
+    pub status: String,
+    /// Why it ended.
+    pub stop_reason: Option<String>,
+    /// Iteration ceiling.
+    pub max_iters: i64,
+    /// Iterations run.
+    pub iters: i64,
+    /// One-line summary.
+    pub summary: Option<String>,
+    /// Last error text.
+    pub last_error: Option<String>,
+    /// Start, unix ms.
+    pub started_at: i64,
+    /// End, unix ms.
+    pub ended_at: Option<i64>,
+    /// Token totals by class.
+    pub tokens: crate::llm::Usage,
+}
+
+/// An iteration row.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct IterationRow {
+    /// 0 is the initial run, before any LLM call.
+    pub n: i64,
+    /// Runner exit code.
+    pub exit_code: i64,
+    /// Runner verdict.
+    pub ok: bool,
+    /// Captured stdout (capped).
+    pub stdout: String,
+    /// Captured stderr (capped).
+    pub stderr: String,
+    /// Diagnostics as JSON.
+    pub diagnostics: serde_json::Value,
+    /// Normalised error fingerprint.
+    pub fingerprint: String,
+    /// What the LLM said it did (first lines of its answer).
+    pub llm_summary: Option<String>,
+    /// Runner time.
+    pub runner_ms: i64,
+    /// LLM time.
+    pub llm_ms: i64,
+    /// Tokens of this iteration's LLM calls.
+    pub tokens_input: i64,
+    /// Output tokens.
+    pub tokens_output: i64,
+    /// Edits applied.
+    pub edits_applied: i64,
+}
+
+/// An edit row.
+#[derive(Debug, Clone, Serialize)]
+pub struct EditRow {
+    /// Iteration.
+    pub iteration: i64,
+    /// Path.
+    pub path: String,
+    /// Kind.
+    pub kind: String,
+    /// Status.
+    pub status: String,
+    /// Tier.
+    pub tier: Option<String>,
+    /// Failure class.
+    pub failure: Option<String>,
+    /// Error text.
+    pub error: Option<String>,
+}
+
+/// An LLM call row.
+#[derive(Debug, Clone, Serialize)]
+pub struct LlmCallRow {
+    /// Iteration.
+    pub iteration: i64,
+    /// Model.
+    pub model: String,
+    /// Latency.
+    pub latency_ms: i64,
+    /// Usage.
+    pub tokens: crate::llm::Usage,
+    /// The raw answer text.
+    pub response: String,
+    /// Tool calls as JSON.
+    pub tool_calls: serde_json::Value,
+    /// Error, if the call failed.
+    pub error: Option<String>,
+}
+
+/// Everything about one loop.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopDetail {
+    /// The loop.
+    #[serde(flatten)]
+    pub row: LoopRow,
+    /// Its iterations.
+    pub iterations: Vec<IterationRow>,
+    /// Its edits.
+    pub edits: Vec<EditRow>,
+    /// Its LLM calls.
+    pub llm_calls: Vec<LlmCallRow>,
+}
+
+/// What a new loop is.
+#[derive(Debug, Clone)]
+pub struct NewLoop {
+    /// `fix`.
+    pub kind: String,
+    /// Runner.
+    pub runner: String,
+    /// Targets.
+    pub targets: Vec<String>,
+    /// Format.
+    pub format: String,
+    /// Model.
+    pub model: String,
+    /// Iteration ceiling.
+    pub max_iters: i64,
+}
+
+/// The store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    project: String,
+}
+
+const SCHEMA_V1: &str = "
+CREATE TABLE loops (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    project TEXT NOT NULL,
+    runner TEXT NOT NULL,
+    targets TEXT NOT NULL,
+    format TEXT NOT NULL,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    stop_reason TEXT,
+    max_iters INTEGER NOT NULL,
+    iters INTEGER NOT NULL DEFAULT 0,
+    summary TEXT,
+    last_error TEXT,
+    pid INTEGER NOT NULL,
+    started_at INTEGER NOT NULL,
+    ended_at INTEGER,
+    tokens_input INTEGER NOT NULL DEFAULT 0,
+    tokens_cached_input INTEGER NOT NULL DEFAULT 0,
+    tokens_cache_write INTEGER NOT NULL DEFAULT 0,
+    tokens_output INTEGER NOT NULL DEFAULT 0,
+    tokens_reasoning INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX loops_status ON loops(project, status);
+CREATE TABLE iterations (
+    id INTEGER PRIMARY KEY,
+    loop_id INTEGER NOT NULL REFERENCES loops(id),
+    n INTEGER NOT NULL,
+    exit_code INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    stdout TEXT NOT NULL,
+    stderr TEXT NOT NULL,
+    diagnostics TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    llm_summary TEXT,
+    runner_ms INTEGER NOT NULL,
+    llm_ms INTEGER NOT NULL,
+    tokens_input INTEGER NOT NULL,
+    tokens_output INTEGER NOT NULL,
+    edits_applied INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE edits (
+    id INTEGER PRIMARY KEY,
+    loop_id INTEGER NOT NULL REFERENCES loops(id),
+    iteration INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    tier TEXT,
+    failure TEXT,
+    error TEXT
+);
+CREATE TABLE llm_calls (
+    id INTEGER PRIMARY KEY,
+    loop_id INTEGER NOT NULL REFERENCES loops(id),
+    iteration INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    latency_ms INTEGER NOT NULL,
+    tokens_input INTEGER NOT NULL,
+    tokens_cached_input INTEGER NOT NULL,
+    tokens_cache_write INTEGER NOT NULL,
+    tokens_output INTEGER NOT NULL,
+    tokens_reasoning INTEGER NOT NULL,
+    response TEXT NOT NULL,
+    tool_calls TEXT NOT NULL,
+    error TEXT,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    loop_id INTEGER NOT NULL REFERENCES loops(id),
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+";
+
+fn pid_alive(pid: i64) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+}
+
+impl Store {
+    /// Open (creating and migrating) `<workspace>/.kiln/kiln.db`.
+    pub fn open(workspace: &Path) -> Result<Store, StoreError> {
+        let dir = workspace.join(".kiln");
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::Dir {
+            path: dir.clone(),
+            source,
+        })?;
+        Store::open_file(&dir.join("kiln.db"), &workspace.to_string_lossy())
+    }
+
+    /// Open a database file for a project.
+    pub fn open_file(path: &Path, project: &str) -> Result<Store, StoreError> {
+        let sql = |source| StoreError::Sql {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(sql)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(sql)?;
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+            project: project.to_string(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn err(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sql {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let tx = self.conn.transaction().map_err(|e| StoreError::Sql {
+            path: self.path.clone(),
+            source: e,
+        })?;
+        if version < 1 {
+            tx.execute_batch(SCHEMA_V1).map_err(|e| StoreError::Sql {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        }
+        // Later versions add their steps here, each `if version < N { ... }`.
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(|e| StoreError::Sql {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        tx.commit().map_err(|e| StoreError::Sql {
+            path: self.path.clone(),
+            source: e,
+        })
+    }
+
+    /// Start a loop, refusing when another live loop runs on this workspace. A `running` loop
+    /// whose process is gone (a crash) is closed as `failed`/`error` first.
+    pub fn begin_loop(&mut self, new: &NewLoop) -> Result<i64, StoreError> {
+        let path = self.path.clone();
+        let project = self.project.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let running: Vec<(i64, i64, i64)> = {
+            let mut st = tx.prepare("SELECT id, pid, started_at FROM loops WHERE project = ?1 AND status = 'running'").map_err(sql)?;
+            st.query_map(params![project], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(sql)?
+                .collect::<Result<_, _>>()
+                .map_err(sql)?
+        };
+        for (id, pid, started) in running {
+            if pid_alive(pid) {
+                return Err(StoreError::Overlap { id, pid, started });
+            }
+            tx.execute(
+                "UPDATE loops SET status = 'failed', stop_reason = 'error', last_error = 'the process running this loop ended without finishing it', ended_at = ?2 WHERE id = ?1",
+                params![id, now_ms()],
+            )
+            .map_err(sql)?;
+        }
+        tx.execute(
+            "INSERT INTO loops (kind, project, runner, targets, format, model, status, max_iters, pid, started_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9)",
+            params![new.kind, project, new.runner, serde_json::to_string(&new.targets).unwrap_or_default(), new.format, new.model, new.max_iters, std::process::id() as i64, now_ms()],
+        )
+        .map_err(sql)?;
+        let id = tx.last_insert_rowid();
+        tx.commit().map_err(sql)?;
+        Ok(id)
+    }
+
+    /// Record one iteration with its edits, in one transaction.
+    pub fn record_iteration(
+        &mut self,
+        loop_id: i64,
+        it: &IterationRow,
+        edits: &[crate::edit::EditResult],
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        tx.execute(
+            "INSERT INTO iterations (loop_id, n, exit_code, ok, stdout, stderr, diagnostics, fingerprint, llm_summary, runner_ms, llm_ms, tokens_input, tokens_output, edits_applied, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            params![
+                loop_id, it.n, it.exit_code, it.ok, cap_text(&it.stdout, MAX_STORED_TEXT), cap_text(&it.stderr, MAX_STORED_TEXT),
+                it.diagnostics.to_string(), it.fingerprint, it.llm_summary, it.runner_ms, it.llm_ms, it.tokens_input, it.tokens_output,
+                it.edits_applied, now_ms()
+            ],
+        )
+        .map_err(sql)?;
+        for e in edits {
+            tx.execute(
+                "INSERT INTO edits (loop_id, iteration, path, kind, status, tier, failure, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![loop_id, it.n, e.path, e.kind, e.status, e.tier, e.failure, e.error.as_deref().map(|s| cap_text(s, MAX_STORED_TEXT))],
+            )
+            .map_err(sql)?;
+        }
+        tx.execute(
+            "UPDATE loops SET iters = MAX(iters, ?2) WHERE id = ?1",
+            params![loop_id, it.n],
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)
+    }
+
+    /// Record one LLM call and add its tokens to the loop's totals.
+    pub fn record_llm_call(
+        &mut self,
+        loop_id: i64,
+        iteration: i64,
+        model: &str,
+        r: Result<&crate::llm::ChatResponse, &str>,
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let (latency, u, text, calls, error) = match r {
+            Ok(resp) => (
+                resp.latency.as_millis() as i64,
+                resp.usage,
+                resp.text.as_str(),
+                serde_json::to_string(&resp.tool_calls).unwrap_or_default(),
+                None,
+            ),
+            Err(e) => (
+                0,
+                crate::llm::Usage::default(),
+                "",
+                "[]".to_string(),
+                Some(e),
+            ),
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        tx.execute(
+            "INSERT INTO llm_calls (loop_id, iteration, model, latency_ms, tokens_input, tokens_cached_input, tokens_cache_write, tokens_output, tokens_reasoning, response, tool_calls, error, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![loop_id, iteration, model, latency, u.input as i64, u.cached_input as i64, u.cache_write as i64, u.output as i64, u.reasoning as i64, cap_text(text, MAX_STORED_TEXT), calls, error, now_ms()],
+        )
+        .map_err(sql)?;
+        tx.execute(
+            "UPDATE loops SET tokens_input = tokens_input + ?2, tokens_cached_input = tokens_cached_input + ?3, tokens_cache_write = tokens_cache_write + ?4,
+             tokens_output = tokens_output + ?5, tokens_reasoning = tokens_reasoning + ?6 WHERE id = ?1",
+            params![loop_id, u.input as i64, u.cached_input as i64, u.cache_write as i64, u.output as i64, u.reasoning as i64],
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)
+    }
+
+    /// Record an event.
+    pub fn record_event(
+        &mut self,
+        loop_id: i64,
+        seq: u64,
+        kind: &str,
+        payload: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO events (loop_id, seq, type, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![loop_id, seq as i64, kind, payload.to_string(), now_ms()],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Close a loop.
+    pub fn finish_loop(
+        &mut self,
+        loop_id: i64,
+        status: &str,
+        stop_reason: &str,
+        summary: &str,
+        last_error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE loops SET status = ?2, stop_reason = ?3, summary = ?4, last_error = ?5, ended_at = ?6 WHERE id = ?1",
+                params![loop_id, status, stop_reason, summary, last_error.map(|s| cap_text(s, MAX_STORED_TEXT)), now_ms()],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopRow> {
+        let targets: String = r.get(4)?;
+        Ok(LoopRow {
+            id: r.get(0)?,
+            kind: r.get(1)?,
+            project: r.get(2)?,
+            runner: r.get(3)?,
+            targets: serde_json::from_str(&targets).unwrap_or_default(),
+            format: r.get(5)?,
+            model: r.get(6)?,
+            status: r.get(7)?,
+            stop_reason: r.get(8)?,
+            max_iters: r.get(9)?,
+            iters: r.get(10)?,
+            summary: r.get(11)?,
+            last_error: r.get(12)?,
+            started_at: r.get(13)?,
+            ended_at: r.get(14)?,
+            tokens: crate::llm::Usage {
+                input: r.get::<_, i64>(15)? as u64,
+                cached_input: r.get::<_, i64>(16)? as u64,
+                cache_write: r.get::<_, i64>(17)? as u64,
+                output: r.get::<_, i64>(18)? as u64,
+                reasoning: r.get::<_, i64>(19)? as u64,
+            },
+        })
+    }
+
+    const LOOP_COLUMNS: &'static str = "id, kind, project, runner, targets, format, model, status, stop_reason, max_iters, iters, summary, last_error, started_at, ended_at, tokens_input, tokens_cached_input, tokens_cache_write, tokens_output, tokens_reasoning";
+
+    /// The most recent loops of this project, newest first.
+    pub fn loops(&self, limit: usize) -> Result<Vec<LoopRow>, StoreError> {
+        let q = format!(
+            "SELECT {} FROM loops WHERE project = ?1 ORDER BY id DESC LIMIT ?2",
+            Self::LOOP_COLUMNS
+        );
+        let mut st = self.conn.prepare(&q).map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map(params![self.project, limit as i64], Self::row)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// One loop with its iterations, edits and LLM calls.
+    pub fn loop_detail(&self, id: i64) -> Result<LoopDetail, StoreError> {
+        let q = format!("SELECT {} FROM loops WHERE id = ?1", Self::LOOP_COLUMNS);
+        let row = self
+            .conn
+            .query_row(&q, params![id], Self::row)
+            .optional()
+            .map_err(|e| self.err(e))?
+            .ok_or(StoreError::NoLoop(id))?;
+        let mut st = self
+            .conn
+            .prepare("SELECT n, exit_code, ok, stdout, stderr, diagnostics, fingerprint, llm_summary, runner_ms, llm_ms, tokens_input, tokens_output, edits_applied FROM iterations WHERE loop_id = ?1 ORDER BY n")
+            .map_err(|e| self.err(e))?;
+        let iterations = st
+            .query_map(params![id], |r| {
+                let d: String = r.get(5)?;
+                Ok(IterationRow {
+                    n: r.get(0)?,
+                    exit_code: r.get(1)?,
+                    ok: r.get(2)?,
+                    stdout: r.get(3)?,
+                    stderr: r.get(4)?,
+                    diagnostics: serde_json::from_str(&d).unwrap_or_default(),
+                    fingerprint: r.get(6)?,
+                    llm_summary: r.get(7)?,
+                    runner_ms: r.get(8)?,
+                    llm_ms: r.get(9)?,
+                    tokens_input: r.get(10)?,
+                    tokens_output: r.get(11)?,
+                    edits_applied: r.get(12)?,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut st = self.conn.prepare("SELECT iteration, path, kind, status, tier, failure, error FROM edits WHERE loop_id = ?1 ORDER BY id").map_err(|e| self.err(e))?;
+        let edits = st
+            .query_map(params![id], |r| {
+                Ok(EditRow {
+                    iteration: r.get(0)?,
+                    path: r.get(1)?,
+                    kind: r.get(2)?,
+                    status: r.get(3)?,
+                    tier: r.get(4)?,
+                    failure: r.get(5)?,
+                    error: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut st = self
+            .conn
+            .prepare("SELECT iteration, model, latency_ms, tokens_input, tokens_cached_input, tokens_cache_write, tokens_output, tokens_reasoning, response, tool_calls, error FROM llm_calls WHERE loop_id = ?1 ORDER BY id")
+            .map_err(|e| self.err(e))?;
+        let llm_calls = st
+            .query_map(params![id], |r| {
+                let calls: String = r.get(9)?;
+                Ok(LlmCallRow {
+                    iteration: r.get(0)?,
+                    model: r.get(1)?,
+                    latency_ms: r.get(2)?,
+                    tokens: crate::llm::Usage {
+                        input: r.get::<_, i64>(3)? as u64,
+                        cached_input: r.get::<_, i64>(4)? as u64,
+                        cache_write: r.get::<_, i64>(5)? as u64,
+                        output: r.get::<_, i64>(6)? as u64,
+                        reasoning: r.get::<_, i64>(7)? as u64,
+                    },
+                    response: r.get(8)?,
+                    tool_calls: serde_json::from_str(&calls).unwrap_or_default(),
+                    error: r.get(10)?,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        Ok(LoopDetail {
+            row,
+            iterations,
+            edits,
+            llm_calls,
+        })
+    }
+
+    /// Number of events recorded for a loop.
+    pub fn event_count(&self, loop_id: i64) -> Result<i64, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM events WHERE loop_id = ?1",
+                params![loop_id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_keeps_head_and_tail_and_says_so() {
+        let t = "a".repeat(1000) + &"z".repeat(1000);
+        let c = cap_text(&t, 400);
+        assert!(c.starts_with("aaa") && c.ends_with("zzz"));
+        assert!(c.contains("bytes omitted"));
+        assert_eq!(cap_text("short", 400), "short");
+    }
+
+    #[test]
+    fn schema_is_versioned_and_a_newer_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("k.db");
+        drop(Store::open_file(&db, "p").unwrap());
+        let conn = Connection::open(&db).unwrap();
+        let v: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        assert!(matches!(
+            Store::open_file(&db, "p"),
+            Err(StoreError::TooNew { found: 99, .. })
+        ));
+    }
+
+    #[test]
+    fn a_crashed_running_loop_is_closed_not_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open_file(&dir.path().join("k.db"), "p").unwrap();
+        let new = NewLoop {
+            kind: "fix".into(),
+            runner: "r".into(),
+            targets: vec!["a".into()],
+            format: "f".into(),
+            model: "m".into(),
+            max_iters: 5,
+        };
+        let first = s.begin_loop(&new).unwrap();
+        // Pretend it belonged to a process that is gone.
+        s.conn
+            .execute(
+                "UPDATE loops SET pid = 999999999 WHERE id = ?1",
+                params![first],
+            )
+            .unwrap();
+        let second = s.begin_loop(&new).unwrap();
+        let rows = s.loops(10).unwrap();
+        assert_eq!(
+            rows.iter().find(|r| r.id == first).unwrap().status,
+            "failed"
+        );
+        assert_eq!(
+            rows.iter().find(|r| r.id == second).unwrap().status,
+            "running"
+        );
+    }
+}
