@@ -9,6 +9,7 @@ use std::process::Command;
 /// (package, file stem, embedded in the binary)
 const PLUGINS: &[(&str, &str, bool)] = &[
     ("kiln-plugin-command", "kiln_plugin_command", true),
+    ("kiln-plugin-cargo", "kiln_plugin_cargo", true),
     (
         "kiln-plugin-search-replace",
         "kiln_plugin_search_replace",

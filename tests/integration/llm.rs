@@ -52,14 +52,7 @@ fn tool_req() -> ChatRequest {
 }
 
 fn oa_text(text: &str) -> Reply {
-    let mut parts = openai_events(&[
-        json!({"model":"test-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}),
-        json!({"choices":[{"index":0,"delta":{"content":text}}]}),
-        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
-        json!({"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":2}}}),
-    ]);
-    parts.push("data: [DONE]\n\n".into());
-    Reply::sse(parts)
+    crate::mock_llm::openai_text(text)
 }
 
 async fn complete(

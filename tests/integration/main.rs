@@ -6,6 +6,7 @@ mod support;
 
 mod cli;
 mod edit;
+mod fix;
 mod llm;
 mod runner;
 mod runtime;

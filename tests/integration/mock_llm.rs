@@ -158,3 +158,25 @@ pub fn anthropic_events(events: &[Value]) -> Vec<String> {
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
         .collect()
 }
+
+/// A streamed OpenAI answer with `text`, usage, finish_reason and `[DONE]`.
+pub fn openai_text(text: &str) -> Reply {
+    let mut parts = openai_events(&[
+        serde_json::json!({"model":"test-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":text}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        serde_json::json!({"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":2}}}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    Reply::sse(parts)
+}
+
+/// A streamed OpenAI answer that calls one tool.
+pub fn openai_tool_call(name: &str, arguments: &str) -> Reply {
+    let mut parts = openai_events(&[
+        serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":name,"arguments":arguments}}]}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    Reply::sse(parts)
+}

@@ -134,3 +134,21 @@ impl Workspace {
         Run(child.wait_with_output().unwrap())
     }
 }
+
+impl Workspace {
+    /// Start `kiln` without waiting (stdout and stderr piped).
+    pub fn spawn_kiln(&self, args: &[&str]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .current_dir(self.root())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.path())
+            .env("KILN_CACHE_DIR", shared_cache())
+            .env("KILN_CONFIG", self.path().join("no-user-config.toml"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}

@@ -324,7 +324,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             );
         }
     };
-    record_run(store, &mut emit, loop_id, 0, &result, None, 0, (0, 0), 0);
+    record_run(store, &mut emit, loop_id, 0, &result);
 
     let (reason, summary): (&str, String) = loop {
         if result.0.ok {
@@ -482,6 +482,22 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
                 break ("error", format!("applying the edits failed: {e}"));
             }
         };
+        for p in &report.parse_errors {
+            let at = if p.line > 0 {
+                format!("line {}: ", p.line)
+            } else {
+                String::new()
+            };
+            emit(
+                store,
+                Event::EditFailed {
+                    iteration,
+                    path: String::new(),
+                    failure: "parse".into(),
+                    error: format!("{at}{}", p.message),
+                },
+            );
+        }
         for e in &report.edits {
             match e.status {
                 "applied" | "already_applied" => emit(
@@ -557,17 +573,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             no_edit_streak += 1;
         }
         let fp = fingerprint(&result.0);
-        record_run(
-            store,
-            &mut emit,
-            loop_id,
-            iteration,
-            &result,
-            Some(&answer),
-            llm_ms,
-            (usage.input + usage.cached_input, usage.output),
-            applied,
-        );
+        record_run(store, &mut emit, loop_id, iteration, &result);
         let _ = store.record_iteration(
             loop_id,
             &iteration_row(
@@ -646,17 +652,13 @@ async fn run_runner(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Emit `runner.finished` (and store iteration 0, which has no LLM call).
 fn record_run(
     store: &mut Store,
     emit: &mut impl FnMut(&mut Store, Event),
     loop_id: i64,
     iteration: u32,
     result: &(RunResult, u64),
-    _answer: Option<&str>,
-    _llm_ms: i64,
-    _tokens: (u64, u64),
-    _applied: usize,
 ) {
     let r = &result.0;
     if iteration == 0 {
