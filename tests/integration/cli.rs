@@ -27,6 +27,7 @@ fn version_and_plugin_list() {
         names,
         [
             ("apply-patch", "edit-format"),
+            ("cargo", "runner"),
             ("command", "runner"),
             ("fs", "tool"),
             ("search-replace", "edit-format"),
@@ -93,7 +94,7 @@ fn inspect_shows_requested_granted_and_missing() {
     r.expect_code(2);
     assert!(
         r.stderr().contains(
-            "no plugin named `nope`; known: apply-patch, command, fs, search-replace, udiff, whole"
+            "no plugin named `nope`; known: apply-patch, cargo, command, fs, search-replace, udiff, whole"
         ),
         "{}",
         r.stderr()
@@ -105,6 +106,7 @@ fn plugin_check_accepts_conforming_components_and_rejects_others() {
     let ws = Workspace::new();
     for stem in [
         "kiln_plugin_command",
+        "kiln_plugin_cargo",
         "kiln_plugin_whole",
         "kiln_plugin_search_replace",
         "kiln_plugin_udiff",
