@@ -19,6 +19,7 @@ const PLUGINS: &[(&str, &str, bool)] = &[
     ("kiln-plugin-whole", "kiln_plugin_whole", true),
     ("kiln-plugin-apply-patch", "kiln_plugin_apply_patch", true),
     ("kiln-plugin-fs", "kiln_plugin_fs", true),
+    ("kiln-plugin-shell", "kiln_plugin_shell", true),
     ("kiln-test-escape", "kiln_test_escape", false),
     (
         "kiln-test-future-contract",

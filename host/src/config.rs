@@ -132,6 +132,18 @@ struct File {
     llm: Option<crate::llm::LlmConfig>,
     #[serde(default)]
     fix: Option<FixConfig>,
+    #[serde(default)]
+    agent: Option<AgentConfig>,
+}
+
+/// `[agent]`: defaults for `kiln agent`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The command `run_cmd` may run (like `--test-command`).
+    pub test_command: Option<String>,
+    /// Hook commands.
+    pub hooks: Option<crate::engine::agent::Hooks>,
 }
 
 /// `[fix]`: defaults for `kiln fix` in this project.
@@ -155,6 +167,8 @@ pub struct Config {
     pub llm: crate::llm::LlmConfig,
     /// `[fix]`, merged.
     pub fix: FixConfig,
+    /// `[agent]`, merged.
+    pub agent: AgentConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
 }
@@ -198,6 +212,14 @@ impl Config {
         }
         if let Some(llm) = file.llm {
             self.llm.merge(llm);
+        }
+        if let Some(agent) = file.agent {
+            if agent.test_command.is_some() {
+                self.agent.test_command = agent.test_command;
+            }
+            if agent.hooks.is_some() {
+                self.agent.hooks = agent.hooks;
+            }
         }
         if let Some(fix) = file.fix {
             if fix.prompt.is_some() {
@@ -278,6 +300,31 @@ pub fn grant_runner_consent(
                 env.push(v.to_string());
             }
         }
+    }
+    Ok(())
+}
+
+/// Grant the `shell` tool (and the `command` runner, for `compile_loop`) exactly the command
+/// named by `--test-command` / `[agent] test_command`.
+pub fn grant_test_command(config: &mut Config, cmd: &str) -> Result<(), String> {
+    let mut words = cmd.split_whitespace().map(String::from);
+    let program = words.next().ok_or("--test-command is empty")?;
+    let args: Vec<String> = words.collect();
+    for plugin in ["shell", "command"] {
+        config
+            .plugins
+            .entry(plugin.into())
+            .or_default()
+            .exec
+            .get_or_insert_with(Vec::new)
+            .push(ExecGrant {
+                program: program.clone(),
+                args: if plugin == "command" {
+                    vec!["*".into()]
+                } else {
+                    args.clone()
+                },
+            });
     }
     Ok(())
 }

@@ -31,6 +31,7 @@ fn version_and_plugin_list() {
             ("command", "runner"),
             ("fs", "tool"),
             ("search-replace", "edit-format"),
+            ("shell", "tool"),
             ("udiff", "edit-format"),
             ("whole", "edit-format")
         ]
@@ -80,7 +81,16 @@ fn inspect_shows_requested_granted_and_missing() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["read_file", "list_dir", "search"]);
+    assert_eq!(
+        tools,
+        [
+            "read_file",
+            "list_dir",
+            "read_files",
+            "search_repo",
+            "search"
+        ]
+    );
     assert_eq!(
         j["tools"][0]["schema"]["required"],
         serde_json::json!(["path"])
@@ -94,7 +104,7 @@ fn inspect_shows_requested_granted_and_missing() {
     r.expect_code(2);
     assert!(
         r.stderr().contains(
-            "no plugin named `nope`; known: apply-patch, cargo, command, fs, search-replace, udiff, whole"
+            "no plugin named `nope`; known: apply-patch, cargo, command, fs, search-replace, shell, udiff, whole"
         ),
         "{}",
         r.stderr()
@@ -112,6 +122,7 @@ fn plugin_check_accepts_conforming_components_and_rejects_others() {
         "kiln_plugin_udiff",
         "kiln_plugin_apply_patch",
         "kiln_plugin_fs",
+        "kiln_plugin_shell",
         "kiln_test_escape",
     ] {
         let r = ws.kiln(&["plugin", "check", wasm(stem).to_str().unwrap()], &[]);

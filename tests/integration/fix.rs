@@ -468,6 +468,7 @@ fn a_second_loop_on_the_same_workspace_is_refused() {
             format: "search-replace".into(),
             model: "m".into(),
             max_iters: 5,
+            parent: None,
         })
         .unwrap();
     let mock = MockLlm::start(vec![]);

@@ -4,6 +4,7 @@
 mod mock_llm;
 mod support;
 
+mod agent;
 mod cli;
 mod edit;
 mod fix;

@@ -180,3 +180,18 @@ pub fn openai_tool_call(name: &str, arguments: &str) -> Reply {
     parts.push("data: [DONE]\n\n".into());
     Reply::sse(parts)
 }
+
+/// A streamed OpenAI answer calling several tools at once: `(name, arguments)` pairs.
+pub fn openai_calls(calls: &[(&str, &str)]) -> Reply {
+    let deltas: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":i,"id":format!("call_{i}"),"type":"function","function":{"name":name,"arguments":args}}]}}]}))
+        .collect();
+    let mut parts = openai_events(&deltas);
+    parts.extend(openai_events(&[
+        serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]));
+    parts.push("data: [DONE]\n\n".into());
+    Reply::sse(parts)
+}

@@ -38,8 +38,9 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                     print_json(&serde_json::to_value(&r)?);
                 } else {
                     println!(
-                        "{:>4}  {:<8} {:<17} iters {}/{}  {}  {}",
+                        "{:>4}  {:<5} {:<8} {:<17} iters {}/{}  {}  {}",
                         r.id,
+                        r.kind,
                         r.status,
                         r.stop_reason.as_deref().unwrap_or("-"),
                         r.iters,

@@ -2,6 +2,7 @@
 //! stdout (human or `--json`), messages to stderr. Exit 0 success, 1 the work ended without
 //! success, 2 usage, configuration or plugin-loading error.
 
+mod agent_cmd;
 mod check;
 mod edit_cmd;
 mod fix_cmd;
@@ -46,6 +47,8 @@ struct Global {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The coding agent: think, act with sandboxed tools, observe, until done or a cap.
+    Agent(Box<agent_cmd::AgentArgs>),
     /// The compile-and-fix loop: check, ask the model, apply its edits, repeat.
     Fix(Box<fix_cmd::FixArgs>),
     /// Earlier loops of this workspace.
@@ -163,6 +166,7 @@ pub fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let ctx = Ctx::new(&cli.global)?;
     match cli.command {
+        Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Fix(args) => fix_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::History(args) => history_cmd::run(&ctx, args).await,
         Command::Check(args) => check::run(&ctx, &cli.global.plugins, args).await,

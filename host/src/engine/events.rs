@@ -126,6 +126,63 @@ pub enum Event {
     /// The final result, in the compile_loop return shape.
     #[serde(rename = "loop.result")]
     LoopResult(super::fix::FixOutcome),
+    /// An agent turn began.
+    #[serde(rename = "turn.start")]
+    TurnStart {
+        /// Turn number (1-based).
+        turn: u32,
+    },
+    /// An agent turn ended.
+    #[serde(rename = "turn.end")]
+    TurnEnd {
+        /// Turn.
+        turn: u32,
+        /// Tools called in it.
+        tool_calls: Vec<String>,
+    },
+    /// Streamed model text.
+    #[serde(rename = "text.delta")]
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool call started.
+    #[serde(rename = "tool.start")]
+    ToolStart {
+        /// Turn.
+        turn: u32,
+        /// Call id.
+        id: String,
+        /// Tool.
+        name: String,
+        /// Arguments (JSON text).
+        arguments: String,
+    },
+    /// A tool call ended.
+    #[serde(rename = "tool.end")]
+    ToolEnd {
+        /// Turn.
+        turn: u32,
+        /// Call id.
+        id: String,
+        /// Tool.
+        name: String,
+        /// It succeeded.
+        ok: bool,
+        /// Duration.
+        duration_ms: u64,
+        /// First line of the result (or error).
+        preview: String,
+    },
+    /// A recoverable problem the agent was told about (parse error, context compaction).
+    #[serde(rename = "agent.notice")]
+    AgentNotice {
+        /// What happened.
+        message: String,
+    },
+    /// The agent's final result.
+    #[serde(rename = "agent.result")]
+    AgentResult(super::agent::AgentResult),
 }
 
 impl Event {
@@ -143,6 +200,13 @@ impl Event {
             Event::LoopFailed { .. } => "loop.failed",
             Event::LoopBlocked { .. } => "loop.blocked",
             Event::LoopResult(_) => "loop.result",
+            Event::TurnStart { .. } => "turn.start",
+            Event::TurnEnd { .. } => "turn.end",
+            Event::TextDelta { .. } => "text.delta",
+            Event::ToolStart { .. } => "tool.start",
+            Event::ToolEnd { .. } => "tool.end",
+            Event::AgentNotice { .. } => "agent.notice",
+            Event::AgentResult(_) => "agent.result",
         }
     }
 
@@ -235,7 +299,31 @@ impl Event {
                 loop_id, reason, ..
             } => format!("loop {loop_id}: stopped: {reason}"),
             Event::LoopBlocked { loop_id, reason } => format!("loop {loop_id}: blocked: {reason}"),
-            Event::LoopResult(_) => return None,
+            Event::LoopResult(_)
+            | Event::AgentResult(_)
+            | Event::TurnEnd { .. }
+            | Event::TextDelta { .. } => return None,
+            Event::TurnStart { turn } => format!("-- turn {turn}"),
+            Event::ToolStart {
+                name, arguments, ..
+            } => format!(
+                "  → {name} {}",
+                arguments.chars().take(120).collect::<String>()
+            ),
+            Event::ToolEnd {
+                name,
+                ok,
+                duration_ms,
+                preview,
+                ..
+            } => {
+                format!(
+                    "  {} {name} ({duration_ms} ms) {}",
+                    if *ok { "✓" } else { "✗" },
+                    preview.chars().take(160).collect::<String>()
+                )
+            }
+            Event::AgentNotice { message } => format!("  ! {message}"),
         })
     }
 }

@@ -41,6 +41,8 @@ pub struct FixOptions {
     pub runner_settings: BTreeMap<String, String>,
     /// Characters of runner output shown to the model (the tail is kept).
     pub output_budget: usize,
+    /// The loop that started this one (an agent), exempt from the overlap guard.
+    pub parent: Option<i64>,
 }
 
 impl Default for FixOptions {
@@ -53,6 +55,7 @@ impl Default for FixOptions {
             prompt: None,
             runner_settings: BTreeMap::new(),
             output_budget: 8 * 1024,
+            parent: None,
         }
     }
 }
@@ -262,6 +265,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         format: format.name.clone(),
         model: model.label(),
         max_iters: opts.max_iters as i64,
+        parent: opts.parent,
     })?;
     let mut seq = 0u64;
     let mut emit = |store: &mut Store, e: Event| {

@@ -1,6 +1,7 @@
 //! The loops, as state machines over the plugin runtime, the LLM transport and the store,
 //! emitting one typed event stream.
 
+pub mod agent;
 pub mod events;
 pub mod fix;
 pub mod model;

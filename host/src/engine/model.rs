@@ -138,8 +138,17 @@ impl ModelSource {
 
     /// Get the next answer.
     pub async fn complete(&mut self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.complete_streaming(req, &mut |_| {}).await
+    }
+
+    /// Get the next answer, streaming text deltas to `sink` (a replay sends its text at once).
+    pub async fn complete_streaming(
+        &mut self,
+        req: &ChatRequest,
+        sink: &mut (dyn FnMut(crate::llm::Delta) + Send),
+    ) -> Result<ChatResponse, LlmError> {
         match self {
-            ModelSource::Live(c) => c.complete(req, &mut |_| {}).await,
+            ModelSource::Live(c) => c.complete(req, sink).await,
             ModelSource::Replay(r) => r.responses.pop_front().ok_or_else(|| {
                 LlmError::Decode(format!(
                     "the replay ({}) has no more recorded responses",

@@ -592,8 +592,11 @@ impl Plugin {
         );
         let mut store = Store::new(self.pre_engine(), state);
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(self.effective.limits.timeout_ms.max(1) as u64);
-        store.epoch_deadline_trap();
+        // Yield to the async executor every 10 ms of guest execution, so the call's deadline
+        // (a tokio timeout around it, see `invoke!`) and any caller's timeout can stop even a
+        // guest that never returns; dropping the call's future drops the instance.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(10);
         Ok((store, stderr))
     }
 

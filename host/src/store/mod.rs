@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The current schema version.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 /// Largest text stored per output column.
 pub const MAX_STORED_TEXT: usize = 256 * 1024;
 
@@ -226,6 +226,8 @@ pub struct NewLoop {
     pub model: String,
     /// Iteration ceiling.
     pub max_iters: i64,
+    /// The loop that starts this one (an agent's `compile_loop`): not an overlap.
+    pub parent: Option<i64>,
 }
 
 /// The store.
@@ -315,6 +317,39 @@ CREATE TABLE events (
 );
 ";
 
+/// Version 2: agent tool calls, with their full (uncapped up to the store cap) results.
+const SCHEMA_V2: &str = "
+CREATE TABLE tool_calls (
+    id INTEGER PRIMARY KEY,
+    loop_id INTEGER NOT NULL REFERENCES loops(id),
+    turn INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    result TEXT NOT NULL,
+    is_error INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+";
+
+/// A recorded agent tool call.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCallRow {
+    /// Turn.
+    pub turn: i64,
+    /// Tool name.
+    pub name: String,
+    /// Arguments (JSON text).
+    pub arguments: String,
+    /// Full result text (store-capped).
+    pub result: String,
+    /// The call failed.
+    pub is_error: bool,
+    /// Duration.
+    pub duration_ms: i64,
+}
+
 fn pid_alive(pid: i64) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0
@@ -384,6 +419,12 @@ impl Store {
                 source: e,
             })?;
         }
+        if version < 2 {
+            tx.execute_batch(SCHEMA_V2).map_err(|e| StoreError::Sql {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        }
         // Later versions add their steps here, each `if version < N { ... }`.
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(|e| StoreError::Sql {
@@ -417,6 +458,9 @@ impl Store {
                 .map_err(sql)?
         };
         for (id, pid, started) in running {
+            if Some(id) == new.parent {
+                continue;
+            }
             if pid_alive(pid) {
                 return Err(StoreError::Overlap { id, pid, started });
             }
@@ -682,6 +726,57 @@ impl Store {
         })
     }
 
+    /// Record one agent tool call.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_tool_call(
+        &mut self,
+        loop_id: i64,
+        turn: i64,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+        result: &str,
+        is_error: bool,
+        duration_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO tool_calls (loop_id, turn, call_id, name, arguments, result, is_error, duration_ms, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![loop_id, turn, call_id, name, cap_text(arguments, MAX_STORED_TEXT), cap_text(result, MAX_STORED_TEXT), is_error, duration_ms, now_ms()],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// An agent run's tool calls, in order.
+    pub fn tool_calls(&self, loop_id: i64) -> Result<Vec<ToolCallRow>, StoreError> {
+        let mut st = self.conn.prepare("SELECT turn, name, arguments, result, is_error, duration_ms FROM tool_calls WHERE loop_id = ?1 ORDER BY id").map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map(params![loop_id], |r| {
+                Ok(ToolCallRow {
+                    turn: r.get(0)?,
+                    name: r.get(1)?,
+                    arguments: r.get(2)?,
+                    result: r.get(3)?,
+                    is_error: r.get(4)?,
+                    duration_ms: r.get(5)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Set a loop's iteration count (agent turns).
+    pub fn set_iters(&mut self, loop_id: i64, iters: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE loops SET iters = ?2 WHERE id = ?1",
+                params![loop_id, iters],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
     /// Number of events recorded for a loop.
     pub fn event_count(&self, loop_id: i64) -> Result<i64, StoreError> {
         self.conn
@@ -726,6 +821,23 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_database_is_migrated_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("k.db");
+        let conn = Connection::open(&db).unwrap();
+        conn.execute_batch(SCHEMA_V1).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        drop(conn);
+        let s = Store::open_file(&db, "p").unwrap();
+        assert!(s.tool_calls(1).unwrap().is_empty(), "the v2 table exists");
+        let v: i64 = s
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, 2);
+    }
+
+    #[test]
     fn a_crashed_running_loop_is_closed_not_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open_file(&dir.path().join("k.db"), "p").unwrap();
@@ -736,6 +848,7 @@ mod tests {
             format: "f".into(),
             model: "m".into(),
             max_iters: 5,
+            parent: None,
         };
         let first = s.begin_loop(&new).unwrap();
         // Pretend it belonged to a process that is gone.

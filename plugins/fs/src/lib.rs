@@ -42,6 +42,18 @@ impl Tool for Fs {
                 true,
             ),
             tool::spec(
+                "read_files",
+                "Read several text files of the workspace at once. Returns each file's content (each cut at 256 KiB) or its error.",
+                r#"{"type":"object","properties":{"paths":{"type":"array","items":{"type":"string"},"minItems":1,"description":"Paths relative to the workspace root"}},"required":["paths"],"additionalProperties":false}"#,
+                true,
+            ),
+            tool::spec(
+                "search_repo",
+                "Find lines containing a literal text in the workspace (recursively, skipping hidden directories, target/ and node_modules/).",
+                r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Literal text to find"},"path":{"type":"string","description":"File or directory to search, relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
+                true,
+            ),
+            tool::spec(
                 "search",
                 "Find lines containing a literal text in the workspace's files (recursively). Returns path, line number and line.",
                 r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Literal text to find"},"path":{"type":"string","description":"File or directory to search, relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
@@ -56,10 +68,11 @@ impl Tool for Fs {
         let out = match name.as_str() {
             "read_file" => read_file(&args)?,
             "list_dir" => list_dir(&args)?,
-            "search" => search(&args)?,
+            "search" | "search_repo" => search(&args)?,
+            "read_files" => read_files(&args)?,
             other => {
                 return Err(Error::InvalidInput(format!(
-                    "unknown tool `{other}`; this plugin offers read_file, list_dir, search"
+                    "unknown tool `{other}`; this plugin offers read_file, read_files, list_dir, search, search_repo"
                 )));
             }
         };
@@ -114,6 +127,34 @@ fn read_file(args: &Value) -> Result<Value, Error> {
     let truncated = bytes.len() > MAX_READ;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_READ)]).into_owned();
     Ok(json!({ "path": rel, "content": text, "bytes": bytes.len(), "truncated": truncated }))
+}
+
+fn read_files(args: &Value) -> Result<Value, Error> {
+    let paths = args
+        .get("paths")
+        .and_then(Value::as_array)
+        .ok_or_else(|| Error::InvalidInput("`paths` (an array of strings) is required".into()))?;
+    let mut files = Vec::new();
+    for p in paths {
+        let Some(rel) = p.as_str() else {
+            return Err(Error::InvalidInput("`paths` must contain strings".into()));
+        };
+        match read_file(&json!({ "path": rel })) {
+            Ok(v) => files.push(v),
+            Err(e) => files.push(json!({ "path": rel, "error": describe(&e) })),
+        }
+    }
+    Ok(json!({ "files": files }))
+}
+
+fn describe(e: &Error) -> String {
+    match e {
+        Error::Denied(m)
+        | Error::NotFound(m)
+        | Error::InvalidInput(m)
+        | Error::TimedOut(m)
+        | Error::Failed(m) => m.clone(),
+    }
 }
 
 fn list_dir(args: &Value) -> Result<Value, Error> {

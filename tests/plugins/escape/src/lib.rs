@@ -29,12 +29,20 @@ impl Tool for Escape {
     }
 
     fn list_tools() -> Vec<ToolSpec> {
-        [
+        let mut tools: Vec<ToolSpec> = [
             "read", "write", "exec", "env", "spin", "grow", "flood", "panic",
         ]
         .iter()
         .map(|n| tool::spec(n, "escape attempt", r#"{"type":"object"}"#, false))
-        .collect()
+        .collect();
+        // Read-only and slow: lets the agent tests observe parallel execution.
+        tools.push(tool::spec(
+            "nap",
+            "sleep for `ms` milliseconds (read-only)",
+            r#"{"type":"object"}"#,
+            true,
+        ));
+        tools
     }
 
     fn call(name: String, arguments: String) -> Result<String, Error> {
@@ -105,6 +113,12 @@ impl Tool for Escape {
                 Ok("x".repeat(mib << 20))
             }
             "panic" => panic!("deliberate panic in the escape plugin"),
+            "nap" => {
+                let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(100);
+                let cmd = tool::command("sleep", &[format!("{}", ms as f64 / 1000.0)]);
+                tool::exec(&cmd)?;
+                Ok(json!({ "slept_ms": ms }).to_string())
+            }
             other => Err(Error::InvalidInput(format!("unknown tool {other}"))),
         }
     }
