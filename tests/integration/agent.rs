@@ -432,3 +432,98 @@ fn ctrl_c_cancels_the_agent() {
     assert_eq!(result(&out)["stop_reason"], "cancelled");
     assert!(start.elapsed() < Duration::from_secs(20));
 }
+
+#[test]
+fn evaluate_work_asks_a_separate_reviewer_and_compile_loop_runs_the_fix_loop() {
+    let ws = Workspace::new();
+    ws.write("main.c", "int main(void) { return 0 }\n");
+    let mock = MockLlm::start(vec![
+        openai_calls(&[(
+            "evaluate_work",
+            r#"{"paths":["main.c"],"criteria":"does it compile"}"#,
+        )]),
+        openai_text(
+            r#"{"score": 3, "strengths": ["short"], "improvements": ["missing semicolon"], "suggestions": ["add ;"]}"#,
+        ),
+        openai_calls(&[(
+            "compile_loop",
+            r#"{"spec":"make it compile","target_file":"main.c"}"#,
+        )]),
+        openai_text(
+            "<<<<<<< SEARCH\nint main(void) { return 0 }\n=======\nint main(void) { return 0; }\n>>>>>>> REPLACE\n",
+        ),
+        openai_calls(&[("final_answer", r#"{"summary":"compiles now"}"#)]),
+    ]);
+    let r = agent(
+        &ws,
+        &mock,
+        &[
+            "--prompt",
+            "review and fix main.c",
+            "--test-command",
+            "gcc -fsyntax-only main.c",
+        ],
+    );
+    r.expect_code(0);
+    // The reviewer call is separate: its own system prompt, no tools.
+    let review = &mock.recorded()[1].body;
+    assert!(
+        review["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("strict code reviewer")
+    );
+    assert!(review.get("tools").is_none());
+    let fb: Value =
+        serde_json::from_str(tool_results(&mock, 2)[0]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (fb["score"].as_i64(), fb["improvements"][0].as_str()),
+        (Some(3), Some("missing semicolon"))
+    );
+    // compile_loop ran a nested fix loop (exempt from the overlap guard) and succeeded.
+    let cl: Value =
+        serde_json::from_str(tool_results(&mock, 4)[1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (cl["ok"].as_bool(), cl["iters"].as_u64()),
+        (Some(true), Some(1)),
+        "{cl}"
+    );
+    assert_eq!(ws.read("main.c"), "int main(void) { return 0; }\n");
+    let s = Store::open(&ws.root()).unwrap();
+    let kinds: Vec<String> = s
+        .loops(5)
+        .unwrap()
+        .iter()
+        .map(|r| format!("{}:{}", r.kind, r.status))
+        .collect();
+    assert_eq!(kinds, ["fix:success", "agent:success"]);
+    let show = ws.kiln(&["history", "show", "1", "--json"], &[]);
+    assert_eq!(show.json()["tool_calls"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn interactive_mode_reads_tasks_from_stdin_and_keeps_the_conversation() {
+    let ws = Workspace::new();
+    let mock = MockLlm::start(vec![
+        openai_text("first answer"),
+        openai_text("second answer"),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln_stdin(
+        &["agent", "--base-url", &base, "--model", "m"],
+        "remember the word kiwi\nwhat was the word?\n",
+    );
+    r.expect_code(0);
+    assert!(
+        r.stdout().contains("first answer") && r.stdout().contains("second answer"),
+        "{}",
+        r.stdout()
+    );
+    let second = mock.recorded()[1].body["messages"].to_string();
+    assert!(
+        second.contains("remember the word kiwi")
+            && second.contains("first answer")
+            && second.contains("what was the word?"),
+        "{second}"
+    );
+}

@@ -54,7 +54,9 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
         Some(HistoryCommand::Show { id }) => {
             let d = store.loop_detail(id)?;
             if args.json {
-                print_json(&serde_json::to_value(&d)?);
+                let mut v = serde_json::to_value(&d)?;
+                v["tool_calls"] = serde_json::to_value(store.tool_calls(id)?)?;
+                print_json(&v);
             } else {
                 let r = &d.row;
                 println!(
@@ -73,6 +75,25 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                 );
                 if let Some(s) = &r.summary {
                     println!("summary: {s}");
+                }
+                if r.kind == "agent" {
+                    for c in store.tool_calls(r.id)? {
+                        println!(
+                            "   turn {} {} {} {} ({} ms): {}",
+                            c.turn,
+                            if c.is_error { "✗" } else { "✓" },
+                            c.name,
+                            c.arguments.chars().take(100).collect::<String>(),
+                            c.duration_ms,
+                            c.result
+                                .lines()
+                                .next()
+                                .unwrap_or("")
+                                .chars()
+                                .take(120)
+                                .collect::<String>()
+                        );
+                    }
                 }
                 for it in &d.iterations {
                     println!(

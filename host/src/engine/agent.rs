@@ -513,18 +513,14 @@ pub async fn run_agent(
         max_iters: opts.max_steps as i64,
         parent: None,
     })?;
-    let mut seq = 0u64;
-    let mut emit = |store: &mut Store, e: Event| {
-        seq += 1;
-        if !matches!(e, Event::TextDelta { .. }) {
-            let _ = store.record_event(
-                loop_id,
-                seq,
-                e.name(),
-                &e.to_json(seq, crate::store::now_ms()),
-            );
-        }
-        on_event(&e);
+    // Events are numbered here; text deltas go straight to the caller while the model streams
+    // (they are not stored: the full text is, with the LLM call).
+    let seq = std::sync::atomic::AtomicU64::new(0);
+    let on_event = std::sync::Mutex::new(on_event);
+    let emit = |store: &mut Store, e: Event| {
+        let n = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let _ = store.record_event(loop_id, n, e.name(), &e.to_json(n, crate::store::now_ms()));
+        (on_event.lock().expect("event sink lock"))(&e);
     };
     let mut system = String::from(
         "You are a careful coding agent working in a repository. Use the tools to read code before changing it, make focused changes with write_patch, run checks with run_cmd when available, and call final_answer with a summary when the task is done. Paths are relative to the workspace root.\n",
@@ -577,19 +573,16 @@ pub async fn run_agent(
             },
             max_tokens: None,
         };
-        let mut deltas: Vec<String> = Vec::new();
         let mut sink = |d: crate::llm::Delta| {
-            if let crate::llm::Delta::Text(t) = d {
-                deltas.push(t)
+            if let crate::llm::Delta::Text(text) = d {
+                seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (on_event.lock().expect("event sink lock"))(&Event::TextDelta { text });
             }
         };
         let resp = tokio::select! {
             r = model.complete_streaming(&req, &mut sink) => r,
             _ = cancelled(&mut cancel) => break 'run "cancelled".into(),
         };
-        for d in deltas {
-            emit(store, Event::TextDelta { text: d });
-        }
         let resp = match resp {
             Ok(r) => r,
             Err(LlmError::ContextOverflow { message }) => {
