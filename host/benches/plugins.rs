@@ -34,9 +34,30 @@ fn main() {
         "{:<12} {:>10} {:>12} {:>14} {:>16} {:>10}",
         "plugin", "size KiB", "cold ms", "warm µs", "inst+call µs", "KiB/inst"
     );
-    for (stem, bytes) in builtin::BUILTINS {
+    // Extra components to compare (e.g. plugins built from Python or JavaScript):
+    // KILN_BENCH_PLUGINS=name=path.wasm:other=path2.wasm
+    let extra: Vec<(String, Vec<u8>)> = std::env::var("KILN_BENCH_PLUGINS")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (name, path) = s.split_once('=').expect("name=path");
+            (
+                name.to_string(),
+                std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}")),
+            )
+        })
+        .collect();
+    let all: Vec<(String, &[u8])> = builtin::BUILTINS
+        .iter()
+        .map(|(stem, bytes)| (stem.trim_start_matches("kiln_plugin_").to_string(), *bytes))
+        .chain(extra.iter().map(|(n, b)| (n.clone(), b.as_slice())))
+        .collect();
+    for (stem, bytes) in all {
+        let bytes: &[u8] = bytes;
+        let cold_rounds = if bytes.len() > 4 << 20 { 2 } else { 5 };
         let cold = median(
-            (0..5)
+            (0..cold_rounds)
                 .map(|_| {
                     let r = Runtime::new(None).unwrap();
                     let t = Instant::now();
@@ -85,7 +106,7 @@ fn main() {
         });
         println!(
             "{:<12} {:>10} {:>12.1} {:>14.0} {:>16.1} {:>10}",
-            stem.trim_start_matches("kiln_plugin_"),
+            stem,
             bytes.len() / 1024,
             cold.as_secs_f64() * 1e3,
             warm.as_secs_f64() * 1e6,

@@ -9,6 +9,7 @@ mod fix_cmd;
 mod history_cmd;
 mod llm_cmd;
 mod plugin_cmd;
+mod scaffold;
 mod tool_cmd;
 
 use crate::config::Config;

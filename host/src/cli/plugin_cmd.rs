@@ -23,6 +23,20 @@ pub(crate) enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Scaffold a plugin project that builds and passes `kiln plugin check` as generated.
+    New {
+        /// Plugin kind.
+        #[arg(long, value_enum)]
+        kind: super::scaffold::Kind,
+        /// Language.
+        #[arg(long, value_enum)]
+        lang: super::scaffold::Lang,
+        /// Plugin name (lowercase, digits, `-`).
+        name: String,
+        /// Directory to create (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Validate a component against the kiln:plugin contract and exercise its describe
     /// functions. Exit 0 when it conforms, 2 with the reason when it does not.
     Check {
@@ -80,6 +94,19 @@ pub(crate) async fn run(
             } else {
                 print_inspect(&report);
             }
+            Ok(Outcome::Success)
+        }
+        PluginCommand::New {
+            kind,
+            lang,
+            name,
+            dir,
+        } => {
+            let dir = super::scaffold::scaffold(kind, lang, &name, dir)?;
+            let (build, output) = super::scaffold::build_command(lang, kind, &name);
+            println!("created {}", dir.display());
+            println!("build:  cd {} && {build}", dir.display());
+            println!("check:  kiln plugin check {}", dir.join(output).display());
             Ok(Outcome::Success)
         }
         PluginCommand::Check { file, json } => {
