@@ -48,8 +48,9 @@ impl Workspace {
         std::fs::read_to_string(self.root().join(rel)).unwrap()
     }
 
-    /// Run `kiln` in the workspace with a clean environment plus `env`.
-    pub fn kiln(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+    /// `kiln` in the workspace with a clean environment: PATH, a HOME of its own, the shared
+    /// compile cache and no user configuration.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
         cmd.args(args)
             .current_dir(self.root())
@@ -58,6 +59,12 @@ impl Workspace {
             .env("HOME", self.path())
             .env("KILN_CACHE_DIR", shared_cache())
             .env("KILN_CONFIG", self.path().join("no-user-config.toml"));
+        cmd
+    }
+
+    /// Run `kiln` in the workspace with a clean environment plus `env`.
+    pub fn kiln(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = self.command(args);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -113,15 +120,8 @@ impl Workspace {
     /// Run `kiln` with `stdin` as standard input.
     pub fn kiln_stdin(&self, args: &[&str], stdin: &str) -> Run {
         use std::io::Write;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
-        cmd.args(args)
-            .current_dir(self.root())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.path())
-            .env("KILN_CACHE_DIR", shared_cache())
-            .env("KILN_CONFIG", self.path().join("no-user-config.toml"))
-            .stdin(std::process::Stdio::piped())
+        let mut cmd = self.command(args);
+        cmd.stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().unwrap();
@@ -138,14 +138,7 @@ impl Workspace {
 impl Workspace {
     /// Start `kiln` without waiting (stdout and stderr piped).
     pub fn spawn_kiln(&self, args: &[&str]) -> std::process::Child {
-        Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args(args)
-            .current_dir(self.root())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.path())
-            .env("KILN_CACHE_DIR", shared_cache())
-            .env("KILN_CONFIG", self.path().join("no-user-config.toml"))
+        self.command(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

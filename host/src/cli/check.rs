@@ -8,40 +8,72 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// Which runner, with what, over which files: shared by `kiln check` and `kiln fix`.
 #[derive(Debug, Args)]
-pub(crate) struct CheckArgs {
-    /// Runner plugin.
+pub(crate) struct RunnerArgs {
+    /// Runner plugin: `command`, `cargo`, or a user plugin.
     #[arg(long, default_value = "command")]
-    runner: String,
+    pub runner: String,
     /// For the `command` runner: the command to run (`{file}`/`{files}` are replaced by the
     /// targets). Naming it here grants the runner that program.
     #[arg(long)]
-    cmd: Option<String>,
+    pub cmd: Option<String>,
     /// For the `cargo` runner: `check` (default), `build` or `test`.
     #[arg(long)]
-    mode: Option<String>,
+    pub mode: Option<String>,
     /// One target file.
     #[arg(long, conflicts_with = "files")]
-    file: Option<String>,
+    pub file: Option<String>,
     /// Several target files.
     #[arg(long, num_args = 1..)]
-    files: Vec<String>,
+    pub files: Vec<String>,
+}
+
+impl RunnerArgs {
+    /// The targets, `--file` or `--files`; at least one.
+    pub fn targets(&self) -> anyhow::Result<Vec<String>> {
+        let targets: Vec<String> = self
+            .file
+            .iter()
+            .cloned()
+            .chain(self.files.iter().cloned())
+            .collect();
+        anyhow::ensure!(
+            !targets.is_empty(),
+            "name the files with --file F or --files F..."
+        );
+        Ok(targets)
+    }
+
+    /// Grant what naming the runner consents to; return the runner settings from the flags.
+    pub fn consent(
+        &self,
+        config: &mut crate::config::Config,
+    ) -> anyhow::Result<BTreeMap<String, String>> {
+        crate::config::grant_runner_consent(config, &self.runner, self.cmd.as_deref())
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let mut settings = BTreeMap::new();
+        if let Some(cmd) = &self.cmd {
+            settings.insert("cmd".to_string(), cmd.clone());
+        }
+        if let Some(mode) = &self.mode {
+            settings.insert("mode".to_string(), mode.clone());
+        }
+        Ok(settings)
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    runner: RunnerArgs,
     /// One JSON object with the run result on stdout.
     #[arg(long)]
     json: bool,
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow::Result<Outcome> {
-    let targets: Vec<String> = args
-        .file
-        .iter()
-        .cloned()
-        .chain(args.files.iter().cloned())
-        .collect();
-    anyhow::ensure!(
-        !targets.is_empty(),
-        "name the files to check with --file F or --files F..."
-    );
+    let targets = args.runner.targets()?;
     for t in &targets {
         if let Err(why) = crate::plugin::capability::check_relative(t) {
             anyhow::bail!("target `{t}` {why}");
@@ -53,22 +85,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
         );
     }
     let mut config = ctx.config.clone();
-    let mut settings = BTreeMap::new();
-    crate::config::grant_runner_consent(&mut config, &args.runner, args.cmd.as_deref())
-        .map_err(|e| anyhow::anyhow!(e))?;
-    if let Some(cmd) = &args.cmd {
-        settings.insert("cmd".to_string(), cmd.clone());
-    }
-    if let Some(mode) = &args.mode {
-        settings.insert("mode".to_string(), mode.clone());
-    }
+    let settings = args.runner.consent(&mut config)?;
     let ctx2 = Ctx {
         workspace: ctx.workspace.clone(),
         config,
         runtime: crate::plugin::Runtime::with_default_cache()?,
     };
     let reg = ctx2.registry(extra).await?;
-    let runner = reg.get(&args.runner, Some(PluginKind::Runner))?;
+    let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
     if !args.json {
         eprintln!(
             "checking {} with runner `{}`…",

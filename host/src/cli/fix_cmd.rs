@@ -9,26 +9,12 @@ use crate::plugin::PluginKind;
 use crate::store::Store;
 use anyhow::Context;
 use clap::Args;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub(crate) struct FixArgs {
-    /// Runner plugin: `command`, `cargo`, or a user plugin.
-    #[arg(long, default_value = "command")]
-    runner: String,
-    /// For the `command` runner: the command (`{file}`/`{files}` replaced by the targets).
-    #[arg(long)]
-    cmd: Option<String>,
-    /// For the `cargo` runner: `check` (default), `build` or `test`.
-    #[arg(long)]
-    mode: Option<String>,
-    /// One target file.
-    #[arg(long, conflicts_with = "files")]
-    file: Option<String>,
-    /// Several target files (needs a multi-file format).
-    #[arg(long, num_args = 1..)]
-    files: Vec<String>,
+    #[command(flatten)]
+    runner: super::check::RunnerArgs,
     /// Edit format (default: `[fix] format` in kiln.toml, else search-replace).
     #[arg(long)]
     format: Option<String>,
@@ -58,26 +44,9 @@ pub(crate) struct FixArgs {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
-    let targets: Vec<String> = args
-        .file
-        .iter()
-        .cloned()
-        .chain(args.files.iter().cloned())
-        .collect();
-    anyhow::ensure!(
-        !targets.is_empty(),
-        "name the files to fix with --file F or --files F..."
-    );
+    let targets = args.runner.targets()?;
     let mut config = ctx.config.clone();
-    crate::config::grant_runner_consent(&mut config, &args.runner, args.cmd.as_deref())
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let mut runner_settings = BTreeMap::new();
-    if let Some(cmd) = &args.cmd {
-        runner_settings.insert("cmd".into(), cmd.clone());
-    }
-    if let Some(mode) = &args.mode {
-        runner_settings.insert("mode".into(), mode.clone());
-    }
+    let runner_settings = args.runner.consent(&mut config)?;
     let prompt = match &args.prompt_file {
         Some(p) => Some(
             std::fs::read_to_string(p)
@@ -105,7 +74,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         runtime: crate::plugin::Runtime::with_default_cache()?,
     };
     let reg = ctx2.registry(extra).await?;
-    let runner = reg.get(&args.runner, Some(PluginKind::Runner))?;
+    let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
     let format_name = args
         .format
         .clone()

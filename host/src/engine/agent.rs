@@ -7,7 +7,7 @@
 //! answers with one JSON decision, and a malformed one is fed back (a bounded number of times).
 
 use super::events::Event;
-use super::fix::{FixDeps, FixOptions, compile_loop_tool, run_fix};
+use super::fix::{FixDeps, FixOptions, cancelled, compile_loop_tool, run_fix};
 use super::model::ModelSource;
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, LlmError, Message, ToolCall, ToolDef, Usage};
@@ -434,17 +434,6 @@ async fn run_hook(cmd: &str, input: &Value, workspace: &Path) -> (bool, String, 
             String::new(),
             format!("hook `{cmd}` did not finish in 30 s"),
         ),
-    }
-}
-
-async fn cancelled(rx: &mut tokio::sync::watch::Receiver<bool>) {
-    loop {
-        if *rx.borrow() {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
     }
 }
 

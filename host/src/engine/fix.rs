@@ -216,7 +216,8 @@ pub struct FixDeps<'a> {
     pub on_event: &'a mut (dyn FnMut(&Event) + Send),
 }
 
-async fn cancelled(rx: &mut tokio::sync::watch::Receiver<bool>) {
+/// Resolves once `rx` says the run is cancelled (Ctrl-C).
+pub(crate) async fn cancelled(rx: &mut tokio::sync::watch::Receiver<bool>) {
     loop {
         if *rx.borrow() {
             return;
