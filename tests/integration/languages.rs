@@ -17,7 +17,7 @@ fn jco() -> PathBuf {
     let p = repo().join("examples/plugins/js-tool/node_modules/.bin/jco");
     assert!(
         p.exists(),
-        "{} is missing: run `npm ci` in examples/plugins/js-tool (.ci/run does)",
+        "{} is missing: run `npm install` in examples/plugins/js-tool (.ci/run does)",
         p.display()
     );
     p
