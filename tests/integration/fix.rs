@@ -555,3 +555,34 @@ fn history_lists_and_shows_loops() {
     r.expect_code(2);
     assert!(r.stderr().contains("no loop with id 42"));
 }
+
+#[test]
+fn a_large_file_is_shown_as_windows_around_the_diagnostics() {
+    let ws = Workspace::new();
+    let mut src: String = (0..900)
+        .map(|i| format!("int filler_{i} = {i};\n"))
+        .collect();
+    src.push_str("int main(void) { return 0 }\n");
+    ws.write("big.c", &src);
+    let mock = MockLlm::start(vec![openai_text(&sr(
+        "int main(void) { return 0 }\n",
+        "int main(void) { return 0; }\n",
+    ))]);
+    let r = fix(
+        &ws,
+        &mock,
+        &["--cmd", "gcc -fsyntax-only {file}", "--file", "big.c"],
+    );
+    r.expect_code(0);
+    let prompt = user_prompt(&mock, 0);
+    assert!(
+        prompt.contains("big.c (901 lines; only the parts around the diagnostics are shown)"),
+        "{}",
+        &prompt[..prompt.len().min(600)]
+    );
+    assert!(
+        prompt.contains("[... 860 lines not shown ...]")
+            && prompt.contains("int filler_899 = 899;")
+            && !prompt.contains("int filler_10 = 10;")
+    );
+}

@@ -88,6 +88,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         lang: args.lang.clone(),
         prompt,
         runner_settings,
+        whole_file_format: format.name == "whole",
         ..Default::default()
     };
     let (tx, rx) = tokio::sync::watch::channel(false);

@@ -43,6 +43,10 @@ pub struct FixOptions {
     pub output_budget: usize,
     /// The loop that started this one (an agent), exempt from the overlap guard.
     pub parent: Option<i64>,
+    /// Files longer than this many lines are shown as windows around the diagnostics.
+    pub window_threshold: usize,
+    /// The format rewrites whole files (then files are always shown whole).
+    pub whole_file_format: bool,
 }
 
 impl Default for FixOptions {
@@ -56,6 +60,8 @@ impl Default for FixOptions {
             runner_settings: BTreeMap::new(),
             output_budget: 8 * 1024,
             parent: None,
+            window_threshold: 600,
+            whole_file_format: false,
         }
     }
 }
@@ -846,11 +852,24 @@ fn build_prompt(
     p.push_str("\n## Current files\n");
     for t in targets {
         match ws.read(t)? {
-            Some(text) => p.push_str(&format!(
-                "{t}\n```\n{}{}```\n\n",
-                text,
-                if text.ends_with('\n') { "" } else { "\n" }
-            )),
+            Some(text) => {
+                let lines = text.lines().count();
+                if lines > opts.window_threshold && !opts.whole_file_format {
+                    let at: Vec<u32> = r
+                        .diagnostics
+                        .iter()
+                        .filter(|d| d.file.trim_start_matches("./") == t)
+                        .map(|d| d.line)
+                        .collect();
+                    p.push_str(&format!("{t} ({lines} lines; only the parts around the diagnostics are shown)\n```\n{}```\n\n", window(&text, &at, WINDOW_RADIUS)));
+                } else {
+                    p.push_str(&format!(
+                        "{t}\n```\n{}{}```\n\n",
+                        text,
+                        if text.ends_with('\n') { "" } else { "\n" }
+                    ));
+                }
+            }
             None => p.push_str(&format!("{t} does not exist yet.\n\n")),
         }
     }
@@ -860,6 +879,49 @@ fn build_prompt(
         );
     }
     Ok(p)
+}
+
+/// Lines shown on each side of a diagnostic when a file is windowed.
+const WINDOW_RADIUS: usize = 40;
+
+/// The parts of `text` within `radius` lines of the given 1-based lines (the head of the file
+/// when there are none), with markers for what is left out. Lines are shown verbatim so that
+/// SEARCH text copied from them matches.
+fn window(text: &str, at: &[u32], radius: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut keep = vec![false; lines.len()];
+    let centers: Vec<usize> = if at.is_empty() {
+        vec![radius]
+    } else {
+        at.iter().map(|l| (*l as usize).saturating_sub(1)).collect()
+    };
+    for c in centers {
+        for k in keep
+            .iter_mut()
+            .take((c + radius + 1).min(lines.len()))
+            .skip(c.saturating_sub(radius))
+        {
+            *k = true;
+        }
+    }
+    let mut out = String::new();
+    let mut skipped = 0;
+    for (i, line) in lines.iter().enumerate() {
+        if keep[i] {
+            if skipped > 0 {
+                out.push_str(&format!("[... {skipped} lines not shown ...]\n"));
+                skipped = 0;
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            skipped += 1;
+        }
+    }
+    if skipped > 0 {
+        out.push_str(&format!("[... {skipped} lines not shown ...]\n"));
+    }
+    out
 }
 
 fn append_log(path: &Path, loop_id: i64, iteration: u32, text: &str) {
@@ -939,6 +1001,22 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_files_are_windowed_around_diagnostics() {
+        let text: String = (1..=1000).map(|i| format!("line {i}\n")).collect();
+        let w = window(&text, &[500], 2);
+        assert_eq!(
+            w,
+            "[... 497 lines not shown ...]\nline 498\nline 499\nline 500\nline 501\nline 502\n[... 498 lines not shown ...]\n"
+        );
+        // Without diagnostics in the file, its head is shown.
+        assert!(
+            window(&text, &[], 2).starts_with(
+                "line 1\nline 2\nline 3\nline 4\nline 5\n[... 995 lines not shown ...]"
+            )
+        );
+    }
 
     #[test]
     fn stagnation_rules() {
