@@ -98,15 +98,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
                         );
                     } else {
                         for p in &problems {
-                            eprintln!(
-                                "parse error{}: {}",
-                                if p.line > 0 {
-                                    format!(" at line {}", p.line)
-                                } else {
-                                    String::new()
-                                },
-                                p.message
-                            );
+                            eprintln!("parse error{}: {}", p.at(), p.message);
                         }
                     }
                     Ok(Outcome::Failure)
@@ -143,15 +135,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
 
 fn render(r: &EditReport) {
     for p in &r.parse_errors {
-        println!(
-            "parse error{}: {}",
-            if p.line > 0 {
-                format!(" at line {}", p.line)
-            } else {
-                String::new()
-            },
-            p.message
-        );
+        println!("parse error{}: {}", p.at(), p.message);
     }
     for e in &r.edits {
         let tier = e

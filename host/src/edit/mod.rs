@@ -182,6 +182,17 @@ pub struct ParseProblem {
     pub message: String,
 }
 
+impl ParseProblem {
+    /// ` at line N`, or nothing when the problem is not tied to a line.
+    pub fn at(&self) -> String {
+        if self.line > 0 {
+            format!(" at line {}", self.line)
+        } else {
+            String::new()
+        }
+    }
+}
+
 /// The outcome of applying a response.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct EditReport {

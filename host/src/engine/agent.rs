@@ -7,7 +7,9 @@
 //! answers with one JSON decision, and a malformed one is fed back (a bounded number of times).
 
 use super::events::Event;
-use super::fix::{FixDeps, FixOptions, cancelled, compile_loop_tool, run_fix};
+use super::fix::{
+    FixDeps, FixOptions, cancelled, compile_loop_tool, history_tool, history_tool_defs, run_fix,
+};
 use super::model::ModelSource;
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, LlmError, Message, ToolCall, ToolDef, Usage};
@@ -166,8 +168,7 @@ enum Imp<'a> {
     EvaluateWork,
     FinalAnswer,
     CompileLoop,
-    GetLoops,
-    GetLoopDetail,
+    History,
 }
 
 struct AgentTool<'a> {
@@ -264,20 +265,13 @@ async fn tools<'a>(
             imp: Imp::CompileLoop,
         });
     }
-    out.push(b(
-        "get_loops",
-        "List earlier fix loops and agent runs on this project.",
-        json!({"type":"object","properties":{}}),
-        Kind::Read,
-        Imp::GetLoops,
-    ));
-    out.push(b(
-        "get_loop_detail",
-        "Show one earlier loop: iterations, errors, edits.",
-        json!({"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}),
-        Kind::Read,
-        Imp::GetLoopDetail,
-    ));
+    for def in history_tool_defs() {
+        out.push(AgentTool {
+            def,
+            kind: Kind::Read,
+            imp: Imp::History,
+        });
+    }
     Ok(out)
 }
 
@@ -998,24 +992,51 @@ async fn execute(
                 Ok(f) => f,
                 Err(e) => return Ok((e.to_string(), true)),
             };
-            match tokio::time::timeout(timeout, edit::apply_response(format, ws, patch, &[path.to_string()], &ApplyOptions::default())).await {
-                Err(_) => (format!("write_patch timed out after {} s", timeout.as_secs()), true),
+            match tokio::time::timeout(
+                timeout,
+                edit::apply_response(
+                    format,
+                    ws,
+                    patch,
+                    &[path.to_string()],
+                    &ApplyOptions::default(),
+                ),
+            )
+            .await
+            {
+                Err(_) => (
+                    format!("write_patch timed out after {} s", timeout.as_secs()),
+                    true,
+                ),
                 Ok(Err(e)) => (e.to_string(), true),
                 Ok(Ok(report)) => {
                     let text = serde_json::to_string(&report).unwrap_or_default();
-                    if report.ok { (text, false) } else { (report.feedback().unwrap_or(text), true) }
+                    if report.ok {
+                        (text, false)
+                    } else {
+                        (report.feedback().unwrap_or(text), true)
+                    }
                 }
             }
         }
         Imp::EvaluateWork => {
             let mut material = String::new();
-            for p in v["paths"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            for p in v["paths"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
                 match ws.read(p) {
-                    Ok(Some(t)) => material.push_str(&format!("{p}\n```\n{}\n```\n", cap(&t, 32 * 1024))),
+                    Ok(Some(t)) => {
+                        material.push_str(&format!("{p}\n```\n{}\n```\n", cap(&t, 32 * 1024)))
+                    }
                     _ => material.push_str(&format!("{p}: (cannot be read)\n")),
                 }
             }
-            let criteria = v["criteria"].as_str().unwrap_or("correctness, clarity, completeness");
+            let criteria = v["criteria"]
+                .as_str()
+                .unwrap_or("correctness, clarity, completeness");
             let req = ChatRequest {
                 system: Some("You are a strict code reviewer. Reply with one JSON object only: {\"score\": 0-10, \"strengths\": [..], \"improvements\": [..], \"suggestions\": [..]}.".into()),
                 messages: vec![Message::User { text: format!("Criteria: {criteria}\n\n{material}") }],
@@ -1028,7 +1049,9 @@ async fn execute(
                 Ok(Ok(r)) => {
                     let _ = store.record_llm_call(loop_id, -1, &model.label(), Ok(&r));
                     let text = r.text.trim();
-                    let json_part = text.find('{').and_then(|s| text.rfind('}').map(|e| &text[s..=e]));
+                    let json_part = text
+                        .find('{')
+                        .and_then(|s| text.rfind('}').map(|e| &text[s..=e]));
                     match json_part.and_then(|j| serde_json::from_str::<Value>(j).ok()) {
                         Some(fb) if fb.get("score").is_some() => (fb.to_string(), false),
                         _ => (json!({ "feedback": text }).to_string(), false),
@@ -1038,10 +1061,19 @@ async fn execute(
         }
         Imp::CompileLoop => {
             let targets: Vec<String> = match (v.get("target_file"), v.get("target_files")) {
-                (Some(_), Some(_)) => return Ok(("give target_file or target_files, not both".into(), true)),
+                (Some(_), Some(_)) => {
+                    return Ok(("give target_file or target_files, not both".into(), true));
+                }
                 (Some(f), None) => f.as_str().map(|s| vec![s.to_string()]).unwrap_or_default(),
-                (None, Some(fs)) => fs.as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect(),
-                (None, None) => return Ok(("target_file or target_files is required".into(), true)),
+                (None, Some(fs)) => fs
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect(),
+                (None, None) => {
+                    return Ok(("target_file or target_files is required".into(), true));
+                }
             };
             let runner = match registry.get("command", Some(PluginKind::Runner)) {
                 Ok(r) => r,
@@ -1052,7 +1084,10 @@ async fn execute(
                 Err(e) => return Ok((e.to_string(), true)),
             };
             let mut settings = BTreeMap::new();
-            settings.insert("cmd".to_string(), opts.compile_cmd.clone().unwrap_or_default());
+            settings.insert(
+                "cmd".to_string(),
+                opts.compile_cmd.clone().unwrap_or_default(),
+            );
             let fix = FixOptions {
                 targets,
                 prompt: v["spec"].as_str().map(String::from),
@@ -1062,21 +1097,24 @@ async fn execute(
                 ..Default::default()
             };
             let (_tx, rx) = tokio::sync::watch::channel(false);
-            let deps = FixDeps { workspace, runner, format, model, store, cancel: rx, on_event: &mut nested_events };
+            let deps = FixDeps {
+                workspace,
+                runner,
+                format,
+                model,
+                store,
+                cancel: rx,
+                on_event: &mut nested_events,
+            };
             match run_fix(&fix, deps).await {
-                Ok(outcome) => (serde_json::to_string(&outcome).unwrap_or_default(), !outcome.ok),
+                Ok(outcome) => (
+                    serde_json::to_string(&outcome).unwrap_or_default(),
+                    !outcome.ok,
+                ),
                 Err(e) => (e.to_string(), true),
             }
         }
-        Imp::GetLoops => match store.loops(20) {
-            Ok(rows) => (serde_json::to_string(&rows.iter().map(|r| json!({"id": r.id, "kind": r.kind, "status": r.status, "stop_reason": r.stop_reason, "summary": r.summary})).collect::<Vec<_>>()).unwrap_or_default(), false),
-            Err(e) => (e.to_string(), true),
-        },
-        Imp::GetLoopDetail => match v["id"].as_i64().map(|id| store.loop_detail(id)) {
-            Some(Ok(d)) => (serde_json::to_string(&d).map(|s| cap(&s, 64 * 1024)).unwrap_or_default(), false),
-            Some(Err(e)) => (e.to_string(), true),
-            None => ("`id` (integer) is required".into(), true),
-        },
+        Imp::History => history_tool(store, loop_id, &tool.def.name, args),
     })
 }
 

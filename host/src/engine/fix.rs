@@ -131,15 +131,22 @@ pub fn compile_loop_tool() -> ToolDef {
 
 /// Stop-tool and history tools offered to the model inside the loop.
 fn loop_tools() -> Vec<ToolDef> {
+    let mut tools = vec![ToolDef {
+        name: "loop_stop".into(),
+        description: "Stop the fix loop when the task cannot be completed by editing the given files (missing information, the failure is elsewhere). Give the reason.".into(),
+        parameters: json!({ "type": "object", "properties": { "reason": { "type": "string" } }, "required": ["reason"] }),
+    }];
+    tools.extend(history_tool_defs());
+    tools
+}
+
+/// `get_loops` and `get_loop_detail`: earlier loops and agent runs of this project, offered to
+/// the fix loop's model and to the agent; answered by [`history_tool`].
+pub(crate) fn history_tool_defs() -> Vec<ToolDef> {
     vec![
         ToolDef {
-            name: "loop_stop".into(),
-            description: "Stop the fix loop when the task cannot be completed by editing the given files (missing information, the failure is elsewhere). Give the reason.".into(),
-            parameters: json!({ "type": "object", "properties": { "reason": { "type": "string" } }, "required": ["reason"] }),
-        },
-        ToolDef {
             name: "get_loops".into(),
-            description: "List earlier fix loops on this project (id, status, stop reason, summary).".into(),
+            description: "List earlier fix loops and agent runs on this project (id, kind, status, stop reason, summary).".into(),
             parameters: json!({ "type": "object", "properties": {} }),
         },
         ToolDef {
@@ -745,14 +752,15 @@ fn failure_text(r: &RunResult) -> String {
     s.trim_end().to_string()
 }
 
-fn history_tool(store: &Store, current: i64, name: &str, args: &str) -> (String, bool) {
+/// Answer a history tool call (`current` is left out of `get_loops`); `(text, is_error)`.
+pub(crate) fn history_tool(store: &Store, current: i64, name: &str, args: &str) -> (String, bool) {
     match name {
         "get_loops" => match store.loops(20) {
             Ok(rows) => {
                 let v: Vec<_> = rows
                     .iter()
                     .filter(|r| r.id != current)
-                    .map(|r| json!({ "id": r.id, "status": r.status, "stop_reason": r.stop_reason, "targets": r.targets, "iters": r.iters, "summary": r.summary }))
+                    .map(|r| json!({ "id": r.id, "kind": r.kind, "status": r.status, "stop_reason": r.stop_reason, "targets": r.targets, "iters": r.iters, "summary": r.summary }))
                     .collect();
                 (serde_json::to_string(&v).unwrap_or_default(), false)
             }
