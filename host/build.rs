@@ -36,6 +36,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     let target_dir = root.join("target").join("wasm");
+    ensure_wasm_target(&root);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)
@@ -105,6 +106,38 @@ fn main() {
         "cargo:rustc-env=KILN_TEST_PLUGINS_DIR={}",
         path_str(&wasm_dir)
     );
+}
+
+/// A toolchain installed before `rust-toolchain.toml` existed does not get the file's `targets`
+/// added by rustup, so check for the wasm32-wasip2 standard library and add it when missing.
+fn ensure_wasm_target(root: &Path) {
+    const TARGET: &str = "wasm32-wasip2";
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let libdir = Command::new(&rustc)
+        .args(["--print", "target-libdir", "--target", TARGET])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string()));
+    if libdir.as_deref().is_some_and(|d| d.is_dir()) {
+        return;
+    }
+    println!("cargo:warning=the {TARGET} target is not installed; running `rustup target add {TARGET}`");
+    let status = Command::new("rustup")
+        .current_dir(root)
+        .args(["target", "add", TARGET])
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!(
+            "`rustup target add {TARGET}` failed ({s}); kiln's plugins are built for {TARGET}. \
+             Install it for the toolchain in rust-toolchain.toml and build again."
+        ),
+        Err(e) => panic!(
+            "the {TARGET} target is missing and rustup could not be run ({e}); kiln's plugins \
+             are built for {TARGET}: install that target's standard library for this toolchain."
+        ),
+    }
 }
 
 fn path_str(p: &Path) -> String {

@@ -107,6 +107,13 @@ pub struct PluginConfig {
     pub output_bytes: Option<u32>,
     /// Plugin-specific settings passed to runners.
     pub settings: Option<BTreeMap<String, String>>,
+    /// Paths outside the workspace that programs this plugin runs may write (absolute, or
+    /// starting with `~/`), for example a build tool's cache. Enforced with Landlock.
+    pub write: Option<Vec<String>>,
+    /// Programs this plugin runs may use the network (TCP). Default: no.
+    pub net: Option<bool>,
+    /// A user plugin may take a built-in's name only when it says so: `replaces = "NAME"`.
+    pub replaces: Option<String>,
 }
 
 impl PluginConfig {
@@ -115,7 +122,18 @@ impl PluginConfig {
         macro_rules! take {
             ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
         }
-        take!(path, fs, exec, env, memory_mib, timeout_ms, output_bytes);
+        take!(
+            path,
+            fs,
+            exec,
+            env,
+            memory_mib,
+            timeout_ms,
+            output_bytes,
+            write,
+            net,
+            replaces
+        );
         if let Some(s) = over.settings {
             self.settings.get_or_insert_with(BTreeMap::new).extend(s);
         }
@@ -134,6 +152,18 @@ struct File {
     fix: Option<FixConfig>,
     #[serde(default)]
     agent: Option<AgentConfig>,
+    #[serde(default)]
+    sandbox: Option<SandboxConfig>,
+}
+
+/// `[sandbox]`: protections that hold for every plugin, edit and tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Extra protected path globs (workspace-relative), on top of `kiln.toml`, `.kiln/`, `.git/`.
+    pub protect: Option<Vec<String>>,
+    /// Refuse to run programs when Landlock confinement is not available (default: warn once).
+    pub require_confinement: Option<bool>,
 }
 
 /// `[agent]`: defaults for `kiln agent`.
@@ -169,6 +199,8 @@ pub struct Config {
     pub fix: FixConfig,
     /// `[agent]`, merged.
     pub agent: AgentConfig,
+    /// `[sandbox]`, merged (protect globs accumulate; a layer can only add protection).
+    pub sandbox: SandboxConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
 }
@@ -221,6 +253,25 @@ impl Config {
                 self.agent.hooks = agent.hooks;
             }
         }
+        if let Some(sandbox) = file.sandbox {
+            if let Some(globs) = sandbox.protect {
+                for g in &globs {
+                    crate::path::check_relative(g.trim_end_matches('/')).map_err(|why| {
+                        ConfigError::Invalid {
+                            path: path.to_path_buf(),
+                            message: format!("sandbox.protect: `{g}` {why}"),
+                        }
+                    })?;
+                }
+                self.sandbox
+                    .protect
+                    .get_or_insert_with(Vec::new)
+                    .extend(globs);
+            }
+            if sandbox.require_confinement == Some(true) {
+                self.sandbox.require_confinement = Some(true);
+            }
+        }
         if let Some(fix) = file.fix {
             if fix.prompt.is_some() {
                 self.fix.prompt = fix.prompt;
@@ -249,7 +300,7 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
     };
     for g in pc.fs.iter().flatten() {
         let (p, _) = g.parts();
-        if let Err(why) = crate::plugin::capability::check_relative(p) {
+        if let Err(why) = crate::path::check_relative(p) {
             return Err(invalid(format!("plugins.{name}.fs: `{p}` {why}")));
         }
     }

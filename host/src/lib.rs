@@ -6,5 +6,6 @@ pub mod config;
 pub mod edit;
 pub mod engine;
 pub mod llm;
+pub mod path;
 pub mod plugin;
 pub mod store;

@@ -4,7 +4,7 @@
 
 use super::bindings::types;
 use crate::config::{Access, PluginConfig};
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
@@ -18,60 +18,8 @@ pub const DEFAULT_TIMEOUT_MS: u32 = 30_000;
 /// Default cap on returned and captured output.
 pub const DEFAULT_OUTPUT_BYTES: u32 = 4 << 20;
 
-/// Check that `p` is workspace-relative and stays inside (no absolute path, no `..`).
-pub fn check_relative(p: &str) -> Result<(), &'static str> {
-    if p.is_empty() {
-        return Err("is empty");
-    }
-    if p.contains('\0') {
-        return Err("contains a NUL byte");
-    }
-    for c in Path::new(p).components() {
-        match c {
-            Component::Normal(_) | Component::CurDir => {}
-            Component::ParentDir => {
-                return Err("contains `..`: paths must stay inside the workspace");
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err("is absolute: paths are relative to the workspace");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Normalise a relative path (drop `.` components); `""` is the workspace root.
-fn normalize(p: &str) -> PathBuf {
-    Path::new(p)
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .collect()
-}
-
-/// Glob match with `*` (any run, possibly empty) and `?` (one character).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    let (mut star, mut mark) = (None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}
+pub use crate::path::{check_relative, glob_match};
+use crate::path::normalize;
 
 /// An exec rule: program pattern and argument patterns.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -440,22 +388,4 @@ mod tests {
         );
     }
 
-    #[test]
-    fn globs() {
-        assert!(glob_match("*", ""));
-        assert!(glob_match("*.c", "src/a.c"));
-        assert!(!glob_match("*.c", "a.h"));
-        assert!(glob_match("a?c", "abc"));
-        assert!(glob_match("--*=*", "--x=1"));
-        assert!(!glob_match("gcc", "gcc2"));
-    }
-
-    #[test]
-    fn relative_paths_only() {
-        assert!(check_relative("src/a.c").is_ok());
-        assert!(check_relative("./src").is_ok());
-        assert!(check_relative("../x").is_err());
-        assert!(check_relative("a/../../x").is_err());
-        assert!(check_relative("/etc").is_err());
-    }
 }

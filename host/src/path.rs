@@ -1,0 +1,223 @@
+//! Workspace-relative paths: the checks every path from a plugin, a model or a file name goes
+//! through (relative, no `..`), glob matching, kiln's protected paths (`kiln.toml`, `.kiln/`,
+//! `.git/` and `[sandbox] protect` globs) and the form of a file name passed as a program
+//! argument. Pure functions over strings; opening files is the caller's job (cap-std).
+
+use std::path::{Component, Path, PathBuf};
+
+/// Check that `p` is workspace-relative and stays inside (no absolute path, no `..`).
+pub fn check_relative(p: &str) -> Result<(), &'static str> {
+    if p.is_empty() {
+        return Err("is empty");
+    }
+    if p.contains('\0') {
+        return Err("contains a NUL byte");
+    }
+    for c in Path::new(p).components() {
+        match c {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                return Err("contains `..`: paths must stay inside the workspace");
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("is absolute: paths are relative to the workspace");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Normalise a relative path (drop `.` components); `""` is the workspace root.
+pub fn normalize(p: &str) -> PathBuf {
+    Path::new(p)
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect()
+}
+
+/// Glob match with `*` (any run, possibly empty, `/` included) and `?` (one character).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// The paths no plugin, edit or tool may create, change, delete or rename onto.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Protected {
+    globs: Vec<String>,
+}
+
+/// Paths protected whatever the configuration says.
+pub const ALWAYS_PROTECTED: &[&str] = &["kiln.toml", ".kiln/", ".git/"];
+
+impl Protected {
+    /// The built-in protections plus `[sandbox] protect` globs.
+    pub fn new(extra: &[String]) -> Protected {
+        Protected {
+            globs: extra
+                .iter()
+                .map(|g| g.trim_start_matches("./").trim_end_matches('/').to_string())
+                .filter(|g| !g.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Why `rel` is protected, or `None` when it may be written. `rel` is workspace-relative;
+    /// it is normalised first, so `./kiln.toml` and `src/../kiln.toml` are caught too (the
+    /// latter is refused earlier by [`check_relative`] anyway).
+    pub fn why(&self, rel: &str) -> Option<String> {
+        let norm = normalize(rel);
+        let parts: Vec<String> = norm
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if parts.is_empty() {
+            return Some("it is the workspace root".into());
+        }
+        if parts.len() == 1 && parts[0] == "kiln.toml" {
+            return Some("kiln.toml is kiln's configuration".into());
+        }
+        if parts[0] == ".kiln" {
+            return Some(".kiln/ holds kiln's own state".into());
+        }
+        if parts.iter().any(|p| p == ".git") {
+            return Some(".git/ is the repository's metadata".into());
+        }
+        let joined = parts.join("/");
+        for g in &self.globs {
+            // A glob protects what it matches and everything below a directory it matches.
+            let mut prefix = String::new();
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    prefix.push('/');
+                }
+                prefix.push_str(part);
+                if glob_match(g, &prefix) {
+                    return Some(format!("it matches `[sandbox] protect` entry `{g}`"));
+                }
+            }
+            debug_assert_eq!(prefix, joined);
+        }
+        None
+    }
+
+    /// Why a read-write grant of directory `dir` would let a plugin write a protected path
+    /// (the directory is protected itself, or a protected path may lie below it).
+    pub fn covered_by(&self, dir: &str) -> Option<String> {
+        let norm = normalize(dir);
+        let d = norm.to_string_lossy().into_owned();
+        if d.is_empty() {
+            return Some(
+                "the workspace root holds kiln.toml, .kiln/ and .git/, which no plugin may write"
+                    .into(),
+            );
+        }
+        if let Some(why) = self.why(&d) {
+            return Some(why);
+        }
+        for g in &self.globs {
+            // The literal part of the glob before its first wildcard: a glob starting with a
+            // wildcard may match below any directory.
+            let literal: String = g.chars().take_while(|c| *c != '*' && *c != '?').collect();
+            let inside = literal.is_empty()
+                || literal.starts_with(&format!("{d}/"))
+                || format!("{d}/").starts_with(&literal);
+            if inside {
+                return Some(format!(
+                    "`[sandbox] protect` entry `{g}` may match paths inside it"
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// The form in which a workspace file named by a model or a user is passed to a program:
+/// relative, and never starting with `-` or `@` (which programs read as options or response
+/// files), so `-cimport os` becomes `./-cimport os`. The caller checks that it names an
+/// existing regular file inside the workspace first.
+pub fn as_argument(rel: &str) -> String {
+    let trimmed = rel.trim_start_matches("./");
+    if trimmed.starts_with('-') || trimmed.starts_with('@') {
+        format!("./{trimmed}")
+    } else {
+        trimmed.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_only() {
+        assert!(check_relative("src/a.c").is_ok());
+        assert!(check_relative("./src").is_ok());
+        assert!(check_relative("../x").is_err());
+        assert!(check_relative("a/../../x").is_err());
+        assert!(check_relative("/etc").is_err());
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", ""));
+        assert!(glob_match("*.c", "src/a.c"));
+        assert!(!glob_match("*.c", "a.h"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(glob_match("--*=*", "--x=1"));
+        assert!(!glob_match("gcc", "gcc2"));
+    }
+
+    #[test]
+    fn protected_paths() {
+        let p = Protected::new(&["secrets/".into(), "*.pem".into()]);
+        for bad in [
+            "kiln.toml",
+            "./kiln.toml",
+            ".kiln/kiln.db",
+            ".git/hooks/post-checkout",
+            "vendor/lib/.git/config",
+            "secrets/key",
+            "a/b/c.pem",
+        ] {
+            assert!(p.why(bad).is_some(), "{bad} should be protected");
+        }
+        for ok in ["src/kiln.toml", "src/main.rs", ".github/x.yml", "secretsx"] {
+            assert_eq!(p.why(ok), None, "{ok}");
+        }
+        assert!(p.covered_by(".").is_some());
+        assert!(p.covered_by("secrets").is_some());
+        assert!(p.covered_by("src").is_some(), "*.pem may match inside src");
+        let q = Protected::new(&["docs/private/*".into()]);
+        assert!(q.covered_by("src").is_none());
+        assert!(q.covered_by("docs").is_some());
+        assert!(q.covered_by("docs/private").is_some());
+    }
+
+    #[test]
+    fn arguments_never_look_like_options() {
+        assert_eq!(as_argument("-cimport os"), "./-cimport os");
+        assert_eq!(as_argument("@args"), "./@args");
+        assert_eq!(as_argument("./src/a.c"), "src/a.c");
+        assert_eq!(as_argument("src/-a.c"), "src/-a.c");
+    }
+}
