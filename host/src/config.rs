@@ -203,35 +203,130 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
+    /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
+    pub trust: Trust,
+}
+
+/// Whether the workspace's `kiln.toml` may apply what widens access: plugin grants (`fs`,
+/// `exec`, `env`, `write`, `net`, `replaces`), hooks, the agent's test command and where the
+/// API key is sent (`[llm] base_url`, `api_key`, `api_key_env`). Like direnv and mise, a file
+/// kiln has not seen, or that changed since the user ran `kiln trust`, applies only what
+/// narrows (limits, protections, prompts, model settings) until it is trusted again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Trust {
+    /// No workspace kiln.toml, or nothing in it needs trust.
+    #[default]
+    NotNeeded,
+    /// Its content is the one the user trusted.
+    Trusted,
+    /// Applied because of `--yes` / `KILN_YES=1`.
+    Assumed,
+    /// Not trusted: these settings were ignored.
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// The settings that were ignored (`plugins.x.exec`, `agent.hooks`, ...).
+        ignored: Vec<String>,
+        /// Lines added (`+ ...`) and removed (`- ...`) since the trusted version; empty when
+        /// the file was never trusted.
+        changed: Vec<String>,
+    },
+}
+
+impl Trust {
+    /// The message for a person, when something was ignored.
+    pub fn warning(&self) -> Option<String> {
+        let Trust::Untrusted {
+            path,
+            ignored,
+            changed,
+        } = self
+        else {
+            return None;
+        };
+        let mut m = if changed.is_empty() {
+            format!(
+                "{} is not trusted yet: kiln ignores what it grants ({}).",
+                path.display(),
+                ignored.join(", ")
+            )
+        } else {
+            format!(
+                "{} changed since you trusted it; kiln ignores what it grants ({}) until you trust it again. Changed lines:\n{}",
+                path.display(),
+                ignored.join(", "),
+                changed
+                    .iter()
+                    .map(|l| format!("  {l}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        };
+        m.push_str(
+            "\nReview it, then run `kiln trust` (or pass --yes / KILN_YES=1 to apply it for one run, e.g. in CI).",
+        );
+        Some(m)
+    }
 }
 
 impl Config {
-    /// Load the user file (if any) then `<workspace>/kiln.toml` (if any).
-    pub fn load(workspace: &Path) -> Result<Config, ConfigError> {
-        let mut files = Vec::new();
-        if let Some(user) = user_config_path() {
-            files.push(user);
-        }
-        files.push(workspace.join("kiln.toml"));
+    /// Load the user file (if any) then `<workspace>/kiln.toml` (if any). The workspace file
+    /// applies whole only when trusted (`kiln trust`) or when `assume_trust` (`--yes`).
+    pub fn load(workspace: &Path, assume_trust: bool) -> Result<Config, ConfigError> {
         let mut config = Config::default();
-        for path in files {
-            if path.is_file() {
-                config.layer_file(&path)?;
-            }
+        if let Some(user) = user_config_path()
+            && user.is_file()
+        {
+            config.layer_file(&user)?;
+        }
+        let ws_file = workspace.join("kiln.toml");
+        if ws_file.is_file() {
+            let text = read_text(&ws_file)?;
+            let trusted = assume_trust || trusted_copy(workspace).as_deref() == Some(text.as_str());
+            let ignored = config.layer_text(&ws_file, &text, trusted)?;
+            config.trust = if ignored.is_empty() {
+                Trust::NotNeeded
+            } else if trusted {
+                if assume_trust && trusted_copy(workspace).as_deref() != Some(text.as_str()) {
+                    Trust::Assumed
+                } else {
+                    Trust::Trusted
+                }
+            } else {
+                Trust::Untrusted {
+                    path: ws_file.clone(),
+                    ignored,
+                    changed: trusted_copy(workspace)
+                        .map(|old| line_changes(&old, &text))
+                        .unwrap_or_default(),
+                }
+            };
         }
         Ok(config)
     }
 
-    /// Merge one file on top of what is loaded.
+    /// Merge one (trusted) file on top of what is loaded.
     pub fn layer_file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let file: File = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        let text = read_text(path)?;
+        self.layer_text(path, &text, true).map(|_| ())
+    }
+
+    /// Merge one file's text; when not `trusted`, what widens access is dropped and its
+    /// settings' names are returned (what trusting the file would apply is returned either way).
+    fn layer_text(
+        &mut self,
+        path: &Path,
+        text: &str,
+        trusted: bool,
+    ) -> Result<Vec<String>, ConfigError> {
+        let mut file: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
         })?;
+        let ignored = file.needs_trust();
+        if !trusted {
+            file.drop_what_needs_trust();
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, mut pc) in file.plugins {
             validate(path, &name, &pc)?;
@@ -284,13 +379,149 @@ impl Config {
             }
         }
         self.sources.push(path.to_path_buf());
-        Ok(())
+        Ok(ignored)
+    }
+
+    /// kiln's own files plus `[sandbox] protect`.
+    pub fn protected(&self) -> crate::path::Protected {
+        crate::path::Protected::new(self.sandbox.protect.as_deref().unwrap_or_default())
     }
 
     /// The configuration of plugin `name` (empty: nothing granted).
     pub fn plugin(&self, name: &str) -> PluginConfig {
         self.plugins.get(name).cloned().unwrap_or_default()
     }
+}
+
+impl File {
+    /// The settings of this file that widen access (see [`Trust`]).
+    fn needs_trust(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, pc) in &self.plugins {
+            let fields = [
+                ("fs", pc.fs.is_some()),
+                ("exec", pc.exec.is_some()),
+                ("env", pc.env.is_some()),
+                ("write", pc.write.is_some()),
+                ("net", pc.net.is_some()),
+                ("replaces", pc.replaces.is_some()),
+            ];
+            out.extend(
+                fields
+                    .iter()
+                    .filter(|(_, set)| *set)
+                    .map(|(f, _)| format!("plugins.{name}.{f}")),
+            );
+        }
+        if let Some(agent) = &self.agent {
+            if agent.hooks.is_some() {
+                out.push("agent.hooks".into());
+            }
+            if agent.test_command.is_some() {
+                out.push("agent.test_command".into());
+            }
+        }
+        if let Some(llm) = &self.llm {
+            let fields = [
+                ("base_url", llm.base_url.is_some()),
+                ("api_key", llm.api_key.is_some()),
+                ("api_key_env", llm.api_key_env.is_some()),
+            ];
+            out.extend(
+                fields
+                    .iter()
+                    .filter(|(_, set)| *set)
+                    .map(|(f, _)| format!("llm.{f}")),
+            );
+        }
+        out
+    }
+
+    fn drop_what_needs_trust(&mut self) {
+        for pc in self.plugins.values_mut() {
+            pc.fs = None;
+            pc.exec = None;
+            pc.env = None;
+            pc.write = None;
+            pc.net = None;
+            pc.replaces = None;
+        }
+        if let Some(agent) = &mut self.agent {
+            agent.hooks = None;
+            agent.test_command = None;
+        }
+        if let Some(llm) = &mut self.llm {
+            llm.base_url = None;
+            llm.api_key = None;
+            llm.api_key_env = None;
+        }
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Where trusted copies of workspace `kiln.toml` files are kept: `trusted/` beside the user's
+/// configuration file, outside every workspace.
+pub fn trust_dir() -> Option<PathBuf> {
+    user_config_path().and_then(|p| p.parent().map(|d| d.join("trusted")))
+}
+
+/// The file holding the trusted copy of `workspace`'s kiln.toml.
+fn trust_file(workspace: &Path) -> Option<PathBuf> {
+    use sha2::{Digest, Sha256};
+    let key = hex::encode(&Sha256::digest(workspace.as_os_str().as_encoded_bytes())[..16]);
+    trust_dir().map(|d| d.join(format!("{key}.toml")))
+}
+
+fn trusted_copy(workspace: &Path) -> Option<String> {
+    std::fs::read_to_string(trust_file(workspace)?).ok()
+}
+
+/// Record the current `kiln.toml` of `workspace` as trusted; returns the trusted file's path.
+pub fn trust_workspace(workspace: &Path) -> Result<PathBuf, ConfigError> {
+    let ws_file = workspace.join("kiln.toml");
+    let text = read_text(&ws_file)?;
+    // Refuse to trust a file that does not load.
+    Config::default().layer_text(&ws_file, &text, true)?;
+    let dest = trust_file(workspace).ok_or_else(|| ConfigError::Invalid {
+        path: ws_file.clone(),
+        message: "no home or configuration directory to keep the trust record in (set HOME or XDG_CONFIG_HOME)".into(),
+    })?;
+    let write = || -> std::io::Result<()> {
+        let dir = dest.parent().expect("trust file has a parent");
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".trust-{}.tmp", std::process::id()));
+        std::fs::write(&tmp, &text)?;
+        std::fs::rename(&tmp, &dest)
+    };
+    write().map_err(|source| ConfigError::Read {
+        path: dest.clone(),
+        source,
+    })?;
+    Ok(dest)
+}
+
+/// Lines removed (`- `) and added (`+ `) between two versions, in order of appearance.
+fn line_changes(old: &str, new: &str) -> Vec<String> {
+    let old_lines: Vec<&str> = old.lines().collect();
+    let new_lines: Vec<&str> = new.lines().collect();
+    let mut out: Vec<String> = old_lines
+        .iter()
+        .filter(|l| !new_lines.contains(l))
+        .map(|l| format!("- {l}"))
+        .collect();
+    out.extend(
+        new_lines
+            .iter()
+            .filter(|l| !old_lines.contains(l))
+            .map(|l| format!("+ {l}")),
+    );
+    out
 }
 
 fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigError> {

@@ -1,7 +1,8 @@
 //! Workspace-relative paths: the checks every path from a plugin, a model or a file name goes
 //! through (relative, no `..`), glob matching, kiln's protected paths (`kiln.toml`, `.kiln/`,
 //! `.git/` and `[sandbox] protect` globs) and the form of a file name passed as a program
-//! argument. Pure functions over strings; opening files is the caller's job (cap-std).
+//! argument. Functions over strings, plus one metadata check through the workspace's cap-std
+//! `Dir` for file names that become program arguments.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -162,6 +163,33 @@ pub fn as_argument(rel: &str) -> String {
     } else {
         trimmed.to_string()
     }
+}
+
+/// Check a target file named by a model or a user before it becomes a program argument: it
+/// must be workspace-relative, resolve inside the workspace (a symlink leading out is refused
+/// by cap-std) and be an existing regular file. Returns the argument form ([`as_argument`]).
+pub fn target_argument(root: &cap_std::fs::Dir, rel: &str) -> Result<String, String> {
+    check_relative(rel).map_err(|why| format!("target `{rel}` {why}"))?;
+    match root.metadata(rel) {
+        Ok(m) if m.is_file() => Ok(as_argument(rel)),
+        Ok(_) => Err(format!(
+            "target `{rel}` is not a regular file: targets must be files of the workspace"
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("target `{rel}` does not exist in the workspace"))
+        }
+        Err(e) => Err(format!(
+            "target `{rel}` cannot be used: {e} (paths must stay inside the workspace)"
+        )),
+    }
+}
+
+/// [`target_argument`] for every target.
+pub fn target_arguments(
+    root: &cap_std::fs::Dir,
+    targets: &[String],
+) -> Result<Vec<String>, String> {
+    targets.iter().map(|t| target_argument(root, t)).collect()
 }
 
 #[cfg(test)]

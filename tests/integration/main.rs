@@ -7,6 +7,7 @@ mod support;
 mod agent;
 mod cli;
 mod edit;
+mod escapes;
 mod fix;
 mod languages;
 mod llm;

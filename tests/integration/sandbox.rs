@@ -90,18 +90,19 @@ fn writing_to_a_read_only_workspace_is_refused() {
     assert!(crate::support::error_of(&r, "denied").contains("not permitted"));
     assert!(!ws.root().join("new.txt").exists());
 
-    // Granting read-write makes the same call work.
+    // Granting read-write on a directory makes the same call work there.
     let rw = escape_ws(&ESCAPE_GRANT.replace(
         r#"fs = ["."]"#,
-        r#"fs = [{ path = ".", access = "read-write" }]"#,
+        r#"fs = [".", { path = "out", access = "read-write" }]"#,
     ));
+    rw.write("out/.keep", "");
     call(
         &rw,
         "write",
-        r#"{"path":"/workspace/new.txt","content":"x"}"#,
+        r#"{"path":"/workspace/out/new.txt","content":"x"}"#,
     )
     .expect_code(0);
-    assert_eq!(rw.read("new.txt"), "x");
+    assert_eq!(rw.read("out/new.txt"), "x");
 }
 
 #[test]

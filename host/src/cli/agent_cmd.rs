@@ -95,6 +95,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         hooks: config.agent.hooks.clone().unwrap_or_default(),
         default_format: args.format.clone(),
         compile_cmd: test_command.clone(),
+        protected: config.protected(),
         ..Default::default()
     };
     let json = args.json;

@@ -3,6 +3,7 @@
 
 use super::{Ctx, Outcome, print_json};
 use crate::plugin::{PluginKind, Severity};
+use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -74,16 +75,9 @@ pub(crate) struct CheckArgs {
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow::Result<Outcome> {
     let targets = args.runner.targets()?;
-    for t in &targets {
-        if let Err(why) = crate::plugin::capability::check_relative(t) {
-            anyhow::bail!("target `{t}` {why}");
-        }
-        anyhow::ensure!(
-            ctx.workspace.join(t).is_file(),
-            "target `{t}` does not exist in the workspace {}",
-            ctx.workspace.display()
-        );
-    }
+    let root = cap_std::fs::Dir::open_ambient_dir(&ctx.workspace, cap_std::ambient_authority())
+        .with_context(|| format!("cannot open the workspace {}", ctx.workspace.display()))?;
+    crate::path::target_arguments(&root, &targets).map_err(|e| anyhow::anyhow!(e))?;
     let mut config = ctx.config.clone();
     let settings = args.runner.consent(&mut config)?;
     let ctx2 = Ctx {

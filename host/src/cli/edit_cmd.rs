@@ -116,6 +116,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
             let ws = Workspace::open(&ctx.workspace)?;
             let opts = ApplyOptions {
                 dry_run,
+                protected: ctx.config.protected(),
                 ..Default::default()
             };
             let report = edit::apply_response(plugin, &ws, &response, &files, &opts).await?;

@@ -89,6 +89,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         prompt,
         runner_settings,
         whole_file_format: format.name == "whole",
+        protected: config.protected(),
         ..Default::default()
     };
     let (tx, rx) = tokio::sync::watch::channel(false);

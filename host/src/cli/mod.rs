@@ -11,6 +11,7 @@ mod llm_cmd;
 mod plugin_cmd;
 mod scaffold;
 mod tool_cmd;
+mod trust_cmd;
 
 use crate::config::Config;
 use crate::plugin::{Registry, Runtime, Source};
@@ -44,6 +45,10 @@ struct Global {
     /// Show only errors.
     #[arg(long, short = 'q', global = true, conflicts_with = "verbose")]
     quiet: bool,
+    /// Apply the workspace's kiln.toml even if you have not trusted it (`kiln trust`), for
+    /// this run only: for CI and throwaway checkouts you control.
+    #[arg(long, global = true, env = "KILN_YES", value_parser = clap::builder::FalseyValueParser::new())]
+    yes: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +73,8 @@ enum Command {
     /// Call agent tools from the command line.
     #[command(subcommand)]
     Tool(tool_cmd::ToolCommand),
+    /// Trust the workspace's kiln.toml as it is now, so its grants, hooks and exec rules apply.
+    Trust(trust_cmd::TrustArgs),
 }
 
 /// Outcome of a command, mapped to the exit status.
@@ -97,7 +104,7 @@ impl Ctx {
         let workspace = workspace
             .canonicalize()
             .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
-        let config = Config::load(&workspace)?;
+        let config = Config::load(&workspace, global.yes)?;
         let runtime = Runtime::with_default_cache()?;
         Ok(Ctx {
             workspace,
@@ -166,6 +173,11 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let ctx = Ctx::new(&cli.global)?;
+    if !matches!(cli.command, Command::Trust(_))
+        && let Some(warning) = ctx.config.trust.warning()
+    {
+        eprintln!("warning: {warning}");
+    }
     match cli.command {
         Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Fix(args) => fix_cmd::run(&ctx, &cli.global.plugins, *args).await,
@@ -175,6 +187,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Llm(cmd) => llm_cmd::run(&ctx, cmd).await,
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
+        Command::Trust(args) => trust_cmd::run(&ctx, args),
     }
 }
 

@@ -67,6 +67,11 @@ impl Workspace {
         &self.root
     }
 
+    /// The workspace as a cap-std directory.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
     /// Read a file as text; `None` when it does not exist. Paths leaving the workspace
     /// (`..`, absolute, symlinks out) are refused.
     pub fn read(&self, rel: &str) -> Result<Option<String>, EditError> {
@@ -105,6 +110,40 @@ impl Workspace {
             let _ = self.dir.remove_file(&tmp);
             io(e)
         })
+    }
+
+    /// Why `rel` may not be written by an edit: a protected path, a path through a symbolic
+    /// link (`src -> .git` would write `.git/` under another name), or something that is not a
+    /// regular file. `None` when it may be created or replaced.
+    pub fn refuse_write(&self, rel: &str, protected: &crate::path::Protected) -> Option<String> {
+        if let Err(why) = crate::path::check_relative(rel) {
+            return Some(format!("the path {why}"));
+        }
+        if let Some(why) = protected.why(rel) {
+            return Some(format!(
+                "{rel} is protected ({why}); edits may not touch it"
+            ));
+        }
+        let norm = crate::path::normalize(rel);
+        let mut prefix = PathBuf::new();
+        let count = norm.components().count();
+        for (i, part) in norm.components().enumerate() {
+            prefix.push(part);
+            let meta = match self.dir.symlink_metadata(&prefix) {
+                Ok(m) => m,
+                Err(_) => return None,
+            };
+            let shown = prefix.display();
+            if meta.file_type().is_symlink() {
+                return Some(format!(
+                    "{shown} is a symbolic link; edits are made to real files only (edit the file it points to)"
+                ));
+            }
+            if i + 1 == count && !meta.is_file() {
+                return Some(format!("{shown} is not a regular file"));
+            }
+        }
+        None
     }
 
     fn remove(&self, rel: &str) -> Result<(), EditError> {
@@ -151,6 +190,9 @@ pub struct ApplyOptions {
     pub dry_run: bool,
     /// Fingerprints of the files as the LLM was shown them; a file that changed since is stale.
     pub shown: BTreeMap<String, String>,
+    /// Paths no edit may create, change, delete or rename onto (kiln.toml, .kiln/, .git/ are
+    /// always among them).
+    pub protected: crate::path::Protected,
 }
 
 /// What happened to one edit.
@@ -320,9 +362,8 @@ pub async fn apply_edits(
     let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut failed = false;
     for (i, e) in edits.iter().enumerate() {
-        let policy = check_path(&e.path)
-            .err()
-            .map(|err| err.to_string())
+        let policy = ws
+            .refuse_write(&e.path, &opts.protected)
             .or_else(|| {
                 (!targets.is_empty() && !targets.contains(&e.path)).then(|| {
                     format!(
@@ -335,7 +376,7 @@ pub async fn apply_edits(
             .or_else(|| {
                 e.new_path
                     .as_deref()
-                    .and_then(|d| check_path(d).err().map(|err| err.to_string()))
+                    .and_then(|d| ws.refuse_write(d, &opts.protected))
             });
         if let Some(message) = policy {
             let r = &mut report.edits[i];

@@ -67,6 +67,8 @@ pub struct AgentOptions {
     pub default_format: String,
     /// `compile_loop`'s runner command (the `command` runner), if any.
     pub compile_cmd: Option<String>,
+    /// Paths no edit may touch (`[sandbox] protect` on top of kiln's own files).
+    pub protected: crate::path::Protected,
 }
 
 impl Default for AgentOptions {
@@ -86,6 +88,7 @@ impl Default for AgentOptions {
             hooks: Hooks::default(),
             default_format: "search-replace".into(),
             compile_cmd: None,
+            protected: crate::path::Protected::default(),
         }
     }
 }
@@ -999,7 +1002,10 @@ async fn execute(
                     ws,
                     patch,
                     &[path.to_string()],
-                    &ApplyOptions::default(),
+                    &ApplyOptions {
+                        protected: opts.protected.clone(),
+                        ..Default::default()
+                    },
                 ),
             )
             .await
@@ -1094,6 +1100,7 @@ async fn execute(
                 lang: v["lang"].as_str().map(String::from),
                 runner_settings: settings,
                 parent: Some(loop_id),
+                protected: opts.protected.clone(),
                 ..Default::default()
             };
             let (_tx, rx) = tokio::sync::watch::channel(false);

@@ -47,6 +47,8 @@ pub struct FixOptions {
     pub window_threshold: usize,
     /// The format rewrites whole files (then files are always shown whole).
     pub whole_file_format: bool,
+    /// Paths no edit may touch (`[sandbox] protect` on top of kiln's own files).
+    pub protected: crate::path::Protected,
 }
 
 impl Default for FixOptions {
@@ -62,6 +64,7 @@ impl Default for FixOptions {
             parent: None,
             window_threshold: 600,
             whole_file_format: false,
+            protected: crate::path::Protected::default(),
         }
     }
 }
@@ -258,10 +261,8 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             "no target files: give --file F or --files F...".into(),
         ));
     }
-    for t in &opts.targets {
-        crate::plugin::capability::check_relative(t)
-            .map_err(|why| FixError::Usage(format!("target `{t}` {why}")))?;
-    }
+    let ws = Workspace::open(workspace)?;
+    crate::path::target_arguments(ws.dir(), &opts.targets).map_err(FixError::Usage)?;
     let info = format.format_describe().await?;
     if opts.targets.len() > 1 && !info.multi_file {
         return Err(FixError::Usage(format!(
@@ -269,7 +270,6 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             format.name
         )));
     }
-    let ws = Workspace::open(workspace)?;
     let multi = opts.targets.len() > 1;
     let instructions = format.format_instructions(multi).await?;
     let loop_id = store.begin_loop(&NewLoop {
@@ -490,6 +490,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             &ApplyOptions {
                 dry_run: false,
                 shown,
+                protected: opts.protected.clone(),
             },
         )
         .await

@@ -18,8 +18,8 @@ pub const DEFAULT_TIMEOUT_MS: u32 = 30_000;
 /// Default cap on returned and captured output.
 pub const DEFAULT_OUTPUT_BYTES: u32 = 4 << 20;
 
-pub use crate::path::{check_relative, glob_match};
 use crate::path::normalize;
+pub use crate::path::{check_relative, glob_match};
 
 /// An exec rule: program pattern and argument patterns.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -167,8 +167,10 @@ impl Effective {
             .filter(|n| granted_env.contains(n))
             .cloned()
             .collect();
-        let min = |a: Option<u32>, b: Option<u32>, d: u32| {
-            [a, b].into_iter().flatten().min().unwrap_or(d)
+        // min(request, grant or default): a manifest may lower a limit, never raise it.
+        let min = |request: Option<u32>, grant: Option<u32>, default: u32| {
+            let ceiling = grant.unwrap_or(default);
+            request.map_or(ceiling, |r| r.min(ceiling))
         };
         let limits = Limits {
             memory_mib: min(
@@ -256,22 +258,39 @@ impl Effective {
     /// Build the plugin's WASI context: no environment, no arguments, no sockets, stdio
     /// discarded, and the effective paths of `workspace` preopened under `/workspace`.
     /// The guest's stderr goes to `stderr` (bounded), so a panic message can be reported.
+    ///
+    /// Every preopen is opened from `root` (the workspace's cap-std `Dir`), so a granted path
+    /// that is a symlink, or runs through one, cannot leave the workspace: the grant is
+    /// refused, naming it. The opened directory is handed to wasmtime-wasi through its file
+    /// descriptor (`/proc/self/fd/N`), never by re-resolving its path.
     pub fn wasi_ctx(
         &self,
-        workspace: &Path,
+        root: &cap_std::fs::Dir,
         stderr: MemoryOutputPipe,
     ) -> Result<WasiCtx, std::io::Error> {
+        use std::os::fd::AsRawFd;
         let mut b = WasiCtxBuilder::new();
         b.stderr(stderr);
         for (rel, access) in &self.fs {
-            let host = if rel.is_empty() {
-                workspace.to_path_buf()
-            } else {
-                workspace.join(rel)
-            };
-            if !host.is_dir() {
-                continue;
+            if *access == Access::ReadWrite {
+                refuse_symlinks(root, rel)?;
             }
+            let dir = if rel.is_empty() {
+                root.try_clone()?
+            } else {
+                match root.open_dir(rel) {
+                    Ok(d) => d,
+                    // A grant of a directory that does not exist (yet) preopens nothing.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
+                    Err(e) => {
+                        return Err(std::io::Error::other(format!(
+                            "the grant of `{rel}` cannot be opened inside the workspace \
+                             (a symlink that leads out of it is refused): {e}"
+                        )));
+                    }
+                }
+            };
             let guest = if rel.is_empty() {
                 GUEST_WORKSPACE.to_string()
             } else {
@@ -281,12 +300,92 @@ impl Effective {
                 Access::Read => FsPerms::ReadOnly,
                 Access::ReadWrite => FsPerms::ReadWrite,
             };
+            let host = format!("/proc/self/fd/{}", dir.as_raw_fd());
             b.preopened_dir(&host, &guest, perms).map_err(|e| {
-                std::io::Error::other(format!("cannot preopen {}: {e}", host.display()))
+                std::io::Error::other(format!("cannot preopen the grant of `{rel}`: {e}"))
             })?;
+            drop(dir);
         }
         Ok(b.build())
     }
+
+    /// Refuse a read-write grant that covers a protected path (`kiln.toml`, `.kiln/`,
+    /// `.git/`, `[sandbox] protect`), suggesting the sub-directories that could be granted.
+    pub fn check_protected(
+        &self,
+        plugin: &str,
+        protected: &crate::path::Protected,
+        workspace: &Path,
+    ) -> Result<(), String> {
+        for (rel, access) in &self.fs {
+            if *access != Access::ReadWrite {
+                continue;
+            }
+            let Some(why) = protected.covered_by(rel) else {
+                continue;
+            };
+            let shown = if rel.is_empty() { "." } else { rel.as_str() };
+            let base = if rel.is_empty() {
+                workspace.to_path_buf()
+            } else {
+                workspace.join(rel)
+            };
+            let mut subdirs: Vec<String> = std::fs::read_dir(&base)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if rel.is_empty() {
+                        name
+                    } else {
+                        format!("{rel}/{name}")
+                    }
+                })
+                .filter(|d| protected.covered_by(d).is_none())
+                .collect();
+            subdirs.sort();
+            let suggestion = if subdirs.is_empty() {
+                "grant read-write on a directory that holds no protected path".to_string()
+            } else {
+                format!(
+                    "grant the sub-directories it may write instead, e.g.\n  [plugins.{plugin}]\n  fs = [{}]",
+                    subdirs
+                        .iter()
+                        .take(8)
+                        .map(|d| format!("{{ path = {d:?}, access = \"read-write\" }}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            return Err(format!(
+                "read-write access to `{shown}` is refused for plugin `{plugin}`: {why}; {suggestion}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A read-write grant must name a real directory: a symlink on the way (`docs -> .git`) could
+/// hand a plugin write access to a protected path under another name.
+fn refuse_symlinks(root: &cap_std::fs::Dir, rel: &str) -> Result<(), std::io::Error> {
+    let mut prefix = std::path::PathBuf::new();
+    for part in Path::new(rel).components() {
+        prefix.push(part);
+        match root.symlink_metadata(&prefix) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(std::io::Error::other(format!(
+                    "the read-write grant of `{rel}` is refused: `{}` is a symbolic link; \
+                     grant the real directory instead",
+                    prefix.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    Ok(())
 }
 
 fn path_string(p: &Path) -> String {
@@ -387,5 +486,4 @@ mod tests {
                 .contains("env = [\"SECRET\"]")
         );
     }
-
 }

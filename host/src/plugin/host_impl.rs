@@ -21,36 +21,81 @@ pub fn set_log_level(level: u8) {
     LOG_LEVEL.store(level, Ordering::Relaxed);
 }
 
-/// Memory limiter that records why growth was refused.
+/// Most linear memories, tables and core instances one plugin instance may create. A
+/// component is made of a few core instances (a Python or JavaScript guest has a handful); these
+/// bounds keep a component with hundreds of memories from reaching gigabytes.
+pub(crate) const MAX_MEMORIES: usize = 32;
+/// See [`MAX_MEMORIES`].
+pub(crate) const MAX_TABLES: usize = 64;
+/// See [`MAX_MEMORIES`].
+pub(crate) const MAX_INSTANCES: usize = 64;
+/// Table elements are accounted at this many bytes each against the memory limit.
+const TABLE_ELEMENT_BYTES: usize = 16;
+
+/// The memory limit of one plugin instance: every linear memory and table of the instance
+/// counts against one budget (not each memory on its own), and records why growth was refused.
 pub(crate) struct Limiter {
     pub(crate) max_bytes: usize,
+    /// Bytes held by all memories and tables of the instance.
+    used: usize,
     pub(crate) exceeded: bool,
 }
 
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
+impl Limiter {
+    pub(crate) fn new(max_bytes: usize) -> Limiter {
+        Limiter {
+            max_bytes,
+            used: 0,
+            exceeded: false,
+        }
+    }
+
+    fn grow(&mut self, current: usize, desired: usize) -> wasmtime::Result<bool> {
+        let total = self.used.saturating_add(desired.saturating_sub(current));
+        if total > self.max_bytes {
             self.exceeded = true;
             return Err(wasmtime::format_err!(
                 "memory limit of {} MiB exceeded",
                 self.max_bytes >> 20
             ));
         }
+        self.used = total;
         Ok(true)
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.grow(current, desired)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        self.grow(
+            current.saturating_mul(TABLE_ELEMENT_BYTES),
+            desired.saturating_mul(TABLE_ELEMENT_BYTES),
+        )
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
     }
 }
 
@@ -76,10 +121,7 @@ impl State {
         State {
             wasi,
             table: ResourceTable::new(),
-            limiter: Limiter {
-                max_bytes: (limits.memory_mib as usize) << 20,
-                exceeded: false,
-            },
+            limiter: Limiter::new((limits.memory_mib as usize) << 20),
             plugin,
             deadline: Instant::now() + Duration::from_millis(limits.timeout_ms as u64),
             effective,
@@ -204,5 +246,63 @@ impl State {
             timeout,
             cap,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Instantiate a component written in WAT under a limiter of `mib` MiB.
+    fn instantiate(wat: &str, mib: usize) -> (bool, bool) {
+        let engine = wasmtime::Engine::default();
+        let bytes = wat::parse_str(wat).unwrap();
+        let component = wasmtime::component::Component::new(&engine, &bytes).unwrap();
+        let mut store = wasmtime::Store::new(&engine, Limiter::new(mib << 20));
+        store.limiter(|l| l);
+        let linker = wasmtime::component::Linker::<Limiter>::new(&engine);
+        let ok = linker.instantiate(&mut store, &component).is_ok();
+        (ok, store.data().exceeded)
+    }
+
+    fn instances_of(module: &str, n: usize) -> String {
+        let mut w = format!("(component (core module $m {module})");
+        for _ in 0..n {
+            w.push_str(" (core instance (instantiate $m))");
+        }
+        w.push(')');
+        w
+    }
+
+    #[test]
+    fn the_memory_limit_covers_every_memory_of_an_instance() {
+        // 40 pages are 2.5 MiB: four memories fit in 16 MiB, twenty do not (each one alone
+        // would).
+        let m = "(memory 40)";
+        assert_eq!(instantiate(&instances_of(m, 4), 16), (true, false));
+        assert_eq!(instantiate(&instances_of(m, 20), 16), (false, true));
+        // Several memories in one module count the same way.
+        let multi =
+            "(memory 40) (memory 40) (memory 40) (memory 40) (memory 40) (memory 40) (memory 40)";
+        assert_eq!(instantiate(&instances_of(multi, 1), 16), (false, true));
+    }
+
+    #[test]
+    fn counts_of_memories_tables_and_instances_are_capped() {
+        let (ok, _) = instantiate(&instances_of("(memory 0)", MAX_MEMORIES + 1), 256);
+        assert!(!ok, "more than {MAX_MEMORIES} memories");
+        let (ok, _) = instantiate(&instances_of("(table 0 funcref)", MAX_TABLES + 1), 256);
+        assert!(!ok, "more than {MAX_TABLES} tables");
+        let (ok, _) = instantiate(&instances_of("", MAX_INSTANCES + 1), 256);
+        assert!(!ok, "more than {MAX_INSTANCES} instances");
+        // Table elements count against the memory limit: 2M elements are 32 MiB.
+        assert_eq!(
+            instantiate(&instances_of("(table 2000000 funcref)", 1), 16),
+            (false, true)
+        );
+        assert_eq!(
+            instantiate(&instances_of("(memory 1)", 8), 256),
+            (true, false)
+        );
     }
 }

@@ -456,6 +456,13 @@ impl Runtime {
             effective: Arc::new(Effective::none()),
             settings: BTreeMap::new(),
             workspace: Arc::from(workspace),
+            root: Arc::new(
+                cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
+                    .map_err(|e| PluginError::Sandbox {
+                        plugin: source_name.clone(),
+                        message: format!("cannot open the workspace {}: {e}", workspace.display()),
+                    })?,
+            ),
             pre,
         };
         let manifest = plugin.get_manifest().await?;
@@ -468,7 +475,15 @@ impl Runtime {
             grant.fs = builtin::default_grant(&manifest.name).fs;
         }
         plugin.name = manifest.name.clone();
-        plugin.effective = Arc::new(Effective::compute(&manifest, &grant));
+        let effective = Effective::compute(&manifest, &grant);
+        let protected = config.protected();
+        effective
+            .check_protected(&manifest.name, &protected, workspace)
+            .map_err(|message| PluginError::Sandbox {
+                plugin: manifest.name.clone(),
+                message,
+            })?;
+        plugin.effective = Arc::new(effective);
         plugin.settings = grant.settings.unwrap_or_default();
         plugin.manifest = manifest;
         Ok(plugin)
@@ -545,6 +560,8 @@ pub struct Plugin {
     /// Settings from `[plugins.NAME.settings]`.
     pub settings: BTreeMap<String, String>,
     workspace: Arc<Path>,
+    /// The workspace opened once; every preopen is opened beneath it.
+    root: Arc<cap_std::fs::Dir>,
     pre: Pre,
 }
 
@@ -579,7 +596,7 @@ impl Plugin {
         let stderr = MemoryOutputPipe::new(STDERR_KEEP);
         let wasi = self
             .effective
-            .wasi_ctx(&self.workspace, stderr.clone())
+            .wasi_ctx(&self.root, stderr.clone())
             .map_err(|e| PluginError::Sandbox {
                 plugin: self.name.clone(),
                 message: e.to_string(),
@@ -718,8 +735,14 @@ impl Plugin {
     ) -> Result<Result<RunResult, PluginCallError>, PluginError> {
         let mut settings = self.settings.clone();
         settings.extend(extra_settings.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // Targets often come from a model: each must be an existing regular file inside the
+        // workspace, and is passed in a form no program reads as an option (`./-x`, `./@f`).
+        let targets = match crate::path::target_arguments(&self.root, targets) {
+            Ok(t) => t,
+            Err(message) => return Ok(Err(PluginCallError::InvalidInput(message))),
+        };
         let req = RunRequest {
-            targets: targets.to_vec(),
+            targets,
             settings: settings.into_iter().collect(),
         };
         let out = invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_run(s, &req))?;

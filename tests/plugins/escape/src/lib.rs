@@ -17,7 +17,7 @@ fn arg(args: &Value, key: &str) -> String {
 
 impl Tool for Escape {
     fn manifest() -> Manifest {
-        tool::manifest(
+        let mut m = tool::manifest(
             "escape",
             "0.1.0",
             "Tries to escape its sandbox (test fixture)",
@@ -25,7 +25,11 @@ impl Tool for Escape {
         .with_fs(".", Access::ReadWrite)
         .with_exec("*", &["*"])
         .with_env("KILN_TEST_VISIBLE")
-        .with_env("KILN_TEST_SECRET_KEY")
+        .with_env("KILN_TEST_SECRET_KEY");
+        // Asks for far more memory than any host should give: the grant or the host default
+        // must win.
+        m.limits.memory_mib = Some(8192);
+        m
     }
 
     fn list_tools() -> Vec<ToolSpec> {

@@ -1,0 +1,56 @@
+//! `kiln trust`: record the workspace's kiln.toml, as it is now, as trusted (the copy is kept
+//! in the user's configuration directory, outside every workspace), or report whether it is.
+
+use super::{Ctx, Outcome, print_json};
+use crate::config::Trust;
+use clap::Args;
+use serde_json::json;
+
+#[derive(Debug, Args)]
+pub(crate) struct TrustArgs {
+    /// Only report whether kiln.toml is trusted (exit 0) or not (exit 1); change nothing.
+    #[arg(long)]
+    check: bool,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(ctx: &Ctx, args: TrustArgs) -> anyhow::Result<Outcome> {
+    let file = ctx.workspace.join("kiln.toml");
+    anyhow::ensure!(
+        file.is_file(),
+        "there is no kiln.toml in {} to trust",
+        ctx.workspace.display()
+    );
+    if args.check {
+        let (state, ok) = match &ctx.config.trust {
+            Trust::NotNeeded => ("not-needed", true),
+            Trust::Trusted => ("trusted", true),
+            Trust::Assumed => ("assumed", true),
+            Trust::Untrusted { .. } => ("untrusted", false),
+        };
+        if args.json {
+            print_json(&json!({ "file": file, "trust": state }));
+        } else if let Some(w) = ctx.config.trust.warning() {
+            eprintln!("{w}");
+        } else {
+            println!("{}: {state}", file.display());
+        }
+        return Ok(if ok {
+            Outcome::Success
+        } else {
+            Outcome::Failure
+        });
+    }
+    let record = crate::config::trust_workspace(&ctx.workspace)?;
+    if args.json {
+        print_json(&json!({ "file": file, "trust": "trusted", "record": record }));
+    } else {
+        eprintln!(
+            "trusted {} as it is now; a later change needs `kiln trust` again",
+            file.display()
+        );
+    }
+    Ok(Outcome::Success)
+}
