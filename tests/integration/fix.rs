@@ -586,3 +586,36 @@ fn a_large_file_is_shown_as_windows_around_the_diagnostics() {
             && !prompt.contains("int filler_10 = 10;")
     );
 }
+
+#[test]
+fn a_stream_cut_off_mid_answer_is_retried_and_the_retry_is_recorded() {
+    let ws = Workspace::new();
+    ws.write("main.c", BROKEN_C);
+    let cut = Reply::sse(crate::mock_llm::openai_events(&[
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":"<<<<<<< SEARCH\n    int x = 1\n"}}]}),
+    ]));
+    let mock = MockLlm::start(vec![
+        cut,
+        openai_text(&sr("    int x = 1\n", "    int x = 1;\n")),
+    ]);
+    let r = fix(&ws, &mock, GCC);
+    r.expect_code(0);
+    assert_eq!(result(&r)["iters"], 1);
+    let retry = events(&r)
+        .into_iter()
+        .find(|e| e["type"] == "llm.retry")
+        .expect("an llm.retry event");
+    assert!(
+        retry["reason"].as_str().unwrap().contains("finish_reason"),
+        "{retry}"
+    );
+    let db = rusqlite::Connection::open(ws.root().join(".kiln/kiln.db")).unwrap();
+    let stored: i64 = db
+        .query_row(
+            "SELECT count(*) FROM events WHERE type = 'llm.retry'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, 1);
+}

@@ -24,9 +24,11 @@ fn settings(mock: &MockLlm, provider: Provider) -> LlmSettings {
         max_tokens: 256,
         connect_timeout: Duration::from_secs(2),
         timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(2),
         temperature: Some(0.0),
         disable_thinking: false,
         max_retries: 3,
+        stream_max_retries: 2,
         retry_base: Duration::from_millis(10),
         stream: true,
     }
@@ -336,44 +338,90 @@ async fn quota_exhaustion_and_client_errors_are_not_retried() {
     assert_eq!(mock.recorded().len(), 4, "first attempt + max_retries (3)");
 }
 
+/// `complete` that also collects the retries announced to the sink.
+async fn complete_with_retries(
+    s: LlmSettings,
+    req: &ChatRequest,
+) -> (
+    Result<kiln::llm::ChatResponse, LlmError>,
+    String,
+    Vec<(u32, String, bool)>,
+) {
+    let client = LlmClient::new(s).unwrap();
+    let mut streamed = String::new();
+    let mut retries = Vec::new();
+    let r = client
+        .complete(req, &mut |d| match d {
+            kiln::llm::Delta::Text(t) => streamed.push_str(&t),
+            kiln::llm::Delta::Retry {
+                attempt,
+                reason,
+                discard,
+            } => {
+                if discard {
+                    streamed.clear();
+                }
+                retries.push((attempt, reason, discard));
+            }
+            _ => {}
+        })
+        .await;
+    (r, streamed, retries)
+}
+
 #[tokio::test]
-async fn truncated_streams_are_errors_never_short_answers() {
+async fn a_stream_cut_off_is_retried_and_never_taken_as_the_answer() {
     let cut = Reply::sse(openai_events(&[
         json!({"choices":[{"index":0,"delta":{"content":"Half an ans"}}]}),
     ]));
-    let mock = MockLlm::start(vec![cut, oa_text("should not be fetched")]);
-    let (r, streamed) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
-    assert!(
-        matches!(&r, Err(LlmError::Truncated(m)) if m.contains("finish_reason")),
-        "{r:?}"
-    );
-    assert_eq!(streamed, "Half an ans");
+    let mock = MockLlm::start(vec![cut, oa_text("The whole answer.")]);
+    let (r, streamed, retries) =
+        complete_with_retries(settings(&mock, Provider::Openai), &ask("x")).await;
+    let r = r.unwrap();
+    assert_eq!(r.text, "The whole answer.");
+    assert_eq!(r.attempts, 2);
     assert_eq!(
-        mock.recorded().len(),
-        1,
-        "output reached the caller: no retry"
+        streamed, "The whole answer.",
+        "the partial text was discarded"
     );
+    assert_eq!(retries.len(), 1);
+    assert!(
+        retries[0].1.contains("finish_reason") && retries[0].2,
+        "{retries:?}"
+    );
+    assert_eq!(mock.recorded().len(), 2);
 
-    let cut = Reply::sse(anthropic_events(&[
-        json!({"type":"message_start","message":{"usage":{"input_tokens":1}}}),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"partial"}}),
-    ]));
-    let mock = MockLlm::start(vec![cut]);
-    let (r, _) = complete(settings(&mock, Provider::Anthropic), &ask("x")).await;
+    // Cut every time: bounded by stream_max_retries (2), then an error, never a short answer.
+    let cut = || {
+        Reply::sse(anthropic_events(&[
+            json!({"type":"message_start","message":{"usage":{"input_tokens":1}}}),
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"partial"}}),
+        ]))
+    };
+    let mock = MockLlm::start(vec![cut(), cut(), cut(), cut()]);
+    let (r, _, retries) =
+        complete_with_retries(settings(&mock, Provider::Anthropic), &ask("x")).await;
     assert!(
         matches!(&r, Err(LlmError::Truncated(m)) if m.contains("message_stop")),
         "{r:?}"
     );
+    assert_eq!(retries.len(), 2);
+    assert_eq!(
+        mock.recorded().len(),
+        3,
+        "first attempt + stream_max_retries"
+    );
 }
 
 #[tokio::test]
-async fn an_error_inside_a_200_stream_and_malformed_chunks_are_errors() {
+async fn an_error_inside_a_200_stream_is_an_error_and_a_malformed_chunk_is_retried() {
     let mock = MockLlm::start(vec![
         Reply::sse(vec![
             "data: {\"error\":{\"message\":\"upstream model crashed\"}}\n\n".into(),
         ]),
         Reply::sse(vec!["data: {not json\n\n".into()]),
+        oa_text("fine now"),
         Reply::sse(anthropic_events(&[
             json!({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}),
         ])),
@@ -383,11 +431,9 @@ async fn an_error_inside_a_200_stream_and_malformed_chunks_are_errors() {
         matches!(&r, Err(LlmError::Stream(m)) if m.contains("upstream model crashed")),
         "{r:?}"
     );
-    let (r, _) = complete(settings(&mock, Provider::Openai), &ask("x")).await;
-    assert!(
-        matches!(&r, Err(LlmError::Decode(m)) if m.contains("not JSON")),
-        "{r:?}"
-    );
+    let (r, _, retries) = complete_with_retries(settings(&mock, Provider::Openai), &ask("x")).await;
+    assert_eq!(r.unwrap().text, "fine now");
+    assert!(retries[0].1.contains("not JSON"), "{retries:?}");
     let (r, _) = complete(settings(&mock, Provider::Anthropic), &ask("x")).await;
     assert!(
         matches!(&r, Err(LlmError::Stream(m)) if m == "Overloaded"),
@@ -396,24 +442,33 @@ async fn an_error_inside_a_200_stream_and_malformed_chunks_are_errors() {
 }
 
 #[tokio::test]
-async fn a_stalled_stream_hits_the_idle_timeout() {
-    let stall = Reply::Stream(vec![
-        (
-            Duration::ZERO,
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n".into(),
-        ),
-        (Duration::from_secs(4), "data: [DONE]\n\n".into()),
-    ]);
-    let mock = MockLlm::start(vec![stall]);
+async fn a_stalled_stream_hits_the_idle_timeout_and_is_retried() {
+    let stall = || {
+        Reply::Stream(vec![
+            (
+                Duration::ZERO,
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n".into(),
+            ),
+            (Duration::from_secs(4), "data: [DONE]\n\n".into()),
+        ])
+    };
+    let mock = MockLlm::start(vec![stall(), oa_text("after the stall")]);
     let mut s = settings(&mock, Provider::Openai);
-    s.timeout = Duration::from_millis(500);
+    s.idle_timeout = Duration::from_millis(500);
+    let (r, _, retries) = complete_with_retries(s.clone(), &ask("x")).await;
+    assert_eq!(r.unwrap().text, "after the stall");
+    assert!(retries[0].1.contains("idle"), "{retries:?}");
+
+    let mock = MockLlm::start(vec![stall(), stall(), stall()]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.idle_timeout = Duration::from_millis(500);
     let start = Instant::now();
     let (r, _) = complete(s, &ask("x")).await;
     assert!(
         matches!(r, Err(LlmError::Timeout { phase: "idle", .. })),
         "{r:?}"
     );
-    assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(start.elapsed() < Duration::from_secs(4));
 }
 
 #[tokio::test]

@@ -559,16 +559,29 @@ pub async fn run_agent(
             },
             max_tokens: None,
         };
+        // Retries are shown as they happen and stored once the request is over.
+        let mut retries: Vec<(u64, Event)> = Vec::new();
         let mut sink = |d: crate::llm::Delta| {
-            if let crate::llm::Delta::Text(text) = d {
-                seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                (on_event.lock().expect("event sink lock"))(&Event::TextDelta { text });
+            let n = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let e = match d {
+                crate::llm::Delta::Text(text) => Event::TextDelta { text },
+                other => match Event::from_retry(&other) {
+                    Some(e) => e,
+                    None => return,
+                },
+            };
+            (on_event.lock().expect("event sink lock"))(&e);
+            if matches!(e, Event::LlmRetry { .. }) {
+                retries.push((n, e));
             }
         };
         let resp = tokio::select! {
             r = model.complete_streaming(&req, &mut sink) => r,
             _ = cancelled(&mut cancel) => break 'run "cancelled".into(),
         };
+        for (n, e) in retries {
+            let _ = store.record_event(loop_id, n, e.name(), &e.to_json(n, crate::store::now_ms()));
+        }
         let resp = match resp {
             Ok(r) => r,
             Err(LlmError::ContextOverflow { message }) => {

@@ -140,6 +140,17 @@ pub enum Event {
         /// Tools called in it.
         tool_calls: Vec<String>,
     },
+    /// A model request failed and is asked again (a 5xx, or a stream that broke off, stalled
+    /// or sent a malformed chunk); text streamed by the failed attempt is void.
+    #[serde(rename = "llm.retry")]
+    LlmRetry {
+        /// The retry about to start (1 = the first).
+        attempt: u32,
+        /// Why the last attempt failed.
+        reason: String,
+        /// Streamed text of the failed attempt must be discarded.
+        discard: bool,
+    },
     /// Streamed model text.
     #[serde(rename = "text.delta")]
     TextDelta {
@@ -186,6 +197,22 @@ pub enum Event {
 }
 
 impl Event {
+    /// The `llm.retry` event of a [`crate::llm::Delta::Retry`].
+    pub fn from_retry(d: &crate::llm::Delta) -> Option<Event> {
+        match d {
+            crate::llm::Delta::Retry {
+                attempt,
+                reason,
+                discard,
+            } => Some(Event::LlmRetry {
+                attempt: *attempt,
+                reason: reason.clone(),
+                discard: *discard,
+            }),
+            _ => None,
+        }
+    }
+
     /// The `type` name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -202,6 +229,7 @@ impl Event {
             Event::LoopResult(_) => "loop.result",
             Event::TurnStart { .. } => "turn.start",
             Event::TurnEnd { .. } => "turn.end",
+            Event::LlmRetry { .. } => "llm.retry",
             Event::TextDelta { .. } => "text.delta",
             Event::ToolStart { .. } => "tool.start",
             Event::ToolEnd { .. } => "tool.end",
@@ -324,6 +352,18 @@ impl Event {
                 )
             }
             Event::AgentNotice { message } => format!("  ! {message}"),
+            Event::LlmRetry {
+                attempt,
+                reason,
+                discard,
+            } => format!(
+                "  ! model request failed ({reason}); retry {attempt}{}",
+                if *discard {
+                    ", the partial answer above is discarded"
+                } else {
+                    ""
+                }
+            ),
         })
     }
 }

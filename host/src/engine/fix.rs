@@ -395,10 +395,15 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
                     prompt_chars: prompt.len(),
                 },
             );
+            let mut retries: Vec<Event> = Vec::new();
+            let mut sink = |d: crate::llm::Delta| retries.extend(Event::from_retry(&d));
             let resp = tokio::select! {
-                r = model.complete(&req) => r,
+                r = model.complete_streaming(&req, &mut sink) => r,
                 _ = cancelled(&mut cancel) => break Err("cancelled".into()),
             };
+            for e in retries {
+                emit(store, e);
+            }
             let resp = match resp {
                 Ok(r) => r,
                 Err(e) => {

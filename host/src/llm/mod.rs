@@ -132,6 +132,15 @@ pub enum Delta {
         /// Tool name.
         name: String,
     },
+    /// The attempt failed and another starts: text streamed so far is void.
+    Retry {
+        /// The retry about to start (1 = the first retry).
+        attempt: u32,
+        /// Why the last attempt failed.
+        reason: String,
+        /// Whether text of the failed attempt had reached the caller (and must be discarded).
+        discard: bool,
+    },
 }
 
 /// Transport errors, each saying what the caller can do.
@@ -210,6 +219,15 @@ impl LlmError {
                 ..
             } | LlmError::Unreachable { .. }
                 | LlmError::Timeout { .. }
+        )
+    }
+
+    /// A streamed answer that broke off, stalled or could not be read: worth asking again
+    /// (bounded by `stream_max_retries`), never an answer.
+    pub fn is_broken_stream(&self) -> bool {
+        matches!(
+            self,
+            LlmError::Truncated(_) | LlmError::Decode(_) | LlmError::Timeout { phase: "idle", .. }
         )
     }
 
@@ -380,15 +398,19 @@ impl LlmClient {
         }
     }
 
-    /// Ask for one answer. Streaming deltas go to `sink`; once any has, a failure is returned
-    /// rather than retried. Dropping the future cancels the request.
+    /// Ask for one answer. Streaming deltas go to `sink`. Failures before the answer starts
+    /// (HTTP 408/409/429/5xx, unreachable, first-byte timeout) are retried up to
+    /// `max_retries`; a stream that breaks, stalls or sends a malformed chunk is retried up to
+    /// `stream_max_retries`, even after text reached the caller: each retry is announced
+    /// with [`Delta::Retry`] so the caller discards what it showed. A cut stream is never
+    /// accepted as a complete answer. Dropping the future cancels the request.
     pub async fn complete(
         &self,
         req: &ChatRequest,
         sink: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<ChatResponse, LlmError> {
         let start = Instant::now();
-        let mut attempt = 0;
+        let (mut request_retries, mut stream_retries) = (0u32, 0u32);
         loop {
             let mut delivered = false;
             let mut tracking = |d: Delta| {
@@ -396,24 +418,42 @@ impl LlmClient {
                 sink(d)
             };
             let result = self.attempt(req, &mut tracking).await;
-            match result {
+            let (e, wait) = match result {
                 Ok(mut r) => {
                     r.latency = start.elapsed();
-                    r.attempts = attempt + 1;
+                    r.attempts = request_retries + stream_retries + 1;
                     return Ok(r);
                 }
-                Err((e, wait)) => {
-                    let e = e.scrub(self.settings.api_key.as_ref());
-                    if delivered || !e.retryable() || attempt >= self.settings.max_retries {
-                        return Err(e);
-                    }
-                    let delay = wait.unwrap_or_else(|| {
-                        retry::backoff(attempt, self.settings.retry_base, Duration::from_secs(30))
-                    });
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
+                Err((e, wait)) => (e.scrub(self.settings.api_key.as_ref()), wait),
+            };
+            let budget_left = if e.is_broken_stream() {
+                stream_retries < self.settings.stream_max_retries
+            } else {
+                !delivered && e.retryable() && request_retries < self.settings.max_retries
+            };
+            if !budget_left {
+                return Err(e);
             }
+            let attempt = if e.is_broken_stream() {
+                stream_retries += 1;
+                stream_retries
+            } else {
+                request_retries += 1;
+                request_retries
+            };
+            sink(Delta::Retry {
+                attempt: request_retries + stream_retries,
+                reason: e.to_string(),
+                discard: delivered,
+            });
+            let delay = wait.unwrap_or_else(|| {
+                retry::backoff(
+                    attempt - 1,
+                    self.settings.retry_base,
+                    Duration::from_secs(30),
+                )
+            });
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -521,12 +561,12 @@ impl LlmClient {
         let mut stream = resp.bytes_stream();
         let mut done = false;
         while !done {
-            let chunk = match tokio::time::timeout(s.timeout, stream.next()).await {
+            let chunk = match tokio::time::timeout(s.idle_timeout, stream.next()).await {
                 Err(_) => {
                     return Err((
                         LlmError::Timeout {
                             phase: "idle",
-                            secs,
+                            secs: s.idle_timeout.as_secs(),
                         },
                         None,
                     ));

@@ -91,6 +91,10 @@ pub struct LlmConfig {
     pub disable_thinking: Option<bool>,
     /// Retries after the first attempt.
     pub max_retries: Option<u32>,
+    /// Retries of a stream that broke, stalled or sent a malformed chunk (default 5).
+    pub stream_max_retries: Option<u32>,
+    /// Seconds without a byte of a streamed answer before it counts as stalled (default 60).
+    pub idle_timeout_secs: Option<u64>,
     /// Use streaming (default true).
     pub stream: Option<bool>,
 }
@@ -114,6 +118,8 @@ impl LlmConfig {
             omit_temperature,
             disable_thinking,
             max_retries,
+            stream_max_retries,
+            idle_timeout_secs,
             stream
         );
     }
@@ -148,14 +154,19 @@ pub struct LlmSettings {
     pub max_tokens: u32,
     /// Connect timeout.
     pub connect_timeout: Duration,
-    /// Time allowed until the response headers, and between stream chunks.
+    /// Time allowed until the response headers (and a non-streamed body).
     pub timeout: Duration,
+    /// Time allowed between chunks of a streamed answer; a stall is retried.
+    pub idle_timeout: Duration,
     /// Temperature to send; `None` omits it.
     pub temperature: Option<f64>,
     /// See [`LlmConfig::disable_thinking`].
     pub disable_thinking: bool,
     /// Retries after the first attempt.
     pub max_retries: u32,
+    /// Retries of a stream that broke, stalled or sent a malformed chunk (even after text
+    /// reached the caller: it is told to discard it with [`super::Delta::Retry`]).
+    pub stream_max_retries: u32,
     /// First backoff delay.
     pub retry_base: Duration,
     /// Use streaming.
@@ -262,9 +273,11 @@ impl LlmSettings {
             max_tokens: config.max_tokens.unwrap_or(4096),
             connect_timeout: Duration::from_secs(config.connect_timeout_secs.unwrap_or(10)),
             timeout: Duration::from_secs(config.timeout_secs.unwrap_or(120)),
+            idle_timeout: Duration::from_secs(config.idle_timeout_secs.unwrap_or(60)),
             temperature,
             disable_thinking: config.disable_thinking.unwrap_or(false),
             max_retries: config.max_retries.unwrap_or(4),
+            stream_max_retries: config.stream_max_retries.unwrap_or(5),
             retry_base: Duration::from_millis(500),
             stream: config.stream.unwrap_or(true),
         })
