@@ -501,8 +501,17 @@ pub fn apply_search_replace(
                                 .collect();
                         }
                     }
-                    let rl = reindent(&rl, offset);
+                    let reindented = reindent(&rl, offset);
                     let file_lines = lines.plain();
+                    let mut search_lines = split_lines(&lf(search));
+                    if tier == Tier::LineNumbers {
+                        search_lines = search_lines
+                            .iter()
+                            .map(|l| strip_line_number(l).unwrap_or(l).to_string())
+                            .collect();
+                    }
+                    let rl =
+                        keep_unchanged_lines(&file_lines[*a..*b], &search_lines, &rl, reindented);
                     let mut new_lines: Vec<String> = file_lines[..*a].to_vec();
                     new_lines.extend(rl);
                     new_lines.extend_from_slice(&file_lines[*b..]);
@@ -532,6 +541,65 @@ pub fn apply_search_replace(
             Err(no_match(path, block, lines.plain(), search))
         }
     }
+}
+
+/// The replacement lines of a line-tier match, where every line REPLACE keeps from SEARCH
+/// (equal to it but for trailing whitespace and look-alike characters) is the file's own
+/// line: an edit located despite whitespace differences changes only the lines it changes and
+/// never adds or drops whitespace elsewhere. Lines are paired by a longest common subsequence
+/// (common prefix and suffix only for very large blocks).
+fn keep_unchanged_lines(
+    file: &[String],
+    search: &[String],
+    replace: &[String],
+    mut out: Vec<String>,
+) -> Vec<String> {
+    let key = |l: &str| fold_unicode(l.trim_end());
+    let s: Vec<String> = search.iter().map(|l| key(l)).collect();
+    let r: Vec<String> = replace.iter().map(|l| key(l)).collect();
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    let (n, m) = (s.len(), r.len());
+    if n.saturating_mul(m) <= 1 << 20 {
+        // lcs[i][j]: LCS length of s[i..] and r[j..].
+        let mut lcs = vec![vec![0u32; m + 1]; n + 1];
+        for i in (0..n).rev() {
+            for j in (0..m).rev() {
+                lcs[i][j] = if s[i] == r[j] {
+                    lcs[i + 1][j + 1] + 1
+                } else {
+                    lcs[i + 1][j].max(lcs[i][j + 1])
+                };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < n && j < m {
+            if s[i] == r[j] {
+                pairs.push((i, j));
+                i += 1;
+                j += 1;
+            } else if lcs[i + 1][j] >= lcs[i][j + 1] {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+    } else {
+        let prefix = s.iter().zip(&r).take_while(|(a, b)| a == b).count();
+        pairs.extend((0..prefix).map(|k| (k, k)));
+        let suffix = s[prefix..]
+            .iter()
+            .rev()
+            .zip(r[prefix..].iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        pairs.extend((1..=suffix).map(|k| (n - k, m - k)));
+    }
+    for (i, j) in pairs {
+        if let (Some(own), Some(slot)) = (file.get(i), out.get_mut(j)) {
+            *slot = own.clone();
+        }
+    }
+    out
 }
 
 /// Render a new body with the file's conventions (a new or emptied file keeps the body's own).
@@ -642,6 +710,63 @@ pub fn clean_path(line: &str) -> Option<String> {
     Some(p.to_string())
 }
 
+/// The tags models use instead of backtick fences (as seen in Aider's transcripts), each
+/// optionally followed by a language: `<source python>` … `</source>`.
+const FENCE_TAGS: [&str; 5] = ["source", "code", "pre", "codeblock", "sourcecode"];
+
+/// A code fence opened by a line: backticks (three or more, optionally a language) or one of
+/// [`FENCE_TAGS`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fence {
+    /// ```` ``` ```` or ```` ```` ```` (the run of backticks that closes it).
+    Backticks(String),
+    /// `<tag>` or `<tag lang>`, closed by `</tag>`.
+    Tag(String),
+}
+
+impl Fence {
+    /// The fence `line` opens, if it is an opening fence line.
+    pub fn open(line: &str) -> Option<Fence> {
+        let t = line.trim();
+        let ticks: String = t.chars().take_while(|c| *c == '`').collect();
+        if ticks.len() >= 3 {
+            let lang = &t[ticks.len()..];
+            return (!lang.contains('`') && !lang.trim().contains(char::is_whitespace))
+                .then_some(Fence::Backticks(ticks));
+        }
+        let inner = t.strip_prefix('<')?.strip_suffix('>')?;
+        let mut words = inner.split_whitespace();
+        let tag = words.next()?;
+        let lang_ok = match (words.next(), words.next()) {
+            (None, _) => true,
+            (Some(lang), None) => lang
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+#.-_".contains(c)),
+            _ => false,
+        };
+        (FENCE_TAGS.contains(&tag) && lang_ok).then(|| Fence::Tag(tag.to_string()))
+    }
+
+    /// Whether `line` closes this fence.
+    pub fn closed_by(&self, line: &str) -> bool {
+        let t = line.trim();
+        match self {
+            Fence::Backticks(ticks) => t == ticks,
+            Fence::Tag(tag) => t.strip_prefix("</").and_then(|r| r.strip_suffix('>')) == Some(tag),
+        }
+    }
+
+    /// Whether `line` opens or closes any fence (such a line never names a file).
+    pub fn is_fence_line(line: &str) -> bool {
+        let t = line.trim();
+        Fence::open(t).is_some()
+            || t.starts_with("```")
+            || t.strip_prefix("</")
+                .and_then(|r| r.strip_suffix('>'))
+                .is_some_and(|tag| FENCE_TAGS.contains(&tag))
+    }
+}
+
 /// Which target a path named by the LLM refers to: an exact target, a unique target with
 /// that file name, or the only target when the name is not path-like. With no targets, the
 /// name itself.
@@ -672,6 +797,89 @@ pub fn resolve_target(named: Option<&str>, targets: &[String]) -> Result<String,
 
 fn looks_like_path(s: &str) -> bool {
     s.contains('/') || s.contains('.')
+}
+
+#[cfg(test)]
+mod whitespace_tests {
+    use super::apply_search_replace;
+
+    #[test]
+    fn a_trailing_whitespace_match_keeps_the_files_own_whitespace() {
+        // Markdown hard breaks (two trailing spaces) and a tab-indented line with a trailing tab.
+        let file = "# Title\n\nfirst line  \nsecond line  \n\tcode\t\nlast \n";
+        let search = "first line\nsecond line\n\tcode\nlast\n";
+        let replace = "first line\nsecond line, changed\n\tcode\nlast\n";
+        let out = apply_search_replace("a.md", file, search, replace, 1).unwrap();
+        assert_eq!(out.tier, Some(super::Tier::TrailingWhitespace));
+        assert_eq!(
+            out.text,
+            "# Title\n\nfirst line  \nsecond line, changed\n\tcode\t\nlast \n"
+        );
+        // An insertion between kept lines.
+        let out = apply_search_replace(
+            "a.md",
+            file,
+            "first line\nsecond line\n",
+            "first line\ninserted\nsecond line\n",
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            out.text,
+            "# Title\n\nfirst line  \ninserted\nsecond line  \n\tcode\t\nlast \n"
+        );
+    }
+
+    #[test]
+    fn an_indentation_match_keeps_unchanged_lines_byte_for_byte() {
+        let file = "fn f() {\n        let a = 1;   \n        let b = 2;\n}\n";
+        let out = apply_search_replace(
+            "f.rs",
+            file,
+            "    let a = 1;\n    let b = 2;\n",
+            "    let a = 1;\n    let b = 3;\n",
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            out.text,
+            "fn f() {\n        let a = 1;   \n        let b = 3;\n}\n"
+        );
+    }
+}
+
+#[cfg(test)]
+mod fence_tests {
+    use super::Fence;
+
+    #[test]
+    fn fences_of_every_kind_open_and_close() {
+        for (open, close) in [
+            ("```", "```"),
+            ("```python", "```"),
+            ("````rust", "````"),
+            ("<source>", "</source>"),
+            ("<source python>", "</source>"),
+            ("<code>", "</code>"),
+            ("<pre>", "</pre>"),
+            ("<codeblock c++>", "</codeblock>"),
+            ("<sourcecode>", "</sourcecode>"),
+        ] {
+            let f = Fence::open(open).unwrap_or_else(|| panic!("{open}"));
+            assert!(f.closed_by(close), "{open} / {close}");
+            assert!(Fence::is_fence_line(open) && Fence::is_fence_line(close));
+        }
+        assert!(!Fence::open("````rust").unwrap().closed_by("```"));
+        for not in [
+            "<div>",
+            "<source a b>",
+            "src/main.rs",
+            "<<< path=a >>>",
+            "``x`",
+        ] {
+            assert_eq!(Fence::open(not), None, "{not}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 continue;
             }
             None => {
-                if !line.trim().is_empty() && !line.trim_start().starts_with("```") {
+                if !line.trim().is_empty() && !edit::Fence::is_fence_line(line) {
                     last_text_line = Some(line);
                 }
                 i += 1;
@@ -170,7 +170,15 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
             replace.push(lines[j]);
             j += 1;
         }
-        if j >= lines.len() || marker(lines[j]) != Some('>') {
+        // A second `=======` closes the block when that is unambiguous: the next line ends
+        // the fence, starts another block, or nothing follows.
+        let closes_with_divider = j < lines.len()
+            && marker(lines[j]) == Some('=')
+            && lines[j + 1..]
+                .iter()
+                .find(|l| !l.trim().is_empty())
+                .is_none_or(|next| edit::Fence::is_fence_line(next) || marker(next) == Some('<'));
+        if !closes_with_divider && (j >= lines.len() || marker(lines[j]) != Some('>')) {
             errors.push(err(
                 start + 1,
                 "SEARCH block is missing its `>>>>>>> REPLACE` end marker".into(),
@@ -315,6 +323,54 @@ mod tests {
         );
         let four = parse("<<<< SEARCH\nold\n====\nnew\n>>>> REPLACE\n", &t(&["a"])).unwrap_err();
         assert!(four[0].message.contains("no SEARCH/REPLACE block"));
+    }
+
+    #[test]
+    fn aider_fences_never_name_the_file() {
+        let ts = t(&["src/a.py", "src/b.py"]);
+        for (open, close) in [
+            ("```python", "```"),
+            ("````python", "````"),
+            ("<source>", "</source>"),
+            ("<source python>", "</source>"),
+            ("<code>", "</code>"),
+            ("<pre>", "</pre>"),
+            ("<codeblock>", "</codeblock>"),
+            ("<sourcecode python>", "</sourcecode>"),
+        ] {
+            let r = format!(
+                "src/b.py\n{open}\n<<<<<<< SEARCH\nold\n=======\nnew\n>>>>>>> REPLACE\n{close}\n"
+            );
+            let e = parse(&r, &ts).unwrap_or_else(|e| panic!("{open}: {e:?}"));
+            assert_eq!(e[0].path, "src/b.py", "{open}");
+        }
+    }
+
+    #[test]
+    fn a_block_closed_by_a_second_divider_when_unambiguous() {
+        let ts = t(&["a.py"]);
+        // The next line ends the fence.
+        let e = parse(
+            "```python\n<<<<<<< SEARCH\nold\n=======\nnew\n=======\n```\n",
+            &ts,
+        )
+        .unwrap();
+        assert_eq!(
+            (e[0].search.as_str(), e[0].replace.as_str()),
+            ("old\n", "new\n")
+        );
+        // The next line starts another block.
+        let e = parse(
+            "<<<<<<< SEARCH\na\n=======\nb\n=======\n<<<<<<< SEARCH\nc\n=======\nd\n>>>>>>> REPLACE\n",
+            &ts,
+        )
+        .unwrap();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[1].replace, "d\n");
+        // Text follows the second divider: ambiguous, refused with the block's line.
+        let errs = parse("<<<<<<< SEARCH\na\n=======\nb\n=======\nmore text\n", &ts).unwrap_err();
+        assert_eq!(errs[0].line, 1);
+        assert!(errs[0].message.contains("end marker"));
     }
 
     #[test]

@@ -79,24 +79,23 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
     let mut errors = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        let line = lines[i];
-        let trimmed = line.trim_start();
-        if !trimmed.starts_with("```") {
+        let Some(fence) = edit::Fence::open(lines[i]) else {
             i += 1;
             continue;
-        }
-        let fence: String = trimmed.chars().take_while(|c| *c == '`').collect();
+        };
         let open_line = i;
+        // The path is the line above the fence (never the fence's own tag or language).
         let named = (0..i)
             .rev()
             .map(|j| lines[j].trim())
             .find(|l| !l.is_empty())
+            .filter(|l| !edit::Fence::is_fence_line(l))
             .and_then(edit::clean_path);
         let mut body = Vec::new();
         i += 1;
         let mut closed = false;
         while i < lines.len() {
-            if lines[i].trim() == fence {
+            if fence.closed_by(lines[i]) {
                 closed = true;
                 break;
             }
@@ -107,7 +106,10 @@ fn parse_response(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, V
         if !closed {
             errors.push(ParseError {
                 line: open_line as u32 + 1,
-                message: "code block is not closed with ```".into(),
+                message: match &fence {
+                    edit::Fence::Backticks(t) => format!("code block is not closed with {t}"),
+                    edit::Fence::Tag(tag) => format!("code block is not closed with </{tag}>"),
+                },
             });
             break;
         }
@@ -211,6 +213,42 @@ mod tests {
             "{}",
             err[0].message
         );
+    }
+
+    #[test]
+    fn every_fence_kind_with_the_path_on_the_line_above() {
+        for (open, close) in [
+            ("```python", "```"),
+            ("````python", "````"),
+            ("<source python>", "</source>"),
+            ("<code>", "</code>"),
+            ("<pre>", "</pre>"),
+            ("<codeblock>", "</codeblock>"),
+            ("<sourcecode python>", "</sourcecode>"),
+        ] {
+            let r =
+                format!("src/a.py\n{open}\nx = 1\n```\n{close}\nb.py\n{open}\ny = 2\n{close}\n");
+            let r = if open.starts_with('`') {
+                // A backtick fence closes at the first matching line: no nested ``` inside.
+                format!("src/a.py\n{open}\nx = 1\n{close}\nb.py\n{open}\ny = 2\n{close}\n")
+            } else {
+                r
+            };
+            let e = parse_response(&r, &t(&["src/a.py", "b.py"]))
+                .unwrap_or_else(|e| panic!("{open}: {e:?}"));
+            assert_eq!(e[0].path, "src/a.py", "{open}");
+            assert_eq!(e[1].path, "b.py", "{open}");
+            assert_eq!(e[1].replace, "y = 2\n", "{open}");
+        }
+        // A tag fence keeps ``` lines of the file inside it.
+        let e = parse_response(
+            "README.md\n<source>\n```sh\nls\n```\n</source>\n",
+            &t(&["README.md"]),
+        )
+        .unwrap();
+        assert_eq!(e[0].replace, "```sh\nls\n```\n");
+        let err = parse_response("a.py\n<source>\nx\n", &t(&["a.py"])).unwrap_err();
+        assert!(err[0].message.contains("</source>"), "{}", err[0].message);
     }
 
     #[test]
