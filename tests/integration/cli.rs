@@ -271,3 +271,57 @@ fn bad_kiln_toml_names_the_file_and_field() {
         r.stderr()
     );
 }
+
+#[test]
+fn read_only_commands_leave_no_trace_and_tool_list_shows_the_host_tools() {
+    let ws = crate::support::Workspace::new();
+    let root = ws.root();
+    for args in [
+        &["history"][..],
+        &["history", "--json"],
+        &["plugin", "list"],
+        &["tool", "list"],
+        &["--help"],
+    ] {
+        let r = ws.kiln(args, &[]);
+        r.expect_code(0);
+    }
+    let left: Vec<_> = std::fs::read_dir(&root).unwrap().flatten().collect();
+    assert!(left.is_empty(), "read-only commands created {left:?}");
+    let r = ws.kiln(&["history", "show", "1"], &[]);
+    assert_eq!(r.code(), 2);
+    assert!(r.stderr().contains("no loop 1"), "{}", r.stderr());
+
+    let r = ws.kiln(&["tool", "list"], &[]);
+    let lines: Vec<String> = r.stdout().lines().map(String::from).collect();
+    let column = |l: &str| l.find(" plugin ").or_else(|| l.find(" host "));
+    let first = column(&lines[0]).unwrap();
+    for l in &lines {
+        assert_eq!(column(l), Some(first), "columns are aligned: {l}");
+    }
+    for host_tool in [
+        "write_patch",
+        "evaluate_work",
+        "final_answer",
+        "compile_loop",
+        "get_loops",
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(host_tool) && l.contains("host (built-in)")),
+            "{host_tool} missing: {}",
+            r.stdout()
+        );
+    }
+    let r = ws.kiln(&["tool", "list", "--json"], &[]);
+    let entries: Vec<serde_json::Value> = r
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let wp = entries.iter().find(|e| e["name"] == "write_patch").unwrap();
+    assert!(wp["plugin"].is_null());
+    let rf = entries.iter().find(|e| e["name"] == "read_file").unwrap();
+    assert_eq!(rf["plugin"], "fs");
+}

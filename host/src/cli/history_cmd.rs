@@ -26,6 +26,19 @@ enum HistoryCommand {
 }
 
 pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome> {
+    // Reading history creates nothing: no store yet means no loops yet.
+    if !ctx.workspace.join(".kiln").join("kiln.db").exists() {
+        if let Some(HistoryCommand::Show { id }) = args.show {
+            anyhow::bail!(
+                "no loop {id}: nothing is recorded in {} yet",
+                ctx.workspace.display()
+            );
+        }
+        if !args.json {
+            eprintln!("no loops recorded in {} yet", ctx.workspace.display());
+        }
+        return Ok(Outcome::Success);
+    }
     let store = Store::open(&ctx.workspace)?;
     match args.show {
         None => {

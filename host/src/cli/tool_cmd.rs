@@ -39,16 +39,23 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
         .collect();
     match cmd {
         ToolCommand::List { json } => {
-            for p in tool_plugins {
-                for t in p.tool_list().await? {
-                    if json {
-                        print_json(
-                            &json!({ "plugin": p.name, "name": t.name, "description": t.description, "read_only": t.read_only }),
-                        );
-                    } else {
-                        println!("{}.{:<16} {}", p.name, t.name, t.description);
-                    }
+            let catalog = crate::engine::agent::tool_catalog(&reg).await?;
+            if json {
+                for t in &catalog {
+                    print_json(&serde_json::to_value(t)?);
                 }
+                return Ok(Outcome::Success);
+            }
+            let width = catalog.iter().map(|t| t.name.len()).max().unwrap_or(0);
+            let from = |t: &crate::engine::agent::ToolEntry| {
+                t.plugin
+                    .as_deref()
+                    .map_or("host (built-in)".to_string(), |p| format!("plugin {p}"))
+            };
+            let from_width = catalog.iter().map(|t| from(t).len()).max().unwrap_or(0);
+            for t in &catalog {
+                let first = t.description.lines().next().unwrap_or("");
+                println!("{:<width$}  {:<from_width$}  {first}", t.name, from(t));
             }
             Ok(Outcome::Success)
         }

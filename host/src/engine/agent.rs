@@ -180,6 +180,41 @@ struct AgentTool<'a> {
     imp: Imp<'a>,
 }
 
+/// One tool as the agent offers it to the model.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolEntry {
+    /// The name the model calls (namespaced `plugin__tool` on a collision).
+    pub name: String,
+    /// The plugin that implements it; `None` for the host's built-in tools.
+    pub plugin: Option<String>,
+    /// Description shown to the model.
+    pub description: String,
+    /// It only reads (may run in parallel with other reads).
+    pub read_only: bool,
+}
+
+/// Every tool an agent would be offered with `registry` (plugin tools and the host's
+/// built-ins, `compile_loop` included), for `kiln tool list`.
+pub async fn tool_catalog(registry: &Registry) -> Result<Vec<ToolEntry>, AgentError> {
+    let opts = AgentOptions {
+        compile_cmd: Some(String::new()),
+        ..Default::default()
+    };
+    Ok(tools(registry, &opts)
+        .await?
+        .into_iter()
+        .map(|t| ToolEntry {
+            name: t.def.name,
+            plugin: match &t.imp {
+                Imp::Plugin(p, _) => Some(p.name.clone()),
+                _ => None,
+            },
+            description: t.def.description,
+            read_only: matches!(t.kind, Kind::Read),
+        })
+        .collect())
+}
+
 async fn tools<'a>(
     registry: &'a Registry,
     opts: &AgentOptions,
