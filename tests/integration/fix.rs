@@ -619,3 +619,65 @@ fn a_stream_cut_off_mid_answer_is_retried_and_the_retry_is_recorded() {
         .unwrap();
     assert_eq!(stored, 1);
 }
+
+#[test]
+fn a_target_changed_while_the_model_thinks_is_not_edited_against_text_it_never_saw() {
+    use std::time::Duration;
+    let ws = Workspace::new();
+    ws.write("main.c", BROKEN_C);
+    // The first answer takes a while; the user edits main.c meanwhile. The answer's edit
+    // would still match the changed file, but the model never saw that file.
+    let mut slow = vec![(
+        Duration::ZERO,
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+            .to_string(),
+    )];
+    if let Reply::Stream(parts) = openai_text(&sr("    int x = 1\n", "    int x = 1;\n")) {
+        slow.extend(parts.into_iter().enumerate().map(|(i, (_, p))| {
+            let pause = if i == 0 { 1500 } else { 0 };
+            (Duration::from_millis(pause), p)
+        }));
+    }
+    let edited = BROKEN_C.replace("/* version 0 */", "/* version 1, by the user */");
+    let mock = MockLlm::start(vec![
+        Reply::Stream(slow),
+        openai_text(&sr("    int x = 1\n", "    int x = 1;\n")),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let child = ws.spawn_kiln(&[
+        "fix",
+        "--base-url",
+        &base,
+        "--model",
+        "m",
+        "--json",
+        "--cmd",
+        "gcc -fsyntax-only {file}",
+        "--file",
+        "main.c",
+    ]);
+    let start = std::time::Instant::now();
+    while mock.recorded().is_empty() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ws.write("main.c", &edited);
+    let out = Run(child.wait_with_output().unwrap());
+    out.expect_code(0);
+    let stale = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "edit.failed")
+        .expect("the first answer's edit is refused");
+    assert_eq!(stale["failure"], "stale", "{stale}");
+    // The next prompt shows the current text and says why.
+    let second = user_prompt(&mock, 1);
+    assert!(second.contains("version 1, by the user"), "{second}");
+    assert!(
+        second.contains("changed since you were shown it"),
+        "{second}"
+    );
+    assert_eq!(result(&out)["iters"], 2);
+    assert_eq!(
+        ws.read("main.c"),
+        edited.replace("int x = 1\n", "int x = 1;\n")
+    );
+}

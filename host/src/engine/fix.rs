@@ -364,7 +364,9 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         }
         iteration += 1;
         // Ask the model.
-        let prompt = build_prompt(
+        // `shown`: fingerprints of exactly the text the prompt shows; an edit against a file
+        // changed since (by the user, while the model was thinking) is refused as stale.
+        let (prompt, shown) = build_prompt(
             opts,
             &ws,
             &result.0,
@@ -477,16 +479,6 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             break ("blocked", format!("the model stopped the loop: {reason}"));
         }
         // Apply.
-        let shown: BTreeMap<String, String> = opts
-            .targets
-            .iter()
-            .filter_map(|t| {
-                ws.read(t)
-                    .ok()
-                    .flatten()
-                    .map(|text| (t.clone(), edit::fingerprint(&text)))
-            })
-            .collect();
         let report = match edit::apply_response(
             format,
             &ws,
@@ -819,8 +811,9 @@ fn build_prompt(
     last: Option<&Attempt>,
     insist: bool,
     targets: &[String],
-) -> Result<String, FixError> {
+) -> Result<(String, BTreeMap<String, String>), FixError> {
     let mut p = String::new();
+    let mut shown = BTreeMap::new();
     if let Some(task) = &opts.prompt {
         p.push_str("## Task\n");
         p.push_str(task.trim());
@@ -867,6 +860,7 @@ fn build_prompt(
     for t in targets {
         match ws.read(t)? {
             Some(text) => {
+                shown.insert(t.clone(), edit::fingerprint(&text));
                 let lines = text.lines().count();
                 if lines > opts.window_threshold && !opts.whole_file_format {
                     let at: Vec<u32> = r
@@ -892,7 +886,7 @@ fn build_prompt(
             "IMPORTANT: your previous answers applied no edit. Reply with at least one edit block, in exactly the format described, whose search text is copied exactly from the current files above, so that it applies.\n",
         );
     }
-    Ok(p)
+    Ok((p, shown))
 }
 
 /// Lines shown on each side of a diagnostic when a file is windowed.
