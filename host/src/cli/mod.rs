@@ -109,13 +109,17 @@ impl Ctx {
     /// Built-ins, configured plugins and `--plugin` files.
     pub async fn registry(&self, extra: &[PathBuf]) -> anyhow::Result<Registry> {
         let mut reg = Registry::load(&self.runtime, &self.workspace, &self.config).await?;
+        for w in reg.warnings() {
+            eprintln!("warning: {}", crate::terminal::printable(&w));
+        }
         for path in extra {
             let checked = self.runtime.check_file(path)?;
             reg.insert(
                 self.runtime
                     .instantiate(checked, &self.workspace, &self.config)
                     .await?,
-            );
+                &self.config,
+            )?;
         }
         Ok(reg)
     }
@@ -158,7 +162,7 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Failure) => ExitCode::from(1),
         Ok(Outcome::Error) => ExitCode::from(2),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::terminal::printable(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

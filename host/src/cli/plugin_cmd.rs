@@ -67,7 +67,7 @@ pub(crate) async fn run(
                         "{:<14} {:<12} {:<8} {}",
                         p.name,
                         p.kind.to_string(),
-                        p.manifest.version,
+                        crate::terminal::printable(&p.manifest.version),
                         source_label(&p.source)
                     );
                 }
@@ -120,7 +120,7 @@ pub(crate) async fn run(
                             "ok: {} ({} plugin {}) conforms to kiln:plugin@{}",
                             r["name"].as_str().unwrap_or(""),
                             r["kind"].as_str().unwrap_or(""),
-                            r["version"].as_str().unwrap_or(""),
+                            crate::terminal::printable(r["version"].as_str().unwrap_or("")),
                             r["contract"].as_str().unwrap_or("")
                         );
                     }
@@ -210,7 +210,8 @@ fn access_wit(a: &crate::plugin::bindings::types::Access) -> &'static str {
 }
 
 fn print_inspect(r: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    // Everything here comes from the plugin's manifest: shown, never obeyed by the terminal.
+    let s = |v: &Value| crate::terminal::printable(v.as_str().unwrap_or("")).into_owned();
     println!(
         "{} {} ({} plugin)",
         s(&r["name"]),

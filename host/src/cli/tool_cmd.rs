@@ -46,7 +46,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                             &json!({ "plugin": p.name, "name": t.name, "description": t.description, "read_only": t.read_only }),
                         );
                     } else {
-                        println!("{}.{:<16} {}", p.name, t.name, t.description);
+                        println!(
+                            "{}",
+                            crate::terminal::printable(&format!(
+                                "{}.{:<16} {}",
+                                p.name, t.name, t.description
+                            ))
+                        );
                     }
                 }
             }
@@ -74,7 +80,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
             }
             let plugin = match candidates.as_slice() {
                 [one] => *one,
-                [] => anyhow::bail!("no tool named `{tool}`; see `kiln tool list`"),
+                [] => {
+                    // A plugin named but absent (or skipped because it failed to load) says why.
+                    if let Some(p) = plugin_name {
+                        reg.get(p, Some(PluginKind::Tool))?;
+                    }
+                    anyhow::bail!("no tool named `{tool}`; see `kiln tool list`")
+                }
                 many => anyhow::bail!(
                     "tool `{tool_name}` is offered by several plugins ({}); name it as PLUGIN.{tool_name}",
                     many.iter()
@@ -93,7 +105,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                             &json!({ "ok": true, "plugin": plugin.name, "tool": tool_name, "result": value }),
                         );
                     } else {
-                        println!("{result}");
+                        println!("{}", crate::terminal::printable(&result));
                     }
                     Ok(Outcome::Success)
                 }
@@ -107,7 +119,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                         eprintln!(
                             "{}.{tool_name}: {}",
                             plugin.name,
-                            crate::plugin::describe_call_error(&err)
+                            crate::terminal::printable(&crate::plugin::describe_call_error(&err))
                         );
                     }
                     Ok(Outcome::Failure)
