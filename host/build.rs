@@ -21,6 +21,7 @@ const PLUGINS: &[(&str, &str, bool)] = &[
     ("kiln-plugin-fs", "kiln_plugin_fs", true),
     ("kiln-plugin-shell", "kiln_plugin_shell", true),
     ("kiln-test-escape", "kiln_test_escape", false),
+    ("kiln-test-rogue", "kiln_test_rogue", false),
     (
         "kiln-test-future-contract",
         "kiln_test_future_contract",
@@ -122,7 +123,9 @@ fn ensure_wasm_target(root: &Path) {
     if libdir.as_deref().is_some_and(|d| d.is_dir()) {
         return;
     }
-    println!("cargo:warning=the {TARGET} target is not installed; running `rustup target add {TARGET}`");
+    println!(
+        "cargo:warning=the {TARGET} target is not installed; running `rustup target add {TARGET}`"
+    );
     let status = Command::new("rustup")
         .current_dir(root)
         .args(["target", "add", TARGET])

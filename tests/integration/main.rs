@@ -8,6 +8,7 @@ mod agent;
 mod cli;
 mod edit;
 mod fix;
+mod hardening;
 mod languages;
 mod llm;
 mod runner;

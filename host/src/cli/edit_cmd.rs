@@ -122,8 +122,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
                 dry_run,
                 ..Default::default()
             };
-            let report = match edit::apply_response(plugin, &ws, &response, &files, &opts).await
-            {
+            let report = match edit::apply_response(plugin, &ws, &response, &files, &opts).await {
                 Ok(r) => r,
                 // The plugin or the workspace failing is an error (exit 2); a file that cannot
                 // be read or written refuses the edit like any other (exit 1, nothing written).

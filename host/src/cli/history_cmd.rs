@@ -79,7 +79,9 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                 say!("targets: {}", r.targets.join(", "));
                 say!(
                     "tokens: input {} (cached {}), output {}",
-                    r.tokens.input, r.tokens.cached_input, r.tokens.output
+                    r.tokens.input,
+                    r.tokens.cached_input,
+                    r.tokens.output
                 );
                 if let Some(s) = &r.summary {
                     say!("summary: {s}");

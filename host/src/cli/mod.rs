@@ -157,7 +157,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    // A blocking thread still stuck in the kernel (say, a plugin's open of a file swapped for a
+    // FIFO after it was checked) must not keep kiln from exiting once the command is done.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failure) => ExitCode::from(1),
         Ok(Outcome::Error) => ExitCode::from(2),

@@ -56,16 +56,16 @@ impl Registry {
                 reg.admit(p, Some(section), config)
             });
             if let Err(e) = admitted {
-                // A command naming the section (or the built-in it meant to replace) gets
-                // this error instead of a plugin silently missing or a built-in in its place.
+                // A command naming the section (or the built-in it was meant to replace, named
+                // by `replaces` or by the section itself) gets this error, never a plugin
+                // silently missing or the built-in in its place.
                 let message = e.to_string();
                 for name in [Some(section.as_str()), pc.replaces.as_deref()]
                     .into_iter()
                     .flatten()
                 {
-                    if pc.replaces.as_deref() == Some(name) {
-                        reg.plugins.retain(|p| p.name != name);
-                    }
+                    reg.plugins
+                        .retain(|p| !(p.name == name && p.source == Source::Builtin));
                     if !reg.broken.iter().any(|(n, _)| n == name) {
                         reg.broken.push((name.to_string(), message.clone()));
                     }
