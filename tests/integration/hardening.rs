@@ -246,6 +246,40 @@ fn edit_apply_against_a_fifo_refuses_without_hanging() {
     );
 }
 
+#[test]
+fn a_third_party_plugin_opening_a_fifo_is_stopped_at_its_deadline_and_kiln_exits() {
+    // WASI opens files blocking; the call's deadline ends the call, and kiln does not wait
+    // for the thread still stuck in the kernel before exiting.
+    let ws = Workspace::new();
+    ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nfs = [\".\"]\ntimeout_ms = 1500\n",
+    );
+    mkfifo(&ws.root().join("pipe"));
+    let plugin = wasm("kiln_test_escape");
+    let r = kiln_within(
+        &ws,
+        20,
+        &[
+            "--plugin",
+            plugin.to_str().unwrap(),
+            "tool",
+            "call",
+            "escape.read",
+            "--args",
+            r#"{"path":"/workspace/pipe"}"#,
+        ],
+        "",
+    );
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("plugin `escape` was stopped after its deadline of 1500 ms"),
+        "{}",
+        r.stderr()
+    );
+}
+
 // ---- 8. Names and inputs ---------------------------------------------------------------
 
 #[test]

@@ -148,7 +148,7 @@ fn describe_io(e: &std::io::Error) -> String {
 }
 
 /// What a non-regular file is, for messages.
-pub fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
+fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
     use cap_std::fs::FileTypeExt;
     if t.is_dir() {
         "a directory"

@@ -635,9 +635,9 @@ impl Plugin {
         );
         let mut store = Store::new(self.pre_engine(), state);
         store.limiter(|s| &mut s.limiter);
-        // Let wasmtime copy a returned string as large as the instance's memory, so an
-        // oversized return is measured against the output cap (`cap`) rather than cut short
-        // by wasmtime's own per-call copy limit.
+        // Let wasmtime copy a returned string as large as the instance's memory (up to 1 GiB),
+        // so an oversized return is measured against `output_bytes` and reported as such
+        // rather than cut short by wasmtime's smaller default copy limit.
         let memory = ((self.effective.limits.memory_mib as usize) << 20).min(MAX_HOSTCALL_COPY);
         store.set_hostcall_fuel(store.hostcall_fuel().max(memory));
         // Yield to the async executor every 10 ms of guest execution, so the call's deadline

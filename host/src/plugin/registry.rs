@@ -46,10 +46,10 @@ impl Registry {
                 Err(e) => Err(e),
             };
             let admitted = loaded.and_then(|p| {
-                if reg.user_plugin(&p.name).is_some() {
+                if let Some(first) = reg.user_plugin(&p.name) {
                     return Err(PluginError::Duplicate {
                         name: p.name.clone(),
-                        first: reg.user_plugin(&p.name).unwrap().source.to_string(),
+                        first: first.source.to_string(),
                         second: p.source.to_string(),
                     });
                 }
