@@ -376,6 +376,8 @@ impl Effective {
             .fs
             .iter()
             .map(|(p, a)| (display_rel(Path::new(p)), *a))
+            // A path granted read-only and missing read-write is listed once, read-write.
+            .filter(|(p, _)| !missing.iter().any(|(m, _)| m == p))
             .chain(missing.iter().cloned())
             .map(|(p, a)| match a {
                 Access::Read => toml_str(&p),
@@ -652,5 +654,18 @@ mod tests {
         let pasted: PluginConfig = toml::from_str(&line).unwrap();
         let e2 = Effective::compute(&m, &pasted);
         assert!(e2.missing_fs(&m).is_empty(), "{:?}", e2.fs);
+
+        // Granted read-only but requested read-write: one entry, read-write.
+        let e = Effective::compute(
+            &m,
+            &PluginConfig {
+                fs: Some(vec![FsGrant::Path(".".into())]),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            e.fs_grant_line(&e.missing_fs(&m)),
+            r#"fs = ["docs", "src", { path = ".", access = "read-write" }]"#
+        );
     }
 }
