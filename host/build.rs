@@ -21,6 +21,7 @@ const PLUGINS: &[(&str, &str, bool)] = &[
     ("kiln-plugin-fs", "kiln_plugin_fs", true),
     ("kiln-plugin-shell", "kiln_plugin_shell", true),
     ("kiln-test-escape", "kiln_test_escape", false),
+    ("kiln-test-rogue", "kiln_test_rogue", false),
     (
         "kiln-test-future-contract",
         "kiln_test_future_contract",

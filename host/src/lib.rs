@@ -9,3 +9,4 @@ pub mod llm;
 pub mod path;
 pub mod plugin;
 pub mod store;
+pub mod terminal;

@@ -119,9 +119,10 @@ fn exec_of_a_program_not_granted_is_denied_naming_the_grant() {
         denied.contains("running `rm -rf inside.txt` is not granted to plugin `escape`"),
         "{denied}"
     );
+    // The suggested line keeps what is granted and adds the call, so it works when pasted.
     assert!(
         denied.contains("[plugins.escape]")
-            && denied.contains(r#"exec = [{ program = "rm", args = ["*"] }]"#),
+            && denied.contains(r#"exec = [{ program = "echo", args = ["*"] }, { program = "env" }, { program = "sh", args = ["-c", "*"] }, { program = "rm", args = ["*"] }]"#),
         "{denied}"
     );
     assert!(ws.root().join("inside.txt").exists());
@@ -170,14 +171,28 @@ fn the_host_environment_never_reaches_a_plugin() {
         "{out}"
     );
 
-    // Asking to pass a variable that is not granted is denied.
+    // Asking to pass a variable the manifest does not request is denied (no grant could
+    // allow it); one requested but not granted is denied naming the grant.
     let r = call(
         &ws,
         "exec",
         r#"{"program":"env","env":{"OPENAI_API_KEY":"x"}}"#,
     );
     r.expect_code(1);
-    assert!(crate::support::error_of(&r, "denied").contains(r#"env = ["OPENAI_API_KEY"]"#));
+    assert!(
+        crate::support::error_of(&r, "denied")
+            .contains("does not request environment variable `OPENAI_API_KEY`")
+    );
+    let r = call(
+        &ws,
+        "exec",
+        r#"{"program":"env","env":{"KILN_TEST_SECRET_KEY":"x"}}"#,
+    );
+    r.expect_code(1);
+    assert!(
+        crate::support::error_of(&r, "denied")
+            .contains(r#"env = ["KILN_TEST_VISIBLE", "KILN_TEST_SECRET_KEY"]"#)
+    );
 }
 
 #[test]
@@ -227,7 +242,7 @@ fn hundreds_of_mib_of_output_are_capped() {
     r.expect_code(2);
     assert!(
         r.stderr()
-            .contains("returned 8388608 bytes, more than its output cap of 1048576 bytes"),
+            .contains("plugin `escape`: output limit exceeded (8388608 > 1048576 bytes)"),
         "{}",
         r.stderr()
     );

@@ -132,7 +132,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
             if json {
                 print_json(&e.to_json(seq, crate::store::now_ms()));
             } else if let Event::TextDelta { text } = e {
-                eprint!("{text}");
+                eprint!("{}", crate::terminal::printable(text));
             } else if let Some(line) = e.human() {
                 eprintln!("{line}");
             }
@@ -153,7 +153,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         .await?;
         ctrl_c.abort();
         if !json {
-            println!("{}", result.content.trim());
+            println!("{}", crate::terminal::printable(result.content.trim()));
             eprintln!(
                 "[{}] {} turn(s), {} tool call(s), tokens in {} / out {}",
                 result.stop_reason,

@@ -117,12 +117,19 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
                 .map(|c| format!("[{c}]"))
                 .unwrap_or_default();
             println!(
-                "{}:{}:{}: {sev}{code}: {}",
-                d.file, d.line, d.column, d.message
+                "{}",
+                crate::terminal::printable(&format!(
+                    "{}:{}:{}: {sev}{code}: {}",
+                    d.file, d.line, d.column, d.message
+                ))
             );
         }
         if r.diagnostics.is_empty() && !r.ok {
-            print!("{}{}", r.stdout, r.stderr);
+            print!(
+                "{}{}",
+                crate::terminal::printable(&r.stdout),
+                crate::terminal::printable(&r.stderr)
+            );
         }
         let errors = r
             .diagnostics

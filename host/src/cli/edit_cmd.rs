@@ -1,7 +1,7 @@
 //! `kiln edit parse | apply`: run an edit format over an LLM response read from stdin.
 
 use super::{Ctx, Outcome, print_json};
-use crate::edit::{self, ApplyOptions, EditReport, Workspace};
+use crate::edit::{self, ApplyOptions, EditError, EditReport, Workspace};
 use crate::plugin::PluginKind;
 use anyhow::Context;
 use clap::Subcommand;
@@ -83,7 +83,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
                                 if !text.is_empty() {
                                     println!("  {label}:");
                                     for l in text.lines() {
-                                        println!("    | {l}");
+                                        println!("    | {}", crate::terminal::printable(l));
                                     }
                                 }
                             }
@@ -98,7 +98,11 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
                         );
                     } else {
                         for p in &problems {
-                            eprintln!("parse error{}: {}", p.at(), p.message);
+                            eprintln!(
+                                "parse error{}: {}",
+                                p.at(),
+                                crate::terminal::printable(&p.message)
+                            );
                         }
                     }
                     Ok(Outcome::Failure)
@@ -119,7 +123,23 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
                 protected: ctx.config.protected(),
                 ..Default::default()
             };
-            let report = edit::apply_response(plugin, &ws, &response, &files, &opts).await?;
+            let report = match edit::apply_response(plugin, &ws, &response, &files, &opts).await {
+                Ok(r) => r,
+                // The plugin or the workspace failing is an error (exit 2); a file that cannot
+                // be read or written refuses the edit like any other (exit 1, nothing written).
+                Err(e @ (EditError::Plugin(_) | EditError::Workspace { .. })) => {
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    if json {
+                        print_json(&json!({ "ok": false, "error": e.to_string() }));
+                    } else {
+                        println!("refused: {}", crate::terminal::printable(&e.to_string()));
+                        eprintln!("nothing written: the response does not apply");
+                    }
+                    return Ok(Outcome::Failure);
+                }
+            };
             if json {
                 print_json(&serde_json::to_value(&report)?);
             } else {
@@ -136,7 +156,11 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
 
 fn render(r: &EditReport) {
     for p in &r.parse_errors {
-        println!("parse error{}: {}", p.at(), p.message);
+        println!(
+            "parse error{}: {}",
+            p.at(),
+            crate::terminal::printable(&p.message)
+        );
     }
     for e in &r.edits {
         let tier = e
@@ -149,10 +173,16 @@ fn render(r: &EditReport) {
             .as_deref()
             .map(|d| format!(" -> {d}"))
             .unwrap_or_default();
-        println!("{:<15} {} {}{dest}{tier}", e.status, e.kind, e.path);
+        println!(
+            "{}",
+            crate::terminal::printable(&format!(
+                "{:<15} {} {}{dest}{tier}",
+                e.status, e.kind, e.path
+            ))
+        );
         if let Some(err) = &e.error {
             for l in err.lines() {
-                println!("    {l}");
+                println!("    {}", crate::terminal::printable(l));
             }
         }
     }

@@ -4,6 +4,14 @@ use super::{Ctx, Outcome, print_json};
 use crate::store::Store;
 use clap::{Args, Subcommand};
 
+/// `println!` for what the store recorded from plugins, programs and the model: control
+/// characters and escape sequences are shown, not obeyed.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", crate::terminal::printable(&format!($($arg)*)))
+    };
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct HistoryArgs {
     #[command(subcommand)]
@@ -26,8 +34,9 @@ enum HistoryCommand {
 }
 
 pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome> {
-    // Reading history creates nothing: no store yet means no loops yet.
-    if !ctx.workspace.join(".kiln").join("kiln.db").exists() {
+    // Reading history creates nothing: no `.kiln` yet means no loops yet. (A `.kiln` that
+    // exists, even as a planted symlink, goes to the store, which refuses what it must.)
+    if std::fs::symlink_metadata(ctx.workspace.join(".kiln")).is_err() {
         if let Some(HistoryCommand::Show { id }) = args.show {
             anyhow::bail!(
                 "no loop {id}: nothing is recorded in {} yet",
@@ -50,7 +59,7 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                 if args.json {
                     print_json(&serde_json::to_value(&r)?);
                 } else {
-                    println!(
+                    say!(
                         "{:>4}  {:<5} {:<8} {:<17} iters {}/{}  {}  {}",
                         r.id,
                         r.kind,
@@ -72,7 +81,7 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                 print_json(&v);
             } else {
                 let r = &d.row;
-                println!(
+                say!(
                     "loop {}: {} ({}) runner {} format {} model {}",
                     r.id,
                     r.status,
@@ -81,17 +90,19 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                     r.format,
                     r.model
                 );
-                println!("targets: {}", r.targets.join(", "));
-                println!(
+                say!("targets: {}", r.targets.join(", "));
+                say!(
                     "tokens: input {} (cached {}), output {}",
-                    r.tokens.input, r.tokens.cached_input, r.tokens.output
+                    r.tokens.input,
+                    r.tokens.cached_input,
+                    r.tokens.output
                 );
                 if let Some(s) = &r.summary {
-                    println!("summary: {s}");
+                    say!("summary: {s}");
                 }
                 if r.kind == "agent" {
                     for c in store.tool_calls(r.id)? {
-                        println!(
+                        say!(
                             "   turn {} {} {} {} ({} ms): {}",
                             c.turn,
                             if c.is_error { "✗" } else { "✓" },
@@ -109,7 +120,7 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                     }
                 }
                 for it in &d.iterations {
-                    println!(
+                    say!(
                         "\n-- iteration {}: {} (exit {}), {} edit(s) applied, runner {} ms, llm {} ms",
                         it.n,
                         if it.ok { "passed" } else { "failed" },
@@ -119,10 +130,10 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                         it.llm_ms
                     );
                     if let Some(s) = &it.llm_summary {
-                        println!("   model: {s}");
+                        say!("   model: {s}");
                     }
                     for e in d.edits.iter().filter(|e| e.iteration == it.n) {
-                        println!(
+                        say!(
                             "   edit {} {} {}{}",
                             e.status,
                             e.kind,
@@ -134,7 +145,7 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                         );
                     }
                     for diag in it.diagnostics.as_array().into_iter().flatten().take(10) {
-                        println!(
+                        say!(
                             "   {}:{}:{}: {}: {}",
                             diag["file"].as_str().unwrap_or(""),
                             diag["line"],

@@ -116,13 +116,17 @@ impl Ctx {
     /// Built-ins, configured plugins and `--plugin` files.
     pub async fn registry(&self, extra: &[PathBuf]) -> anyhow::Result<Registry> {
         let mut reg = Registry::load(&self.runtime, &self.workspace, &self.config).await?;
+        for w in reg.warnings() {
+            eprintln!("warning: {}", crate::terminal::printable(&w));
+        }
         for path in extra {
             let checked = self.runtime.check_file(path)?;
             reg.insert(
                 self.runtime
                     .instantiate(checked, &self.workspace, &self.config)
                     .await?,
-            );
+                &self.config,
+            )?;
         }
         Ok(reg)
     }
@@ -160,12 +164,16 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    // A blocking thread still stuck in the kernel (say, a plugin's open of a file swapped for a
+    // FIFO after it was checked) must not keep kiln from exiting once the command is done.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failure) => ExitCode::from(1),
         Ok(Outcome::Error) => ExitCode::from(2),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::terminal::printable(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

@@ -67,7 +67,7 @@ pub(crate) async fn run(
                         "{:<14} {:<12} {:<8} {}",
                         p.name,
                         p.kind.to_string(),
-                        p.manifest.version,
+                        crate::terminal::printable(&p.manifest.version),
                         source_label(&p.source)
                     );
                 }
@@ -120,7 +120,7 @@ pub(crate) async fn run(
                             "ok: {} ({} plugin {}) conforms to kiln:plugin@{}",
                             r["name"].as_str().unwrap_or(""),
                             r["kind"].as_str().unwrap_or(""),
-                            r["version"].as_str().unwrap_or(""),
+                            crate::terminal::printable(r["version"].as_str().unwrap_or("")),
                             r["contract"].as_str().unwrap_or("")
                         );
                     }
@@ -154,6 +154,26 @@ async fn inspect(p: &Plugin) -> anyhow::Result<Value> {
         .map(|x| json!({ "program": x.program, "args": x.args }))
         .collect();
     let missing_env: Vec<&String> = m.env.iter().filter(|n| !e.env.contains(n)).collect();
+    // Missing paths are workspace-relative, as a grant names them; a manifest path no grant
+    // could satisfy (absolute, `..`) is shown as unusable, never as something to grant.
+    let missing_fs = e.missing_fs(m);
+    let mut grant_lines: Vec<String> = Vec::new();
+    if !missing_fs.is_empty() {
+        grant_lines.push(e.fs_grant_line(&missing_fs));
+    }
+    if !missing_env.is_empty() {
+        let names: Vec<String> = e
+            .env
+            .iter()
+            .chain(missing_env.iter().copied())
+            .map(|n| crate::plugin::capability::toml_str(n))
+            .collect();
+        grant_lines.push(format!("env = [{}]", names.join(", ")));
+    }
+    let unusable_fs: Vec<Value> = crate::plugin::capability::unusable_fs(m)
+        .into_iter()
+        .map(|(path, why)| json!({ "path": path, "why": why }))
+        .collect();
     let mut report = json!({
         "name": p.name,
         "kind": p.kind,
@@ -166,10 +186,12 @@ async fn inspect(p: &Plugin) -> anyhow::Result<Value> {
             "memory_mib": m.limits.memory_mib, "timeout_ms": m.limits.timeout_ms, "output_bytes": m.limits.output_bytes } },
         "granted": { "fs": granted_fs, "exec": e.exec_granted, "env": e.env, "limits": e.limits },
         "missing": {
-            "fs": m.fs.iter().filter(|f| !e.fs.iter().any(|(g, _)| g == f.path.trim_start_matches("./") || (f.path == "." && g.is_empty()))).map(|f| f.path.clone()).collect::<Vec<_>>(),
+            "fs": missing_fs.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
             "exec": if e.exec_granted.is_empty() { m.exec.iter().map(|x| x.program.clone()).collect::<Vec<_>>() } else { vec![] },
             "env": missing_env,
         },
+        "unusable": { "fs": unusable_fs },
+        "grant_lines": grant_lines,
         "settings": p.settings,
     });
     match p.kind {
@@ -210,7 +232,8 @@ fn access_wit(a: &crate::plugin::bindings::types::Access) -> &'static str {
 }
 
 fn print_inspect(r: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    // Everything here comes from the plugin's manifest: shown, never obeyed by the terminal.
+    let s = |v: &Value| crate::terminal::printable(v.as_str().unwrap_or("")).into_owned();
     println!(
         "{} {} ({} plugin)",
         s(&r["name"]),
@@ -265,6 +288,28 @@ fn print_inspect(r: &Value) {
             .collect();
         if !items.is_empty() {
             println!("  missing {key}: {}", items.join(", "));
+        }
+    }
+    for u in r["unusable"]["fs"].as_array().into_iter().flatten() {
+        println!(
+            "  unusable fs request: {} ({}; no grant can give it)",
+            s(&u["path"]),
+            s(&u["why"])
+        );
+    }
+    let lines: Vec<String> = r["grant_lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(&s)
+        .collect();
+    if !lines.is_empty() {
+        println!(
+            "  to grant the missing paths and variables, put in kiln.toml (replacing those lines):\n    [plugins.{}]",
+            s(&r["name"])
+        );
+        for l in lines {
+            println!("    {l}");
         }
     }
     for t in r["tools"].as_array().into_iter().flatten() {

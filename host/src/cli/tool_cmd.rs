@@ -55,7 +55,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
             let from_width = catalog.iter().map(|t| from(t).len()).max().unwrap_or(0);
             for t in &catalog {
                 let first = t.description.lines().next().unwrap_or("");
-                println!("{:<width$}  {:<from_width$}  {first}", t.name, from(t));
+                println!(
+                    "{}",
+                    crate::terminal::printable(&format!(
+                        "{:<width$}  {:<from_width$}  {first}",
+                        t.name,
+                        from(t)
+                    ))
+                );
             }
             Ok(Outcome::Success)
         }
@@ -81,7 +88,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
             }
             let plugin = match candidates.as_slice() {
                 [one] => *one,
-                [] => anyhow::bail!("no tool named `{tool}`; see `kiln tool list`"),
+                [] => {
+                    // A plugin named but absent (or skipped because it failed to load) says why.
+                    if let Some(p) = plugin_name {
+                        reg.get(p, Some(PluginKind::Tool))?;
+                    }
+                    anyhow::bail!("no tool named `{tool}`; see `kiln tool list`")
+                }
                 many => anyhow::bail!(
                     "tool `{tool_name}` is offered by several plugins ({}); name it as PLUGIN.{tool_name}",
                     many.iter()
@@ -100,7 +113,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                             &json!({ "ok": true, "plugin": plugin.name, "tool": tool_name, "result": value }),
                         );
                     } else {
-                        println!("{result}");
+                        println!("{}", crate::terminal::printable(&result));
                     }
                     Ok(Outcome::Success)
                 }
@@ -114,7 +127,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                         eprintln!(
                             "{}.{tool_name}: {}",
                             plugin.name,
-                            crate::plugin::describe_call_error(&err)
+                            crate::terminal::printable(&crate::plugin::describe_call_error(&err))
                         );
                     }
                     Ok(Outcome::Failure)

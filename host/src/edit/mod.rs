@@ -73,22 +73,45 @@ impl Workspace {
     }
 
     /// Read a file as text; `None` when it does not exist. Paths leaving the workspace
-    /// (`..`, absolute, symlinks out) are refused.
+    /// (`..`, absolute, symlinks out) are refused, and so is anything that is not a regular
+    /// file: it is opened non-blocking and checked before a byte is read, so a FIFO (or a
+    /// device) planted in the workspace cannot make kiln wait forever.
     pub fn read(&self, rel: &str) -> Result<Option<String>, EditError> {
+        use cap_std::fs::{OpenOptions, OpenOptionsExt};
+        use std::io::Read;
         check_path(rel)?;
-        match self.dir.read(rel) {
-            Ok(bytes) => String::from_utf8(bytes)
-                .map(Some)
-                .map_err(|_| EditError::Io {
-                    path: rel.into(),
-                    message: "is not UTF-8 text".into(),
-                }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(EditError::Io {
+        let io = |e: std::io::Error| EditError::Io {
+            path: rel.into(),
+            message: describe_io(&e),
+        };
+        let mut file = match self.dir.open_with(
+            rel,
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY),
+        ) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let file_type = file.metadata().map_err(io)?.file_type();
+        if !file_type.is_file() {
+            return Err(EditError::Io {
                 path: rel.into(),
-                message: describe_io(&e),
-            }),
+                message: format!(
+                    "is {}, not a regular file; only regular files are read or edited",
+                    describe_type(&file_type)
+                ),
+            });
         }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io)?;
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| EditError::Io {
+                path: rel.into(),
+                message: "is not UTF-8 text".into(),
+            })
     }
 
     /// Write `text` to `rel` through a temporary file and a rename, keeping the file's mode.
@@ -136,11 +159,14 @@ impl Workspace {
             let shown = prefix.display();
             if meta.file_type().is_symlink() {
                 return Some(format!(
-                    "{shown} is a symbolic link; edits are made to real files only (edit the file it points to)"
+                    "{shown} is a symbolic link; edits go to real files only, never through a link (it could lead outside the workspace or to a protected path)"
                 ));
             }
             if i + 1 == count && !meta.is_file() {
-                return Some(format!("{shown} is not a regular file"));
+                return Some(format!(
+                    "{shown} is {}, not a regular file; only regular files are read or edited",
+                    describe_type(&meta.file_type())
+                ));
             }
         }
         None
@@ -160,6 +186,24 @@ fn describe_io(e: &std::io::Error) -> String {
             format!("permission denied or outside the workspace ({e})")
         }
         _ => e.to_string(),
+    }
+}
+
+/// What a non-regular file is, for messages.
+fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
+    use cap_std::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a special file"
     }
 }
 
@@ -401,7 +445,22 @@ pub async fn apply_edits(
     let mut plan: Vec<Planned> = Vec::new();
     for path in &order {
         let idx = &groups[path];
-        let original = ws.read(path)?;
+        // A target that cannot be read (it leads outside, is not a regular file, is not text)
+        // refuses the edit like any other policy: reported, nothing written.
+        let original = match ws.read(path) {
+            Ok(o) => o,
+            Err(EditError::Io { message, .. }) => {
+                for &i in idx {
+                    let r = &mut report.edits[i];
+                    r.status = "failed";
+                    r.failure = Some("policy");
+                    r.error = Some(format!("{path}: {message}"));
+                }
+                failed = true;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if let (Some(seen), Some(now)) = (opts.shown.get(path), &original)
             && *seen != fingerprint(now)
         {
@@ -437,17 +496,27 @@ pub async fn apply_edits(
                     .rev()
                     .find(|e| e.kind == EditKind::Rename)
                     .and_then(|e| e.new_path.clone());
-                if let Some(dest) = &move_to
-                    && ws.read(dest)?.is_some()
-                {
-                    let i = idx[idx.len() - 1];
-                    report.edits[i].status = "failed";
-                    report.edits[i].failure = Some("invalid");
-                    report.edits[i].error = Some(format!(
-                        "cannot move {path} to {dest}: {dest} already exists"
-                    ));
-                    failed = true;
-                    continue;
+                if let Some(dest) = &move_to {
+                    let refusal = match ws.read(dest) {
+                        Ok(None) => None,
+                        Ok(Some(_)) => Some((
+                            "invalid",
+                            format!("cannot move {path} to {dest}: {dest} already exists"),
+                        )),
+                        Err(EditError::Io { message, .. }) => Some((
+                            "policy",
+                            format!("cannot move {path} to {dest}: {dest}: {message}"),
+                        )),
+                        Err(e) => return Err(e),
+                    };
+                    if let Some((failure, message)) = refusal {
+                        let i = idx[idx.len() - 1];
+                        report.edits[i].status = "failed";
+                        report.edits[i].failure = Some(failure);
+                        report.edits[i].error = Some(message);
+                        failed = true;
+                        continue;
+                    }
                 }
                 plan.push(Planned {
                     path: path.clone(),

@@ -251,8 +251,14 @@ impl Event {
         v
     }
 
-    /// One line for a person.
+    /// One line for a person, with any control characters or escape sequences from plugins,
+    /// programs or the model rendered visibly.
     pub fn human(&self) -> Option<String> {
+        self.human_raw()
+            .map(|l| crate::terminal::printable(&l).into_owned())
+    }
+
+    fn human_raw(&self) -> Option<String> {
         Some(match self {
             Event::LoopStarted {
                 loop_id,

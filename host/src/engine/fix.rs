@@ -270,6 +270,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             format.name
         )));
     }
+    let mut log = crate::store::open_log(workspace, "fix-loop.log")?;
     let multi = opts.targets.len() > 1;
     let instructions = format.format_instructions(multi).await?;
     let loop_id = store.begin_loop(&NewLoop {
@@ -299,8 +300,6 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             max_iters: opts.max_iters,
         },
     );
-    let log_path = workspace.join(".kiln").join("logs").join("fix-loop.log");
-    let _ = std::fs::create_dir_all(log_path.parent().unwrap());
 
     let mut modified: Vec<String> = Vec::new();
     let mut fingerprints: Vec<String> = Vec::new();
@@ -420,7 +419,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             };
             usage += resp.usage;
             let _ = store.record_llm_call(loop_id, iteration as i64, &model.label(), Ok(&resp));
-            append_log(&log_path, loop_id, iteration, &resp.text);
+            append_log(&mut log, loop_id, iteration, &resp.text);
             emit(
                 store,
                 Event::LlmResponse {
@@ -932,19 +931,14 @@ fn window(text: &str, at: &[u32], radius: usize) -> String {
     out
 }
 
-fn append_log(path: &Path, loop_id: i64, iteration: u32, text: &str) {
+fn append_log(log: &mut std::fs::File, loop_id: i64, iteration: u32, text: &str) {
     use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(
-            f,
-            "=== loop {loop_id} iteration {iteration} at {} ===\n{text}",
-            crate::store::now_ms()
-        );
-    }
+    // A log that cannot be written only loses the log.
+    let _ = writeln!(
+        log,
+        "=== loop {loop_id} iteration {iteration} at {} ===\n{text}",
+        crate::store::now_ms()
+    );
 }
 
 #[allow(clippy::too_many_arguments)]

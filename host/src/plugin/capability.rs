@@ -67,6 +67,10 @@ pub struct Effective {
     pub exec_granted: Vec<ExecRule>,
     /// Environment variable names passed to programs.
     pub env: Vec<String>,
+    /// Environment variable names the manifest requests (to tell "not requested" from
+    /// "not granted" in a denial).
+    #[serde(skip)]
+    pub env_requested: Vec<String>,
     /// Limits.
     pub limits: Limits,
 }
@@ -86,20 +90,58 @@ pub enum Denial {
     },
     /// Requested but not granted.
     #[error(
-        "{what} is not granted to plugin `{plugin}`; to allow it add to kiln.toml:\n  [plugins.{plugin}]\n  {line}"
+        "{what} is not granted to plugin `{plugin}`; to allow it, put in kiln.toml (this line replaces the section's `{key}` line, if it has one):\n  [plugins.{plugin}]\n  {line}"
     )]
     NotGranted {
         /// Plugin name.
         plugin: String,
         /// The capability.
         what: String,
-        /// The `kiln.toml` line that would grant it.
+        /// The `kiln.toml` key the line sets.
+        key: &'static str,
+        /// The `kiln.toml` line that grants it together with what is granted already.
         line: String,
+    },
+    /// Asked in a form no grant can allow.
+    #[error("{what} cannot be granted to plugin `{plugin}`: {why}")]
+    Unusable {
+        /// Plugin name.
+        plugin: String,
+        /// The capability.
+        what: String,
+        /// Why, and what would work.
+        why: String,
     },
 }
 
-fn toml_str(s: &str) -> String {
-    format!("{s:?}")
+/// `s` as a TOML basic string.
+pub fn toml_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl ExecRule {
+    /// The rule as a `kiln.toml` inline table.
+    pub fn toml(&self) -> String {
+        let mut s = format!("{{ program = {}", toml_str(&self.program));
+        if !self.args.is_empty() {
+            let args: Vec<String> = self.args.iter().map(|a| toml_str(a)).collect();
+            s.push_str(&format!(", args = [{}]", args.join(", ")));
+        }
+        s.push_str(" }");
+        s
+    }
 }
 
 impl Effective {
@@ -161,6 +203,7 @@ impl Effective {
             })
             .collect();
         let granted_env = grant.env.clone().unwrap_or_default();
+        let env_requested = request.env.clone();
         let env = request
             .env
             .iter()
@@ -194,6 +237,7 @@ impl Effective {
             exec_requested,
             exec_granted,
             env,
+            env_requested,
             limits,
         }
     }
@@ -205,6 +249,7 @@ impl Effective {
             exec_requested: Vec::new(),
             exec_granted: Vec::new(),
             env: Vec::new(),
+            env_requested: Vec::new(),
             limits: Limits {
                 memory_mib: DEFAULT_MEMORY_MIB,
                 timeout_ms: DEFAULT_TIMEOUT_MS,
@@ -229,15 +274,45 @@ impl Effective {
             });
         }
         if !self.exec_granted.iter().any(|r| r.allows(program, args)) {
-            let pats = if args.is_empty() {
-                String::new()
-            } else {
-                ", args = [\"*\"]".to_string()
+            // A grant names a program found on PATH or a workspace-relative path; an absolute
+            // path (the guest's `/workspace/...` included) could never run, so say what would.
+            if program.contains('/')
+                && let Err(why) = check_relative(program)
+            {
+                let hint = match program.strip_prefix(GUEST_WORKSPACE) {
+                    Some(rest) if !rest.trim_start_matches('/').is_empty() => format!(
+                        "; inside the plugin the workspace is {GUEST_WORKSPACE}, so the plugin should run `./{}`",
+                        rest.trim_start_matches('/')
+                    ),
+                    _ => String::new(),
+                };
+                return Err(Denial::Unusable {
+                    plugin: plugin.into(),
+                    what,
+                    why: format!(
+                        "the program `{program}` {why}; programs are named as found on PATH (`gcc`) or by a path relative to the workspace (`./build.sh`){hint}"
+                    ),
+                });
+            }
+            let new = ExecRule {
+                program: program.to_string(),
+                args: if args.is_empty() {
+                    Vec::new()
+                } else {
+                    vec!["*".into()]
+                },
             };
+            let rules: Vec<String> = self
+                .exec_granted
+                .iter()
+                .chain(std::iter::once(&new))
+                .map(ExecRule::toml)
+                .collect();
             return Err(Denial::NotGranted {
                 plugin: plugin.into(),
                 what,
-                line: format!("exec = [{{ program = {}{pats} }}]", toml_str(program)),
+                key: "exec",
+                line: format!("exec = [{}]", rules.join(", ")),
             });
         }
         Ok(())
@@ -248,11 +323,72 @@ impl Effective {
         if self.env.iter().any(|n| n == name) {
             return Ok(());
         }
+        let what = format!("environment variable `{name}`");
+        // Granting a variable the manifest does not request would change nothing.
+        if !self.env_requested.iter().any(|n| n == name) {
+            return Err(Denial::NotRequested {
+                plugin: plugin.into(),
+                what,
+            });
+        }
+        let names: Vec<String> = self
+            .env
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(name))
+            .map(toml_str)
+            .collect();
         Err(Denial::NotGranted {
             plugin: plugin.into(),
-            what: format!("environment variable `{name}`"),
-            line: format!("env = [{}]", toml_str(name)),
+            what,
+            key: "env",
+            line: format!("env = [{}]", names.join(", ")),
         })
+    }
+
+    /// The requested paths this grant does not give in full (path, access), workspace-relative
+    /// (`.` for the root). Requests no grant could satisfy (absolute, `..`) are not listed:
+    /// see [`unusable_fs`].
+    pub fn missing_fs(&self, request: &types::Manifest) -> Vec<(String, Access)> {
+        let mut missing = Vec::new();
+        for r in &request.fs {
+            if check_relative(&r.path).is_err() {
+                continue;
+            }
+            let access = match r.access {
+                types::Access::Read => Access::Read,
+                types::Access::ReadWrite => Access::ReadWrite,
+            };
+            let rp = normalize(&r.path);
+            let covered = self
+                .fs
+                .iter()
+                .any(|(g, a)| rp.starts_with(normalize(g)) && *a >= access);
+            let entry = (display_rel(&rp), access);
+            if !covered && !missing.contains(&entry) {
+                missing.push(entry);
+            }
+        }
+        missing
+    }
+
+    /// The `kiln.toml` line granting what is granted now plus `missing` (relative paths).
+    pub fn fs_grant_line(&self, missing: &[(String, Access)]) -> String {
+        let items: Vec<String> = self
+            .fs
+            .iter()
+            .map(|(p, a)| (display_rel(Path::new(p)), *a))
+            // A path granted read-only and missing read-write is listed once, read-write.
+            .filter(|(p, _)| !missing.iter().any(|(m, _)| m == p))
+            .chain(missing.iter().cloned())
+            .map(|(p, a)| match a {
+                Access::Read => toml_str(&p),
+                Access::ReadWrite => {
+                    format!("{{ path = {}, access = \"read-write\" }}", toml_str(&p))
+                }
+            })
+            .collect();
+        format!("fs = [{}]", items.join(", "))
     }
 
     /// Build the plugin's WASI context: no environment, no arguments, no sockets, stdio
@@ -392,6 +528,25 @@ fn path_string(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
+/// A normalised relative path as written in `kiln.toml` (`.` for the workspace root).
+fn display_rel(p: &Path) -> String {
+    let s = path_string(p);
+    if s.is_empty() { ".".into() } else { s }
+}
+
+/// Manifest paths no grant can satisfy (absolute, `..`), with why.
+pub fn unusable_fs(request: &types::Manifest) -> Vec<(String, &'static str)> {
+    request
+        .fs
+        .iter()
+        .filter_map(|r| {
+            check_relative(&r.path)
+                .err()
+                .map(|why| (r.path.clone(), why))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,7 +638,133 @@ mod tests {
             e.check_env("p", "SECRET")
                 .unwrap_err()
                 .to_string()
-                .contains("env = [\"SECRET\"]")
+                .contains("env = [\"CC\", \"SECRET\"]")
+        );
+    }
+
+    /// The grant of a denial, pasted over the section's line of that key.
+    fn paste(denial: &Denial, grant: &PluginConfig) -> PluginConfig {
+        let Denial::NotGranted { line, .. } = denial else {
+            panic!("no suggestion in {denial}");
+        };
+        let pasted: PluginConfig = toml::from_str(line).unwrap();
+        let mut g = grant.clone();
+        if pasted.exec.is_some() {
+            g.exec = pasted.exec;
+        }
+        if pasted.env.is_some() {
+            g.env = pasted.env;
+        }
+        if pasted.fs.is_some() {
+            g.fs = pasted.fs;
+        }
+        g
+    }
+
+    #[test]
+    fn suggestions_work_when_pasted_and_never_repeat_a_grant() {
+        let grant = PluginConfig {
+            exec: Some(vec![ExecGrant {
+                program: "gcc".into(),
+                args: vec!["-c".into(), "*.c".into()],
+            }]),
+            env: Some(vec!["CC".into(), "SECRET".into()]),
+            ..Default::default()
+        };
+        let mut m = manifest();
+        m.env.push("QUOTE\"D".into());
+        let e = Effective::compute(&m, &grant);
+        let args = vec!["-o".to_string(), "x y".to_string()];
+        let d = e.check_exec("p", "make", &args).unwrap_err();
+        let e2 = Effective::compute(&m, &paste(&d, &grant));
+        assert!(e2.check_exec("p", "make", &args).is_ok());
+        assert!(
+            e2.check_exec("p", "gcc", &["-c".into(), "a.c".into()])
+                .is_ok()
+        );
+
+        let d = e.check_env("p", "QUOTE\"D").unwrap_err();
+        let e2 = Effective::compute(&m, &paste(&d, &grant));
+        assert!(e2.check_env("p", "QUOTE\"D").is_ok() && e2.check_env("p", "CC").is_ok());
+
+        // Granted but not requested: granting it again would change nothing, so no line.
+        let e = Effective::compute(
+            &m,
+            &PluginConfig {
+                env: Some(vec!["OPENAI_API_KEY".into()]),
+                ..Default::default()
+            },
+        );
+        let d = e.check_env("p", "OPENAI_API_KEY").unwrap_err();
+        assert!(matches!(d, Denial::NotRequested { .. }), "{d}");
+
+        // An absolute program (the guest path included) cannot be granted: say what works.
+        for program in ["/usr/bin/gcc", "/workspace/build.sh"] {
+            let d = e.check_exec("p", program, &[]).unwrap_err();
+            assert!(matches!(d, Denial::Unusable { .. }), "{d}");
+            assert!(!d.to_string().contains("exec = ["), "{d}");
+        }
+        assert!(
+            e.check_exec("p", "/workspace/build.sh", &[])
+                .unwrap_err()
+                .to_string()
+                .contains("`./build.sh`")
+        );
+    }
+
+    #[test]
+    fn missing_paths_are_relative_and_never_absolute() {
+        let mut m = manifest();
+        for (path, access) in [
+            ("/", types::Access::Read),
+            ("../up", types::Access::Read),
+            ("./src/", types::Access::Read),
+        ] {
+            m.fs.push(types::FsRequest {
+                path: path.into(),
+                access,
+            });
+        }
+        let grant = PluginConfig {
+            fs: Some(vec![FsGrant::Path("src".into())]),
+            ..Default::default()
+        };
+        let e = Effective::compute(&m, &grant);
+        let missing = e.missing_fs(&m);
+        assert_eq!(
+            missing,
+            vec![
+                (".".to_string(), Access::ReadWrite),
+                ("docs".to_string(), Access::Read)
+            ]
+        );
+        assert_eq!(
+            unusable_fs(&m)
+                .iter()
+                .map(|(p, _)| p.as_str())
+                .collect::<Vec<_>>(),
+            ["/", "../up"]
+        );
+        let line = e.fs_grant_line(&missing);
+        assert_eq!(
+            line,
+            r#"fs = ["src", { path = ".", access = "read-write" }, "docs"]"#
+        );
+        let pasted: PluginConfig = toml::from_str(&line).unwrap();
+        let e2 = Effective::compute(&m, &pasted);
+        assert!(e2.missing_fs(&m).is_empty(), "{:?}", e2.fs);
+
+        // Granted read-only but requested read-write: one entry, read-write.
+        let e = Effective::compute(
+            &m,
+            &PluginConfig {
+                fs: Some(vec![FsGrant::Path(".".into())]),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            e.fs_grant_line(&e.missing_fs(&m)),
+            r#"fs = ["docs", "src", { path = ".", access = "read-write" }]"#
         );
     }
 }

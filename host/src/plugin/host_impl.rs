@@ -13,6 +13,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Longest log message kept from a plugin.
 const MAX_LOG_MESSAGE: usize = 4096;
+/// Most log lines one plugin call may print; later messages are dropped and counted.
+const MAX_LOG_LINES_PER_CALL: usize = 200;
+/// Most log bytes one plugin call may print.
+const MAX_LOG_BYTES_PER_CALL: usize = 64 * 1024;
 
 static LOG_LEVEL: AtomicU8 = AtomicU8::new(3);
 
@@ -99,6 +103,14 @@ impl ResourceLimiter for Limiter {
     }
 }
 
+/// What one call has printed of its log so far.
+#[derive(Default)]
+struct LogBudget {
+    lines: usize,
+    bytes: usize,
+    dropped: usize,
+}
+
 /// The data of one plugin call's `Store`.
 pub struct State {
     wasi: WasiCtx,
@@ -108,6 +120,7 @@ pub struct State {
     effective: Arc<Effective>,
     workspace: Arc<Path>,
     deadline: Instant,
+    log: LogBudget,
 }
 
 impl State {
@@ -126,6 +139,17 @@ impl State {
             deadline: Instant::now() + Duration::from_millis(limits.timeout_ms as u64),
             effective,
             workspace,
+            log: LogBudget::default(),
+        }
+    }
+
+    /// Say once, at the end of a call, how many log messages went over the per-call cap.
+    pub(crate) fn report_dropped_logs(&self) {
+        if self.log.dropped > 0 {
+            eprintln!(
+                "[plugin {}] warn: … {} log lines dropped (at most {MAX_LOG_LINES_PER_CALL} lines or {MAX_LOG_BYTES_PER_CALL} bytes of log per call)",
+                self.plugin, self.log.dropped
+            );
         }
     }
 }
@@ -162,7 +186,23 @@ impl log::Host for State {
             msg.truncate(cut);
             msg.push_str(" …[truncated]");
         }
-        eprintln!("[plugin {}] {name}: {msg}", self.plugin);
+        // Escape sequences and control characters are shown, not obeyed; each line of a
+        // multi-line message carries the prefix, so no line can pass for kiln's own.
+        let text = crate::terminal::printable(msg.trim_end_matches('\n'));
+        let lines = text.split('\n').count();
+        if self.log.lines + lines > MAX_LOG_LINES_PER_CALL
+            || self.log.bytes + text.len() > MAX_LOG_BYTES_PER_CALL
+        {
+            self.log.dropped += 1;
+            return;
+        }
+        self.log.lines += lines;
+        self.log.bytes += text.len();
+        let mut out = String::new();
+        for line in text.split('\n') {
+            out.push_str(&format!("[plugin {}] {name}: {line}\n", self.plugin));
+        }
+        eprint!("{out}");
     }
 }
 

@@ -34,6 +34,8 @@ pub const CONTRACT_VERSION: &str = "0.1.0";
 const TICK: Duration = Duration::from_millis(1);
 /// Bytes of a guest's stderr kept to explain a trap.
 const STDERR_KEEP: usize = 64 * 1024;
+/// Most bytes wasmtime may copy from a guest to the host in one call.
+const MAX_HOSTCALL_COPY: usize = 1 << 30;
 
 /// The kind of a plugin, from the world it implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -177,14 +179,19 @@ pub enum PluginError {
         mib: u32,
     },
     /// Returned more than the output cap.
-    #[error("plugin `{plugin}` returned {bytes} bytes, more than its output cap of {cap} bytes")]
+    #[error(
+        "plugin `{plugin}`: output limit exceeded ({}{bytes} > {cap} bytes)",
+        if *.more { "more than " } else { "" }
+    )]
     OutputCap {
         /// Plugin name.
         plugin: String,
-        /// Returned size.
+        /// Returned size (a lower bound when `more`).
         bytes: usize,
         /// The cap.
         cap: u32,
+        /// The plugin tried to pass even more than `bytes` to the host, which stopped copying.
+        more: bool,
     },
     /// The manifest is unusable.
     #[error("{source_name} has an invalid manifest: {message}")]
@@ -213,6 +220,42 @@ pub enum PluginError {
         name: String,
         /// The names there are.
         known: String,
+    },
+    /// A user plugin took a built-in's name without saying so.
+    #[error(
+        "{source_name} is named `{name}` like a built-in plugin; to replace the built-in, add `replaces = \"{name}\"` under [plugins.{name}] in kiln.toml (it then gets only what kiln.toml grants it, none of the built-in's defaults)"
+    )]
+    ShadowsBuiltin {
+        /// The file.
+        source_name: String,
+        /// The name.
+        name: String,
+    },
+    /// `replaces` is wrong.
+    #[error("{source_name}: {message}")]
+    Replaces {
+        /// The file.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two configured user plugins have the same name.
+    #[error("two plugins are named `{name}`: {first} and {second}")]
+    Duplicate {
+        /// The name.
+        name: String,
+        /// The one loaded.
+        first: String,
+        /// The one refused.
+        second: String,
+    },
+    /// A configured plugin that failed to load was asked for.
+    #[error("plugin `{name}` is not available: {message}")]
+    Unavailable {
+        /// The name asked for.
+        name: String,
+        /// Why it could not be loaded.
+        message: String,
     },
     /// The sandbox could not be set up (a granted path could not be opened).
     #[error("plugin `{plugin}`: cannot set up its sandbox: {message}")]
@@ -609,6 +652,11 @@ impl Plugin {
         );
         let mut store = Store::new(self.pre_engine(), state);
         store.limiter(|s| &mut s.limiter);
+        // Let wasmtime copy a returned string as large as the instance's memory (up to 1 GiB),
+        // so an oversized return is measured against `output_bytes` and reported as such
+        // rather than cut short by wasmtime's smaller default copy limit.
+        let memory = ((self.effective.limits.memory_mib as usize) << 20).min(MAX_HOSTCALL_COPY);
+        store.set_hostcall_fuel(store.hostcall_fuel().max(memory));
         // Yield to the async executor every 10 ms of guest execution, so the call's deadline
         // (a tokio timeout around it, see `invoke!`) and any caller's timeout can stop even a
         // guest that never returns; dropping the call's future drops the instance.
@@ -639,6 +687,7 @@ impl Plugin {
         store: &Store<State>,
         stderr: &MemoryOutputPipe,
     ) -> Result<R, PluginError> {
+        store.data().report_dropped_logs();
         let limits = self.effective.limits;
         match res {
             Ok(Ok(r)) => Ok(r),
@@ -651,6 +700,16 @@ impl Plugin {
                     return Err(PluginError::Memory {
                         plugin: self.name.clone(),
                         mib: limits.memory_mib,
+                    });
+                }
+                // wasmtime refuses to copy more than the store's hostcall fuel between guest
+                // and host in one call: that is output past any cap, not a plugin crash.
+                if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+                    return Err(PluginError::OutputCap {
+                        plugin: self.name.clone(),
+                        bytes: store.hostcall_fuel(),
+                        cap: limits.output_bytes,
+                        more: true,
                     });
                 }
                 if matches!(
@@ -689,6 +748,7 @@ impl Plugin {
                 plugin: self.name.clone(),
                 bytes,
                 cap,
+                more: false,
             });
         }
         Ok(())

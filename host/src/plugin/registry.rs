@@ -1,5 +1,8 @@
 //! The set of plugins a command can use: the built-ins embedded in the binary plus the user
 //! plugins named in configuration (`[plugins.NAME] path = "x.wasm"`), each loaded once.
+//! A user plugin may take a built-in's name only when its section says `replaces = "NAME"`;
+//! a user plugin that cannot be loaded is reported and skipped, so only the commands that
+//! use it fail (with its error).
 
 use super::{Plugin, PluginError, PluginKind, Runtime, Source, builtin};
 use crate::config::Config;
@@ -8,11 +11,16 @@ use std::path::Path;
 /// Loaded plugins by name.
 pub struct Registry {
     plugins: Vec<Plugin>,
+    /// Names of the built-ins.
+    builtins: Vec<String>,
+    /// User plugins that could not be loaded: the name a command would use, and why.
+    broken: Vec<(String, String)>,
 }
 
 impl Registry {
-    /// Load the built-ins and every configured user plugin. A user plugin with a built-in's
-    /// name replaces the built-in.
+    /// Load the built-ins and every configured user plugin. A configured plugin that cannot
+    /// be loaded (missing file, invalid component, a built-in's name without `replaces`) is
+    /// skipped; see [`Registry::warnings`]. A built-in that cannot be loaded is an error.
     pub async fn load(
         runtime: &Runtime,
         workspace: &Path,
@@ -26,21 +34,124 @@ impl Registry {
                     .await?,
             );
         }
-        for pc in config.plugins.values() {
+        let mut reg = Registry {
+            builtins: plugins.iter().map(|p| p.name.clone()).collect(),
+            plugins,
+            broken: Vec::new(),
+        };
+        for (section, pc) in &config.plugins {
             let Some(path) = &pc.path else { continue };
-            let checked = runtime.check_file(path)?;
-            let plugin = runtime.instantiate(checked, workspace, config).await?;
-            plugins.retain(|p| p.name != plugin.name);
-            plugins.push(plugin);
+            let loaded = match runtime.check_file(path) {
+                Ok(checked) => runtime.instantiate(checked, workspace, config).await,
+                Err(e) => Err(e),
+            };
+            let admitted = loaded.and_then(|p| {
+                if let Some(first) = reg.user_plugin(&p.name) {
+                    return Err(PluginError::Duplicate {
+                        name: p.name.clone(),
+                        first: first.source.to_string(),
+                        second: p.source.to_string(),
+                    });
+                }
+                reg.admit(p, Some(section), config)
+            });
+            if let Err(e) = admitted {
+                // A command naming the section (or the built-in it was meant to replace, named
+                // by `replaces` or by the section itself) gets this error, never a plugin
+                // silently missing or the built-in in its place.
+                let message = e.to_string();
+                for name in [Some(section.as_str()), pc.replaces.as_deref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    reg.plugins
+                        .retain(|p| !(p.name == name && p.source == Source::Builtin));
+                    if !reg.broken.iter().any(|(n, _)| n == name) {
+                        reg.broken.push((name.to_string(), message.clone()));
+                    }
+                }
+            }
         }
-        plugins.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Registry { plugins })
+        reg.plugins.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(reg)
     }
 
-    /// Add a plugin loaded elsewhere (for example `--plugin FILE`).
-    pub fn insert(&mut self, plugin: Plugin) {
-        self.plugins.retain(|p| p.name != plugin.name);
+    /// Add a plugin loaded elsewhere (for example `--plugin FILE`); it replaces a configured
+    /// user plugin of the same name. Taking a built-in's name needs `replaces = "NAME"` in
+    /// the plugin's `[plugins.NAME]` section.
+    pub fn insert(&mut self, plugin: Plugin, config: &Config) -> Result<(), PluginError> {
+        if let Some(p) = self.user_plugin(&plugin.name)
+            && p.source == plugin.source
+        {
+            return Ok(());
+        }
+        self.plugins
+            .retain(|p| !(p.name == plugin.name && p.source != Source::Builtin));
+        self.admit(plugin, None, config)?;
+        self.plugins.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(())
+    }
+
+    /// Problems with configured user plugins, one line each (naming the plugin and its file).
+    pub fn warnings(&self) -> impl Iterator<Item = String> + '_ {
+        self.broken
+            .iter()
+            .map(|(name, why)| format!("plugin `{name}` skipped: {why}"))
+    }
+
+    fn user_plugin(&self, name: &str) -> Option<&Plugin> {
+        self.plugins
+            .iter()
+            .find(|p| p.name == name && p.source != Source::Builtin)
+    }
+
+    /// Add a user plugin, enforcing the `replaces` rule.
+    fn admit(
+        &mut self,
+        plugin: Plugin,
+        section: Option<&str>,
+        config: &Config,
+    ) -> Result<(), PluginError> {
+        let name = plugin.name.clone();
+        // `replaces` may be said in the section that loads the plugin or in the section of
+        // its name (the one its grants come from).
+        let replaces = section
+            .and_then(|s| config.plugins.get(s))
+            .and_then(|pc| pc.replaces.clone())
+            .or_else(|| config.plugins.get(&name).and_then(|pc| pc.replaces.clone()));
+        let is_builtin = self.builtins.contains(&name);
+        match replaces.as_deref() {
+            Some(r) if !self.builtins.iter().any(|b| b == r) => {
+                return Err(PluginError::Replaces {
+                    source_name: plugin.source.to_string(),
+                    message: format!(
+                        "`replaces = \"{r}\"` names no built-in plugin (built-ins: {})",
+                        self.builtins.join(", ")
+                    ),
+                });
+            }
+            Some(r) if r != name => {
+                return Err(PluginError::Replaces {
+                    source_name: plugin.source.to_string(),
+                    message: format!(
+                        "`replaces = \"{r}\"`, but the plugin is named `{name}`; a plugin replaces the built-in of its own name"
+                    ),
+                });
+            }
+            Some(_) => {}
+            None if is_builtin => {
+                return Err(PluginError::ShadowsBuiltin {
+                    source_name: plugin.source.to_string(),
+                    name,
+                });
+            }
+            None => {}
+        }
+        if is_builtin {
+            self.plugins.retain(|p| p.name != name);
+        }
         self.plugins.push(plugin);
+        Ok(())
     }
 
     /// Every plugin, sorted by name.
@@ -55,6 +166,14 @@ impl Registry {
             "whole-file" => "whole",
             other => other,
         };
+        if !self.plugins.iter().any(|p| p.name == name)
+            && let Some((_, why)) = self.broken.iter().find(|(n, _)| n == name)
+        {
+            return Err(PluginError::Unavailable {
+                name: name.into(),
+                message: why.clone(),
+            });
+        }
         match self.plugins.iter().find(|p| p.name == name) {
             Some(p) => match kind {
                 Some(k) if p.kind != k => Err(PluginError::WrongKind {

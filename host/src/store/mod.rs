@@ -58,6 +58,25 @@ pub enum StoreError {
     /// No such loop.
     #[error("no loop with id {0} in this workspace; see `kiln history`")]
     NoLoop(i64),
+    /// kiln's own state would be written through a symlink (or into something that is not a
+    /// directory or regular file), possibly outside the workspace.
+    #[error(
+        "refusing to use {path}: {why}; kiln keeps its state only in a real `.kiln` directory inside the workspace (remove it and run again)"
+    )]
+    NotReal {
+        /// The path at fault.
+        path: PathBuf,
+        /// What it is instead.
+        why: &'static str,
+    },
+    /// A log file could not be opened or written.
+    #[error("cannot open log {path}: {source}")]
+    Log {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// Keep `text` under `max` bytes: head and tail with a marker in between.
@@ -355,24 +374,142 @@ fn pid_alive(pid: i64) -> bool {
     pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0
 }
 
+/// What `path` is when it is not what kiln may use: a symlink or some other non-regular entry.
+fn refuse_unreal(path: &Path, want_dir: bool) -> Result<bool, StoreError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => {
+            return Err(StoreError::Dir {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let t = meta.file_type();
+    let why = if t.is_symlink() {
+        "it is a symbolic link"
+    } else if want_dir && !t.is_dir() {
+        "it is not a directory"
+    } else if !want_dir && !t.is_file() {
+        "it is not a regular file"
+    } else {
+        return Ok(true);
+    };
+    Err(StoreError::NotReal {
+        path: path.to_path_buf(),
+        why,
+    })
+}
+
+/// `<workspace>/.kiln`, created when missing, refused when it is a symlink or not a directory.
+/// The workspace path itself is canonicalised, so no link in it can redirect the store.
+fn kiln_dir(workspace: &Path) -> Result<PathBuf, StoreError> {
+    let root = workspace.canonicalize().map_err(|source| StoreError::Dir {
+        path: workspace.to_path_buf(),
+        source,
+    })?;
+    let dir = root.join(".kiln");
+    if !refuse_unreal(&dir, true)? {
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            // Created by a concurrent kiln: check it again below.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(StoreError::Dir {
+                    path: dir.clone(),
+                    source,
+                });
+            }
+        }
+        refuse_unreal(&dir, true)?;
+    }
+    Ok(dir)
+}
+
+/// Open (creating) a log file `<workspace>/.kiln/logs/<name>` for appending, following no
+/// symlink: a symlinked `.kiln`, `logs` or log file is refused, naming it, so kiln's logs
+/// cannot be redirected outside the workspace.
+pub fn open_log(workspace: &Path, name: &str) -> Result<std::fs::File, StoreError> {
+    use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let kiln = kiln_dir(workspace)?;
+    let logs = kiln.join("logs");
+    let log_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StoreError::Log { path, source }
+    };
+    // `.kiln` opened without following a link: everything below is resolved beneath it.
+    let kdir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(&kiln)
+        .map_err(log_err(&kiln))?;
+    let kdir = Dir::from_std_file(kdir);
+    if !refuse_unreal(&logs, true)? {
+        match kdir.create_dir("logs") {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(log_err(&logs)(e)),
+        }
+        refuse_unreal(&logs, true)?;
+    }
+    let ldir = kdir.open_dir("logs").map_err(log_err(&logs))?;
+    let file = logs.join(name);
+    refuse_unreal(&file, false)?;
+    let f = ldir
+        .open_with(
+            name,
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK),
+        )
+        .map_err(log_err(&file))?;
+    let f = f.into_std();
+    // Opened without following a link; a FIFO or device planted there is refused too.
+    if !f.metadata().map_err(log_err(&file))?.is_file() {
+        return Err(StoreError::NotReal {
+            path: file,
+            why: "it is not a regular file",
+        });
+    }
+    Ok(f)
+}
+
 impl Store {
-    /// Open (creating and migrating) `<workspace>/.kiln/kiln.db`.
+    /// Open (creating and migrating) `<workspace>/.kiln/kiln.db`. A `.kiln` or database file
+    /// that is a symlink is refused (the store must not be redirected outside the workspace).
     pub fn open(workspace: &Path) -> Result<Store, StoreError> {
-        let dir = workspace.join(".kiln");
-        std::fs::create_dir_all(&dir).map_err(|source| StoreError::Dir {
-            path: dir.clone(),
-            source,
-        })?;
+        let dir = kiln_dir(workspace)?;
         Store::open_file(&dir.join("kiln.db"), &workspace.to_string_lossy())
     }
 
-    /// Open a database file for a project.
+    /// Open a database file for a project. The file and SQLite's companions (`-wal`, `-shm`,
+    /// `-journal`) must be regular files or absent, and no symlink is followed on the way.
     pub fn open_file(path: &Path, project: &str) -> Result<Store, StoreError> {
         let sql = |source| StoreError::Sql {
             path: path.to_path_buf(),
             source,
         };
-        let conn = Connection::open(path).map_err(sql)?;
+        let mut real = path.to_path_buf();
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            if let Ok(p) = parent.canonicalize() {
+                real = p.join(name);
+            }
+        }
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut f = real.clone().into_os_string();
+            f.push(suffix);
+            refuse_unreal(Path::new(&f), false)?;
+        }
+        let flags = rusqlite::OpenFlags::default() | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW;
+        let conn = Connection::open_with_flags(&real, flags).map_err(sql)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(sql)?;
         conn.pragma_update(None, "journal_mode", "WAL")

@@ -1,7 +1,8 @@
 //! The `fs` tool plugin: `read_file`, `list_dir` and `search` inside the workspace, through
 //! WASI with the workspace preopened at `/workspace` (read-only unless granted). Absolute
 //! paths and `..` are refused before WASI is asked; symlinks leaving the workspace are refused
-//! by the sandbox itself.
+//! by the sandbox itself. Only regular files are opened: a FIFO, socket or device is skipped
+//! by search and refused by read (opening a FIFO would wait for a writer forever).
 
 use kiln_guest::tool::{self, Access, Error, Manifest, Tool, ToolSpec};
 use serde_json::{Value, json};
@@ -109,21 +110,67 @@ fn resolve(rel: &str) -> Result<PathBuf, Error> {
 }
 
 fn io_error(rel: &str, e: std::io::Error) -> Error {
+    // With the whole workspace granted (the default), a refusal means the path leads out of
+    // it; otherwise the path may lie outside the sub-directories kiln.toml grants.
+    let whole = std::fs::metadata(ROOT).is_ok();
+    // Inside a granted sub-directory (one of the path's directories is reachable), a missing
+    // file is only missing.
+    let granted_dir = !whole
+        && resolve(rel).is_ok_and(|p| {
+            p.ancestors()
+                .skip(1)
+                .take_while(|a| *a != Path::new(ROOT))
+                .any(|a| std::fs::metadata(a).is_ok())
+        });
+    if granted_dir && e.kind() == std::io::ErrorKind::NotFound {
+        return Error::NotFound(format!("`{rel}` does not exist in the workspace"));
+    }
     match e.kind() {
-        std::io::ErrorKind::NotFound => {
+        std::io::ErrorKind::NotFound if whole => {
             Error::NotFound(format!("`{rel}` does not exist in the workspace"))
         }
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied if !whole => {
+            let top = Path::new(rel)
+                .components()
+                .find_map(|c| match c {
+                    Component::Normal(p) => Some(p.to_string_lossy().into_owned()),
+                    _ => None,
+                })
+                .filter(|_| Path::new(rel).components().count() > 1)
+                .unwrap_or_else(|| ".".into());
+            Error::Denied(format!(
+                "`{rel}` does not exist or is outside the paths the fs plugin is granted; to grant it, add \"{top}\" to `fs` under [plugins.fs] in kiln.toml"
+            ))
+        }
         std::io::ErrorKind::PermissionDenied => Error::Denied(format!(
-            "`{rel}` is not accessible: it leaves the workspace or the fs plugin was not granted access to it (grant with `fs = [\".\"]` under [plugins.fs] in kiln.toml)"
+            "`{rel}` leads outside the workspace (a symbolic link pointing out of it?); the fs plugin reads only inside"
         )),
         _ => Error::Failed(format!("`{rel}`: {e}")),
     }
 }
 
+/// Refuse anything but a regular file before opening it.
+fn check_regular(rel: &str, path: &Path) -> Result<(), Error> {
+    let meta = std::fs::metadata(path).map_err(|e| io_error(rel, e))?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(Error::InvalidInput(format!(
+        "`{rel}` is {}, not a regular file; only regular files can be read",
+        if meta.is_dir() {
+            "a directory (use list_dir)"
+        } else {
+            "a FIFO, socket or device"
+        }
+    )))
+}
+
 fn read_file(args: &Value) -> Result<Value, Error> {
     let rel =
         str_arg(args, "path")?.ok_or_else(|| Error::InvalidInput("`path` is required".into()))?;
-    let bytes = std::fs::read(resolve(rel)?).map_err(|e| io_error(rel, e))?;
+    let path = resolve(rel)?;
+    check_regular(rel, &path)?;
+    let bytes = std::fs::read(&path).map_err(|e| io_error(rel, e))?;
     let truncated = bytes.len() > MAX_READ;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_READ)]).into_owned();
     Ok(json!({ "path": rel, "content": text, "bytes": bytes.len(), "truncated": truncated }))
@@ -209,6 +256,7 @@ fn search(args: &Value) -> Result<Value, Error> {
                 stack.extend(children);
             }
         } else if meta.is_file() {
+            // Regular files only: FIFOs, sockets, devices and links are skipped unopened.
             let Ok(text) = std::fs::read_to_string(&path) else {
                 continue;
             };

@@ -1,0 +1,58 @@
+//! Text shown to a person on a terminal: what plugins, the programs they run and models produce
+//! is untrusted, so control characters and escape sequences are rendered visibly (`\u{1b}`)
+//! instead of being sent to the terminal, where they could recolour, rewrite or hide lines or
+//! talk to the terminal itself. Newlines and tabs are kept. JSON output needs none of this:
+//! JSON escapes control characters itself.
+
+use std::borrow::Cow;
+
+/// Whether `c` must not reach a terminal as is: C0 controls other than `\n` and `\t`, DEL,
+/// C1 controls, and the Unicode bidirectional overrides and isolates (which reorder what a
+/// line appears to say).
+fn is_unsafe(c: char) -> bool {
+    match c {
+        '\n' | '\t' => false,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        _ => false,
+    }
+}
+
+/// `text` with every unsafe character written as a visible escape (`ESC` becomes `\u{1b}`).
+/// A `\r` directly before `\n` is kept (CRLF line ends); any other `\r` is escaped, since it
+/// would let a line overwrite itself.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\r' && chars.peek() == Some(&'\n') {
+            out.push(c);
+        } else if is_unsafe(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn escapes_are_rendered_visibly_and_text_is_kept() {
+        assert_eq!(printable("plain\tline\n"), "plain\tline\n");
+        assert_eq!(
+            printable("\u{1b}[2J\u{1b}]0;title\u{7}red"),
+            "\\u{1b}[2J\\u{1b}]0;title\\u{7}red"
+        );
+        assert_eq!(printable("a\r\nb\rc"), "a\r\nb\\u{d}c");
+        assert_eq!(printable("x\u{9b}31m"), "x\\u{9b}31m");
+        assert_eq!(printable("admin\u{202e}txt.exe"), "admin\\u{202e}txt.exe");
+        assert_eq!(printable("naïve ✓"), "naïve ✓");
+    }
+}
