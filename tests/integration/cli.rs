@@ -325,3 +325,50 @@ fn read_only_commands_leave_no_trace_and_tool_list_shows_the_host_tools() {
     let rf = entries.iter().find(|e| e["name"] == "read_file").unwrap();
     assert_eq!(rf["plugin"], "fs");
 }
+
+#[test]
+fn a_cold_check_compiles_only_its_runner() {
+    let ws = crate::support::Workspace::new();
+    ws.write("a.txt", "x\n");
+    let cache = ws.path().join("cold-cache");
+    let compiled = || -> Vec<String> {
+        std::fs::read_dir(cache.join("components"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".cwasm"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cache_env = cache.to_str().unwrap();
+    ws.kiln(
+        &["check", "--cmd", "true", "--file", "a.txt"],
+        &[("KILN_CACHE_DIR", cache_env)],
+    )
+    .expect_code(0);
+    assert_eq!(
+        compiled().len(),
+        1,
+        "only the command runner: {:?}",
+        compiled()
+    );
+    // An edit compiles its format (and nothing else) on top.
+    ws.kiln_stdin(
+        &["edit", "parse", "--format", "udiff", "--files", "a.txt"],
+        "--- a.txt\n+++ a.txt\n@@ -1 +1 @@\n-x\n+y\n",
+    );
+    let mut cmd = ws.command(&["edit", "parse", "--format", "udiff", "--files", "a.txt"]);
+    cmd.env("KILN_CACHE_DIR", cache_env);
+    let _ = cmd.output().unwrap();
+    assert_eq!(compiled().len(), 2, "{:?}", compiled());
+    // Listing needs every built-in: the other six are compiled then, in parallel.
+    ws.kiln(&["plugin", "list"], &[("KILN_CACHE_DIR", cache_env)])
+        .expect_code(0);
+    assert_eq!(
+        compiled().len(),
+        kiln::plugin::builtin::BUILTINS.len(),
+        "{:?}",
+        compiled()
+    );
+}

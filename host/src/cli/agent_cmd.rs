@@ -73,13 +73,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         Some(file) => {
             ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
-        None => ModelSource::Live(LlmClient::new(args.llm.settings(ctx)?)?),
+        None => ModelSource::Live(LlmClient::new(args.llm.settings(&config)?)?),
     };
-    let ctx2 = Ctx {
-        workspace: ctx.workspace.clone(),
-        config: config.clone(),
-        runtime: crate::plugin::Runtime::with_default_cache()?,
-    };
+    let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;
     let mut store = Store::open(&ctx.workspace)?;
     let opts = AgentOptions {

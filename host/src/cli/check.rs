@@ -80,12 +80,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     crate::path::target_arguments(&root, &targets).map_err(|e| anyhow::anyhow!(e))?;
     let mut config = ctx.config.clone();
     let settings = args.runner.consent(&mut config)?;
-    let ctx2 = Ctx {
-        workspace: ctx.workspace.clone(),
-        config,
-        runtime: crate::plugin::Runtime::with_default_cache()?,
-    };
-    let reg = ctx2.registry(extra).await?;
+    let ctx2 = ctx.with_config(config);
+    let reg = ctx2
+        .registry_for(extra, crate::plugin::Needed::Only(&[&args.runner.runner]))
+        .await?;
     let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
     if !args.json {
         eprintln!(

@@ -50,7 +50,12 @@ fn read_stdin() -> anyhow::Result<String> {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyhow::Result<Outcome> {
-    let reg = ctx.registry(extra).await?;
+    let format = match &cmd {
+        EditCommand::Parse { format, .. } | EditCommand::Apply { format, .. } => format.clone(),
+    };
+    let reg = ctx
+        .registry_for(extra, crate::plugin::Needed::Only(&[&format]))
+        .await?;
     match cmd {
         EditCommand::Parse {
             format,

@@ -62,24 +62,21 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         (None, Some(id)) => {
             ModelSource::Replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
         }
-        (None, None) => ModelSource::Live(LlmClient::new(args.llm.settings(&Ctx {
-            workspace: ctx.workspace.clone(),
-            config: config.clone(),
-            runtime: crate::plugin::Runtime::new(None)?,
-        })?)?),
+        (None, None) => ModelSource::Live(LlmClient::new(args.llm.settings(&config)?)?),
     };
-    let ctx2 = Ctx {
-        workspace: ctx.workspace.clone(),
-        config: config.clone(),
-        runtime: crate::plugin::Runtime::with_default_cache()?,
-    };
-    let reg = ctx2.registry(extra).await?;
-    let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
     let format_name = args
         .format
         .clone()
         .or(config.fix.format.clone())
         .unwrap_or_else(|| "search-replace".into());
+    let ctx2 = ctx.with_config(config.clone());
+    let reg = ctx2
+        .registry_for(
+            extra,
+            crate::plugin::Needed::Only(&[&args.runner.runner, &format_name]),
+        )
+        .await?;
+    let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
     let format = reg.get(&format_name, Some(PluginKind::EditFormat))?;
     let opts = FixOptions {
         targets,

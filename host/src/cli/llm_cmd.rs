@@ -21,14 +21,14 @@ pub(crate) struct LlmArgs {
 
 impl LlmArgs {
     /// Resolve settings from configuration, the process environment and these flags.
-    pub fn settings(&self, ctx: &Ctx) -> anyhow::Result<LlmSettings> {
+    pub fn settings(&self, config: &crate::config::Config) -> anyhow::Result<LlmSettings> {
         let flags = LlmFlags {
             provider: self.provider.clone(),
             base_url: self.base_url.clone(),
             model: self.model.clone(),
         };
         let env = |k: &str| std::env::var(k).ok();
-        let s = LlmSettings::resolve(&ctx.config.llm, &env, &flags, &mut |w| {
+        let s = LlmSettings::resolve(&config.llm, &env, &flags, &mut |w| {
             eprintln!("warning: {w}")
         })?;
         Ok(s)
@@ -63,7 +63,7 @@ fn reason(e: &LlmError) -> &'static str {
 
 pub(crate) async fn run(ctx: &Ctx, cmd: LlmCommand) -> anyhow::Result<Outcome> {
     let LlmCommand::Check { llm, json } = cmd;
-    let settings = llm.settings(ctx)?;
+    let settings = llm.settings(&ctx.config)?;
     let (provider, model, base) = (
         settings.provider.name(),
         settings.model.clone(),

@@ -92,7 +92,8 @@ pub enum Outcome {
 pub(crate) struct Ctx {
     pub workspace: PathBuf,
     pub config: Config,
-    pub runtime: Runtime,
+    /// One plugin runtime (wasmtime engine) per process, shared by every plugin it loads.
+    pub runtime: std::sync::Arc<Runtime>,
 }
 
 impl Ctx {
@@ -105,7 +106,7 @@ impl Ctx {
             .canonicalize()
             .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
         let config = Config::load(&workspace, global.yes)?;
-        let runtime = Runtime::with_default_cache()?;
+        let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
         Ok(Ctx {
             workspace,
             config,
@@ -113,9 +114,29 @@ impl Ctx {
         })
     }
 
+    /// The same workspace and runtime with another configuration (grants a command adds).
+    pub fn with_config(&self, config: Config) -> Ctx {
+        Ctx {
+            workspace: self.workspace.clone(),
+            config,
+            runtime: self.runtime.clone(),
+        }
+    }
+
     /// Built-ins, configured plugins and `--plugin` files.
     pub async fn registry(&self, extra: &[PathBuf]) -> anyhow::Result<Registry> {
-        let mut reg = Registry::load(&self.runtime, &self.workspace, &self.config).await?;
+        self.registry_for(extra, crate::plugin::Needed::All).await
+    }
+
+    /// Like [`Ctx::registry`], compiling only the plugins named in `needed` (and `--plugin`
+    /// files).
+    pub async fn registry_for(
+        &self,
+        extra: &[PathBuf],
+        needed: crate::plugin::Needed<'_>,
+    ) -> anyhow::Result<Registry> {
+        let mut reg =
+            Registry::load_needed(&self.runtime, &self.workspace, &self.config, needed).await?;
         for w in reg.warnings() {
             eprintln!("warning: {}", crate::terminal::printable(&w));
         }

@@ -3,6 +3,12 @@
 
 include!(concat!(env!("OUT_DIR"), "/builtins.rs"));
 
+/// The plugin name of a built-in's file stem (`kiln_plugin_search_replace` → `search-replace`):
+/// known without compiling the component, so a command compiles only the built-ins it uses.
+pub fn name_of(stem: &str) -> String {
+    stem.trim_start_matches("kiln_plugin_").replace('_', "-")
+}
+
 /// Directory of the test-fixture components built with the built-ins (for tests and benches).
 pub const TEST_PLUGINS_DIR: &str = env!("KILN_TEST_PLUGINS_DIR");
 

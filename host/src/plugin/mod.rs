@@ -15,7 +15,7 @@ pub use bindings::types::Error as PluginCallError;
 pub use bindings::types::{Diagnostic, Manifest, Severity};
 pub use capability::Effective;
 pub use host_impl::{State, set_log_level};
-pub use registry::Registry;
+pub use registry::{Needed, Registry};
 
 use bindings::{edit_format, runner, tool};
 use std::collections::BTreeMap;

@@ -17,6 +17,33 @@ pub struct Registry {
     broken: Vec<(String, String)>,
 }
 
+/// Which plugins a command needs: all of them, or only some by name (a check needs its
+/// runner, an edit its format): only those are compiled, so a cold start pays for what runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Needed<'a> {
+    /// Every built-in and configured plugin (lists, the agent).
+    All,
+    /// These names only.
+    Only(&'a [&'a str]),
+}
+
+impl Needed<'_> {
+    fn wants(&self, name: &str) -> bool {
+        match self {
+            Needed::All => true,
+            Needed::Only(names) => names.iter().any(|n| canonical(n) == name),
+        }
+    }
+}
+
+/// Names the built-ins were known by before.
+fn canonical(name: &str) -> &str {
+    match name {
+        "whole-file" => "whole",
+        other => other,
+    }
+}
+
 impl Registry {
     /// Load the built-ins and every configured user plugin. A configured plugin that cannot
     /// be loaded (missing file, invalid component, a built-in's name without `replaces`) is
@@ -26,21 +53,49 @@ impl Registry {
         workspace: &Path,
         config: &Config,
     ) -> Result<Registry, PluginError> {
+        Registry::load_needed(runtime, workspace, config, Needed::All).await
+    }
+
+    /// [`Registry::load`] restricted to what a command needs. The built-ins needed are
+    /// compiled (or loaded from the cache) in parallel, one thread each.
+    pub async fn load_needed(
+        runtime: &Runtime,
+        workspace: &Path,
+        config: &Config,
+        needed: Needed<'_>,
+    ) -> Result<Registry, PluginError> {
+        let wanted: Vec<&[u8]> = builtin::BUILTINS
+            .iter()
+            .filter(|(stem, _)| needed.wants(&builtin::name_of(stem)))
+            .map(|(_, bytes)| *bytes)
+            .collect();
+        let checked: Vec<Result<super::Checked, PluginError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = wanted
+                .iter()
+                .map(|bytes| s.spawn(move || runtime.check_bytes(bytes, Source::Builtin)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("compiling a built-in plugin panicked"))
+                .collect()
+        });
         let mut plugins: Vec<Plugin> = Vec::new();
-        for (_, bytes) in builtin::BUILTINS {
-            plugins.push(
-                runtime
-                    .load(bytes, Source::Builtin, workspace, config)
-                    .await?,
-            );
+        for c in checked {
+            plugins.push(runtime.instantiate(c?, workspace, config).await?);
         }
         let mut reg = Registry {
-            builtins: plugins.iter().map(|p| p.name.clone()).collect(),
+            builtins: builtin::BUILTINS
+                .iter()
+                .map(|(stem, _)| builtin::name_of(stem))
+                .collect(),
             plugins,
             broken: Vec::new(),
         };
         for (section, pc) in &config.plugins {
             let Some(path) = &pc.path else { continue };
+            if !needed.wants(section) && !pc.replaces.as_deref().is_some_and(|r| needed.wants(r)) {
+                continue;
+            }
             let loaded = match runtime.check_file(path) {
                 Ok(checked) => runtime.instantiate(checked, workspace, config).await,
                 Err(e) => Err(e),
@@ -161,11 +216,7 @@ impl Registry {
 
     /// A plugin by name, of the given kind if one is given.
     pub fn get(&self, name: &str, kind: Option<PluginKind>) -> Result<&Plugin, PluginError> {
-        // Names the built-ins were known by before.
-        let name = match name {
-            "whole-file" => "whole",
-            other => other,
-        };
+        let name = canonical(name);
         if !self.plugins.iter().any(|p| p.name == name)
             && let Some((_, why)) = self.broken.iter().find(|(n, _)| n == name)
         {
