@@ -9,6 +9,7 @@ mod cli;
 mod edit;
 mod escapes;
 mod fix;
+mod journal;
 mod languages;
 mod llm;
 mod runner;

@@ -1153,8 +1153,14 @@ fn find_temps(ws: &Dir, dir: Option<&Path>) -> Vec<String> {
 /// 130 as the default handler would, but only once no commit is running (an apply that has
 /// started its commit finishes first). Must be called inside the tokio runtime.
 pub fn exit_on_interrupt() {
-    tokio::spawn(async {
-        if tokio::signal::ctrl_c().await.is_ok() {
+    // Registered now (not at the task's first poll), so no Ctrl-C slips through in between.
+    let Ok(mut interrupt) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+    else {
+        return;
+    };
+    tokio::spawn(async move {
+        if interrupt.recv().await.is_some() {
             let _wait = COMMITS.write().unwrap_or_else(|e| e.into_inner());
             eprintln!("interrupted");
             std::process::exit(130);
