@@ -490,7 +490,22 @@ pub(crate) fn commit_with(
     let _lock = lock(&state)?;
     // A journal left by a process that was killed (when the command did not recover at its
     // start, as an embedder may not): finish it first, so this plan's files are whole.
-    let earlier = recover_locked(ws, &state)?;
+    let mut earlier = recover_locked(ws, &state)?;
+    // Stale temporary files beside the files about to be written (an older kiln's, or a
+    // journal's that was lost): under the lock, none can belong to a running apply.
+    let dirs: BTreeSet<Option<&Path>> = changes
+        .iter()
+        .map(|c| match *c {
+            Change::Write { path, .. } | Change::Remove { path, .. } => parent_of(path),
+        })
+        .collect();
+    for d in dirs.into_iter().flatten() {
+        for t in find_temps(ws, Some(d)) {
+            if ws.remove_file(&t).is_ok() {
+                earlier.removed_temps.push(t);
+            }
+        }
+    }
     for m in earlier.messages() {
         eprintln!("warning: {m}");
     }
@@ -744,11 +759,9 @@ fn write_backup(
     before: &str,
 ) -> Result<(), EditError> {
     let io = |e: std::io::Error| io_err(path, &e);
-    if ws.hard_link(path, bdir, name).is_ok() {
+    if !NO_LINKS.load(Ordering::Relaxed) && ws.hard_link(path, bdir, name).is_ok() {
         let f = bdir.open(name).map_err(io)?;
-        let mut bytes = Vec::with_capacity(before.len());
-        std::io::Read::read_to_end(&mut f.try_clone().map_err(io)?, &mut bytes).map_err(io)?;
-        if bytes != before.as_bytes() {
+        if bdir.read(name).map_err(io)? != before.as_bytes() {
             let _ = bdir.remove_file(name);
             return Err(EditError::Io {
                 path: path.into(),
@@ -766,6 +779,9 @@ fn write_backup(
     }
     f.sync_all().map_err(io)
 }
+
+/// Backups are copies, never hard links (for tests of the fallback).
+static NO_LINKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// What `rel` holds now, never following a symbolic link at its end and never reading
 /// anything but a regular file.
@@ -1420,6 +1436,56 @@ mod tests {
         }
         // Stopped after the journal and before the last temporary file: back; later: forward.
         assert!(forward > 0 && forward < total);
+    }
+
+    #[test]
+    fn copied_backups_restore_too() {
+        NO_LINKS.store(true, Ordering::Relaxed);
+        let (t, d) = ws();
+        let files = scenario(t.path());
+        let _ = commit_with(&d, &changes(&files), &mut |what| {
+            !what.starts_with("renamed")
+        });
+        NO_LINKS.store(false, Ordering::Relaxed);
+        // The backup of a.txt is a copy: a second name for nothing.
+        let backups = t.path().join(".kiln/journal");
+        let bdir = std::fs::read_dir(&backups)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.is_dir())
+            .unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(bdir.join("0")).unwrap().nlink(), 1);
+        // Lose b's temporary file: back, from the copies.
+        let tmp_b = find_temps(&d, Some(Path::new("sub")));
+        std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
+        let report = recover(&d).unwrap();
+        assert_eq!(report.recovered[0].direction, Direction::Back);
+        assert!(state(t.path(), &files, false));
+        assert!(leftovers(t.path()).is_empty());
+    }
+
+    #[test]
+    fn stale_temporary_files_beside_written_files_are_removed_by_the_apply() {
+        let (t, d) = ws();
+        std::fs::create_dir_all(t.path().join("src")).unwrap();
+        std::fs::write(t.path().join("src/a.rs"), "old").unwrap();
+        std::fs::write(t.path().join("src/.a.rs.kiln-tmp-777"), "partial").unwrap();
+        commit_with(
+            &d,
+            &[Change::Write {
+                path: "src/a.rs",
+                text: "new",
+                before: Some("old"),
+            }],
+            &mut |_| true,
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("src/a.rs")).unwrap(),
+            "new"
+        );
+        assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
     }
 
     #[test]
