@@ -1,8 +1,8 @@
 //! Crash-atomic applies: a real `kiln fix` (and `kiln edit apply` for deletions and moves)
 //! stopped with SIGKILL at every step of its commit, through the debug-build hook
-//! `KILN_TEST_APPLY_PAUSE=N` (the process stops right after the Nth step: journal written,
-//! each backup, each temporary file, each rename, each directory fsync, each removal, journal
-//! removed), plus kills at random times on 4 MiB files. After each kill the next command must
+//! `KILN_TEST_APPLY_PAUSE=N` (the process stops right after the Nth step: each backup,
+//! journal written, each temporary file, each rename, each directory fsync, each removal,
+//! journal removed), plus kills at random times on 4 MiB files. After each kill the next command must
 //! leave every file as an uninterrupted run would have at one of its stable points (all old
 //! or all new), say which way it went, and leave no temporary file or journal behind.
 
@@ -197,6 +197,10 @@ fn sweep(
             assert_eq!(state, Some(states.len() - 1), "{marker}: {stderr}");
         } else if stderr.contains("rolled back") {
             back += 1;
+            assert_eq!(state, Some(0), "{marker}: {stderr}");
+        } else if marker.contains("backed up") {
+            // Killed before the journal existed: nothing had changed (the backups made so
+            // far are removed quietly).
             assert_eq!(state, Some(0), "{marker}: {stderr}");
         } else {
             // Killed once the journal was gone: the apply had finished.

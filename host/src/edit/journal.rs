@@ -1,15 +1,17 @@
 //! The intent journal that makes a multi-file apply all-or-nothing even when kiln is killed
 //! (SIGKILL, power loss): before the first rename, `.kiln/journal/apply-<id>.json` records every
 //! path of the apply, its temporary file, the content hashes before and after, and a backup of
-//! each file that is overwritten or deleted (`.kiln/journal/apply-<id>/<step>`). The journal is
-//! fsync'd (file and directory) before anything in the workspace changes and removed only after
-//! the last directory fsync. On the next start, [`recover`] rolls an unfinished journal forward
+//! each file that is overwritten or deleted (`.kiln/journal/apply-<id>.<step>`: a hard link to
+//! the old file, or a copy where linking fails). Journal and backups are fsync'd (files and
+//! directory) before anything in the workspace changes; the journal is removed only after the
+//! last directory fsync. On the next start, [`recover`] rolls an unfinished journal forward
 //! (every temporary file present and whole, checked by hash) or back (otherwise, from the
 //! backups), removes stale `.NAME.kiln-tmp-*` files and says what it did.
 //!
-//! fsync discipline, as SQLite and git do it: journal written, fsync'd, renamed into place,
-//! directory fsync'd; backups and temporary files written and fsync'd; renames; directories
-//! fsync'd; removals; directories fsync'd; journal removed; journal directory fsync'd.
+//! fsync discipline, as SQLite and git do it: backups fsync'd; journal written, fsync'd, renamed
+//! into place; journal directory fsync'd (once, for journal and backups); temporary files
+//! written and fsync'd; renames; directories fsync'd; removals; directories fsync'd; journal
+//! removed; journal directory fsync'd; backups removed.
 //!
 //! One apply at a time per workspace: an apply holds an exclusive lock on
 //! `.kiln/journal/lock` from before its journal is written until after it is removed, and
@@ -94,7 +96,7 @@ pub enum Step {
         before: Option<String>,
         /// SHA-256 of the new content.
         after: String,
-        /// Name of the backup of the old content in the apply's backup directory.
+        /// The backup of the old content: `.kiln/journal/apply-<id>.<backup>`.
         backup: Option<String>,
     },
     /// `path` is deleted.
@@ -103,7 +105,7 @@ pub enum Step {
         path: String,
         /// SHA-256 of the content before (`None`: the file did not exist).
         before: Option<String>,
-        /// Name of the backup of the old content in the apply's backup directory.
+        /// The backup of the old content: `.kiln/journal/apply-<id>.<backup>`.
         backup: Option<String>,
     },
 }
@@ -418,7 +420,7 @@ static STEPS: AtomicU32 = AtomicU32::new(0);
 
 /// The test hook: `KILN_TEST_APPLY_PAUSE=N` stops the process right after the Nth commit
 /// step (forever, so a test can SIGKILL it there), `N:MS` pauses for MS milliseconds and goes
-/// on. A step is: journal written, each backup, each temporary file, each rename, each
+/// on. A step is: each backup, journal written, each temporary file, each rename, each
 /// directory fsync, each removal, journal removed. Honoured by debug builds only.
 fn test_pause(what: &str) -> bool {
     #[cfg(debug_assertions)]
@@ -554,15 +556,24 @@ pub(crate) fn commit_with(
         created_dirs,
         steps,
     };
+    // Backups first, beside the journal, so that the journal's directory fsync makes both
+    // durable. A failure before the journal exists leaves nothing behind.
     let name = format!("apply-{id}.json");
-    write_journal(&state, &name, &journal)?;
+    let written = make_backups(ws, &state, &journal, changes, step)
+        .and_then(|()| write_journal(&state, &name, &journal));
+    if let Err(e) = written {
+        if !is_simulated(&e) {
+            let _ = state.remove_file(format!("{name}.part"));
+            remove_backups(&state, &id);
+        }
+        return Err(e);
+    }
     if !step("journal written") {
         return Err(simulated());
     }
-    // Everything up to the first rename: backups, directories, temporary files. A failure
-    // here leaves the workspace as it was.
-    let bname = format!("apply-{id}");
-    if let Err(e) = prepare(ws, &state, &bname, &journal, changes, step) {
+    // Everything else up to the first rename: directories, temporary files. A failure here
+    // leaves the workspace as it was.
+    if let Err(e) = prepare(ws, &journal, changes, step) {
         return Err(undo(ws, &state, &journal, e));
     }
     // The renames and removals, then their directories' fsyncs.
@@ -594,7 +605,7 @@ pub(crate) fn commit_with(
     if let Err(e) = applied {
         return Err(undo(ws, &state, &journal, e));
     }
-    finish_journal(&state, &name, &bname)?;
+    finish_journal(&state, &id)?;
     if !step("journal removed") {
         return Err(simulated());
     }
@@ -611,8 +622,7 @@ fn undo(ws: &Dir, state: &Dir, journal: &Journal, e: EditError) -> EditError {
     }
     let undone = roll(ws, state, journal, Direction::Back);
     if undone.errors.is_empty() {
-        let id = &journal.id;
-        let _ = finish_journal(state, &format!("apply-{id}.json"), &format!("apply-{id}"));
+        let _ = finish_journal(state, &journal.id);
         return e;
     }
     EditError::Io {
@@ -676,44 +686,75 @@ fn write_journal(state: &Dir, name: &str, journal: &Journal) -> Result<(), EditE
 }
 
 /// Remove the journal, fsync its directory, then remove the backups.
-fn finish_journal(state: &Dir, name: &str, bname: &str) -> Result<(), EditError> {
+fn finish_journal(state: &Dir, id: &str) -> Result<(), EditError> {
+    let name = format!("apply-{id}.json");
     let path = format!("{STATE_DIR}/{JOURNAL_DIR}/{name}");
-    match state.remove_file(name) {
+    match state.remove_file(&name) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(&path, &e)),
     }
     sync_dir(state).map_err(|e| io_err(&path, &e))?;
-    let _ = state.remove_dir_all(bname);
+    remove_backups(state, id);
     Ok(())
 }
 
-/// Backups, new directories and temporary files, each fsync'd.
-fn prepare(
+/// The file name of a step's backup in the journal directory.
+fn backup_file(id: &str, backup: &str) -> String {
+    format!("apply-{id}.{backup}")
+}
+
+/// The apply id of a backup file name (`apply-<id>.<step>`).
+fn backup_owner(name: &str) -> Option<&str> {
+    let (id, n) = name.strip_prefix("apply-")?.rsplit_once('.')?;
+    (!n.is_empty() && n.chars().all(|c| c.is_ascii_digit())).then_some(id)
+}
+
+fn remove_backups(state: &Dir, id: &str) {
+    let Ok(entries) = state.entries() else {
+        return;
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if backup_owner(&name) == Some(id) {
+            let _ = state.remove_file(&name);
+        }
+    }
+}
+
+/// A backup of every file that is overwritten or deleted, each fsync'd.
+fn make_backups(
     ws: &Dir,
     state: &Dir,
-    bname: &str,
     journal: &Journal,
     changes: &[Change<'_>],
     step: &mut dyn FnMut(&str) -> bool,
 ) -> Result<(), EditError> {
-    let bpath = format!("{STATE_DIR}/{JOURNAL_DIR}/{bname}");
-    let needs_backup = journal.steps.iter().any(|s| s.backup().is_some());
-    if needs_backup {
-        state.create_dir(bname).map_err(|e| io_err(&bpath, &e))?;
-        let bdir = state.open_dir(bname).map_err(|e| io_err(&bpath, &e))?;
-        for (s, c) in journal.steps.iter().zip(changes) {
-            let (Some(backup), Some(before)) = (s.backup(), change_before(c)) else {
-                continue;
-            };
-            write_backup(ws, &bdir, s.path(), backup, before)?;
-            if !step(&format!("backed up {}", s.path())) {
-                return Err(simulated());
-            }
+    for (s, c) in journal.steps.iter().zip(changes) {
+        let (Some(backup), Some(before)) = (s.backup(), change_before(c)) else {
+            continue;
+        };
+        write_backup(
+            ws,
+            state,
+            s.path(),
+            &backup_file(&journal.id, backup),
+            before,
+        )?;
+        if !step(&format!("backed up {}", s.path())) {
+            return Err(simulated());
         }
-        sync_dir(&bdir).map_err(|e| io_err(&bpath, &e))?;
-        sync_dir(state).map_err(|e| io_err(&bpath, &e))?;
     }
+    Ok(())
+}
+
+/// New directories and temporary files, each fsync'd.
+fn prepare(
+    ws: &Dir,
+    journal: &Journal,
+    changes: &[Change<'_>],
+    step: &mut dyn FnMut(&str) -> bool,
+) -> Result<(), EditError> {
     for d in &journal.created_dirs {
         match ws.create_dir(d) {
             Ok(()) => {}
@@ -748,7 +789,7 @@ fn change_before<'a>(c: &Change<'a>) -> Option<&'a str> {
     }
 }
 
-/// Back up `path` as `name` in `bdir`: a hard link to the file (no copy; the rename leaves the
+/// Back up `path` as `name` in the journal directory: a hard link to the file (no copy; the rename leaves the
 /// old content to the link), checked against the content the plan was made from, or a copy of
 /// that content when the file cannot be linked. fsync'd either way.
 fn write_backup(
@@ -802,8 +843,6 @@ fn observe(dir: &Dir, rel: &str) -> Seen {
 /// interrupted is finished by the next one (each action moves a file to the state the
 /// direction wants, and the decision does not change on the way).
 fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
-    let bname = format!("apply-{}", j.id);
-    let bdir = state.open_dir(&bname).ok();
     let mut out = Recovered {
         id: j.id.clone(),
         pid: j.pid,
@@ -881,7 +920,7 @@ fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
                             Ok(()) => note(&mut out, "removed"),
                             Err(e) => out.errors.push(format!("{path}: {e}")),
                         },
-                        Some(h) => restore(ws, bdir.as_ref(), s, h, &mut out),
+                        Some(h) => restore(ws, state, &j.id, s, h, &mut out),
                     }
                 } else {
                     out.skipped.push(FileOutcome {
@@ -896,7 +935,7 @@ fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
                 } else if now == Seen::Absent
                     && let Some(h) = before
                 {
-                    restore(ws, bdir.as_ref(), s, h, &mut out);
+                    restore(ws, state, &j.id, s, h, &mut out);
                 } else {
                     out.skipped.push(FileOutcome {
                         path: path.clone(),
@@ -942,10 +981,10 @@ fn remove_if_present(ws: &Dir, rel: &str, errors: &mut Vec<String>) {
 
 /// Put a step's backup back in place (checked by hash), by rename (or a copy through a
 /// fsync'd temporary file when the backup lives on another file system).
-fn restore(ws: &Dir, bdir: Option<&Dir>, s: &Step, hash: &str, out: &mut Recovered) {
+fn restore(ws: &Dir, bdir: &Dir, id: &str, s: &Step, hash: &str, out: &mut Recovered) {
     let path = s.path().to_string();
-    let backup = s.backup().unwrap_or_default();
-    let Some(bdir) = bdir.filter(|b| observe(b, backup).is(Some(hash))) else {
+    let backup = &backup_file(id, s.backup().unwrap_or_default());
+    if s.backup().is_none() || !observe(bdir, backup).is(Some(hash)) {
         out.skipped.push(FileOutcome {
             path,
             outcome: "its backup is missing or damaged, so it cannot be restored; left as it is"
@@ -1065,10 +1104,10 @@ fn recover_locked(ws: &Dir, state: &Dir) -> Result<RecoveryReport, EditError> {
     names.sort();
     let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
     dirs.insert(None);
-    let mut kept: BTreeSet<String> = BTreeSet::new();
     for name in &names {
         if name.ends_with(".json.part") {
-            // Killed while writing its journal: nothing else of that apply exists yet.
+            // Killed while writing its journal: nothing of that apply exists yet but its
+            // backups (removed below).
             let _ = state.remove_file(name);
             continue;
         }
@@ -1095,7 +1134,6 @@ fn recover_locked(ws: &Dir, state: &Dir) -> Result<RecoveryReport, EditError> {
             Err(_) => {
                 let _ = state.rename(name, state, format!("{name}.damaged"));
                 report.damaged.push(format!("{jpath}/{name}"));
-                kept.insert(format!("apply-{id}"));
                 continue;
             }
         };
@@ -1114,19 +1152,18 @@ fn recover_locked(ws: &Dir, state: &Dir) -> Result<RecoveryReport, EditError> {
             dirs.insert(parent_of(s.path()).map(Path::to_path_buf));
         }
         if done.errors.is_empty() {
-            finish_journal(state, name, &format!("apply-{id}"))?;
-        } else {
-            kept.insert(format!("apply-{id}"));
+            finish_journal(state, id)?;
         }
         report.recovered.push(done);
     }
-    // Backup directories whose journal is gone (killed after removing the journal).
+    // Backups whose journal is gone (killed before the journal was complete, or after it
+    // was removed); a damaged journal keeps its backups for the user.
     for name in &names {
-        if !name.contains('.')
-            && !kept.contains(name)
-            && state.symlink_metadata(name).is_ok_and(|m| m.is_dir())
+        if let Some(id) = backup_owner(name)
+            && !state.exists(format!("apply-{id}.json"))
+            && !state.exists(format!("apply-{id}.json.damaged"))
         {
-            let _ = state.remove_dir_all(name);
+            let _ = state.remove_file(name);
         }
     }
     for d in dirs {
@@ -1386,12 +1423,14 @@ mod tests {
         // Count the steps of an uninterrupted commit.
         let (t, d) = ws();
         let files = scenario(t.path());
-        let mut total = 0;
-        commit_with(&d, &changes(&files), &mut |_| {
-            total += 1;
+        let mut names = Vec::new();
+        commit_with(&d, &changes(&files), &mut |what| {
+            names.push(what.to_string());
             true
         })
         .unwrap();
+        let total = names.len();
+        let journal_at = names.iter().position(|n| n == "journal written").unwrap();
         assert!(state(t.path(), &files, true));
         assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
         assert!(!t.path().join("new/dir").exists() || t.path().join("new/dir/c.txt").exists());
@@ -1407,10 +1446,12 @@ mod tests {
             });
             assert!(is_simulated(&r.unwrap_err()), "stop {stop}");
             let report = recover(&d).unwrap();
-            if stop == total - 1 {
-                // Stopped after the journal was removed: done.
-                assert!(report.is_empty(), "{report:?}");
-                assert!(state(t.path(), &files, true));
+            if stop < journal_at || stop == total - 1 {
+                // Stopped before the journal existed (only backups, removed quietly), or
+                // after it was removed: nothing to tell.
+                assert!(report.recovered.is_empty(), "{report:?}");
+                assert!(state(t.path(), &files, stop == total - 1), "stop {stop}");
+                assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
                 continue;
             }
             assert_eq!(report.recovered.len(), 1, "stop {stop}");
@@ -1447,15 +1488,14 @@ mod tests {
             !what.starts_with("renamed")
         });
         NO_LINKS.store(false, Ordering::Relaxed);
-        // The backup of a.txt is a copy: a second name for nothing.
-        let backups = t.path().join(".kiln/journal");
-        let bdir = std::fs::read_dir(&backups)
+        // The backup of a.txt is a copy, not a second name of the old file.
+        let backup = std::fs::read_dir(t.path().join(".kiln/journal"))
             .unwrap()
             .map(|e| e.unwrap().path())
-            .find(|p| p.is_dir())
+            .find(|p| p.to_string_lossy().ends_with(".0"))
             .unwrap();
         use std::os::unix::fs::MetadataExt;
-        assert_eq!(std::fs::metadata(bdir.join("0")).unwrap().nlink(), 1);
+        assert_eq!(std::fs::metadata(backup).unwrap().nlink(), 1);
         // Lose b's temporary file: back, from the copies.
         let tmp_b = find_temps(&d, Some(Path::new("sub")));
         std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
