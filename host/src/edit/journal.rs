@@ -484,6 +484,18 @@ pub(crate) fn commit_with(
     if changes.is_empty() {
         return Ok(());
     }
+    // Each path once (an added file and a move onto the same new path, say): the journal
+    // decides per path.
+    let mut seen = BTreeSet::new();
+    for c in changes {
+        let (Change::Write { path, .. } | Change::Remove { path, .. }) = *c;
+        if !seen.insert(crate::path::normalize(path)) {
+            return Err(EditError::Io {
+                path: path.into(),
+                message: "is changed twice by the same response (created, moved onto or deleted more than once); nothing was written".into(),
+            });
+        }
+    }
     let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
     let state = state_dir(ws, true)?.ok_or_else(|| EditError::Io {
         path: STATE_DIR.into(),
@@ -1646,6 +1658,30 @@ mod tests {
                 .next()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_path_changed_twice_is_refused_before_anything_is_written() {
+        let (t, d) = ws();
+        let err = commit_with(
+            &d,
+            &[
+                Change::Write {
+                    path: "x",
+                    text: "1",
+                    before: None,
+                },
+                Change::Write {
+                    path: "./x",
+                    text: "2",
+                    before: None,
+                },
+            ],
+            &mut |_| true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("changed twice"), "{err}");
+        assert!(!t.path().join("x").exists() && !t.path().join(".kiln").exists());
     }
 
     #[test]
