@@ -10,6 +10,7 @@ mod edit;
 mod escapes;
 mod fix;
 mod hardening;
+mod journal;
 mod languages;
 mod llm;
 mod runner;

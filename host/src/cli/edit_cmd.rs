@@ -123,6 +123,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
             let plugin = reg.get(&format, Some(PluginKind::EditFormat))?;
             let response = read_stdin()?;
             let ws = Workspace::open(&ctx.workspace)?;
+            if !dry_run {
+                // Ctrl-C exits, but never in the middle of writing the files.
+                edit::journal::exit_on_interrupt();
+            }
             let opts = ApplyOptions {
                 dry_run,
                 protected: ctx.config.protected(),

@@ -207,6 +207,9 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     {
         eprintln!("warning: {warning}");
     }
+    if touches_workspace(&cli.command) {
+        recover_interrupted_edits(&ctx.workspace);
+    }
     match cli.command {
         Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Fix(args) => fix_cmd::run(&ctx, &cli.global.plugins, *args).await,
@@ -217,6 +220,31 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Trust(args) => trust_cmd::run(&ctx, args),
+    }
+}
+
+/// Whether a command reads or writes workspace files (so an edit interrupted by a killed kiln
+/// is finished or undone before it starts).
+fn touches_workspace(command: &Command) -> bool {
+    match command {
+        Command::Agent(_) | Command::Fix(_) | Command::Check(_) => true,
+        Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
+        Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),
+        Command::History(_) | Command::Llm(_) | Command::Plugin(_) | Command::Trust(_) => false,
+    }
+}
+
+/// Roll an unfinished apply forward or back and remove stale temporary files, saying so on
+/// stderr. A failure is reported and does not stop the command (an apply refuses to start
+/// on its own when the journal cannot be kept).
+fn recover_interrupted_edits(workspace: &std::path::Path) {
+    match crate::edit::journal::recover_workspace(workspace) {
+        Ok(report) => {
+            for m in report.messages() {
+                eprintln!("warning: {m}");
+            }
+        }
+        Err(e) => eprintln!("warning: cannot check for an interrupted edit: {e}"),
     }
 }
 

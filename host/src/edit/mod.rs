@@ -1,7 +1,10 @@
 //! The host side of editing: reading files through a cap-std `Dir` rooted at the workspace (so
 //! a path an LLM invents cannot leave it), stale-read checks, and applying a whole LLM response
 //! atomically: every file's edits are validated in memory first, then all files are written
-//! (temporary file + rename) or none, with a best-effort rollback if a rename fails.
+//! (temporary file + rename) or none, under an intent journal ([`journal`]) that makes the
+//! apply all-or-nothing even when kiln is killed half-way.
+
+pub mod journal;
 
 use crate::plugin::{EditKind, EditStatus, FailureKind, FileEdit, Plugin, PluginError};
 use cap_std::ambient_authority;
@@ -114,27 +117,6 @@ impl Workspace {
             })
     }
 
-    /// Write `text` to `rel` through a temporary file and a rename, keeping the file's mode.
-    fn write_atomic(&self, rel: &str, text: &str) -> Result<(), EditError> {
-        let io = |e: std::io::Error| EditError::Io {
-            path: rel.into(),
-            message: describe_io(&e),
-        };
-        let path = Path::new(rel);
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            self.dir.create_dir_all(parent).map_err(io)?;
-        }
-        let tmp = temp_name(rel);
-        self.dir.write(&tmp, text.as_bytes()).map_err(io)?;
-        if let Ok(meta) = self.dir.metadata(rel) {
-            let _ = self.dir.set_permissions(&tmp, meta.permissions());
-        }
-        self.dir.rename(&tmp, &self.dir, rel).map_err(|e| {
-            let _ = self.dir.remove_file(&tmp);
-            io(e)
-        })
-    }
-
     /// Why `rel` may not be written by an edit: a protected path, a path through a symbolic
     /// link (`src -> .git` would write `.git/` under another name), or something that is not a
     /// regular file. `None` when it may be created or replaced.
@@ -171,13 +153,6 @@ impl Workspace {
         }
         None
     }
-
-    fn remove(&self, rel: &str) -> Result<(), EditError> {
-        self.dir.remove_file(rel).map_err(|e| EditError::Io {
-            path: rel.into(),
-            message: describe_io(&e),
-        })
-    }
 }
 
 fn describe_io(e: &std::io::Error) -> String {
@@ -204,19 +179,6 @@ fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
         "a symbolic link"
     } else {
         "a special file"
-    }
-}
-
-fn temp_name(rel: &str) -> String {
-    let p = Path::new(rel);
-    let name = p
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = format!(".{name}.kiln-tmp-{}", std::process::id());
-    match p.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) => parent.join(tmp).to_string_lossy().into_owned(),
-        None => tmp,
     }
 }
 
@@ -551,41 +513,35 @@ pub async fn apply_edits(
     if opts.dry_run {
         return Ok(report);
     }
-    // Commit: writes first (each atomic), then moves' removals and deletions; undo on failure.
-    let mut done: Vec<(String, Option<String>)> = Vec::new();
-    let result = (|| -> Result<(), EditError> {
-        for p in &plan {
-            let dest = p.move_to.as_deref().unwrap_or(&p.path);
-            if let Some(text) = &p.new
-                && (p.move_to.is_some() || p.original.as_deref() != Some(text.as_str()))
-            {
-                let before = if p.move_to.is_some() {
+    // Commit under the journal: writes first (temporary file + rename each), then moves'
+    // removals and deletions; all or nothing, even if kiln is killed half-way.
+    let mut changes: Vec<journal::Change<'_>> = Vec::new();
+    for p in &plan {
+        let dest = p.move_to.as_deref().unwrap_or(&p.path);
+        if let Some(text) = &p.new
+            && (p.move_to.is_some() || p.original.as_deref() != Some(text.as_str()))
+        {
+            changes.push(journal::Change::Write {
+                path: dest,
+                text,
+                before: if p.move_to.is_some() {
                     None
                 } else {
-                    p.original.clone()
-                };
-                ws.write_atomic(dest, text)?;
-                done.push((dest.to_string(), before));
-                report.written.push(dest.to_string());
-            }
+                    p.original.as_deref()
+                },
+            });
+            report.written.push(dest.to_string());
         }
-        for p in &plan {
-            if p.new.is_none() || p.move_to.is_some() {
-                ws.remove(&p.path)?;
-                done.push((p.path.clone(), p.original.clone()));
-                report.deleted.push(p.path.clone());
-            }
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        for (path, before) in done.into_iter().rev() {
-            let _ = match before {
-                Some(text) => ws.write_atomic(&path, &text),
-                None => ws.remove(&path),
-            };
-        }
-        return Err(e);
     }
+    for p in &plan {
+        if p.new.is_none() || p.move_to.is_some() {
+            changes.push(journal::Change::Remove {
+                path: &p.path,
+                before: p.original.as_deref(),
+            });
+            report.deleted.push(p.path.clone());
+        }
+    }
+    journal::commit(ws.dir(), &changes)?;
     Ok(report)
 }

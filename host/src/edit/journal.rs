@@ -1,0 +1,1719 @@
+//! The intent journal that makes a multi-file apply all-or-nothing even when kiln is killed
+//! (SIGKILL, power loss): before the first rename, `.kiln/journal/apply-<id>.json` records every
+//! path of the apply, its temporary file, the content hashes before and after, and a backup of
+//! each file that is overwritten or deleted (`.kiln/journal/apply-<id>.<step>`: a hard link to
+//! the old file, or a copy where linking fails). Journal and backups are fsync'd (files and
+//! directory) before anything in the workspace changes; the journal is removed only after the
+//! last directory fsync. On the next start, [`recover`] rolls an unfinished journal forward
+//! (every temporary file present and whole, checked by hash) or back (otherwise, from the
+//! backups), removes stale `.NAME.kiln-tmp-*` files and says what it did.
+//!
+//! fsync discipline, as SQLite and git do it: backups fsync'd; journal written, fsync'd, renamed
+//! into place; journal directory fsync'd (once, for journal and backups); temporary files
+//! written and fsync'd; renames; directories fsync'd; removals; directories fsync'd; journal
+//! removed; journal directory fsync'd; backups removed.
+//!
+//! One apply at a time per workspace: an apply holds an exclusive lock on
+//! `.kiln/journal/lock` from before its journal is written until after it is removed, and
+//! recovery takes the same lock, so it never touches the journal or the temporary files of an
+//! apply that is still running in another process. `.kiln` and `.kiln/journal` are opened
+//! without following symbolic links.
+//!
+//! A Ctrl-C cannot cut a commit in two: the commit is synchronous (no await point inside, so a
+//! cancelled future is dropped before or after it, never during it), and commands without a
+//! loop to cancel exit on Ctrl-C only once no commit is running ([`exit_on_interrupt`]).
+
+use super::EditError;
+use cap_std::fs::{Dir, OpenOptions};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// What marks a temporary file of an apply: `.NAME.kiln-tmp-<apply id>-<step>`.
+pub const TEMP_MARK: &str = ".kiln-tmp-";
+/// kiln's state directory, relative to the workspace.
+const STATE_DIR: &str = ".kiln";
+/// The journal directory inside [`STATE_DIR`].
+const JOURNAL_DIR: &str = "journal";
+/// The lock file inside the journal directory.
+const LOCK: &str = "lock";
+/// The journal format version.
+const VERSION: u32 = 1;
+
+/// Held (shared) by every commit; [`exit_on_interrupt`] takes it exclusively before exiting.
+static COMMITS: RwLock<()> = RwLock::new(());
+
+/// One change of a commit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Change<'a> {
+    /// Create or replace `path` with `text`. `before` is the content the plan was made from
+    /// (`None`: the file does not exist).
+    Write {
+        path: &'a str,
+        text: &'a str,
+        before: Option<&'a str>,
+    },
+    /// Delete `path`, whose content is `before`.
+    Remove {
+        path: &'a str,
+        before: Option<&'a str>,
+    },
+}
+
+/// The journal of one apply, as written to `.kiln/journal/apply-<id>.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    /// Format version.
+    pub kiln_journal: u32,
+    /// The apply's id (also in the file name and the temporary file names).
+    pub id: String,
+    /// The process that made it.
+    pub pid: u32,
+    /// When it was made (ms since the epoch).
+    pub started_ms: i64,
+    /// Directories the apply created for new files (removed again on a roll-back when empty).
+    #[serde(default)]
+    pub created_dirs: Vec<String>,
+    /// The changes, in the order they are made.
+    pub steps: Vec<Step>,
+}
+
+/// One change recorded in a journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Step {
+    /// `tmp` (a sibling of `path`) is renamed onto `path`.
+    Write {
+        /// Workspace-relative path.
+        path: String,
+        /// Workspace-relative temporary file holding the new content.
+        tmp: String,
+        /// SHA-256 of the content before (`None`: the file did not exist).
+        before: Option<String>,
+        /// SHA-256 of the new content.
+        after: String,
+        /// The backup of the old content: `.kiln/journal/apply-<id>.<backup>`.
+        backup: Option<String>,
+    },
+    /// `path` is deleted.
+    Remove {
+        /// Workspace-relative path.
+        path: String,
+        /// SHA-256 of the content before (`None`: the file did not exist).
+        before: Option<String>,
+        /// The backup of the old content: `.kiln/journal/apply-<id>.<backup>`.
+        backup: Option<String>,
+    },
+}
+
+impl Step {
+    /// The workspace-relative path the step changes.
+    pub fn path(&self) -> &str {
+        match self {
+            Step::Write { path, .. } | Step::Remove { path, .. } => path,
+        }
+    }
+    fn backup(&self) -> Option<&str> {
+        match self {
+            Step::Write { backup, .. } | Step::Remove { backup, .. } => backup.as_deref(),
+        }
+    }
+}
+
+/// What a file (or a temporary file) holds when recovery looks at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// It does not exist.
+    Absent,
+    /// A regular file with this SHA-256.
+    File(String),
+    /// Something else: a directory, a symbolic link, unreadable.
+    Other,
+}
+
+impl Seen {
+    fn is(&self, hash: Option<&str>) -> bool {
+        match (self, hash) {
+            (Seen::Absent, None) => true,
+            (Seen::File(h), Some(want)) => h == want,
+            _ => false,
+        }
+    }
+}
+
+/// Which way an unfinished apply was completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Every file now holds the apply's new content.
+    Forward,
+    /// Every file holds its content from before the apply.
+    Back,
+}
+
+impl std::fmt::Display for Direction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Direction::Forward => "rolled forward",
+            Direction::Back => "rolled back",
+        })
+    }
+}
+
+/// The decision for an unfinished journal, from what each step's file (`target`) and
+/// temporary file (`temp`, for writes) hold now: forward when every write is done (the file
+/// holds the new content) or ready (its temporary file is present and whole), back otherwise.
+/// Removals can always be finished and never decide.
+pub fn decide(steps: &[Step], target: &[Seen], temp: &[Seen]) -> Direction {
+    let forward = steps.iter().enumerate().all(|(i, s)| match s {
+        Step::Write { after, .. } => {
+            target[i].is(Some(after.as_str())) || temp[i].is(Some(after.as_str()))
+        }
+        Step::Remove { .. } => true,
+    });
+    if forward {
+        Direction::Forward
+    } else {
+        Direction::Back
+    }
+}
+
+/// What happened to one file during a recovery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileOutcome {
+    /// Workspace-relative path.
+    pub path: String,
+    /// `new content`, `deleted`, `restored`, `removed` (a file the apply created),
+    /// `unchanged`, or why it was left as it is.
+    pub outcome: String,
+}
+
+/// One unfinished journal and what recovery did with it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovered {
+    /// The apply's id.
+    pub id: String,
+    /// The process that was interrupted.
+    pub pid: u32,
+    /// Which way it was completed.
+    pub direction: Direction,
+    /// Every file of the apply.
+    pub files: Vec<FileOutcome>,
+    /// Files left as they are because they changed after the interruption, or could not be
+    /// restored.
+    pub skipped: Vec<FileOutcome>,
+    /// Operations that failed; the journal is kept and tried again at the next start.
+    pub errors: Vec<String>,
+}
+
+impl Recovered {
+    /// The message for the user.
+    pub fn message(&self) -> String {
+        let files: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| format!("{} ({})", f.path, f.outcome))
+            .collect();
+        let mut m = format!(
+            "an edit interrupted when kiln (pid {}) stopped was {}: {}",
+            self.pid,
+            self.direction,
+            if files.is_empty() {
+                "no file had changed".into()
+            } else {
+                files.join(", ")
+            }
+        );
+        for s in &self.skipped {
+            m.push_str(&format!("\n  {}: {}", s.path, s.outcome));
+        }
+        if !self.errors.is_empty() {
+            m.push_str(&format!(
+                "\n  not finished ({}); the journal .kiln/journal/apply-{}.json is kept and kiln tries again at its next start",
+                self.errors.join("; "),
+                self.id
+            ));
+        }
+        m
+    }
+}
+
+/// What [`recover`] found and did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecoveryReport {
+    /// Unfinished applies, completed one way or the other.
+    pub recovered: Vec<Recovered>,
+    /// Stale temporary files removed (workspace-relative).
+    pub removed_temps: Vec<String>,
+    /// Journals that could not be read (renamed to `*.damaged`, left for the user).
+    pub damaged: Vec<String>,
+}
+
+impl RecoveryReport {
+    /// True when there was nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.recovered.is_empty() && self.removed_temps.is_empty() && self.damaged.is_empty()
+    }
+
+    /// One message per finding, for stderr.
+    pub fn messages(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.recovered.iter().map(Recovered::message).collect();
+        if !self.removed_temps.is_empty() {
+            out.push(format!(
+                "removed {} stale temporary file(s) of an interrupted edit: {}",
+                self.removed_temps.len(),
+                self.removed_temps.join(", ")
+            ));
+        }
+        for d in &self.damaged {
+            out.push(format!(
+                "the edit journal {d} cannot be read; it was renamed to {d}.damaged and the files it names were left as they are"
+            ));
+        }
+        out
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn io_err(path: impl Into<String>, e: &std::io::Error) -> EditError {
+    EditError::Io {
+        path: path.into(),
+        message: super::describe_io(e),
+    }
+}
+
+/// Whether a file name is one of kiln's temporary files (`.NAME.kiln-tmp-*`).
+pub fn is_temp_name(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|rest| rest.find(TEMP_MARK))
+        .is_some_and(|at| at > 0)
+}
+
+fn temp_path(rel: &str, id: &str, step: usize) -> String {
+    let p = Path::new(rel);
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = format!(".{name}{TEMP_MARK}{id}-{step}");
+    match parent_of(rel) {
+        Some(parent) => parent.join(tmp).to_string_lossy().into_owned(),
+        None => tmp,
+    }
+}
+
+/// The parent directory of a workspace-relative path (`None`: the workspace root).
+fn parent_of(rel: &str) -> Option<&Path> {
+    Path::new(rel)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+}
+
+/// fsync a directory. cap-std may hold directories as `O_PATH` descriptors, which cannot be
+/// fsync'd, so `.` is opened for reading first.
+fn sync_dir(dir: &Dir) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: openat with a valid directory fd and a NUL-terminated name; the returned fd is
+    // owned by the File built from it.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    unsafe { std::fs::File::from_raw_fd(fd) }.sync_all()
+}
+
+/// fsync the directory holding `rel` (the workspace root when it has no parent).
+fn sync_parent(ws: &Dir, rel: &str) -> std::io::Result<()> {
+    match parent_of(rel) {
+        Some(p) => sync_dir(&ws.open_dir(p)?),
+        None => sync_dir(ws),
+    }
+}
+
+/// Open the directory `name` inside `parent` without following a symbolic link (creating it
+/// when `create`). `Ok(None)`: it does not exist and `create` is false.
+fn open_dir_nofollow(parent: &Dir, name: &str, create: bool) -> std::io::Result<Option<Dir>> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let c_name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    for attempt in 0..2 {
+        // SAFETY: openat with a valid directory fd and a NUL-terminated name; the returned fd
+        // is owned by the File built from it below.
+        let fd = unsafe {
+            libc::openat(
+                parent.as_raw_fd(),
+                c_name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: fd is a fresh descriptor we own.
+            let file = unsafe { std::fs::File::from_raw_fd(fd) };
+            return Ok(Some(Dir::from_std_file(file)));
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() == ErrorKind::NotFound && create && attempt == 0 {
+            match parent.create_dir(name) {
+                Ok(()) => {
+                    sync_dir(parent)?;
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        if err.kind() == ErrorKind::NotFound {
+            return Ok(None);
+        }
+        if parent
+            .symlink_metadata(name)
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(std::io::Error::other(format!(
+                "{name} is a symbolic link; kiln keeps its state only in a real directory (remove the link)"
+            )));
+        }
+        return Err(err);
+    }
+    Ok(None)
+}
+
+/// `.kiln/journal`, opened without following links.
+fn state_dir(ws: &Dir, create: bool) -> Result<Option<Dir>, EditError> {
+    let kiln = open_dir_nofollow(ws, STATE_DIR, create).map_err(|e| io_err(STATE_DIR, &e))?;
+    let Some(kiln) = kiln else {
+        return Ok(None);
+    };
+    let jpath = format!("{STATE_DIR}/{JOURNAL_DIR}");
+    open_dir_nofollow(&kiln, JOURNAL_DIR, create).map_err(|e| io_err(jpath, &e))
+}
+
+/// The exclusive lock on `.kiln/journal/lock`, released when dropped (or when the process
+/// dies).
+struct Lock(#[allow(dead_code)] std::fs::File);
+
+fn lock(state: &Dir) -> Result<Lock, EditError> {
+    let path = format!("{STATE_DIR}/{JOURNAL_DIR}/{LOCK}");
+    let file = state
+        .open_with(LOCK, OpenOptions::new().read(true).write(true).create(true))
+        .map_err(|e| io_err(&path, &e))?
+        .into_std();
+    file.lock().map_err(|e| io_err(&path, &e))?;
+    Ok(Lock(file))
+}
+
+/// A process-wide count of commit steps, for the test hook.
+static STEPS: AtomicU32 = AtomicU32::new(0);
+
+/// The test hook: `KILN_TEST_APPLY_PAUSE=N` stops the process right after the Nth commit
+/// step (forever, so a test can SIGKILL it there), `N:MS` pauses for MS milliseconds and goes
+/// on. A step is: each backup, journal written, each temporary file, each rename, each
+/// directory fsync, each removal, journal removed. Honoured by debug builds only.
+fn test_pause(what: &str) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        static PAUSE: std::sync::OnceLock<Option<(u32, Option<u64>)>> = std::sync::OnceLock::new();
+        let n = STEPS.fetch_add(1, Ordering::SeqCst) + 1;
+        let pause = PAUSE.get_or_init(|| {
+            let v = std::env::var("KILN_TEST_APPLY_PAUSE").ok()?;
+            let (step, ms) = match v.split_once(':') {
+                Some((s, ms)) => (s.parse().ok()?, Some(ms.parse().ok()?)),
+                None => (v.parse().ok()?, None),
+            };
+            Some((step, ms))
+        });
+        if let Some((step, ms)) = *pause
+            && step == n
+        {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "kiln-test: apply paused after step {n}: {what}");
+            let _ = err.flush();
+            drop(err);
+            match ms {
+                Some(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
+                None => loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                },
+            }
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = what;
+        STEPS.fetch_add(1, Ordering::Relaxed);
+    }
+    true
+}
+
+/// Why a commit stopped early in a unit test (a simulated kill).
+const SIMULATED_KILL: &str = "simulated kill";
+
+/// Commit `changes` under the journal. Runs on a blocking-capable thread when called from a
+/// multi-threaded runtime (fsync may take a while); either way it has no await point, so a
+/// cancelled caller cannot stop it half-way.
+pub(crate) fn commit(ws: &Dir, changes: &[Change<'_>]) -> Result<(), EditError> {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(|| commit_with(ws, changes, &mut test_pause))
+    } else {
+        commit_with(ws, changes, &mut test_pause)
+    }
+}
+
+/// [`commit`], with `step` called after every step; when it returns false the commit stops
+/// right there, leaving everything as a killed process would (for tests).
+pub(crate) fn commit_with(
+    ws: &Dir,
+    changes: &[Change<'_>],
+    step: &mut dyn FnMut(&str) -> bool,
+) -> Result<(), EditError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    // Each path once (an added file and a move onto the same new path, say): the journal
+    // decides per path.
+    let mut seen = BTreeSet::new();
+    for c in changes {
+        let (Change::Write { path, .. } | Change::Remove { path, .. }) = *c;
+        if !seen.insert(crate::path::normalize(path)) {
+            return Err(EditError::Io {
+                path: path.into(),
+                message: "is changed twice by the same response (created, moved onto or deleted more than once); nothing was written".into(),
+            });
+        }
+    }
+    let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
+    let state = state_dir(ws, true)?.ok_or_else(|| EditError::Io {
+        path: STATE_DIR.into(),
+        message: "cannot be created".into(),
+    })?;
+    let _lock = lock(&state)?;
+    // A journal left by a process that was killed (when the command did not recover at its
+    // start, as an embedder may not): finish it first, so this plan's files are whole.
+    let mut earlier = recover_locked(ws, &state)?;
+    // Stale temporary files beside the files about to be written (an older kiln's, or a
+    // journal's that was lost): under the lock, none can belong to a running apply.
+    let dirs: BTreeSet<Option<&Path>> = changes
+        .iter()
+        .map(|c| match *c {
+            Change::Write { path, .. } | Change::Remove { path, .. } => parent_of(path),
+        })
+        .collect();
+    for d in dirs.into_iter().flatten() {
+        for t in find_temps(ws, Some(d)) {
+            if ws.remove_file(&t).is_ok() {
+                earlier.removed_temps.push(t);
+            }
+        }
+    }
+    for m in earlier.messages() {
+        eprintln!("warning: {m}");
+    }
+    let id = format!(
+        "{}-{}-{}",
+        crate::store::now_ms(),
+        std::process::id(),
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    );
+    // The plan.
+    let mut steps = Vec::new();
+    let mut created_dirs: Vec<String> = Vec::new();
+    for (i, c) in changes.iter().enumerate() {
+        match *c {
+            Change::Write { path, text, before } => {
+                let mut prefix = PathBuf::new();
+                if let Some(parent) = parent_of(path) {
+                    for part in parent.components() {
+                        prefix.push(part);
+                        let d = prefix.to_string_lossy().into_owned();
+                        if !created_dirs.contains(&d) && ws.symlink_metadata(&prefix).is_err() {
+                            created_dirs.push(d);
+                        }
+                    }
+                }
+                steps.push(Step::Write {
+                    path: path.into(),
+                    tmp: temp_path(path, &id, i),
+                    before: before.map(|b| sha256(b.as_bytes())),
+                    after: sha256(text.as_bytes()),
+                    backup: before.map(|_| i.to_string()),
+                });
+            }
+            Change::Remove { path, before } => steps.push(Step::Remove {
+                path: path.into(),
+                before: before.map(|b| sha256(b.as_bytes())),
+                backup: before.map(|_| i.to_string()),
+            }),
+        }
+    }
+    let journal = Journal {
+        kiln_journal: VERSION,
+        id: id.clone(),
+        pid: std::process::id(),
+        started_ms: crate::store::now_ms(),
+        created_dirs,
+        steps,
+    };
+    // Backups first, beside the journal, so that the journal's directory fsync makes both
+    // durable. A failure before the journal exists leaves nothing behind.
+    let name = format!("apply-{id}.json");
+    let written = make_backups(ws, &state, &journal, changes, step)
+        .and_then(|()| write_journal(&state, &name, &journal));
+    if let Err(e) = written {
+        if !is_simulated(&e) {
+            let _ = state.remove_file(format!("{name}.part"));
+            remove_backups(&state, &id);
+        }
+        return Err(e);
+    }
+    if !step("journal written") {
+        return Err(simulated());
+    }
+    // Everything else up to the first rename: directories, temporary files. A failure here
+    // leaves the workspace as it was.
+    if let Err(e) = prepare(ws, &journal, changes, step) {
+        return Err(undo(ws, &state, &journal, e));
+    }
+    // The renames and removals, then their directories' fsyncs.
+    let applied = (|| -> Result<(), EditError> {
+        let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
+        for s in &journal.steps {
+            if let Step::Write { path, tmp, .. } = s {
+                ws.rename(tmp, ws, path)
+                    .map_err(|e| io_err(path.as_str(), &e))?;
+                dirs.insert(parent_of(path).map(Path::to_path_buf));
+                if !step(&format!("renamed {tmp} to {path}")) {
+                    return Err(simulated());
+                }
+            }
+        }
+        sync_dirs(ws, &mut dirs, step)?;
+        for s in &journal.steps {
+            if let Step::Remove { path, .. } = s {
+                ws.remove_file(path)
+                    .map_err(|e| io_err(path.as_str(), &e))?;
+                dirs.insert(parent_of(path).map(Path::to_path_buf));
+                if !step(&format!("removed {path}")) {
+                    return Err(simulated());
+                }
+            }
+        }
+        sync_dirs(ws, &mut dirs, step)
+    })();
+    if let Err(e) = applied {
+        return Err(undo(ws, &state, &journal, e));
+    }
+    finish_journal(&state, &id)?;
+    if !step("journal removed") {
+        return Err(simulated());
+    }
+    Ok(())
+}
+
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// After a failure inside a commit (not a simulated kill): roll the apply back; the journal
+/// stays when that fails too, for the next start.
+fn undo(ws: &Dir, state: &Dir, journal: &Journal, e: EditError) -> EditError {
+    if is_simulated(&e) {
+        return e;
+    }
+    let undone = roll(ws, state, journal, Direction::Back);
+    if undone.errors.is_empty() {
+        let _ = finish_journal(state, &journal.id);
+        return e;
+    }
+    EditError::Io {
+        path: journal.steps[0].path().into(),
+        message: format!(
+            "{e}; undoing the other files failed too ({}); kiln finishes or undoes the edit at its next start",
+            undone.errors.join("; ")
+        ),
+    }
+}
+
+fn simulated() -> EditError {
+    EditError::Io {
+        path: String::new(),
+        message: SIMULATED_KILL.into(),
+    }
+}
+
+fn is_simulated(e: &EditError) -> bool {
+    matches!(e, EditError::Io { message, .. } if message == SIMULATED_KILL)
+}
+
+fn sync_dirs(
+    ws: &Dir,
+    dirs: &mut BTreeSet<Option<PathBuf>>,
+    step: &mut dyn FnMut(&str) -> bool,
+) -> Result<(), EditError> {
+    for d in std::mem::take(dirs) {
+        let shown = d
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|| ".".into());
+        match &d {
+            Some(p) => ws.open_dir(p).and_then(|d| sync_dir(&d)),
+            None => sync_dir(ws),
+        }
+        .map_err(|e| io_err(shown.as_str(), &e))?;
+        if !step(&format!("fsync'd directory {shown}")) {
+            return Err(simulated());
+        }
+    }
+    Ok(())
+}
+
+/// Write the journal to `NAME.part`, fsync it, rename it to `NAME`, fsync the directory.
+fn write_journal(state: &Dir, name: &str, journal: &Journal) -> Result<(), EditError> {
+    let path = format!("{STATE_DIR}/{JOURNAL_DIR}/{name}");
+    let io = |e: std::io::Error| io_err(&path, &e);
+    let part = format!("{name}.part");
+    let text = serde_json::to_vec_pretty(journal)
+        .map_err(std::io::Error::other)
+        .map_err(io)?;
+    let mut f = state
+        .open_with(&part, OpenOptions::new().write(true).create_new(true))
+        .map_err(io)?;
+    f.write_all(&text).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    state.rename(&part, state, name).map_err(io)?;
+    sync_dir(state).map_err(io)
+}
+
+/// Remove the journal, fsync its directory, then remove the backups.
+fn finish_journal(state: &Dir, id: &str) -> Result<(), EditError> {
+    let name = format!("apply-{id}.json");
+    let path = format!("{STATE_DIR}/{JOURNAL_DIR}/{name}");
+    match state.remove_file(&name) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&path, &e)),
+    }
+    sync_dir(state).map_err(|e| io_err(&path, &e))?;
+    remove_backups(state, id);
+    Ok(())
+}
+
+/// The file name of a step's backup in the journal directory.
+fn backup_file(id: &str, backup: &str) -> String {
+    format!("apply-{id}.{backup}")
+}
+
+/// The apply id of a backup file name (`apply-<id>.<step>`).
+fn backup_owner(name: &str) -> Option<&str> {
+    let (id, n) = name.strip_prefix("apply-")?.rsplit_once('.')?;
+    (!n.is_empty() && n.chars().all(|c| c.is_ascii_digit())).then_some(id)
+}
+
+fn remove_backups(state: &Dir, id: &str) {
+    let Ok(entries) = state.entries() else {
+        return;
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if backup_owner(&name) == Some(id) {
+            let _ = state.remove_file(&name);
+        }
+    }
+}
+
+/// A backup of every file that is overwritten or deleted, each fsync'd.
+fn make_backups(
+    ws: &Dir,
+    state: &Dir,
+    journal: &Journal,
+    changes: &[Change<'_>],
+    step: &mut dyn FnMut(&str) -> bool,
+) -> Result<(), EditError> {
+    for (s, c) in journal.steps.iter().zip(changes) {
+        let (Some(backup), Some(before)) = (s.backup(), change_before(c)) else {
+            continue;
+        };
+        write_backup(
+            ws,
+            state,
+            s.path(),
+            &backup_file(&journal.id, backup),
+            before,
+        )?;
+        if !step(&format!("backed up {}", s.path())) {
+            return Err(simulated());
+        }
+    }
+    Ok(())
+}
+
+/// New directories and temporary files, each fsync'd.
+fn prepare(
+    ws: &Dir,
+    journal: &Journal,
+    changes: &[Change<'_>],
+    step: &mut dyn FnMut(&str) -> bool,
+) -> Result<(), EditError> {
+    for d in &journal.created_dirs {
+        match ws.create_dir(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err(d.as_str(), &e)),
+        }
+        sync_parent(ws, d).map_err(|e| io_err(d.as_str(), &e))?;
+    }
+    for (s, c) in journal.steps.iter().zip(changes) {
+        let (Step::Write { path, tmp, .. }, Change::Write { text, .. }) = (s, c) else {
+            continue;
+        };
+        let io = |e: std::io::Error| io_err(path.as_str(), &e);
+        let mut f = ws
+            .open_with(tmp, OpenOptions::new().write(true).create_new(true))
+            .map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        if let Ok(meta) = ws.metadata(path) {
+            let _ = f.set_permissions(meta.permissions());
+        }
+        f.sync_all().map_err(io)?;
+        if !step(&format!("wrote and fsync'd {tmp}")) {
+            return Err(simulated());
+        }
+    }
+    Ok(())
+}
+
+fn change_before<'a>(c: &Change<'a>) -> Option<&'a str> {
+    match *c {
+        Change::Write { before, .. } | Change::Remove { before, .. } => before,
+    }
+}
+
+/// Back up `path` as `name` in the journal directory: a hard link to the file (no copy; the rename leaves the
+/// old content to the link), checked against the content the plan was made from, or a copy of
+/// that content when the file cannot be linked. fsync'd either way.
+fn write_backup(
+    ws: &Dir,
+    bdir: &Dir,
+    path: &str,
+    name: &str,
+    before: &str,
+) -> Result<(), EditError> {
+    let io = |e: std::io::Error| io_err(path, &e);
+    if !NO_LINKS.load(Ordering::Relaxed) && ws.hard_link(path, bdir, name).is_ok() {
+        let f = bdir.open(name).map_err(io)?;
+        if bdir.read(name).map_err(io)? != before.as_bytes() {
+            let _ = bdir.remove_file(name);
+            return Err(EditError::Io {
+                path: path.into(),
+                message: "changed while the edit was being applied; nothing was written".into(),
+            });
+        }
+        return f.sync_all().map_err(io);
+    }
+    let mut f = bdir
+        .open_with(name, OpenOptions::new().write(true).create_new(true))
+        .map_err(io)?;
+    f.write_all(before.as_bytes()).map_err(io)?;
+    if let Ok(meta) = ws.metadata(path) {
+        let _ = f.set_permissions(meta.permissions());
+    }
+    f.sync_all().map_err(io)
+}
+
+/// Backups are copies, never hard links (for tests of the fallback).
+static NO_LINKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// What `rel` holds now, never following a symbolic link at its end and never reading
+/// anything but a regular file.
+fn observe(dir: &Dir, rel: &str) -> Seen {
+    match dir.symlink_metadata(rel) {
+        Err(e) if e.kind() == ErrorKind::NotFound => Seen::Absent,
+        Err(_) => Seen::Other,
+        Ok(m) if !m.is_file() => Seen::Other,
+        Ok(_) => match dir.read(rel) {
+            Ok(bytes) => Seen::File(sha256(&bytes)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Seen::Absent,
+            Err(_) => Seen::Other,
+        },
+    }
+}
+
+/// Complete an unfinished journal in `direction`. Idempotent: a recovery that is itself
+/// interrupted is finished by the next one (each action moves a file to the state the
+/// direction wants, and the decision does not change on the way).
+fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
+    let mut out = Recovered {
+        id: j.id.clone(),
+        pid: j.pid,
+        direction,
+        files: Vec::new(),
+        skipped: Vec::new(),
+        errors: Vec::new(),
+    };
+    let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
+    let changed_since = "changed after the interruption; left as it is";
+    let order: Vec<&Step> = match direction {
+        Direction::Forward => j.steps.iter().collect(),
+        Direction::Back => j.steps.iter().rev().collect(),
+    };
+    for s in order {
+        let path = s.path().to_string();
+        dirs.insert(parent_of(&path).map(Path::to_path_buf));
+        let now = observe(ws, &path);
+        let note = |out: &mut Recovered, outcome: &str| {
+            out.files.push(FileOutcome {
+                path: path.clone(),
+                outcome: outcome.into(),
+            })
+        };
+        match (s, direction) {
+            (
+                Step::Write {
+                    tmp, before, after, ..
+                },
+                Direction::Forward,
+            ) => {
+                if now.is(Some(after)) {
+                    remove_if_present(ws, tmp, &mut out.errors);
+                    note(&mut out, "new content");
+                } else if now.is(before.as_deref()) && observe(ws, tmp).is(Some(after)) {
+                    match ws.rename(tmp, ws, &path) {
+                        Ok(()) => note(&mut out, "new content"),
+                        Err(e) => out.errors.push(format!("{path}: {e}")),
+                    }
+                } else {
+                    remove_if_present(ws, tmp, &mut out.errors);
+                    out.skipped.push(FileOutcome {
+                        path: path.clone(),
+                        outcome: changed_since.into(),
+                    });
+                }
+            }
+            (Step::Remove { before, .. }, Direction::Forward) => {
+                if now == Seen::Absent {
+                    note(&mut out, "deleted");
+                } else if now.is(before.as_deref()) {
+                    match ws.remove_file(&path) {
+                        Ok(()) => note(&mut out, "deleted"),
+                        Err(e) => out.errors.push(format!("{path}: {e}")),
+                    }
+                } else {
+                    out.skipped.push(FileOutcome {
+                        path: path.clone(),
+                        outcome: changed_since.into(),
+                    });
+                }
+            }
+            (
+                Step::Write {
+                    tmp, before, after, ..
+                },
+                Direction::Back,
+            ) => {
+                remove_if_present(ws, tmp, &mut out.errors);
+                if now.is(before.as_deref()) {
+                    note(&mut out, "unchanged");
+                } else if now.is(Some(after)) {
+                    match before {
+                        None => match ws.remove_file(&path) {
+                            Ok(()) => note(&mut out, "removed"),
+                            Err(e) => out.errors.push(format!("{path}: {e}")),
+                        },
+                        Some(h) => restore(ws, state, &j.id, s, h, &mut out),
+                    }
+                } else {
+                    out.skipped.push(FileOutcome {
+                        path: path.clone(),
+                        outcome: changed_since.into(),
+                    });
+                }
+            }
+            (Step::Remove { before, .. }, Direction::Back) => {
+                if now.is(before.as_deref()) {
+                    note(&mut out, "unchanged");
+                } else if now == Seen::Absent
+                    && let Some(h) = before
+                {
+                    restore(ws, state, &j.id, s, h, &mut out);
+                } else {
+                    out.skipped.push(FileOutcome {
+                        path: path.clone(),
+                        outcome: changed_since.into(),
+                    });
+                }
+            }
+        }
+    }
+    if direction == Direction::Back {
+        for d in j.created_dirs.iter().rev() {
+            if ws.remove_dir(d).is_ok() {
+                dirs.insert(parent_of(d).map(Path::to_path_buf));
+            }
+        }
+    }
+    for d in dirs {
+        let r = match &d {
+            Some(p) => ws.open_dir(p).and_then(|d| sync_dir(&d)),
+            None => sync_dir(ws),
+        };
+        if let Err(e) = r
+            && e.kind() != ErrorKind::NotFound
+        {
+            out.errors.push(format!("fsync: {e}"));
+        }
+    }
+    // Files that were unchanged in a roll-back are not news.
+    if direction == Direction::Back && out.files.iter().all(|f| f.outcome == "unchanged") {
+        out.files.clear();
+    }
+    out.files.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+fn remove_if_present(ws: &Dir, rel: &str, errors: &mut Vec<String>) {
+    match ws.remove_file(rel) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => errors.push(format!("{rel}: {e}")),
+    }
+}
+
+/// Put a step's backup back in place (checked by hash), by rename (or a copy through a
+/// fsync'd temporary file when the backup lives on another file system).
+fn restore(ws: &Dir, bdir: &Dir, id: &str, s: &Step, hash: &str, out: &mut Recovered) {
+    let path = s.path().to_string();
+    let backup = &backup_file(id, s.backup().unwrap_or_default());
+    if s.backup().is_none() || !observe(bdir, backup).is(Some(hash)) {
+        out.skipped.push(FileOutcome {
+            path,
+            outcome: "its backup is missing or damaged, so it cannot be restored; left as it is"
+                .into(),
+        });
+        return;
+    };
+    if let Some(parent) = parent_of(&path)
+        && let Err(e) = ws.create_dir_all(parent)
+    {
+        out.errors.push(format!("{path}: {e}"));
+        return;
+    }
+    let r = match bdir.rename(backup, ws, &path) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => (|| {
+            let bytes = bdir.read(backup)?;
+            let tmp = temp_path(&path, "restore", 0);
+            let mut f = ws.open_with(
+                &tmp,
+                OpenOptions::new().write(true).create(true).truncate(true),
+            )?;
+            f.write_all(&bytes)?;
+            if let Ok(meta) = bdir.metadata(backup) {
+                let _ = f.set_permissions(meta.permissions());
+            }
+            f.sync_all()?;
+            ws.rename(&tmp, ws, &path)
+        })(),
+        r => r,
+    };
+    match r {
+        Ok(()) => out.files.push(FileOutcome {
+            path,
+            outcome: "restored".into(),
+        }),
+        Err(e) => out.errors.push(format!("{path}: {e}")),
+    }
+}
+
+/// Check a journal read from disk: paths inside the workspace and not protected, temporary
+/// files beside their files, backups plain names.
+fn validate(j: &Journal) -> Result<(), String> {
+    if j.kiln_journal != VERSION {
+        return Err(format!("version {} is not {VERSION}", j.kiln_journal));
+    }
+    let protected = crate::path::Protected::new(&[]);
+    let ok_path = |p: &str| {
+        crate::path::check_relative(p)
+            .map_err(|why| format!("path {p} {why}"))
+            .and_then(|()| match protected.why(p) {
+                Some(why) => Err(format!("path {p} is protected ({why})")),
+                None => Ok(()),
+            })
+    };
+    for d in &j.created_dirs {
+        ok_path(d)?;
+    }
+    for s in &j.steps {
+        ok_path(s.path())?;
+        if let Some(b) = s.backup()
+            && (b.is_empty() || !b.chars().all(|c| c.is_ascii_digit()))
+        {
+            return Err(format!("backup name {b} is not a step number"));
+        }
+        if let Step::Write { path, tmp, .. } = s {
+            ok_path(tmp)?;
+            let name = Path::new(tmp)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !is_temp_name(&name) || parent_of(tmp) != parent_of(path) {
+                return Err(format!("{tmp} is not a temporary file beside {path}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Finish or undo every unfinished apply of the workspace `root` and remove stale temporary
+/// files. Call it at the start of every command that reads or writes workspace files; it
+/// creates nothing when there is nothing to recover, and waits for an apply running in
+/// another kiln process to end rather than touching it.
+pub fn recover_workspace(root: &Path) -> Result<RecoveryReport, EditError> {
+    let ws = Dir::open_ambient_dir(root, cap_std::ambient_authority()).map_err(|source| {
+        EditError::Workspace {
+            path: root.to_path_buf(),
+            source,
+        }
+    })?;
+    recover(&ws)
+}
+
+/// [`recover_workspace`] for an open workspace directory.
+pub fn recover(ws: &Dir) -> Result<RecoveryReport, EditError> {
+    let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
+    let root_temps = find_temps(ws, None);
+    let state = state_dir(ws, !root_temps.is_empty())?;
+    let Some(state) = state else {
+        return Ok(RecoveryReport::default());
+    };
+    let _lock = lock(&state)?;
+    recover_locked(ws, &state)
+}
+
+/// Recovery under the lock: journals, partial journals, orphaned backups, then stale
+/// temporary files in the workspace root and in every directory an unfinished apply touched.
+fn recover_locked(ws: &Dir, state: &Dir) -> Result<RecoveryReport, EditError> {
+    let mut report = RecoveryReport::default();
+    let jpath = format!("{STATE_DIR}/{JOURNAL_DIR}");
+    let mut names: Vec<String> = state
+        .entries()
+        .map_err(|e| io_err(&jpath, &e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("apply-"))
+        .collect();
+    names.sort();
+    let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
+    dirs.insert(None);
+    for name in &names {
+        if name.ends_with(".json.part") {
+            // Killed while writing its journal: nothing of that apply exists yet but its
+            // backups (removed below).
+            let _ = state.remove_file(name);
+            continue;
+        }
+        let Some(id) = name
+            .strip_prefix("apply-")
+            .and_then(|n| n.strip_suffix(".json"))
+        else {
+            continue;
+        };
+        let parsed = state
+            .read(name)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<Journal>(&b).map_err(|e| e.to_string()))
+            .and_then(|j| {
+                validate(&j)?;
+                if j.id == id {
+                    Ok(j)
+                } else {
+                    Err(format!("its id {} does not match its name", j.id))
+                }
+            });
+        let j = match parsed {
+            Ok(j) => j,
+            Err(_) => {
+                let _ = state.rename(name, state, format!("{name}.damaged"));
+                report.damaged.push(format!("{jpath}/{name}"));
+                continue;
+            }
+        };
+        let target: Vec<Seen> = j.steps.iter().map(|s| observe(ws, s.path())).collect();
+        let temp: Vec<Seen> = j
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Write { tmp, .. } => observe(ws, tmp),
+                Step::Remove { .. } => Seen::Absent,
+            })
+            .collect();
+        let direction = decide(&j.steps, &target, &temp);
+        let done = roll(ws, state, &j, direction);
+        for s in &j.steps {
+            dirs.insert(parent_of(s.path()).map(Path::to_path_buf));
+        }
+        if done.errors.is_empty() {
+            finish_journal(state, id)?;
+        }
+        report.recovered.push(done);
+    }
+    // Backups whose journal is gone (killed before the journal was complete, or after it
+    // was removed); a damaged journal keeps its backups for the user.
+    for name in &names {
+        if let Some(id) = backup_owner(name)
+            && !state.exists(format!("apply-{id}.json"))
+            && !state.exists(format!("apply-{id}.json.damaged"))
+        {
+            let _ = state.remove_file(name);
+        }
+    }
+    for d in dirs {
+        for t in find_temps(ws, d.as_deref()) {
+            match ws.remove_file(&t) {
+                Ok(()) => report.removed_temps.push(t),
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(t, &e)),
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Regular files named `.NAME.kiln-tmp-*` directly in `dir` (workspace-relative; `None` is
+/// the root).
+fn find_temps(ws: &Dir, dir: Option<&Path>) -> Vec<String> {
+    let entries = match dir {
+        Some(d) => ws.read_dir(d),
+        None => ws.entries(),
+    };
+    let Ok(entries) = entries else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| is_temp_name(n))
+        .map(|n| match dir {
+            Some(d) => d.join(n).to_string_lossy().into_owned(),
+            None => n,
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// For a command without a loop to cancel (`kiln edit apply`): on Ctrl-C, exit with status
+/// 130 as the default handler would, but only once no commit is running (an apply that has
+/// started its commit finishes first). Must be called inside the tokio runtime.
+pub fn exit_on_interrupt() {
+    // Registered now (not at the task's first poll), so no Ctrl-C slips through in between.
+    let Ok(mut interrupt) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+    else {
+        return;
+    };
+    tokio::spawn(async move {
+        if interrupt.recv().await.is_some() {
+            let _wait = COMMITS.write().unwrap_or_else(|e| e.into_inner());
+            eprintln!("interrupted");
+            std::process::exit(130);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, Dir) {
+        let t = tempfile::tempdir().unwrap();
+        let d = Dir::open_ambient_dir(t.path(), cap_std::ambient_authority()).unwrap();
+        (t, d)
+    }
+
+    fn h(s: &str) -> String {
+        sha256(s.as_bytes())
+    }
+
+    fn write_step(path: &str, before: Option<&str>, after: &str) -> Step {
+        Step::Write {
+            path: path.into(),
+            tmp: temp_path(path, "1-2-3", 0),
+            before: before.map(h),
+            after: h(after),
+            backup: before.map(|_| "0".into()),
+        }
+    }
+
+    #[test]
+    fn temp_names_are_recognised() {
+        assert!(is_temp_name(".a.rs.kiln-tmp-123"));
+        assert!(is_temp_name(".a.rs.kiln-tmp-1-2-3-0"));
+        assert!(!is_temp_name("a.rs.kiln-tmp-1"));
+        assert!(!is_temp_name("..kiln-tmp-1"));
+        assert!(!is_temp_name(".a.rs"));
+        assert_eq!(
+            temp_path("src/a.rs", "9-8-7", 2),
+            "src/.a.rs.kiln-tmp-9-8-7-2"
+        );
+        assert_eq!(temp_path("a.rs", "x", 0), ".a.rs.kiln-tmp-x-0");
+    }
+
+    #[test]
+    fn forward_when_every_write_is_done_or_ready() {
+        let steps = vec![
+            write_step("a", Some("a0"), "a1"),
+            write_step("b", Some("b0"), "b1"),
+            Step::Remove {
+                path: "c".into(),
+                before: Some(h("c0")),
+                backup: Some("2".into()),
+            },
+        ];
+        let f = |s: &str| Seen::File(h(s));
+        // Nothing renamed yet, every temporary file whole.
+        assert_eq!(
+            decide(
+                &steps,
+                &[f("a0"), f("b0"), f("c0")],
+                &[f("a1"), f("b1"), Seen::Absent]
+            ),
+            Direction::Forward
+        );
+        // Half renamed.
+        assert_eq!(
+            decide(
+                &steps,
+                &[f("a1"), f("b0"), f("c0")],
+                &[Seen::Absent, f("b1"), Seen::Absent]
+            ),
+            Direction::Forward
+        );
+        // All renamed, the removal pending or done.
+        assert_eq!(
+            decide(
+                &steps,
+                &[f("a1"), f("b1"), Seen::Absent],
+                &[Seen::Absent, Seen::Absent, Seen::Absent]
+            ),
+            Direction::Forward
+        );
+    }
+
+    #[test]
+    fn back_when_a_temporary_file_is_missing_or_torn() {
+        let steps = vec![
+            write_step("a", Some("a0"), "a1"),
+            write_step("b", None, "b1"),
+        ];
+        let f = |s: &str| Seen::File(h(s));
+        // Killed while writing the second temporary file.
+        assert_eq!(
+            decide(&steps, &[f("a0"), Seen::Absent], &[f("a1"), f("b")]),
+            Direction::Back
+        );
+        // Before any temporary file.
+        assert_eq!(
+            decide(
+                &steps,
+                &[f("a0"), Seen::Absent],
+                &[Seen::Absent, Seen::Absent]
+            ),
+            Direction::Back
+        );
+        // One renamed, the other's temporary file lost: undo the first.
+        assert_eq!(
+            decide(
+                &steps,
+                &[f("a1"), Seen::Absent],
+                &[Seen::Absent, Seen::Absent]
+            ),
+            Direction::Back
+        );
+        // A temporary file that is a symbolic link is not whole.
+        assert_eq!(
+            decide(
+                &steps,
+                &[f("a1"), Seen::Absent],
+                &[Seen::Absent, Seen::Other]
+            ),
+            Direction::Back
+        );
+    }
+
+    /// A two-file apply, a new file in a new directory, a deletion and a move.
+    fn scenario(root: &Path) -> Vec<(&'static str, Option<&'static str>, Option<&'static str>)> {
+        let files = vec![
+            ("a.txt", Some("a old\n"), Some("a new\n")),
+            ("sub/b.txt", Some("b old\n"), Some("b new\n")),
+            ("new/dir/c.txt", None, Some("c new\n")),
+            ("gone.txt", Some("gone\n"), None),
+            ("moved-from.txt", Some("moving\n"), None),
+            ("moved-to.txt", None, Some("moving, edited\n")),
+        ];
+        for (p, old, _) in &files {
+            if let Some(old) = old {
+                let full = root.join(p);
+                std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+                std::fs::write(full, old).unwrap();
+            }
+        }
+        files
+    }
+
+    fn changes<'a>(
+        files: &'a [(&'static str, Option<&'static str>, Option<&'static str>)],
+    ) -> Vec<Change<'a>> {
+        let mut out: Vec<Change<'a>> = files
+            .iter()
+            .filter_map(|(p, old, new)| {
+                new.map(|text| Change::Write {
+                    path: p,
+                    text,
+                    before: *old,
+                })
+            })
+            .collect();
+        out.extend(
+            files
+                .iter()
+                .filter(|(_, _, new)| new.is_none())
+                .map(|(p, old, _)| Change::Remove {
+                    path: p,
+                    before: *old,
+                }),
+        );
+        out
+    }
+
+    fn state(root: &Path, files: &[(&str, Option<&str>, Option<&str>)], new: bool) -> bool {
+        files.iter().all(|(p, old, newc)| {
+            let want = if new { newc } else { old };
+            std::fs::read_to_string(root.join(p)).ok().as_deref() == *want
+        })
+    }
+
+    fn leftovers(root: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().into_owned();
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else if is_temp_name(&name)
+                    || (name.starts_with("apply-") || name.ends_with(".part"))
+                {
+                    out.push(e.path().display().to_string());
+                }
+            }
+            if d != root
+                && d.starts_with(root.join(".kiln/journal"))
+                && std::fs::read_dir(&d).unwrap().next().is_none()
+            {
+                out.push(format!("{} (empty backup dir)", d.display()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_commit_stopped_at_every_step_is_recovered_to_old_or_new() {
+        // Count the steps of an uninterrupted commit.
+        let (t, d) = ws();
+        let files = scenario(t.path());
+        let mut names = Vec::new();
+        commit_with(&d, &changes(&files), &mut |what| {
+            names.push(what.to_string());
+            true
+        })
+        .unwrap();
+        let total = names.len();
+        let journal_at = names.iter().position(|n| n == "journal written").unwrap();
+        assert!(state(t.path(), &files, true));
+        assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+        assert!(!t.path().join("new/dir").exists() || t.path().join("new/dir/c.txt").exists());
+        assert!(total >= 14, "{total} steps");
+        let mut forward = 0;
+        for stop in 0..total {
+            let (t, d) = ws();
+            let files = scenario(t.path());
+            let mut n = 0;
+            let r = commit_with(&d, &changes(&files), &mut |_| {
+                n += 1;
+                n <= stop
+            });
+            assert!(is_simulated(&r.unwrap_err()), "stop {stop}");
+            let report = recover(&d).unwrap();
+            if stop < journal_at || stop == total - 1 {
+                // Stopped before the journal existed (only backups, removed quietly), or
+                // after it was removed: nothing to tell.
+                assert!(report.recovered.is_empty(), "{report:?}");
+                assert!(state(t.path(), &files, stop == total - 1), "stop {stop}");
+                assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+                continue;
+            }
+            assert_eq!(report.recovered.len(), 1, "stop {stop}");
+            let rec = &report.recovered[0];
+            assert!(rec.errors.is_empty() && rec.skipped.is_empty(), "{rec:?}");
+            match rec.direction {
+                Direction::Forward => {
+                    forward += 1;
+                    assert!(state(t.path(), &files, true), "stop {stop}: not all new");
+                }
+                Direction::Back => {
+                    assert!(state(t.path(), &files, false), "stop {stop}: not all old");
+                    assert!(!t.path().join("new").exists(), "stop {stop}: new/ left");
+                }
+            }
+            assert!(
+                leftovers(t.path()).is_empty(),
+                "stop {stop}: {:?}",
+                leftovers(t.path())
+            );
+            // A second recovery has nothing to do.
+            assert!(recover(&d).unwrap().is_empty());
+        }
+        // Stopped after the journal and before the last temporary file: back; later: forward.
+        assert!(forward > 0 && forward < total);
+    }
+
+    #[test]
+    fn copied_backups_restore_too() {
+        NO_LINKS.store(true, Ordering::Relaxed);
+        let (t, d) = ws();
+        let files = scenario(t.path());
+        let _ = commit_with(&d, &changes(&files), &mut |what| {
+            !what.starts_with("renamed")
+        });
+        NO_LINKS.store(false, Ordering::Relaxed);
+        // The backup of a.txt is a copy, not a second name of the old file.
+        let backup = std::fs::read_dir(t.path().join(".kiln/journal"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".0"))
+            .unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(backup).unwrap().nlink(), 1);
+        // Lose b's temporary file: back, from the copies.
+        let tmp_b = find_temps(&d, Some(Path::new("sub")));
+        std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
+        let report = recover(&d).unwrap();
+        assert_eq!(report.recovered[0].direction, Direction::Back);
+        assert!(state(t.path(), &files, false));
+        assert!(leftovers(t.path()).is_empty());
+    }
+
+    #[test]
+    fn stale_temporary_files_beside_written_files_are_removed_by_the_apply() {
+        let (t, d) = ws();
+        std::fs::create_dir_all(t.path().join("src")).unwrap();
+        std::fs::write(t.path().join("src/a.rs"), "old").unwrap();
+        std::fs::write(t.path().join("src/.a.rs.kiln-tmp-777"), "partial").unwrap();
+        commit_with(
+            &d,
+            &[Change::Write {
+                path: "src/a.rs",
+                text: "new",
+                before: Some("old"),
+            }],
+            &mut |_| true,
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("src/a.rs")).unwrap(),
+            "new"
+        );
+        assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+    }
+
+    #[test]
+    fn an_interrupted_recovery_is_finished_by_the_next() {
+        // Stop the commit after the first rename, then run the roll-forward twice.
+        let (t, d) = ws();
+        let files = scenario(t.path());
+        let mut n = 0;
+        let _ = commit_with(&d, &changes(&files), &mut |what| {
+            n += 1;
+            !what.starts_with("renamed")
+        });
+        let state_d = state_dir(&d, false).unwrap().unwrap();
+        let name = state_d
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .find(|n| n.ends_with(".json"))
+            .unwrap();
+        let j: Journal = serde_json::from_slice(&state_d.read(&name).unwrap()).unwrap();
+        // A partial roll-forward: only the second file.
+        if let Step::Write { tmp, path, .. } = &j.steps[1] {
+            d.rename(tmp, &d, path).unwrap();
+        }
+        let report = recover(&d).unwrap();
+        assert_eq!(report.recovered[0].direction, Direction::Forward);
+        assert!(state(t.path(), &files, true));
+        assert!(leftovers(t.path()).is_empty());
+    }
+
+    #[test]
+    fn roll_back_restores_from_the_backups_and_spares_later_changes() {
+        let (t, d) = ws();
+        let files = scenario(t.path());
+        // Stop after the first rename, then lose the second temporary file: back.
+        let _ = commit_with(&d, &changes(&files), &mut |what| {
+            !what.starts_with("renamed")
+        });
+        let tmp_b = find_temps(&d, Some(Path::new("sub")));
+        assert_eq!(tmp_b.len(), 1);
+        std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("a.txt")).unwrap(),
+            "a new\n"
+        );
+        // The user edits a file the apply had not reached yet... and one it had not either.
+        std::fs::write(t.path().join("gone.txt"), "user's\n").unwrap();
+        let report = recover(&d).unwrap();
+        let rec = &report.recovered[0];
+        assert_eq!(rec.direction, Direction::Back);
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("a.txt")).unwrap(),
+            "a old\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("sub/b.txt")).unwrap(),
+            "b old\n"
+        );
+        assert!(!t.path().join("new/dir/c.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("gone.txt")).unwrap(),
+            "user's\n"
+        );
+        assert_eq!(rec.skipped.len(), 1, "{rec:?}");
+        assert_eq!(rec.skipped[0].path, "gone.txt");
+        assert!(
+            rec.files
+                .iter()
+                .any(|f| f.path == "a.txt" && f.outcome == "restored")
+        );
+        let msg = report.messages().join("\n");
+        assert!(
+            msg.contains("rolled back") && msg.contains("a.txt (restored)"),
+            "{msg}"
+        );
+        assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+    }
+
+    #[test]
+    fn stale_temporary_files_are_removed_and_others_kept() {
+        let (t, d) = ws();
+        std::fs::write(t.path().join(".a.rs.kiln-tmp-4242"), "x").unwrap();
+        std::fs::write(t.path().join("a.rs"), "keep").unwrap();
+        std::fs::write(t.path().join(".hidden"), "keep").unwrap();
+        let report = recover(&d).unwrap();
+        assert_eq!(
+            report.removed_temps,
+            vec![".a.rs.kiln-tmp-4242".to_string()]
+        );
+        assert!(t.path().join("a.rs").exists() && t.path().join(".hidden").exists());
+        // Nothing to do: nothing is created.
+        let (t, d) = ws();
+        assert!(recover(&d).unwrap().is_empty());
+        assert!(!t.path().join(".kiln").exists());
+    }
+
+    #[test]
+    fn a_symlinked_state_directory_is_refused() {
+        let (t, d) = ws();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), t.path().join(".kiln")).unwrap();
+        std::fs::write(t.path().join("a"), "old").unwrap();
+        let err = commit_with(
+            &d,
+            &[Change::Write {
+                path: "a",
+                text: "new",
+                before: Some("old"),
+            }],
+            &mut |_| true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(t.path().join("a")).unwrap(), "old");
+        assert!(
+            std::fs::read_dir(elsewhere.path())
+                .unwrap()
+                .next()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_path_changed_twice_is_refused_before_anything_is_written() {
+        let (t, d) = ws();
+        let err = commit_with(
+            &d,
+            &[
+                Change::Write {
+                    path: "x",
+                    text: "1",
+                    before: None,
+                },
+                Change::Write {
+                    path: "./x",
+                    text: "2",
+                    before: None,
+                },
+            ],
+            &mut |_| true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("changed twice"), "{err}");
+        assert!(!t.path().join("x").exists() && !t.path().join(".kiln").exists());
+    }
+
+    #[test]
+    fn a_damaged_journal_is_set_aside() {
+        let (t, d) = ws();
+        std::fs::create_dir_all(t.path().join(".kiln/journal")).unwrap();
+        std::fs::write(t.path().join(".kiln/journal/apply-1-2-3.json"), "{").unwrap();
+        // A journal naming a protected path is damaged too.
+        let j = Journal {
+            kiln_journal: VERSION,
+            id: "4-5-6".into(),
+            pid: 1,
+            started_ms: 0,
+            created_dirs: vec![],
+            steps: vec![Step::Remove {
+                path: ".git/config".into(),
+                before: None,
+                backup: None,
+            }],
+        };
+        std::fs::write(
+            t.path().join(".kiln/journal/apply-4-5-6.json"),
+            serde_json::to_vec(&j).unwrap(),
+        )
+        .unwrap();
+        let report = recover(&d).unwrap();
+        assert_eq!(report.damaged.len(), 2);
+        assert!(
+            t.path()
+                .join(".kiln/journal/apply-1-2-3.json.damaged")
+                .exists()
+        );
+        assert!(recover(&d).unwrap().is_empty());
+    }
+}
