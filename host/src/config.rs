@@ -311,6 +311,13 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
             )));
         }
     }
+    for w in pc.write.iter().flatten() {
+        if !(w.starts_with('/') || w.starts_with("~/")) {
+            return Err(invalid(format!(
+                "plugins.{name}.write: `{w}` must be an absolute path or start with `~/` (the workspace is always writable)"
+            )));
+        }
+    }
     if pc.memory_mib == Some(0) || pc.timeout_ms == Some(0) {
         return Err(invalid(format!(
             "plugins.{name}: limits must be greater than zero"
@@ -321,7 +328,7 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
 
 /// Grants implied by naming a runner on the command line (DESIGN §3: naming it is consent for
 /// the build it runs): `--runner command --cmd "prog ..."` grants `prog`; `--runner cargo`
-/// grants `cargo` and the variables rustup and cargo need.
+/// grants `cargo`, the variables rustup and cargo need, and writing CARGO_HOME.
 pub fn grant_runner_consent(
     config: &mut Config,
     runner: &str,
@@ -340,6 +347,15 @@ pub fn grant_runner_consent(
             program: "cargo".into(),
             args: vec!["*".into()],
         });
+        // cargo keeps its registry cache and lock files in CARGO_HOME: programs may write it.
+        let cargo_home = std::env::var("CARGO_HOME")
+            .ok()
+            .filter(|h| Path::new(h).is_absolute())
+            .unwrap_or_else(|| "~/.cargo".to_string());
+        let write = pc.write.get_or_insert_with(Vec::new);
+        if !write.contains(&cargo_home) {
+            write.push(cargo_home);
+        }
         let env = pc.env.get_or_insert_with(Vec::new);
         for v in [
             "CARGO_HOME",

@@ -4,7 +4,7 @@
 
 use super::bindings::types;
 use crate::config::{Access, PluginConfig};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
@@ -69,6 +69,14 @@ pub struct Effective {
     pub env: Vec<String>,
     /// Limits.
     pub limits: Limits,
+    /// Paths outside the workspace that programs may write (the grant's `write`, `~/`
+    /// expanded); a manifest cannot ask for any. Enforced with Landlock (`confine`).
+    pub write: Vec<PathBuf>,
+    /// Programs may use TCP (the grant's `net`).
+    pub net: bool,
+    /// Refuse to run programs that Landlock cannot fully confine (`[sandbox]
+    /// require_confinement`).
+    pub require_confinement: bool,
 }
 
 /// Why a capability check failed; rendered as the WIT `denied` text.
@@ -187,12 +195,22 @@ impl Effective {
                 DEFAULT_OUTPUT_BYTES,
             ),
         };
+        let write = grant
+            .write
+            .iter()
+            .flatten()
+            .map(|p| super::confine::expand_home(p))
+            .filter(|p| p.is_absolute())
+            .collect();
         Effective {
             fs,
             exec_requested,
             exec_granted,
             env,
             limits,
+            write,
+            net: grant.net == Some(true),
+            require_confinement: false,
         }
     }
 
@@ -208,6 +226,9 @@ impl Effective {
                 timeout_ms: DEFAULT_TIMEOUT_MS,
                 output_bytes: DEFAULT_OUTPUT_BYTES,
             },
+            write: Vec::new(),
+            net: false,
+            require_confinement: false,
         }
     }
 

@@ -7,8 +7,10 @@ pub mod bindings;
 pub mod builtin;
 mod cache;
 pub mod capability;
+pub mod confine;
 mod exec;
 mod host_impl;
+mod reap;
 mod registry;
 
 pub use bindings::types::Error as PluginCallError;
@@ -468,7 +470,9 @@ impl Runtime {
             grant.fs = builtin::default_grant(&manifest.name).fs;
         }
         plugin.name = manifest.name.clone();
-        plugin.effective = Arc::new(Effective::compute(&manifest, &grant));
+        let mut effective = Effective::compute(&manifest, &grant);
+        effective.require_confinement = config.sandbox.require_confinement == Some(true);
+        plugin.effective = Arc::new(effective);
         plugin.settings = grant.settings.unwrap_or_default();
         plugin.manifest = manifest;
         Ok(plugin)
