@@ -261,9 +261,92 @@ fn build(writable: &[PathBuf], net: bool) -> Result<Option<OwnedFd>, landlock::R
     Ok(created.into())
 }
 
+/// Capabilities a program never keeps (they matter when kiln runs as root): with them a
+/// program could step around Landlock (`CAP_SYS_ADMIN` and `CAP_PERFMON` let it read
+/// `/proc/<kiln>/environ` despite ptrace scoping), read kiln's memory (`CAP_SYS_PTRACE`,
+/// `CAP_SYS_RAWIO`), change the kernel (`CAP_SYS_MODULE`, `CAP_BPF`, `CAP_MAC_*`, `CAP_SYS_BOOT`)
+/// or reach the network past the TCP rules (`CAP_NET_RAW`, `CAP_NET_ADMIN`).
+const DROPPED_CAPS: &[u32] = &[
+    12, // CAP_NET_ADMIN
+    13, // CAP_NET_RAW
+    16, // CAP_SYS_MODULE
+    17, // CAP_SYS_RAWIO
+    19, // CAP_SYS_PTRACE
+    21, // CAP_SYS_ADMIN
+    22, // CAP_SYS_BOOT
+    32, // CAP_MAC_OVERRIDE
+    33, // CAP_MAC_ADMIN
+    34, // CAP_SYSLOG
+    38, // CAP_PERFMON
+    39, // CAP_BPF
+    40, // CAP_CHECKPOINT_RESTORE
+];
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Remove [`DROPPED_CAPS`] from the bounding, ambient, inheritable, permitted and effective
+/// sets, so the program does not get them back at exec. Async-signal-safe (system calls only).
+///
+/// # Safety
+/// Plain system calls on stack memory.
+unsafe fn drop_caps() -> std::io::Result<()> {
+    const VERSION_3: u32 = 0x2008_0522;
+    // SAFETY: prctl and capget/capset with pointers to live stack memory of the right layout.
+    unsafe {
+        for &cap in DROPPED_CAPS {
+            // Fails without CAP_SETPCAP (then the cap cannot be regained anyway: no_new_privs)
+            // or for a cap this kernel does not know; both are fine.
+            libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let mut header = CapHeader {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let mut data = [CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut held = false;
+        for &cap in DROPPED_CAPS {
+            let (i, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+            held |= (data[i].permitted | data[i].inheritable) & bit != 0;
+            data[i].effective &= !bit;
+            data[i].permitted &= !bit;
+            data[i].inheritable &= !bit;
+        }
+        if held && libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// In the child, between fork and exec: start a new session (so the call's processes can be
-/// found and killed, and none can join kiln's), enter the checked cwd by its descriptor, and
-/// apply the ruleset.
+/// found and killed, and none can join kiln's), enter the checked cwd by its descriptor, drop
+/// the capabilities that would step around the sandbox, and apply the ruleset.
 ///
 /// # Safety
 /// Runs after `fork` in a copy of a multi-threaded process: it only makes async-signal-safe
@@ -274,6 +357,7 @@ pub unsafe fn enter(cwd: RawFd, ruleset: Option<RawFd>) -> std::io::Result<()> {
         if libc::setsid() < 0 || libc::fchdir(cwd) != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        drop_caps()?;
         if let Some(fd) = ruleset {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());

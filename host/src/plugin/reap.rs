@@ -239,7 +239,7 @@ mod tests {
     fn stat_fields_are_read_after_the_command_name() {
         let s = "42 (evil) Z 7 8) S 1 2 3 4 5";
         let q = parse_stat(42, s).unwrap();
-        assert_eq!((q.ppid, q.sid, q.zombie), (2, 4, false));
+        assert_eq!((q.ppid, q.sid, q.zombie), (1, 3, false));
         let q = parse_stat(9, "9 (sh) Z 100 9 9 0").unwrap();
         assert_eq!((q.ppid, q.sid, q.zombie), (100, 9, true));
     }
