@@ -122,7 +122,9 @@ fn ensure_wasm_target(root: &Path) {
     if libdir.as_deref().is_some_and(|d| d.is_dir()) {
         return;
     }
-    println!("cargo:warning=the {TARGET} target is not installed; running `rustup target add {TARGET}`");
+    println!(
+        "cargo:warning=the {TARGET} target is not installed; running `rustup target add {TARGET}`"
+    );
     let status = Command::new("rustup")
         .current_dir(root)
         .args(["target", "add", TARGET])

@@ -437,4 +437,24 @@ mod tests {
         let err = Config::default().layer_file(&ws).unwrap_err().to_string();
         assert!(err.contains("plugins.fs.fs"), "{err}");
     }
+
+    #[test]
+    fn write_grants_are_absolute_or_home_and_cargo_consent_writes_cargo_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("kiln.toml");
+        std::fs::write(&ws, "[plugins.command]\nwrite = [\"target\"]\n").unwrap();
+        let err = Config::default().layer_file(&ws).unwrap_err().to_string();
+        assert!(err.contains("plugins.command.write: `target`"), "{err}");
+        std::fs::write(
+            &ws,
+            "[plugins.command]\nwrite = [\"~/.cache\", \"/opt/x\"]\n",
+        )
+        .unwrap();
+        Config::default().layer_file(&ws).unwrap();
+
+        let mut c = Config::default();
+        grant_runner_consent(&mut c, "cargo", None).unwrap();
+        let expected = std::env::var("CARGO_HOME").unwrap_or_else(|_| "~/.cargo".into());
+        assert_eq!(c.plugin("cargo").write, Some(vec![expected]));
+    }
 }

@@ -32,7 +32,11 @@ fn workspace(kiln_toml: &str) -> Workspace {
 
 /// `escape.exec` of `program -c script`, with an API key in kiln's environment.
 fn exec(ws: &Workspace, program: &str, script: &str, env: &[(&str, &str)]) -> Run {
-    exec_args(ws, json!({ "program": program, "args": ["-c", script] }), env)
+    exec_args(
+        ws,
+        json!({ "program": program, "args": ["-c", script] }),
+        env,
+    )
 }
 
 fn exec_args(ws: &Workspace, args: Value, env: &[(&str, &str)]) -> Run {
@@ -142,10 +146,7 @@ echo "tmpdir=$TMPDIR"
     );
     assert!(!ws.path().join("outside-new.txt").exists());
     assert!(!ws.path().join("not-granted.txt").exists());
-    let tmpdir = out
-        .lines()
-        .find_map(|l| l.strip_prefix("tmpdir="))
-        .unwrap();
+    let tmpdir = out.lines().find_map(|l| l.strip_prefix("tmpdir=")).unwrap();
     assert!(
         tmpdir.contains("kiln-exec-") && !std::path::Path::new(tmpdir).exists(),
         "the call's TMPDIR {tmpdir} is its own and removed after the call"
@@ -235,12 +236,17 @@ fn tcp_needs_net_true() {
     let (port, got) = listener();
     let res = result(&exec(&ws, "bash", &connect(port), &[]));
     assert!(
-        text(&res["stdout"]).contains("refused") && text(&res["stderr"]).contains("Permission denied"),
+        text(&res["stdout"]).contains("refused")
+            && text(&res["stderr"]).contains("Permission denied"),
         "{res}"
     );
     // Unblock the listener so the thread ends, then check it saw no program.
     let _ = std::net::TcpStream::connect(("127.0.0.1", port)).map(drop);
-    assert_eq!(got.join().unwrap().as_deref(), Some(""), "only the test's own connection arrived");
+    assert_eq!(
+        got.join().unwrap().as_deref(),
+        Some(""),
+        "only the test's own connection arrived"
+    );
 
     let ws = workspace(&grant("net = true"));
     let (port, got) = listener();
@@ -251,7 +257,10 @@ fn tcp_needs_net_true() {
 
 #[test]
 fn require_confinement_refuses_to_run_a_program_landlock_cannot_confine() {
-    let ws = workspace(&format!("{}\n[sandbox]\nrequire_confinement = true\n", grant("")));
+    let ws = workspace(&format!(
+        "{}\n[sandbox]\nrequire_confinement = true\n",
+        grant("")
+    ));
     let r = exec(
         &ws,
         "sh",
@@ -261,13 +270,20 @@ fn require_confinement_refuses_to_run_a_program_landlock_cannot_confine() {
     r.expect_code(1);
     let msg = error_of(&r, "denied");
     assert!(
-        msg.contains("require_confinement") && msg.contains("was not run") && msg.contains("running `sh`"),
+        msg.contains("require_confinement")
+            && msg.contains("was not run")
+            && msg.contains("running `sh`"),
         "{msg}"
     );
     assert!(!ws.root().join("ran.txt").exists());
 
     // With Landlock present the same configuration runs the program, confined.
-    let r = exec(&ws, "sh", "echo ran > ran.txt; echo x > ../out.txt || echo denied", &[]);
+    let r = exec(
+        &ws,
+        "sh",
+        "echo ran > ran.txt; echo x > ../out.txt || echo denied",
+        &[],
+    );
     let res = result(&r);
     assert!(text(&res["stdout"]).contains("denied"), "{res}");
     assert_eq!(ws.read("ran.txt"), "ran\n");
@@ -308,7 +324,10 @@ fn the_cwd_is_opened_inside_the_workspace() {
         json!({ "program": "sh", "args": ["-c", "pwd -P"], "cwd": "inner" }),
         &[],
     ));
-    assert!(text(&res["stdout"]).trim_end().ends_with("/ws/real"), "{res}");
+    assert!(
+        text(&res["stdout"]).trim_end().ends_with("/ws/real"),
+        "{res}"
+    );
     let r = exec_args(
         &ws,
         json!({ "program": "sh", "args": ["-c", "pwd -P"], "cwd": "up" }),
@@ -323,7 +342,10 @@ fn the_cwd_is_opened_inside_the_workspace() {
 fn plugin_inspect_says_what_confines_the_programs() {
     let ws = workspace(&grant(r#"write = ["/opt/kiln-granted-cache"]"#));
     let plugin = wasm("kiln_test_escape");
-    let r = ws.kiln(&["plugin", "inspect", plugin.to_str().unwrap(), "--json"], &[]);
+    let r = ws.kiln(
+        &["plugin", "inspect", plugin.to_str().unwrap(), "--json"],
+        &[],
+    );
     r.expect_code(0);
     let c = &r.json()["confinement"];
     let p = &c["programs"];
@@ -336,7 +358,8 @@ fn plugin_inspect_says_what_confines_the_programs() {
         .map(|w| text(&w["path"]))
         .collect();
     assert!(
-        writes.iter().any(|w| w == "/opt/kiln-granted-cache") && writes.iter().any(|w| w == "$TMPDIR"),
+        writes.iter().any(|w| w == "/opt/kiln-granted-cache")
+            && writes.iter().any(|w| w == "$TMPDIR"),
         "{writes:?}"
     );
     let human = ws.kiln(&["plugin", "inspect", plugin.to_str().unwrap()], &[]);

@@ -326,7 +326,10 @@ fn print_confinement(c: &Value) {
         return;
     }
     let ll = &p["landlock"];
-    println!("    programs  checked by kiln: {}", s(&p["checked_by_host"]));
+    println!(
+        "    programs  checked by kiln: {}",
+        s(&p["checked_by_host"])
+    );
     if ll["state"] == "missing" {
         println!(
             "      NOT confined: {}; they can write anywhere you can, use the network and read kiln's environment ({})",

@@ -18,8 +18,8 @@ pub const DEFAULT_TIMEOUT_MS: u32 = 30_000;
 /// Default cap on returned and captured output.
 pub const DEFAULT_OUTPUT_BYTES: u32 = 4 << 20;
 
-pub use crate::path::{check_relative, glob_match};
 use crate::path::normalize;
+pub use crate::path::{check_relative, glob_match};
 
 /// An exec rule: program pattern and argument patterns.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -409,4 +409,21 @@ mod tests {
         );
     }
 
+    #[test]
+    fn write_paths_and_net_come_from_the_grant_only() {
+        let e = Effective::compute(&manifest(), &PluginConfig::default());
+        assert!(e.write.is_empty() && !e.net && !e.require_confinement);
+        let grant = PluginConfig {
+            write: Some(vec!["~/.cache/tool".into(), "/opt/cache".into()]),
+            net: Some(true),
+            ..Default::default()
+        };
+        let e = Effective::compute(&manifest(), &grant);
+        let home = std::path::PathBuf::from(std::env::var("HOME").unwrap());
+        assert_eq!(
+            e.write,
+            vec![home.join(".cache/tool"), PathBuf::from("/opt/cache")]
+        );
+        assert!(e.net);
+    }
 }

@@ -52,7 +52,8 @@ impl Landlock {
     pub fn current() -> &'static Landlock {
         static CURRENT: OnceLock<Landlock> = OnceLock::new();
         CURRENT.get_or_init(|| {
-            if cfg!(debug_assertions) && std::env::var_os(TEST_NO_LANDLOCK).is_some_and(|v| v == "1")
+            if cfg!(debug_assertions)
+                && std::env::var_os(TEST_NO_LANDLOCK).is_some_and(|v| v == "1")
             {
                 return Landlock {
                     abi: 0,
@@ -194,15 +195,16 @@ impl Confinement {
             .prefix("kiln-exec-")
             .tempdir()
             .map_err(|e| Refusal::Failed(format!("cannot create the call's temp dir: {e}")))?;
-        let ruleset = if ll.missing.is_none() {
-            let mut writable = vec![workspace.to_path_buf(), tmp.path().to_path_buf()];
-            writable.extend(write.iter().cloned());
-            Some(ruleset(&writable, net).map_err(|e| {
-                Refusal::Failed(format!("cannot build the Landlock ruleset: {e}"))
-            })?)
-        } else {
-            None
-        };
+        let ruleset =
+            if ll.missing.is_none() {
+                let mut writable = vec![workspace.to_path_buf(), tmp.path().to_path_buf()];
+                writable.extend(write.iter().cloned());
+                Some(ruleset(&writable, net).map_err(|e| {
+                    Refusal::Failed(format!("cannot build the Landlock ruleset: {e}"))
+                })?)
+            } else {
+                None
+            };
         Ok(Confinement { tmp, ruleset })
     }
 
@@ -382,7 +384,10 @@ mod tests {
         };
         let g = missing.gaps(true);
         assert_eq!(g.len(), 1);
-        assert!(g[0].contains("no confinement at all (no Landlock)"), "{g:?}");
+        assert!(
+            g[0].contains("no confinement at all (no Landlock)"),
+            "{g:?}"
+        );
         let v2 = Landlock {
             abi: 2,
             missing: None,

@@ -197,15 +197,17 @@ impl State {
             cap = cap.min(c as usize);
         }
         let e = &self.effective;
-        let confinement = Confinement::prepare(&self.workspace, &e.write, e.net, e.require_confinement)
-            .map_err(|r| match r {
-                Refusal::Denied(why) => {
-                    types::Error::Denied(format!("running `{}`: {why}", cmd.program))
-                }
-                Refusal::Failed(why) => {
-                    types::Error::Failed(format!("running `{}`: {why}", cmd.program))
-                }
-            })?;
+        let confinement =
+            Confinement::prepare(&self.workspace, &e.write, e.net, e.require_confinement).map_err(
+                |r| match r {
+                    Refusal::Denied(why) => {
+                        types::Error::Denied(format!("running `{}`: {why}", cmd.program))
+                    }
+                    Refusal::Failed(why) => {
+                        types::Error::Failed(format!("running `{}`: {why}", cmd.program))
+                    }
+                },
+            )?;
         Ok(super::exec::Spawn {
             program,
             args: cmd.args.clone(),

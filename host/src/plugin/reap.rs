@@ -155,7 +155,14 @@ fn parse_stat(pid: i32, stat: &str) -> Option<Proc> {
 
 /// The processes to kill: those of session `sid`, with `strays` kiln's children outside its
 /// own session that no call spawned, and everything below them.
-fn targets(procs: &[Proc], me: i32, my_sid: i32, sid: Option<i32>, strays: bool, children: &BTreeSet<i32>) -> HashSet<i32> {
+fn targets(
+    procs: &[Proc],
+    me: i32,
+    my_sid: i32,
+    sid: Option<i32>,
+    strays: bool,
+    children: &BTreeSet<i32>,
+) -> HashSet<i32> {
     let mut t: HashSet<i32> = procs
         .iter()
         .filter(|p| p.pid != me)
@@ -248,7 +255,7 @@ mod tests {
     fn targets_are_the_session_its_descendants_and_strays_only_when_asked() {
         let me = 100;
         let procs = [
-            p(100, 1, 50),  // kiln
+            p(100, 1, 50),    // kiln
             p(200, 100, 200), // the call's child (session 200)
             p(201, 200, 200), // its child
             p(202, 201, 202), // left the session, parent alive
