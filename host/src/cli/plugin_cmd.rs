@@ -161,7 +161,7 @@ fn confinement(p: &Plugin, workspace: &Path) -> Value {
             "read": "everywhere",
             "write": write,
             "net": e.net,
-            "kiln": "its memory and /proc/<kiln>/environ are out of reach (Landlock ptrace scoping)",
+            "kiln": "its memory and /proc/<kiln>/environ are out of reach (Landlock ptrace scoping; capabilities that would step around it, such as CAP_SYS_ADMIN, CAP_PERFMON and CAP_SYS_PTRACE, are dropped)",
             "descendants": "every descendant (setsid and double-forked ones too) is killed when the call ends",
         })
     };
@@ -348,7 +348,12 @@ fn print_confinement(c: &Value) {
         println!("      not enforced: {} ({})", s(g), s(&ll["on_gaps"]));
     }
     println!("      read    {}", s(&p["read"]));
+    let mut devices = Vec::new();
     for w in p["write"].as_array().into_iter().flatten() {
+        if w["what"] == "device" {
+            devices.push(s(&w["path"]));
+            continue;
+        }
         let missing = if w["exists"] == true {
             ""
         } else {
@@ -359,6 +364,9 @@ fn print_confinement(c: &Value) {
             s(&w["path"]),
             s(&w["what"])
         );
+    }
+    if !devices.is_empty() {
+        println!("      write   {} (devices)", devices.join(", "));
     }
     if p["net"] == true {
         println!("      net     TCP allowed (granted: net = true)");

@@ -348,7 +348,8 @@ unsafe fn drop_caps() -> std::io::Result<()> {
 
 /// In the child, between fork and exec: start a new session (so the call's processes can be
 /// found and killed, and none can join kiln's), enter the checked cwd by its descriptor, drop
-/// the capabilities that would step around the sandbox, and apply the ruleset.
+/// the capabilities that would step around the sandbox, set `no_new_privs` and apply the
+/// ruleset.
 ///
 /// # Safety
 /// Runs after `fork` in a copy of a multi-threaded process: it only makes async-signal-safe
@@ -360,13 +361,14 @@ pub unsafe fn enter(cwd: RawFd, ruleset: Option<RawFd>) -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
         drop_caps()?;
-        if let Some(fd) = ruleset {
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+        // Always: no setuid gains, and the mark `reap` recognises the call's descendants by.
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if let Some(fd) = ruleset
+            && libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0
+        {
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())

@@ -256,3 +256,72 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         duration: start.elapsed(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spawn(ws: &Path, script: &str) -> Spawn {
+        Spawn {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())],
+            cwd: open_cwd(None, ws).unwrap(),
+            stdin: None,
+            timeout: Duration::from_secs(30),
+            cap: 1 << 20,
+            confinement: confine::Confinement::prepare(ws, &[], false, false).unwrap(),
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let st = s.rsplit(')').next()?.split_whitespace().next()?.to_string();
+                Some(st != "Z" && st != "X")
+            })
+            .unwrap_or(false)
+    }
+
+    fn pid_in(path: &Path) -> i32 {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    // One test, so no other test's call is in flight meanwhile (the tracker is per process).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn strays_wait_for_the_last_call_and_cancelled_calls_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        // While another call runs, a setsid'd orphan cannot be told from that call's, so it
+        // survives until the last running call ends.
+        let other = tokio::spawn(run(spawn(ws, "sleep 1.5")));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let a = run(spawn(
+            ws,
+            "setsid sh -c 'echo $$ > d.pid; exec sleep 60' </dev/null >/dev/null 2>&1 & \
+             while [ ! -s d.pid ]; do sleep 0.02; done",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(a.exit_code, Some(0));
+        let daemon = pid_in(&ws.join("d.pid"));
+        assert!(alive(daemon), "killed while another call was running");
+        other.await.unwrap().unwrap();
+        assert!(!alive(daemon), "the last call to end kills the stray");
+
+        // A call whose future is dropped (the plugin call was cancelled) kills its processes.
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(500),
+            run(spawn(ws, "sleep 60 & echo $! > bg.pid; wait")),
+        )
+        .await;
+        assert!(cancelled.is_err());
+        let bg = pid_in(&ws.join("bg.pid"));
+        assert!(!alive(bg), "the cancelled call's child {bg} survived");
+    }
+}

@@ -6,7 +6,10 @@
 //! A process of the call's session is the call's: Linux keeps a session id allocated while any
 //! process uses it, so no unrelated process can have it. An orphan that left the session
 //! (`setsid`) cannot be told apart from another call's, so strays are swept only when no other
-//! call is running (then they are killed by whichever call ends last).
+//! call is running (then they are killed by whichever call ends last). A stray must carry
+//! `no_new_privs`, which every program kiln runs sets and passes on to all its descendants, so a
+//! child of the embedding process that runs in a session of its own is left alone (unless kiln
+//! itself runs with `no_new_privs`, when the mark tells nothing).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, Once};
@@ -153,8 +156,18 @@ fn parse_stat(pid: i32, stat: &str) -> Option<Proc> {
     })
 }
 
+/// Whether a process runs with `no_new_privs` (the mark of everything a call started).
+fn no_new_privs(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines().any(|l| {
+            l.strip_prefix("NoNewPrivs:")
+                .is_some_and(|v| v.trim() == "1")
+        })
+    })
+}
+
 /// The processes to kill: those of session `sid`, with `strays` kiln's children outside its
-/// own session that no call spawned, and everything below them.
+/// own session that no call spawned and that carry the mark, and everything below them.
 fn targets(
     procs: &[Proc],
     me: i32,
@@ -162,13 +175,18 @@ fn targets(
     sid: Option<i32>,
     strays: bool,
     children: &BTreeSet<i32>,
+    marked: &dyn Fn(i32) -> bool,
 ) -> HashSet<i32> {
     let mut t: HashSet<i32> = procs
         .iter()
         .filter(|p| p.pid != me)
         .filter(|p| {
             Some(p.sid) == sid
-                || (strays && p.ppid == me && p.sid != my_sid && !children.contains(&p.pid))
+                || (strays
+                    && p.ppid == me
+                    && p.sid != my_sid
+                    && !children.contains(&p.pid)
+                    && marked(p.pid))
         })
         .map(|p| p.pid)
         .collect();
@@ -195,10 +213,12 @@ fn sweep(sid: Option<i32>, strays: bool, children: &BTreeSet<i32>) {
     }
     // SAFETY: getpid and getsid(0) only read this process's ids.
     let (me, my_sid) = unsafe { (libc::getpid(), libc::getsid(0)) };
+    let self_marked = no_new_privs(me);
+    let marked = |pid: i32| self_marked || no_new_privs(pid);
     let start = Instant::now();
     loop {
         let procs = scan();
-        let t = targets(&procs, me, my_sid, sid, strays, children);
+        let t = targets(&procs, me, my_sid, sid, strays, children, &marked);
         let mut pending = false;
         for p in procs.iter().filter(|p| t.contains(&p.pid)) {
             if p.zombie {
@@ -264,11 +284,13 @@ mod tests {
             p(400, 100, 50),  // a hook kiln runs in its own session
             p(500, 100, 500), // another call's direct child
             p(600, 1, 600),   // unrelated
+            p(700, 100, 700), // the embedder's own child in a session of its own (no mark)
         ];
         let children: BTreeSet<i32> = [200, 500].into();
-        let t = targets(&procs, me, 50, Some(200), false, &children);
+        let marked = |pid: i32| pid != 700;
+        let t = targets(&procs, me, 50, Some(200), false, &children, &marked);
         assert_eq!(t, [200, 201, 202, 203].into());
-        let t = targets(&procs, me, 50, Some(200), true, &children);
+        let t = targets(&procs, me, 50, Some(200), true, &children, &marked);
         assert_eq!(t, [200, 201, 202, 203, 300].into());
     }
 }
