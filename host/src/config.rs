@@ -542,6 +542,13 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
             )));
         }
     }
+    for w in pc.write.iter().flatten() {
+        if !(w.starts_with('/') || w.starts_with("~/")) {
+            return Err(invalid(format!(
+                "plugins.{name}.write: `{w}` must be an absolute path or start with `~/` (the workspace is always writable)"
+            )));
+        }
+    }
     if pc.memory_mib == Some(0) || pc.timeout_ms == Some(0) {
         return Err(invalid(format!(
             "plugins.{name}: limits must be greater than zero"
@@ -552,7 +559,7 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
 
 /// Grants implied by naming a runner on the command line (DESIGN §3: naming it is consent for
 /// the build it runs): `--runner command --cmd "prog ..."` grants `prog`; `--runner cargo`
-/// grants `cargo` and the variables rustup and cargo need.
+/// grants `cargo`, the variables rustup and cargo need, and writing CARGO_HOME.
 pub fn grant_runner_consent(
     config: &mut Config,
     runner: &str,
@@ -571,6 +578,15 @@ pub fn grant_runner_consent(
             program: "cargo".into(),
             args: vec!["*".into()],
         });
+        // cargo keeps its registry cache and lock files in CARGO_HOME: programs may write it.
+        let cargo_home = std::env::var("CARGO_HOME")
+            .ok()
+            .filter(|h| Path::new(h).is_absolute())
+            .unwrap_or_else(|| "~/.cargo".to_string());
+        let write = pc.write.get_or_insert_with(Vec::new);
+        if !write.contains(&cargo_home) {
+            write.push(cargo_home);
+        }
         let env = pc.env.get_or_insert_with(Vec::new);
         for v in [
             "CARGO_HOME",
@@ -651,5 +667,25 @@ mod tests {
         std::fs::write(&ws, "[plugins.fs]\nfs = [\"../etc\"]\n").unwrap();
         let err = Config::default().layer_file(&ws).unwrap_err().to_string();
         assert!(err.contains("plugins.fs.fs"), "{err}");
+    }
+
+    #[test]
+    fn write_grants_are_absolute_or_home_and_cargo_consent_writes_cargo_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("kiln.toml");
+        std::fs::write(&ws, "[plugins.command]\nwrite = [\"target\"]\n").unwrap();
+        let err = Config::default().layer_file(&ws).unwrap_err().to_string();
+        assert!(err.contains("plugins.command.write: `target`"), "{err}");
+        std::fs::write(
+            &ws,
+            "[plugins.command]\nwrite = [\"~/.cache\", \"/opt/x\"]\n",
+        )
+        .unwrap();
+        Config::default().layer_file(&ws).unwrap();
+
+        let mut c = Config::default();
+        grant_runner_consent(&mut c, "cargo", None).unwrap();
+        let expected = std::env::var("CARGO_HOME").unwrap_or_else(|_| "~/.cargo".into());
+        assert_eq!(c.plugin("cargo").write, Some(vec![expected]));
     }
 }

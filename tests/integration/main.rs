@@ -6,6 +6,7 @@ mod support;
 
 mod agent;
 mod cli;
+mod confine;
 mod edit;
 mod escapes;
 mod fix;

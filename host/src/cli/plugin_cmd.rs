@@ -88,7 +88,7 @@ pub(crate) async fn run(
                 reg = ctx.registry(extra).await?;
                 reg.get(&plugin, None)?
             };
-            let report = inspect(p).await?;
+            let report = inspect(p, &ctx.workspace).await?;
             if json {
                 print_json(&report);
             } else {
@@ -139,8 +139,40 @@ pub(crate) async fn run(
     }
 }
 
+/// What confines the plugin and the programs it runs, as `inspect` shows it.
+fn confinement(p: &Plugin, workspace: &Path) -> Value {
+    let e = &p.effective;
+    let programs = if p.manifest.exec.is_empty() {
+        Value::Null
+    } else {
+        let mut write = vec![
+            json!({ "path": workspace, "what": "the workspace", "exists": true }),
+            json!({ "path": "$TMPDIR", "what": "a temp dir of its own per call, removed after it", "exists": true }),
+        ];
+        for w in &e.write {
+            write.push(json!({ "path": w, "what": "granted (write)", "exists": w.exists() }));
+        }
+        for d in crate::plugin::confine::DEVICES {
+            write.push(json!({ "path": d, "what": "device", "exists": Path::new(d).exists() }));
+        }
+        json!({
+            "checked_by_host": "program and arguments against the exec grant, cwd inside the workspace, environment: PATH, HOME, TMPDIR and granted variables only",
+            "landlock": crate::plugin::confine::describe(e.net, e.require_confinement),
+            "read": "everywhere",
+            "write": write,
+            "net": e.net,
+            "kiln": "its memory and /proc/<kiln>/environ are out of reach (Landlock ptrace scoping; capabilities that would step around it, such as CAP_SYS_ADMIN, CAP_PERFMON and CAP_SYS_PTRACE, are dropped)",
+            "descendants": "every descendant (setsid and double-forked ones too) is killed when the call ends",
+        })
+    };
+    json!({
+        "plugin": "WebAssembly sandbox: only the preopens, imports and limits shown here",
+        "programs": programs,
+    })
+}
+
 /// Everything `inspect` shows, as JSON (the human form is rendered from it).
-async fn inspect(p: &Plugin) -> anyhow::Result<Value> {
+async fn inspect(p: &Plugin, workspace: &Path) -> anyhow::Result<Value> {
     let m = &p.manifest;
     let e = &p.effective;
     let requested_fs: Vec<Value> =
@@ -193,6 +225,7 @@ async fn inspect(p: &Plugin) -> anyhow::Result<Value> {
         "unusable": { "fs": unusable_fs },
         "grant_lines": grant_lines,
         "settings": p.settings,
+        "confinement": confinement(p, workspace),
     });
     match p.kind {
         PluginKind::Tool => {
@@ -312,6 +345,7 @@ fn print_inspect(r: &Value) {
             println!("    {l}");
         }
     }
+    print_confinement(&r["confinement"]);
     for t in r["tools"].as_array().into_iter().flatten() {
         println!(
             "  tool {}{}: {}",
@@ -325,6 +359,70 @@ fn print_inspect(r: &Value) {
         );
         println!("    args: {}", t["schema"]);
     }
+}
+
+fn print_confinement(c: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    println!("  confinement:");
+    println!("    plugin    {}", s(&c["plugin"]));
+    let p = &c["programs"];
+    if p.is_null() {
+        println!("    programs  none (it requests no exec)");
+        return;
+    }
+    let ll = &p["landlock"];
+    println!(
+        "    programs  checked by kiln: {}",
+        s(&p["checked_by_host"])
+    );
+    if ll["state"] == "missing" {
+        println!(
+            "      NOT confined: {}; they can write anywhere you can, use the network and read kiln's environment ({})",
+            s(&ll["missing"]),
+            s(&ll["on_gaps"])
+        );
+        println!("      after   {}", s(&p["descendants"]));
+        return;
+    }
+    println!(
+        "      confined by Landlock (kernel ABI {}, {})",
+        ll["abi"],
+        s(&ll["state"])
+    );
+    for g in ll["gaps"].as_array().into_iter().flatten() {
+        println!("      not enforced: {} ({})", s(g), s(&ll["on_gaps"]));
+    }
+    println!("      read    {}", s(&p["read"]));
+    let mut devices = Vec::new();
+    for w in p["write"].as_array().into_iter().flatten() {
+        if w["what"] == "device" {
+            devices.push(s(&w["path"]));
+            continue;
+        }
+        let missing = if w["exists"] == true {
+            ""
+        } else {
+            " [does not exist: nothing is writable there]"
+        };
+        println!(
+            "      write   {} ({}){missing}",
+            s(&w["path"]),
+            s(&w["what"])
+        );
+    }
+    if !devices.is_empty() {
+        println!("      write   {} (devices)", devices.join(", "));
+    }
+    if p["net"] == true {
+        println!("      net     TCP allowed (granted: net = true)");
+    } else {
+        println!("      net     TCP bind/connect denied (grant with `net = true`)");
+    }
+    println!("      kiln    {}", s(&p["kiln"]));
+    if ll["scoped_signals_and_sockets"] == true {
+        println!("      scope   signals and abstract UNIX sockets stay inside the sandbox");
+    }
+    println!("      after   {}", s(&p["descendants"]));
 }
 
 /// The contract checks `kiln plugin check` runs; the same for every language.

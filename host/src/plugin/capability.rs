@@ -4,7 +4,7 @@
 
 use super::bindings::types;
 use crate::config::{Access, PluginConfig};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
@@ -73,6 +73,14 @@ pub struct Effective {
     pub env_requested: Vec<String>,
     /// Limits.
     pub limits: Limits,
+    /// Paths outside the workspace that programs may write (the grant's `write`, `~/`
+    /// expanded); a manifest cannot ask for any. Enforced with Landlock (`confine`).
+    pub write: Vec<PathBuf>,
+    /// Programs may use TCP (the grant's `net`).
+    pub net: bool,
+    /// Refuse to run programs that Landlock cannot fully confine (`[sandbox]
+    /// require_confinement`).
+    pub require_confinement: bool,
 }
 
 /// Why a capability check failed; rendered as the WIT `denied` text.
@@ -232,6 +240,13 @@ impl Effective {
                 DEFAULT_OUTPUT_BYTES,
             ),
         };
+        let write = grant
+            .write
+            .iter()
+            .flatten()
+            .map(|p| super::confine::expand_home(p))
+            .filter(|p| p.is_absolute())
+            .collect();
         Effective {
             fs,
             exec_requested,
@@ -239,6 +254,9 @@ impl Effective {
             env,
             env_requested,
             limits,
+            write,
+            net: grant.net == Some(true),
+            require_confinement: false,
         }
     }
 
@@ -255,6 +273,9 @@ impl Effective {
                 timeout_ms: DEFAULT_TIMEOUT_MS,
                 output_bytes: DEFAULT_OUTPUT_BYTES,
             },
+            write: Vec::new(),
+            net: false,
+            require_confinement: false,
         }
     }
 
@@ -766,5 +787,23 @@ mod tests {
             e.fs_grant_line(&e.missing_fs(&m)),
             r#"fs = ["docs", "src", { path = ".", access = "read-write" }]"#
         );
+    }
+
+    #[test]
+    fn write_paths_and_net_come_from_the_grant_only() {
+        let e = Effective::compute(&manifest(), &PluginConfig::default());
+        assert!(e.write.is_empty() && !e.net && !e.require_confinement);
+        let grant = PluginConfig {
+            write: Some(vec!["~/.cache/tool".into(), "/opt/cache".into()]),
+            net: Some(true),
+            ..Default::default()
+        };
+        let e = Effective::compute(&manifest(), &grant);
+        let home = std::path::PathBuf::from(std::env::var("HOME").unwrap());
+        assert_eq!(
+            e.write,
+            vec![home.join(".cache/tool"), PathBuf::from("/opt/cache")]
+        );
+        assert!(e.net);
     }
 }

@@ -1,7 +1,12 @@
 //! Running a program on behalf of a plugin (the `exec` import): resolution of the program,
-//! a cwd confined to the workspace, a clean environment, output caps, and a timeout that kills
-//! the whole process group. Policy checks happen before this in `host_impl`.
+//! a cwd opened inside the workspace, a clean environment, Landlock confinement (`confine`),
+//! output caps, a timeout, and every descendant killed when the call ends (`reap`). Policy
+//! checks happen before this in `host_impl`.
 
+use super::{confine, reap};
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -16,14 +21,16 @@ pub struct Spawn {
     pub args: Vec<String>,
     /// The complete environment of the child.
     pub env: Vec<(String, String)>,
-    /// Absolute working directory (inside the workspace).
-    pub cwd: PathBuf,
+    /// Working directory, opened inside the workspace; the child enters it by descriptor.
+    pub cwd: Dir,
     /// Standard input bytes.
     pub stdin: Option<Vec<u8>>,
     /// Time limit.
     pub timeout: Duration,
     /// Cap per stream.
     pub cap: usize,
+    /// The call's temp dir and Landlock ruleset.
+    pub confinement: confine::Confinement,
 }
 
 /// What the process produced.
@@ -74,131 +81,247 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Resolve a workspace-relative cwd, refusing anything (symlinks included) that leaves it.
-pub fn resolve_cwd(cwd: Option<&str>, workspace: &Path) -> Result<PathBuf, String> {
-    let root = workspace
-        .canonicalize()
+/// Open a workspace-relative cwd as a directory descriptor: every component is resolved inside
+/// the workspace (a symlink may not lead out), and the child enters the descriptor, not a path
+/// resolved again later.
+pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, String> {
+    let root = Dir::open_ambient_dir(workspace, ambient_authority())
         .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
     let Some(rel) = cwd else { return Ok(root) };
     super::capability::check_relative(rel).map_err(|why| format!("cwd `{rel}` {why}"))?;
-    let p = root
-        .join(rel)
-        .canonicalize()
-        .map_err(|e| format!("cwd `{rel}`: {e}"))?;
-    if !p.starts_with(&root) {
-        return Err(format!(
-            "cwd `{rel}` leaves the workspace (through a symlink)"
-        ));
-    }
-    Ok(p)
+    root.open_dir(rel).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            format!("cwd `{rel}` leaves the workspace (through a symlink)")
+        } else {
+            format!("cwd `{rel}`: {e}")
+        }
+    })
 }
 
-/// Kills the process group when dropped (timeout, or the plugin call was cancelled).
-struct GroupGuard(Option<i32>);
+/// What a descendant still holding the pipes gets to finish writing once the program exited.
+const GRACE: Duration = Duration::from_millis(200);
+/// How long output is still read after everything of the call was killed.
+const AFTER_KILL: Duration = Duration::from_millis(200);
 
-impl GroupGuard {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // SAFETY: killpg only sends a signal; a stale pgid at worst returns ESRCH.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
+/// One captured output stream: bytes kept (at most `cap`) and whether more were discarded.
+struct Stream<R> {
+    reader: Option<R>,
+    kept: Vec<u8>,
+    truncated: bool,
+    cap: usize,
+    buf: Box<[u8]>,
+}
+
+impl<R: AsyncRead + Unpin> Stream<R> {
+    fn new(reader: Option<R>, cap: usize) -> Stream<R> {
+        Stream {
+            reader,
+            kept: Vec::new(),
+            truncated: false,
+            cap,
+            buf: vec![0u8; 64 * 1024].into_boxed_slice(),
         }
     }
-}
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
+    fn is_open(&self) -> bool {
+        self.reader.is_some()
     }
-}
 
-/// Bytes kept from a stream and whether more were discarded.
-type Captured = (Vec<u8>, bool);
-
-async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> Captured {
-    let mut kept = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut truncated = false;
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
+    /// Read once (cancel-safe: bytes are kept only once a read completed).
+    async fn read(&mut self) {
+        let Some(r) = self.reader.as_mut() else {
+            return std::future::pending().await;
+        };
+        match r.read(&mut self.buf).await {
+            Ok(0) | Err(_) => self.reader = None,
             Ok(n) => {
-                let room = cap.saturating_sub(kept.len());
+                let room = self.cap.saturating_sub(self.kept.len());
                 if n > room {
-                    truncated = true;
+                    self.truncated = true;
                 }
-                kept.extend_from_slice(&buf[..n.min(room)]);
+                self.kept.extend_from_slice(&self.buf[..n.min(room)]);
             }
         }
     }
-    (kept, truncated)
 }
 
-/// Run the process to completion or until the timeout.
+/// Read both streams until they close or `limit` passes.
+async fn drain<A, B>(out: &mut Stream<A>, err: &mut Stream<B>, limit: Duration)
+where
+    A: AsyncRead + Unpin,
+    B: AsyncRead + Unpin,
+{
+    let until = tokio::time::Instant::now() + limit;
+    while out.is_open() || err.is_open() {
+        tokio::select! {
+            _ = out.read(), if out.is_open() => {}
+            _ = err.read(), if err.is_open() => {}
+            _ = tokio::time::sleep_until(until) => break,
+        }
+    }
+}
+
+/// Kill every process of the call now (on a blocking thread: it scans `/proc`).
+async fn kill_all(call: &reap::Call) {
+    let _ = tokio::task::spawn_blocking(call.killer()).await;
+}
+
+/// Run the process confined, until it exits or the timeout; then kill all its descendants.
+/// Returns once the program exited, even if a descendant still holds its output pipes.
 pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     let start = Instant::now();
-    let mut cmd = tokio::process::Command::new(&spawn.program);
-    cmd.args(&spawn.args)
+    let Spawn {
+        program,
+        args,
+        env,
+        cwd,
+        stdin,
+        timeout,
+        cap,
+        confinement,
+    } = spawn;
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&args)
         .env_clear()
-        .envs(spawn.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spawn.cwd)
-        .stdin(if spawn.stdin.is_some() {
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("TMPDIR", confinement.tmp())
+        .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    let cwd_fd = cwd.as_fd().as_raw_fd();
+    let ruleset_fd = confinement.ruleset_fd();
+    // SAFETY: `enter` makes only async-signal-safe system calls and allocates nothing; `cwd` and
+    // `confinement` (which own both descriptors) live until after the spawn.
+    unsafe {
+        cmd.pre_exec(move || confine::enter(cwd_fd, ruleset_fd));
+    }
+    let mut call = reap::Call::begin();
     let mut child = cmd.spawn()?;
-    let mut guard = GroupGuard(child.id().map(|id| id as i32));
-    if let (Some(bytes), Some(mut stdin)) = (spawn.stdin, child.stdin.take()) {
+    drop(cwd);
+    if let Some(pid) = child.id() {
+        call.spawned(pid as i32);
+    }
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
         tokio::spawn(async move {
-            let _ = stdin.write_all(&bytes).await;
+            let _ = pipe.write_all(&bytes).await;
         });
     }
-    let out = tokio::spawn(read_capped(child.stdout.take().expect("piped"), spawn.cap));
-    let err = tokio::spawn(read_capped(child.stderr.take().expect("piped"), spawn.cap));
-    let deadline = tokio::time::Instant::from_std(start + spawn.timeout);
-    let (exit_code, timed_out) = match tokio::time::timeout_at(deadline, child.wait()).await {
-        Ok(status) => (status?.code(), false),
-        Err(_) => {
-            guard.kill();
+    let mut out = Stream::new(child.stdout.take(), cap);
+    let mut err = Stream::new(child.stderr.take(), cap);
+    let deadline = tokio::time::Instant::from_std(start + timeout);
+    let status = {
+        let wait = child.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                s = &mut wait => break Some(s),
+                _ = out.read(), if out.is_open() => {}
+                _ = err.read(), if err.is_open() => {}
+                _ = tokio::time::sleep_until(deadline) => break None,
+            }
+        }
+    };
+    let (exit_code, timed_out) = match status {
+        Some(status) => (status?.code(), false),
+        None => {
+            kill_all(&call).await;
             let _ = child.wait().await;
             (None, true)
         }
     };
-    // Descendants that kept the pipes open get a moment, then the group is killed.
-    let grace = tokio::time::sleep(Duration::from_millis(200));
-    tokio::pin!(grace);
-    let mut out = out;
-    let mut err = err;
-    let mut results: (Option<Captured>, Option<Captured>) = (None, None);
-    let mut grace_over = false;
-    loop {
-        tokio::select! {
-            r = &mut out, if results.0.is_none() => results.0 = Some(r.unwrap_or_default()),
-            r = &mut err, if results.1.is_none() => results.1 = Some(r.unwrap_or_default()),
-            _ = &mut grace, if !grace_over => {
-                grace_over = true;
-                guard.kill();
-            }
-        }
-        if results.0.is_some() && results.1.is_some() {
-            break;
-        }
+    // A descendant that kept the pipes gets a moment to finish writing, then everything of
+    // the call is killed: the call never waits for a daemon.
+    drain(&mut out, &mut err, GRACE).await;
+    if out.is_open() || err.is_open() {
+        kill_all(&call).await;
+        drain(&mut out, &mut err, AFTER_KILL).await;
     }
-    guard.kill();
-    let (stdout, t1) = results.0.unwrap_or_default();
-    let (stderr, t2) = results.1.unwrap_or_default();
+    // Kill and reap what is left (strays too when no other call runs), then remove the temp dir.
+    let _ = tokio::task::spawn_blocking(move || {
+        call.finish();
+        drop(confinement);
+    })
+    .await;
     Ok(Finished {
         exit_code,
-        stdout,
-        stderr,
-        truncated: t1 || t2,
+        stdout: out.kept,
+        stderr: err.kept,
+        truncated: out.truncated || err.truncated,
         timed_out,
         duration: start.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spawn(ws: &Path, script: &str) -> Spawn {
+        Spawn {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())],
+            cwd: open_cwd(None, ws).unwrap(),
+            stdin: None,
+            timeout: Duration::from_secs(30),
+            cap: 1 << 20,
+            confinement: confine::Confinement::prepare(ws, &[], false, false).unwrap(),
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let st = s.rsplit(')').next()?.split_whitespace().next()?.to_string();
+                Some(st != "Z" && st != "X")
+            })
+            .unwrap_or(false)
+    }
+
+    fn pid_in(path: &Path) -> i32 {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    // One test, so no other test's call is in flight meanwhile (the tracker is per process).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn strays_wait_for_the_last_call_and_cancelled_calls_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        // While another call runs, a setsid'd orphan cannot be told from that call's, so it
+        // survives until the last running call ends.
+        let other = tokio::spawn(run(spawn(ws, "sleep 1.5")));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let a = run(spawn(
+            ws,
+            "setsid sh -c 'echo $$ > d.pid; exec sleep 60' </dev/null >/dev/null 2>&1 & \
+             while [ ! -s d.pid ]; do sleep 0.02; done",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(a.exit_code, Some(0));
+        let daemon = pid_in(&ws.join("d.pid"));
+        assert!(alive(daemon), "killed while another call was running");
+        other.await.unwrap().unwrap();
+        assert!(!alive(daemon), "the last call to end kills the stray");
+
+        // A call whose future is dropped (the plugin call was cancelled) kills its processes.
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(500),
+            run(spawn(ws, "sleep 60 & echo $! > bg.pid; wait")),
+        )
+        .await;
+        assert!(cancelled.is_err());
+        let bg = pid_in(&ws.join("bg.pid"));
+        assert!(!alive(bg), "the cancelled call's child {bg} survived");
+    }
 }

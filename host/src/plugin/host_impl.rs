@@ -3,6 +3,7 @@
 
 use super::bindings::{exec, log, types};
 use super::capability::Effective;
+use super::confine::{Confinement, Refusal};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -246,7 +247,7 @@ impl State {
             .map_err(|d| types::Error::Denied(d.to_string()))?;
         let program = super::exec::resolve_program(&cmd.program, &self.workspace)
             .map_err(types::Error::NotFound)?;
-        let cwd = super::exec::resolve_cwd(cmd.cwd.as_deref(), &self.workspace)
+        let cwd = super::exec::open_cwd(cmd.cwd.as_deref(), &self.workspace)
             .map_err(types::Error::Denied)?;
         // Base environment so compilers find their own tools; nothing else is inherited.
         let mut env: Vec<(String, String)> = Vec::new();
@@ -277,6 +278,18 @@ impl State {
         if let Some(c) = cmd.output_cap {
             cap = cap.min(c as usize);
         }
+        let e = &self.effective;
+        let confinement =
+            Confinement::prepare(&self.workspace, &e.write, e.net, e.require_confinement).map_err(
+                |r| match r {
+                    Refusal::Denied(why) => {
+                        types::Error::Denied(format!("running `{}`: {why}", cmd.program))
+                    }
+                    Refusal::Failed(why) => {
+                        types::Error::Failed(format!("running `{}`: {why}", cmd.program))
+                    }
+                },
+            )?;
         Ok(super::exec::Spawn {
             program,
             args: cmd.args.clone(),
@@ -285,6 +298,7 @@ impl State {
             stdin: cmd.stdin.clone(),
             timeout,
             cap,
+            confinement,
         })
     }
 }

@@ -7,8 +7,10 @@ pub mod bindings;
 pub mod builtin;
 mod cache;
 pub mod capability;
+pub mod confine;
 mod exec;
 mod host_impl;
+mod reap;
 mod registry;
 
 pub use bindings::types::Error as PluginCallError;
@@ -518,7 +520,8 @@ impl Runtime {
             grant.fs = builtin::default_grant(&manifest.name).fs;
         }
         plugin.name = manifest.name.clone();
-        let effective = Effective::compute(&manifest, &grant);
+        let mut effective = Effective::compute(&manifest, &grant);
+        effective.require_confinement = config.sandbox.require_confinement == Some(true);
         let protected = config.protected();
         effective
             .check_protected(&manifest.name, &protected, workspace)
