@@ -40,22 +40,9 @@ fn exec(ws: &Workspace, program: &str, script: &str, env: &[(&str, &str)]) -> Ru
 }
 
 fn exec_args(ws: &Workspace, args: Value, env: &[(&str, &str)]) -> Run {
-    let plugin = wasm("kiln_test_escape");
     let mut all = vec![("OPENAI_API_KEY", SECRET)];
     all.extend_from_slice(env);
-    ws.kiln(
-        &[
-            "--plugin",
-            plugin.to_str().unwrap(),
-            "tool",
-            "call",
-            "escape.exec",
-            "--args",
-            &args.to_string(),
-            "--json",
-        ],
-        &all,
-    )
+    ws.escape_tool("exec", &args.to_string(), &all)
 }
 
 fn result(r: &Run) -> Value {

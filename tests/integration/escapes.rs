@@ -5,20 +5,7 @@
 use crate::support::{Workspace, wasm};
 
 fn escape(ws: &Workspace, tool: &str, args: &str) -> crate::support::Run {
-    let plugin = wasm("kiln_test_escape");
-    ws.kiln(
-        &[
-            "--plugin",
-            plugin.to_str().unwrap(),
-            "tool",
-            "call",
-            &format!("escape.{tool}"),
-            "--args",
-            args,
-            "--json",
-        ],
-        &[],
-    )
+    ws.escape_tool(tool, args, &[])
 }
 
 // 1. Symlinked grants.

@@ -26,6 +26,23 @@ fn fix(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
     ws.kiln(&all, &[("OPENAI_API_KEY", "sk-fix-test")])
 }
 
+/// `kiln fix --json` against the mock with gcc over main.c, started without waiting.
+fn spawn_gcc_fix(ws: &Workspace, mock: &MockLlm) -> std::process::Child {
+    let base = format!("{}/v1", mock.url);
+    ws.spawn_kiln(&[
+        "fix",
+        "--base-url",
+        &base,
+        "--model",
+        "m",
+        "--json",
+        "--cmd",
+        "gcc -fsyntax-only {file}",
+        "--file",
+        "main.c",
+    ])
+}
+
 fn events(r: &Run) -> Vec<Value> {
     r.stdout()
         .lines()
@@ -491,19 +508,7 @@ fn ctrl_c_mid_loop_records_cancelled_and_leaves_files_whole() {
     // The model takes 30 s to answer: plenty of time to press Ctrl-C.
     let slow = Reply::Stream(vec![(Duration::from_secs(30), "data: [DONE]\n\n".into())]);
     let mock = MockLlm::start(vec![slow]);
-    let base = format!("{}/v1", mock.url);
-    let child = ws.spawn_kiln(&[
-        "fix",
-        "--base-url",
-        &base,
-        "--model",
-        "m",
-        "--json",
-        "--cmd",
-        "gcc -fsyntax-only {file}",
-        "--file",
-        "main.c",
-    ]);
+    let child = spawn_gcc_fix(&ws, &mock);
     let start = std::time::Instant::now();
     while mock.recorded().is_empty() && start.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
@@ -643,19 +648,7 @@ fn a_target_changed_while_the_model_thinks_is_not_edited_against_text_it_never_s
         Reply::Stream(slow),
         openai_text(&sr("    int x = 1\n", "    int x = 1;\n")),
     ]);
-    let base = format!("{}/v1", mock.url);
-    let child = ws.spawn_kiln(&[
-        "fix",
-        "--base-url",
-        &base,
-        "--model",
-        "m",
-        "--json",
-        "--cmd",
-        "gcc -fsyntax-only {file}",
-        "--file",
-        "main.c",
-    ]);
+    let child = spawn_gcc_fix(&ws, &mock);
     let start = std::time::Instant::now();
     while mock.recorded().is_empty() && start.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(20));

@@ -476,20 +476,7 @@ fn plugin_logs_and_outputs_are_shown_inert_and_capped() {
 // ---- 9. Messages ------------------------------------------------------------------------
 
 fn escape_call(ws: &Workspace, tool: &str, args: &str) -> Run {
-    let plugin = wasm("kiln_test_escape");
-    ws.kiln(
-        &[
-            "--plugin",
-            plugin.to_str().unwrap(),
-            "tool",
-            "call",
-            &format!("escape.{tool}"),
-            "--args",
-            args,
-            "--json",
-        ],
-        &[("OPENAI_API_KEY", "sk-test")],
-    )
+    ws.escape_tool(tool, args, &[("OPENAI_API_KEY", "sk-test")])
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Every escape attempt is refused with a clear error, and the host goes on.
 
-use crate::support::{Workspace, wasm};
+use crate::support::Workspace;
 
 const ESCAPE_GRANT: &str = r#"
 [plugins.escape]
@@ -26,18 +26,9 @@ fn escape_ws(grant: &str) -> Workspace {
 }
 
 fn call(ws: &Workspace, tool: &str, args: &str) -> crate::support::Run {
-    let plugin = wasm("kiln_test_escape");
-    ws.kiln(
-        &[
-            "--plugin",
-            plugin.to_str().unwrap(),
-            "tool",
-            "call",
-            &format!("escape.{tool}"),
-            "--args",
-            args,
-            "--json",
-        ],
+    ws.escape_tool(
+        tool,
+        args,
         &[
             ("OPENAI_API_KEY", "sk-test-do-not-leak"),
             ("KILN_TEST_VISIBLE", "visible-value"),

@@ -111,6 +111,26 @@ impl Run {
     }
 }
 
+impl Workspace {
+    /// `kiln --plugin <escape fixture> tool call escape.TOOL --args ARGS --json` with `env`.
+    pub fn escape_tool(&self, tool: &str, args: &str, env: &[(&str, &str)]) -> Run {
+        let plugin = wasm("kiln_test_escape");
+        self.kiln(
+            &[
+                "--plugin",
+                plugin.to_str().unwrap(),
+                "tool",
+                "call",
+                &format!("escape.{tool}"),
+                "--args",
+                args,
+                "--json",
+            ],
+            env,
+        )
+    }
+}
+
 /// The message of a `--json` tool error of the given WIT kind (asserting the kind).
 #[track_caller]
 pub fn error_of(r: &Run, kind: &str) -> String {
