@@ -6,29 +6,51 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (package, file stem, embedded in the binary)
-const PLUGINS: &[(&str, &str, bool)] = &[
-    ("kiln-plugin-command", "kiln_plugin_command", true),
-    ("kiln-plugin-cargo", "kiln_plugin_cargo", true),
-    (
-        "kiln-plugin-search-replace",
-        "kiln_plugin_search_replace",
-        true,
-    ),
-    ("kiln-plugin-udiff", "kiln_plugin_udiff", true),
-    ("kiln-plugin-whole", "kiln_plugin_whole", true),
-    ("kiln-plugin-apply-patch", "kiln_plugin_apply_patch", true),
-    ("kiln-plugin-fs", "kiln_plugin_fs", true),
-    ("kiln-plugin-shell", "kiln_plugin_shell", true),
-    ("kiln-test-escape", "kiln_test_escape", false),
-    ("kiln-test-rogue", "kiln_test_rogue", false),
-    (
-        "kiln-test-future-contract",
-        "kiln_test_future_contract",
-        false,
-    ),
-    ("kiln-test-not-kiln", "kiln-test-not-kiln", false),
-];
+/// One plugin crate to build: (package, file stem of its component, embedded in the binary).
+struct PluginCrate {
+    package: String,
+    stem: String,
+    embedded: bool,
+}
+
+/// Every crate under `plugins/` (built-ins, embedded) and `tests/plugins/` (test fixtures),
+/// found on disk so adding a plugin needs no second list. A crate with `[lib]` builds
+/// `lib<name>.wasm` as `<name_with_underscores>.wasm`; one without (a WASI command) builds a
+/// binary named after the package.
+fn plugin_crates(root: &Path) -> Vec<PluginCrate> {
+    let mut out = Vec::new();
+    for (dir, embedded) in [("plugins", true), ("tests/plugins", false)] {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("cannot list {dir}: {e}"))
+            .flatten()
+            .map(|e| e.path().join("Cargo.toml"))
+            .filter(|p| p.is_file())
+            .collect();
+        entries.sort();
+        for manifest in entries {
+            let text = std::fs::read_to_string(&manifest).unwrap();
+            let package = text
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once('=')?;
+                    (k.trim() == "name").then(|| v.trim().trim_matches('"').to_string())
+                })
+                .unwrap_or_else(|| panic!("{} has no package name", manifest.display()));
+            let is_lib = text.lines().any(|l| l.trim() == "[lib]");
+            let stem = if is_lib {
+                package.replace('-', "_")
+            } else {
+                package.clone()
+            };
+            out.push(PluginCrate {
+                package,
+                stem,
+                embedded,
+            });
+        }
+    }
+    out
+}
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -49,8 +71,9 @@ fn main() {
             "--target-dir",
         ])
         .arg(&target_dir);
-    for (pkg, _, _) in PLUGINS {
-        cmd.args(["-p", pkg]);
+    let plugins = plugin_crates(&root);
+    for p in &plugins {
+        cmd.args(["-p", &p.package]);
     }
     // Flags meant for the host build must not leak into the guest build.
     for var in [
@@ -84,7 +107,7 @@ fn main() {
     let mut builtins = String::from(
         "/// Built-in plugin components: (file stem, bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n",
     );
-    for (_, stem, embedded) in PLUGINS {
+    for PluginCrate { stem, embedded, .. } in &plugins {
         let file = wasm_dir.join(format!("{stem}.wasm"));
         assert!(
             file.exists(),

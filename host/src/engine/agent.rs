@@ -419,10 +419,7 @@ fn cap(text: &str, n: usize) -> String {
     if text.len() <= n {
         return text.to_string();
     }
-    let mut end = n;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(n);
     format!(
         "{}\n[... kiln: result cut at {n} of {} bytes; the full text is in the store ...]",
         &text[..end],

@@ -202,10 +202,7 @@ fn tail(s: &str, budget: usize) -> String {
     if s.len() <= budget {
         return s.to_string();
     }
-    let mut start = s.len() - budget;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
+    let start = s.ceil_char_boundary(s.len() - budget);
     format!("[... {} earlier bytes omitted ...]\n{}", start, &s[start..])
 }
 

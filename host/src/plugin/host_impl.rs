@@ -180,11 +180,7 @@ impl log::Host for State {
         }
         let mut msg = message;
         if msg.len() > MAX_LOG_MESSAGE {
-            let mut cut = MAX_LOG_MESSAGE;
-            while !msg.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            msg.truncate(cut);
+            msg.truncate(msg.floor_char_boundary(MAX_LOG_MESSAGE));
             msg.push_str(" …[truncated]");
         }
         // Escape sequences and control characters are shown, not obeyed; each line of a

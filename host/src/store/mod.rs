@@ -86,14 +86,8 @@ pub fn cap_text(text: &str, max: usize) -> String {
     }
     let head_len = max / 4;
     let tail_len = max - head_len;
-    let mut h = head_len;
-    while !text.is_char_boundary(h) {
-        h -= 1;
-    }
-    let mut t = text.len() - tail_len;
-    while !text.is_char_boundary(t) {
-        t += 1;
-    }
+    let h = text.floor_char_boundary(head_len);
+    let t = text.ceil_char_boundary(text.len() - tail_len);
     format!(
         "{}\n[... kiln: {} bytes omitted ...]\n{}",
         &text[..h],
