@@ -11,6 +11,7 @@ mod escapes;
 mod fix;
 mod languages;
 mod llm;
+mod mcp;
 mod runner;
 mod runtime;
 mod sandbox;
