@@ -125,10 +125,19 @@ async fn serves_plugin_tools_edits_and_refusals_over_stdio() {
     assert_eq!(ws.read("notes.txt"), "hello from MCP\n");
 
     // kiln.toml is protected: a tool error that says so, nothing written.
-    let edit = "<<< path=kiln.toml >>>\n<<<<<<< SEARCH\nmax_iters = 3\n=======\nmax_iters = 99\n>>>>>>> REPLACE\n";
-    let r = call(&s, "apply_edit", json!({"response": edit})).await;
+    let edit = "<<<<<<< SEARCH\nmax_iters = 3\n=======\nmax_iters = 99\n>>>>>>> REPLACE\n";
+    let r = call(
+        &s,
+        "apply_edit",
+        json!({"response": edit, "files": ["kiln.toml"]}),
+    )
+    .await;
     assert_eq!(r.is_error, Some(true), "{}", text(&r));
-    assert!(text(&r).contains("kiln.toml"), "{}", text(&r));
+    assert!(
+        text(&r).contains("kiln.toml") && text(&r).contains("protected"),
+        "{}",
+        text(&r)
+    );
     assert_eq!(ws.read("kiln.toml"), "[fix]\nmax_iters = 3\n");
 
     // A path outside the workspace: the sandbox's denial, as a tool error.
@@ -408,4 +417,160 @@ fn the_agent_uses_the_tools_of_an_mcp_server() {
         sessions.iter().all(|l| l.status == "closed"),
         "{sessions:?}"
     );
+}
+
+/// One JSON-RPC message to `kiln mcp --http`; the answer's JSON (from a JSON or an SSE body).
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    message: Value,
+) -> (reqwest::StatusCode, Option<String>, Option<Value>) {
+    let mut req = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(message.to_string());
+    if let Some(id) = session {
+        req = req
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", "2025-06-18");
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    let session = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = resp.text().await.unwrap();
+    let answer = body
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v.get("id").is_some());
+    (status, session, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_streamable_http_on_loopback_only() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "served over HTTP\n");
+    let r = ws.kiln(&["mcp", "--http", "0.0.0.0:0"], &[]);
+    r.expect_code(2);
+    assert!(r.stderr().contains("loopback"), "{}", r.stderr());
+
+    let mut child = ws.spawn_kiln(&["mcp", "--http", "127.0.0.1:0"]);
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(url) = line.split("streamable HTTP at ").nth(1) {
+                let _ = tx.send(url.trim().to_string());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("kiln mcp --http announces its address");
+    let http = reqwest::Client::new();
+    let (status, session, init) = post(
+        &http,
+        &url,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    )
+    .await;
+    assert!(status.is_success(), "{status}");
+    let init = init.expect("an initialize result");
+    assert_eq!(init["result"]["serverInfo"]["name"], "kiln", "{init}");
+    let session = session.expect("a session id");
+    let (status, _, _) = post(
+        &http,
+        &url,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert!(status.is_success(), "{status}");
+    let (_, _, list) = post(
+        &http,
+        &url,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
+    let list = list.expect("a tools/list result");
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"apply_edit") && names.contains(&"read_file"),
+        "{names:?}"
+    );
+    let (_, _, read) = post(
+        &http,
+        &url,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "read_file", "arguments": {"path": "notes.txt"}}}),
+    )
+    .await;
+    let read = read.expect("a tools/call result");
+    assert_eq!(read["result"]["isError"], false, "{read}");
+    assert!(
+        read["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("served over HTTP"),
+        "{read}"
+    );
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn stdout_carries_only_json_rpc() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "x\n");
+    // Plugin debug logs (-v), a tool call and a refused compile_loop: none of it may reach stdout
+    // but as JSON-RPC.
+    let input = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "read_file", "arguments": {"path": "notes.txt"}}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "compile_loop", "arguments": {"spec": "s", "target_file": "notes.txt"}}}),
+    ]
+    .iter()
+    .map(|m| format!("{m}\n"))
+    .collect::<String>();
+    let r = ws.kiln_stdin(&["-v", "mcp"], &input);
+    r.expect_code(0);
+    let lines: Vec<Value> = r
+        .stdout()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l)
+                .unwrap_or_else(|e| panic!("not JSON-RPC on stdout ({e}): {l}"))
+        })
+        .collect();
+    assert!(lines.iter().all(|m| m["jsonrpc"] == "2.0"), "{lines:?}");
+    assert_eq!(lines[0]["result"]["serverInfo"]["name"], "kiln");
 }

@@ -152,14 +152,14 @@ fn apply_edit_tool(default_format: &str) -> Tool {
     Tool::new(
         "apply_edit",
         format!(
-            "Apply an edit response to the workspace through kiln's atomic edit path: every file or none, protected paths (kiln.toml, .kiln/, .git/, [sandbox] protect) refused. `response` is the edit text in `format` (default {default_format}; search-replace, udiff, whole, apply-patch or a plugin format); `files` limits the files it may change (workspace-relative); `dry_run` validates without writing. Returns the per-edit report; a refused edit is an error that says why."
+            "Apply an edit response to the workspace through kiln's atomic edit path: every file or none, protected paths (kiln.toml, .kiln/, .git/, [sandbox] protect) refused. `response` is the edit text in `format` (default {default_format}; search-replace, udiff, whole, apply-patch or a plugin format); `files` names the files it may change (workspace-relative; with several, each file's blocks follow a `<<< path=REL >>>` header); `dry_run` validates without writing. Returns the per-edit report; a refused edit is an error that says why."
         ),
         object(json!({
             "type": "object",
             "properties": {
                 "response": { "type": "string", "description": "The edit, e.g. SEARCH/REPLACE blocks with <<< path=REL >>> headers" },
                 "format": { "type": "string", "description": "Edit format (default: the server's)" },
-                "files": { "type": "array", "items": { "type": "string" }, "description": "The only files the edit may change (workspace-relative)" },
+                "files": { "type": "array", "items": { "type": "string" }, "description": "The files the edit may change (workspace-relative)" },
                 "dry_run": { "type": "boolean", "description": "Validate and report without writing" }
             },
             "required": ["response"],
