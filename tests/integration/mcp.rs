@@ -180,6 +180,13 @@ async fn serves_plugin_tools_edits_and_refusals_over_stdio() {
         ]
     );
     assert!(calls[3].result.contains("outside the workspace"));
+    let h = ws.kiln(&["history", "show", &session.id.to_string()], &[]);
+    h.expect_code(0);
+    assert!(
+        h.stdout().contains("apply_edit") && h.stdout().contains("✗ read_file"),
+        "{}",
+        h.stdout()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
