@@ -483,7 +483,7 @@ async fn serves_streamable_http_on_loopback_only() {
     let url = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("kiln mcp --http announces its address");
-    let http = reqwest::Client::new();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let (status, session, init) = post(
         &http,
         &url,
