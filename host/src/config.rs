@@ -154,6 +154,32 @@ struct File {
     agent: Option<AgentConfig>,
     #[serde(default)]
     sandbox: Option<SandboxConfig>,
+    #[serde(default)]
+    mcp: Option<McpConfig>,
+}
+
+/// `[mcp]`: MCP servers whose tools `kiln agent` offers to the model. They run outside kiln's
+/// sandbox, so a workspace `kiln.toml` applies them only once trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// `[mcp.servers.NAME]`, by name (letters, digits, `-`, `_`; the model sees `NAME__tool`).
+    #[serde(default)]
+    pub servers: BTreeMap<String, McpServerConfig>,
+}
+
+/// `[mcp.servers.NAME]`: one MCP server started over stdio when a command needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The program (found on the host's PATH, or a path relative to the workspace).
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Names of host environment variables passed to it; nothing else is inherited.
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 /// `[sandbox]`: protections that hold for every plugin, edit and tool.
@@ -201,6 +227,8 @@ pub struct Config {
     pub agent: AgentConfig,
     /// `[sandbox]`, merged (protect globs accumulate; a layer can only add protection).
     pub sandbox: SandboxConfig,
+    /// `[mcp]`, merged (a later file's server of the same name replaces the earlier one).
+    pub mcp: McpConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
@@ -208,8 +236,8 @@ pub struct Config {
 }
 
 /// Whether the workspace's `kiln.toml` may apply what widens access: plugin grants (`fs`,
-/// `exec`, `env`, `write`, `net`, `replaces`), hooks, the agent's test command and where the
-/// API key is sent (`[llm] base_url`, `api_key`, `api_key_env`). Like direnv and mise, a file
+/// `exec`, `env`, `write`, `net`, `replaces`), hooks, the agent's test command, MCP servers
+/// (`[mcp.servers]`, which run outside the sandbox) and where the API key is sent (`[llm] base_url`, `api_key`, `api_key_env`). Like direnv and mise, a file
 /// kiln has not seen, or that changed since the user ran `kiln trust`, applies only what
 /// narrows (limits, protections, prompts, model settings) until it is trusted again.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -367,6 +395,12 @@ impl Config {
                 self.sandbox.require_confinement = Some(true);
             }
         }
+        if let Some(mcp) = file.mcp {
+            for (name, server) in mcp.servers {
+                validate_mcp_server(path, &name, &server)?;
+                self.mcp.servers.insert(name, server);
+            }
+        }
         if let Some(fix) = file.fix {
             if fix.prompt.is_some() {
                 self.fix.prompt = fix.prompt;
@@ -421,6 +455,9 @@ impl File {
                 out.push("agent.test_command".into());
             }
         }
+        if let Some(mcp) = &self.mcp {
+            out.extend(mcp.servers.keys().map(|name| format!("mcp.servers.{name}")));
+        }
         if let Some(llm) = &self.llm {
             let fields = [
                 ("base_url", llm.base_url.is_some()),
@@ -450,6 +487,7 @@ impl File {
             agent.hooks = None;
             agent.test_command = None;
         }
+        self.mcp = None;
         if let Some(llm) = &mut self.llm {
             llm.base_url = None;
             llm.api_key = None;
@@ -552,6 +590,28 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
     if pc.memory_mib == Some(0) || pc.timeout_ms == Some(0) {
         return Err(invalid(format!(
             "plugins.{name}: limits must be greater than zero"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_mcp_server(path: &Path, name: &str, s: &McpServerConfig) -> Result<(), ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(invalid(format!(
+            "mcp.servers.{name}: a server name may use only letters, digits, `-` and `_` (its tools are offered as NAME__tool)"
+        )));
+    }
+    if s.command.trim().is_empty() {
+        return Err(invalid(format!(
+            "mcp.servers.{name}: `command` may not be empty"
         )));
     }
     Ok(())
@@ -687,5 +747,40 @@ mod tests {
         grant_runner_consent(&mut c, "cargo", None).unwrap();
         let expected = std::env::var("CARGO_HOME").unwrap_or_else(|_| "~/.cargo".into());
         assert_eq!(c.plugin("cargo").write, Some(vec![expected]));
+    }
+
+    #[test]
+    fn mcp_servers_need_trust_and_valid_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("kiln.toml");
+        let text = "[mcp.servers.notes]\ncommand = \"notes-server\"\nargs = [\"--stdio\"]\nenv = [\"NOTES_TOKEN\"]\n";
+        let mut c = Config::default();
+        let ignored = c.layer_text(&ws, text, false).unwrap();
+        assert_eq!(ignored, ["mcp.servers.notes"]);
+        assert!(
+            c.mcp.servers.is_empty(),
+            "an untrusted file starts no server"
+        );
+        let mut c = Config::default();
+        c.layer_text(&ws, text, true).unwrap();
+        let s = &c.mcp.servers["notes"];
+        assert_eq!(
+            (s.command.as_str(), s.args.as_slice(), s.env.as_slice()),
+            (
+                "notes-server",
+                &["--stdio".to_string()][..],
+                &["NOTES_TOKEN".to_string()][..]
+            )
+        );
+        let err = Config::default()
+            .layer_text(&ws, "[mcp.servers.\"a.b\"]\ncommand = \"x\"\n", true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mcp.servers.a.b"), "{err}");
+        let err = Config::default()
+            .layer_text(&ws, "[mcp.servers.x]\ncommand = \"x\"\ncwd = \"/\"\n", true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cwd"), "{err}");
     }
 }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod edit;
 pub mod engine;
 pub mod llm;
+pub mod mcp;
 pub mod path;
 pub mod plugin;
 pub mod store;

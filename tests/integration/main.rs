@@ -14,6 +14,7 @@ mod hardening;
 mod journal;
 mod languages;
 mod llm;
+mod mcp;
 mod runner;
 mod runtime;
 mod sandbox;

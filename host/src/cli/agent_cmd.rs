@@ -78,6 +78,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;
     let mut store = Store::open(&ctx.workspace)?;
+    // MCP servers of `[mcp.servers]` (outside the sandbox), started now that they are needed.
+    let external = crate::mcp::ExternalTools::start(&config.mcp.servers, &ctx.workspace).await?;
+    for t in &external.skipped {
+        eprintln!(
+            "warning: MCP tool `{t}` is not offered: its name would be refused by the model APIs or repeats another"
+        );
+    }
     let opts = AgentOptions {
         max_steps: args.max_steps,
         max_writes: args.max_writes,
@@ -92,6 +99,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         default_format: args.format.clone(),
         compile_cmd: test_command.clone(),
         protected: config.protected(),
+        external: external.clone(),
         ..Default::default()
     };
     let json = args.json;
@@ -100,6 +108,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     let mut lines = stdin.lock().lines();
     let mut history = Vec::new();
     let mut last_ok = true;
+    let mut errored = false;
     loop {
         let task = match &args.prompt {
             Some(p) => p.clone(),
@@ -146,7 +155,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
                 on_event: &mut on_event,
             },
         )
-        .await?;
+        .await;
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                external.shutdown().await;
+                return Err(e.into());
+            }
+        };
         ctrl_c.abort();
         if !json {
             println!("{}", crate::terminal::printable(result.content.trim()));
@@ -163,13 +179,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         let stop = result.stop_reason.clone();
         history = result.messages;
         if !interactive || stop == "cancelled" {
-            if stop == "error" {
-                return Ok(Outcome::Error);
-            }
+            errored = stop == "error";
             break;
         }
     }
-    Ok(if last_ok {
+    external.shutdown().await;
+    Ok(if errored {
+        Outcome::Error
+    } else if last_ok {
         Outcome::Success
     } else {
         Outcome::Failure

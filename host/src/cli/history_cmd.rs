@@ -100,7 +100,7 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                 if let Some(s) = &r.summary {
                     say!("summary: {s}");
                 }
-                if r.kind == "agent" {
+                if r.kind == "agent" || r.kind == "mcp" {
                     for c in store.tool_calls(r.id)? {
                         say!(
                             "   turn {} {} {} {} ({} ms): {}",

@@ -8,6 +8,7 @@ mod edit_cmd;
 mod fix_cmd;
 mod history_cmd;
 mod llm_cmd;
+mod mcp_cmd;
 mod plugin_cmd;
 mod scaffold;
 mod tool_cmd;
@@ -67,6 +68,8 @@ enum Command {
     /// Check the LLM connection.
     #[command(subcommand)]
     Llm(llm_cmd::LlmCommand),
+    /// Serve the workspace's sandboxed tools, apply_edit and compile_loop over MCP (stdio).
+    Mcp(Box<mcp_cmd::McpArgs>),
     /// List, inspect and validate plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -217,6 +220,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Check(args) => check::run(&ctx, &cli.global.plugins, args).await,
         Command::Edit(cmd) => edit_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Llm(cmd) => llm_cmd::run(&ctx, cmd).await,
+        Command::Mcp(args) => mcp_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Trust(args) => trust_cmd::run(&ctx, args),
@@ -227,7 +231,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
 /// is finished or undone before it starts).
 fn touches_workspace(command: &Command) -> bool {
     match command {
-        Command::Agent(_) | Command::Fix(_) | Command::Check(_) => true,
+        Command::Agent(_) | Command::Fix(_) | Command::Check(_) | Command::Mcp(_) => true,
         Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
         Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),
         Command::History(_) | Command::Llm(_) | Command::Plugin(_) | Command::Trust(_) => false,

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 #[derive(Debug, Subcommand)]
 pub(crate) enum ToolCommand {
     /// Call a tool: `kiln tool call read_file --args '{"path":"src/main.rs"}'`. Name it
-    /// `PLUGIN.TOOL` when two plugins offer the same tool.
+    /// `PLUGIN.TOOL` when two plugins offer the same tool, `SERVER.TOOL` for a tool of an MCP
+    /// server of `[mcp.servers]`.
     Call {
         /// Tool name, or `PLUGIN.TOOL`.
         tool: String,
@@ -39,7 +40,16 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
         .collect();
     match cmd {
         ToolCommand::List { json } => {
-            let catalog = crate::engine::agent::tool_catalog(&reg).await?;
+            // MCP servers are started to list their tools; one that fails is reported, not fatal.
+            let (external, errors) =
+                crate::mcp::ExternalTools::start_each(&ctx.config.mcp.servers, &ctx.workspace)
+                    .await;
+            for e in &errors {
+                eprintln!("warning: {e}");
+            }
+            let catalog = crate::engine::agent::tool_catalog_with(&reg, &external).await;
+            external.shutdown().await;
+            let catalog = catalog?;
             if json {
                 for t in &catalog {
                     print_json(&serde_json::to_value(t)?);
@@ -47,10 +57,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                 return Ok(Outcome::Success);
             }
             let width = catalog.iter().map(|t| t.name.len()).max().unwrap_or(0);
-            let from = |t: &crate::engine::agent::ToolEntry| {
-                t.plugin
-                    .as_deref()
-                    .map_or("host (built-in)".to_string(), |p| format!("plugin {p}"))
+            let from = |t: &crate::engine::agent::ToolEntry| match (&t.plugin, &t.mcp_server) {
+                (Some(p), _) => format!("plugin {p}"),
+                (None, Some(s)) => format!("mcp server {s} (external, not sandboxed)"),
+                (None, None) => "host (built-in)".to_string(),
             };
             let from_width = catalog.iter().map(|t| from(t).len()).max().unwrap_or(0);
             for t in &catalog {
@@ -77,6 +87,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
                 Some((p, t)) => (Some(p), t),
                 None => (None, tool.as_str()),
             };
+            if let Some(server) = plugin_name.and_then(|p| ctx.config.mcp.servers.get_key_value(p))
+            {
+                return call_external(ctx, server, tool_name, &parsed, json).await;
+            }
             let mut candidates = Vec::new();
             for p in &tool_plugins {
                 if plugin_name.is_some_and(|n| n != p.name) {
@@ -143,4 +157,46 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyho
             }
         }
     }
+}
+
+/// `kiln tool call SERVER.TOOL`: start that one MCP server, call the tool, stop the server.
+async fn call_external(
+    ctx: &Ctx,
+    (name, cfg): (&String, &crate::config::McpServerConfig),
+    tool: &str,
+    args: &Value,
+    json: bool,
+) -> anyhow::Result<Outcome> {
+    let one = std::iter::once((name.clone(), cfg.clone())).collect();
+    let external = crate::mcp::ExternalTools::start(&one, &ctx.workspace).await?;
+    let server = &external.servers[0];
+    let known = server.tools.iter().any(|t| t.tool == tool);
+    let outcome = if known {
+        Some(server.call(tool, args).await)
+    } else {
+        None
+    };
+    external.shutdown().await;
+    let Some((text, is_error)) = outcome else {
+        anyhow::bail!("MCP server `{name}` has no tool named `{tool}`; see `kiln tool list`");
+    };
+    if json {
+        if is_error {
+            print_json(
+                &json!({ "ok": false, "mcp_server": name, "tool": tool, "error": { "kind": "tool-error", "message": text } }),
+            );
+        } else {
+            let value = serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));
+            print_json(&json!({ "ok": true, "mcp_server": name, "tool": tool, "result": value }));
+        }
+    } else if is_error {
+        eprintln!("{name}.{tool}: {text}");
+    } else {
+        println!("{text}");
+    }
+    Ok(if is_error {
+        Outcome::Failure
+    } else {
+        Outcome::Success
+    })
 }

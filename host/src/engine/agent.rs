@@ -69,6 +69,10 @@ pub struct AgentOptions {
     pub compile_cmd: Option<String>,
     /// Paths no edit may touch (`[sandbox] protect` on top of kiln's own files).
     pub protected: crate::path::Protected,
+    /// Tools of MCP servers (`[mcp.servers]`), offered as `SERVER__tool`; they run outside
+    /// the sandbox. Read-only ones (by the server's hint) count as reads, the others against
+    /// the command cap.
+    pub external: crate::mcp::ExternalTools,
 }
 
 impl Default for AgentOptions {
@@ -89,6 +93,7 @@ impl Default for AgentOptions {
             default_format: "search-replace".into(),
             compile_cmd: None,
             protected: crate::path::Protected::default(),
+            external: crate::mcp::ExternalTools::default(),
         }
     }
 }
@@ -172,6 +177,7 @@ enum Imp<'a> {
     FinalAnswer,
     CompileLoop,
     History,
+    External(std::sync::Arc<crate::mcp::ExternalServer>, String),
 }
 
 struct AgentTool<'a> {
@@ -191,13 +197,25 @@ pub struct ToolEntry {
     pub description: String,
     /// It only reads (may run in parallel with other reads).
     pub read_only: bool,
+    /// The MCP server that implements it (`[mcp.servers.NAME]`): external, not sandboxed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_server: Option<String>,
 }
 
 /// Every tool an agent would be offered with `registry` (plugin tools and the host's
 /// built-ins, `compile_loop` included), for `kiln tool list`.
 pub async fn tool_catalog(registry: &Registry) -> Result<Vec<ToolEntry>, AgentError> {
+    tool_catalog_with(registry, &crate::mcp::ExternalTools::default()).await
+}
+
+/// [`tool_catalog`] plus the tools of running MCP servers.
+pub async fn tool_catalog_with(
+    registry: &Registry,
+    external: &crate::mcp::ExternalTools,
+) -> Result<Vec<ToolEntry>, AgentError> {
     let opts = AgentOptions {
         compile_cmd: Some(String::new()),
+        external: external.clone(),
         ..Default::default()
     };
     Ok(tools(registry, &opts)
@@ -211,6 +229,44 @@ pub async fn tool_catalog(registry: &Registry) -> Result<Vec<ToolEntry>, AgentEr
             },
             description: t.def.description,
             read_only: matches!(t.kind, Kind::Read),
+            mcp_server: match &t.imp {
+                Imp::External(s, _) => Some(s.name.clone()),
+                _ => None,
+            },
+        })
+        .collect())
+}
+
+/// One tool of a tool plugin, named as the agent offers it.
+pub struct PluginTool<'a> {
+    /// Name, description and argument schema as the model sees them (`plugin__tool` on a
+    /// collision).
+    pub def: ToolDef,
+    /// The plugin.
+    pub plugin: &'a Plugin,
+    /// The plugin's own name for the tool.
+    pub tool: String,
+    /// It only reads.
+    pub read_only: bool,
+}
+
+/// The tool plugins' tools exactly as an agent is offered them (for `kiln mcp`).
+pub async fn plugin_tools(registry: &Registry) -> Result<Vec<PluginTool<'_>>, AgentError> {
+    let opts = AgentOptions {
+        compile_cmd: Some(String::new()),
+        ..Default::default()
+    };
+    Ok(tools(registry, &opts)
+        .await?
+        .into_iter()
+        .filter_map(|t| match t.imp {
+            Imp::Plugin(plugin, tool) => Some(PluginTool {
+                def: t.def,
+                plugin,
+                tool,
+                read_only: t.kind == Kind::Read,
+            }),
+            _ => None,
         })
         .collect())
 }
@@ -308,6 +364,24 @@ async fn tools<'a>(
             def,
             kind: Kind::Read,
             imp: Imp::History,
+        });
+    }
+    for (server, t) in opts.external.tools() {
+        if out.iter().any(|o| o.def.name == t.name) {
+            continue;
+        }
+        out.push(AgentTool {
+            def: ToolDef {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            },
+            kind: if t.read_only {
+                Kind::Read
+            } else {
+                Kind::Command
+            },
+            imp: Imp::External(server.clone(), t.tool.clone()),
         });
     }
     Ok(out)
@@ -1167,6 +1241,19 @@ async fn execute(
             }
         }
         Imp::History => history_tool(store, loop_id, &tool.def.name, args),
+        Imp::External(server, name) => {
+            match tokio::time::timeout(timeout, server.call(name, &v)).await {
+                Ok(r) => r,
+                Err(_) => (
+                    format!(
+                        "tool `{}` timed out after {} s",
+                        tool.def.name,
+                        timeout.as_secs_f64()
+                    ),
+                    true,
+                ),
+            }
+        }
     })
 }
 

@@ -908,6 +908,19 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Start a session that records tool calls made on behalf of another program (a `kiln mcp`
+    /// connection): status `serving` until [`Store::finish_loop`]. It is not a loop, so it
+    /// neither waits for running loops nor makes a later loop wait.
+    pub fn begin_session(&mut self, new: &NewLoop) -> Result<i64, StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO loops (kind, project, runner, targets, format, model, status, max_iters, pid, started_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'serving', ?7, ?8, ?9)",
+                params![new.kind, self.project, new.runner, serde_json::to_string(&new.targets).unwrap_or_default(), new.format, new.model, new.max_iters, std::process::id() as i64, now_ms()],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
     /// Number of events recorded for a loop.
     pub fn event_count(&self, loop_id: i64) -> Result<i64, StoreError> {
         self.conn

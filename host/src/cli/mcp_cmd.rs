@@ -1,0 +1,588 @@
+//! `kiln mcp`: kiln as an MCP server, over stdio (or streamable HTTP on a loopback address with
+//! `--http`). It offers the agent tools of the workspace's tool plugins (named as in `kiln tool
+//! list`, under the grants of the workspace's kiln.toml exactly as `kiln agent` has them),
+//! `apply_edit` (the host's atomic, protected edit path) and `compile_loop` (the fix loop, with
+//! progress notifications). A denial or a plugin error is a tool error (`isError`), never the
+//! end of the server; a cancelled call is dropped. Every call is recorded in the store under a
+//! session of kind `mcp`. Nothing but MCP JSON-RPC is written to stdout.
+
+use super::llm_cmd::LlmArgs;
+use super::{Ctx, Outcome};
+use crate::config::Config;
+use crate::edit::{self, ApplyOptions, Workspace};
+use crate::engine::{Event, FixOptions, ModelSource, Replay};
+use crate::llm::LlmClient;
+use crate::plugin::{PluginKind, Registry};
+use crate::store::{NewLoop, Store};
+use anyhow::Context as _;
+use clap::Args;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// Serve streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// The build command compile_loop runs (default: `[agent] test_command` in kiln.toml); like
+    /// `kiln agent --test-command`, it also grants `run_cmd` that command.
+    #[arg(long)]
+    test_command: Option<String>,
+    /// Default edit format of apply_edit and compile_loop (default: `[fix] format`, else
+    /// search-replace).
+    #[arg(long)]
+    format: Option<String>,
+    /// Deadline of a plugin tool or apply_edit call, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    tool_timeout: f64,
+    /// compile_loop replays recorded answers (JSONL) instead of calling a model.
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    #[command(flatten)]
+    llm: LlmArgs,
+}
+
+/// What a tool offered over MCP runs.
+enum Target {
+    /// A tool plugin's tool: (plugin, its name for the tool).
+    Plugin(String, String),
+    ApplyEdit,
+    CompileLoop,
+}
+
+struct Offered {
+    tool: Tool,
+    target: Target,
+}
+
+/// Everything the sessions of one `kiln mcp` process share.
+struct Shared {
+    workspace: PathBuf,
+    config: Config,
+    registry: Registry,
+    tools: Vec<Offered>,
+    default_format: String,
+    compile_cmd: Option<String>,
+    tool_timeout: Duration,
+    /// compile_loop's model; one loop at a time (a second waits). `Err`: why there is none.
+    model: tokio::sync::Mutex<Result<ModelSource, String>>,
+    model_label: String,
+    store: std::sync::Mutex<Store>,
+}
+
+/// One MCP connection: a session in the store, closed when the connection ends.
+struct Session {
+    shared: Arc<Shared>,
+    loop_id: i64,
+    calls: AtomicI64,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let n = self.calls.load(Ordering::Relaxed);
+        if let Ok(mut store) = self.shared.store.lock() {
+            let _ = store.set_iters(self.loop_id, n);
+            let _ = store.finish_loop(
+                self.loop_id,
+                "closed",
+                "closed",
+                &format!("MCP session: {n} tool call(s)"),
+                None,
+            );
+        }
+    }
+}
+
+/// The MCP server handler of one connection.
+struct KilnMcp {
+    session: Session,
+}
+
+impl KilnMcp {
+    fn new(shared: Arc<Shared>) -> anyhow::Result<KilnMcp> {
+        let loop_id = shared
+            .store
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the store lock is poisoned"))?
+            .begin_session(&NewLoop {
+                kind: "mcp".into(),
+                runner: "-".into(),
+                targets: vec![],
+                format: shared.default_format.clone(),
+                model: shared.model_label.clone(),
+                max_iters: 0,
+                parent: None,
+            })?;
+        Ok(KilnMcp {
+            session: Session {
+                shared,
+                loop_id,
+                calls: AtomicI64::new(0),
+            },
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.session.shared
+    }
+}
+
+fn object(v: Value) -> serde_json::Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => json!({"type": "object"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+fn apply_edit_tool(default_format: &str) -> Tool {
+    Tool::new(
+        "apply_edit",
+        format!(
+            "Apply an edit response to the workspace through kiln's atomic edit path: every file or none, protected paths (kiln.toml, .kiln/, .git/, [sandbox] protect) refused. `response` is the edit text in `format` (default {default_format}; search-replace, udiff, whole, apply-patch or a plugin format); `files` names the files it may change (workspace-relative; with several, each file's blocks follow a `<<< path=REL >>>` header); `dry_run` validates without writing. Returns the per-edit report; a refused edit is an error that says why."
+        ),
+        object(json!({
+            "type": "object",
+            "properties": {
+                "response": { "type": "string", "description": "The edit, e.g. SEARCH/REPLACE blocks with <<< path=REL >>> headers" },
+                "format": { "type": "string", "description": "Edit format (default: the server's)" },
+                "files": { "type": "array", "items": { "type": "string" }, "description": "The files the edit may change (workspace-relative)" },
+                "dry_run": { "type": "boolean", "description": "Validate and report without writing" }
+            },
+            "required": ["response"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::Result<Outcome> {
+    if let Some(addr) = args.http {
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "kiln mcp --http serves only a loopback address (127.0.0.1, ::1): it has no authentication; got {addr}"
+        );
+    }
+    let mut config = ctx.config.clone();
+    let compile_cmd = args
+        .test_command
+        .clone()
+        .or(config.agent.test_command.clone());
+    if let Some(cmd) = &compile_cmd {
+        crate::config::grant_test_command(&mut config, cmd).map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let ctx2 = ctx.with_config(config.clone());
+    let registry = ctx2.registry(extra).await?;
+    let default_format = args
+        .format
+        .clone()
+        .or(config.fix.format.clone())
+        .unwrap_or_else(|| "search-replace".into());
+    registry
+        .get(&default_format, Some(PluginKind::EditFormat))
+        .with_context(|| format!("--format {default_format}"))?;
+    let model = match &args.replay {
+        Some(file) => Ok(ModelSource::Replay(
+            Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?,
+        )),
+        None => args
+            .llm
+            .settings(&ctx2.config)
+            .and_then(|s| Ok(LlmClient::new(s)?))
+            .map(ModelSource::Live)
+            .map_err(|e| format!("compile_loop has no model: {e:#}")),
+    };
+    let model_label = model.as_ref().map_or("-".to_string(), |m| m.label());
+    // The plugin tools, named as `kiln tool list` names them, then kiln's own.
+    let mut tools: Vec<Offered> = Vec::new();
+    for t in crate::engine::agent::plugin_tools(&registry).await? {
+        let name = if ["apply_edit", "compile_loop"].contains(&t.def.name.as_str()) {
+            format!("{}__{}", t.plugin.name, t.def.name)
+        } else {
+            t.def.name.clone()
+        };
+        let mut tool = Tool::new(name, t.def.description.clone(), object(t.def.parameters));
+        if t.read_only {
+            tool = tool.with_annotations(ToolAnnotations::new().read_only(true));
+        }
+        tools.push(Offered {
+            tool,
+            target: Target::Plugin(t.plugin.name.clone(), t.tool),
+        });
+    }
+    tools.push(Offered {
+        tool: apply_edit_tool(&default_format),
+        target: Target::ApplyEdit,
+    });
+    let cl = crate::engine::compile_loop_tool();
+    tools.push(Offered {
+        tool: Tool::new(
+            cl.name,
+            format!(
+                "{} Runs the build command the workspace's kiln.toml grants{}; the model comes from kiln's LLM settings. Sends a progress notification per iteration.",
+                cl.description,
+                compile_cmd
+                    .as_deref()
+                    .map(|c| format!(" (`{c}`)"))
+                    .unwrap_or_default()
+            ),
+            object(cl.parameters),
+        ),
+        target: Target::CompileLoop,
+    });
+    let shared = Arc::new(Shared {
+        workspace: ctx.workspace.clone(),
+        store: std::sync::Mutex::new(Store::open(&ctx.workspace)?),
+        config,
+        registry,
+        tools,
+        default_format,
+        compile_cmd,
+        tool_timeout: Duration::from_secs_f64(args.tool_timeout.max(0.001)),
+        model: tokio::sync::Mutex::new(model),
+        model_label,
+    });
+    match args.http {
+        None => serve_stdio(shared).await,
+        Some(addr) => serve_http(shared, addr).await,
+    }
+}
+
+async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<Outcome> {
+    let handler = KilnMcp::new(shared)?;
+    let service = handler
+        .serve(rmcp::transport::stdio_pipes())
+        .await
+        .context("MCP initialization over stdio failed")?;
+    tokio::select! {
+        r = service.waiting() => { r.context("the MCP session ended abnormally")?; }
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(Outcome::Success)
+}
+
+async fn serve_http(shared: Arc<Shared>, addr: std::net::SocketAddr) -> anyhow::Result<Outcome> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let service = StreamableHttpService::new(
+        move || KilnMcp::new(shared.clone()).map_err(std::io::Error::other),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    eprintln!(
+        "kiln mcp: streamable HTTP at http://{}/mcp",
+        listener.local_addr()?
+    );
+    loop {
+        let (stream, _) = tokio::select! {
+            a = listener.accept() => a.context("accept failed")?,
+            _ = tokio::signal::ctrl_c() => break,
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let svc = hyper_util::service::TowerToHyperService::new(service);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, svc)
+                .await;
+        });
+    }
+    Ok(Outcome::Success)
+}
+
+impl ServerHandler for KilnMcp {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions(format!(
+                "kiln's sandboxed tools for the workspace {}. Paths are relative to the workspace root. Tool plugins run under the grants of the workspace's kiln.toml; apply_edit writes atomically and never touches kiln.toml, .kiln/, .git/ or [sandbox] protect paths; compile_loop runs kiln's fix loop with the build command kiln.toml grants.",
+                self.shared().workspace.display()
+            ));
+        info.server_info = Implementation::new("kiln", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.shared().tools.iter().map(|t| t.tool.clone()).collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let shared = self.shared();
+        let name = request.name.to_string();
+        let Some(offered) = shared.tools.iter().find(|t| t.tool.name == name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{name}`; see tools/list"),
+                None,
+            ));
+        };
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let n = self.session.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let start = Instant::now();
+        let ct = context.ct.clone();
+        let (text, is_error) = match &offered.target {
+            // The fix loop stops itself on cancellation, so its end is recorded.
+            Target::CompileLoop => compile_loop(shared, &args, &context).await,
+            target => {
+                tokio::select! {
+                    r = call(shared, target, &args) => r,
+                    _ = ct.cancelled() => ("cancelled by the client".into(), true),
+                }
+            }
+        };
+        if let Ok(mut store) = shared.store.lock() {
+            let _ = store.record_tool_call(
+                self.session.loop_id,
+                n,
+                &context.id.to_string(),
+                &name,
+                &args.to_string(),
+                &text,
+                is_error,
+                start.elapsed().as_millis() as i64,
+            );
+        }
+        let content = vec![ContentBlock::text(text)];
+        Ok(if is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        }
+        .into())
+    }
+}
+
+/// A plugin tool or apply_edit: the text for the caller and whether it is an error.
+async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) {
+    let timeout = shared.tool_timeout;
+    match target {
+        Target::Plugin(plugin, tool) => {
+            let plugin = match shared.registry.get(plugin, Some(PluginKind::Tool)) {
+                Ok(p) => p,
+                Err(e) => return (e.to_string(), true),
+            };
+            match tokio::time::timeout(timeout, plugin.tool_call(tool, &args.to_string())).await {
+                Err(_) => (
+                    format!("tool `{tool}` timed out after {} s", timeout.as_secs_f64()),
+                    true,
+                ),
+                Ok(Ok(Ok(out))) => (out, false),
+                Ok(Ok(Err(e))) => (crate::plugin::describe_call_error(&e), true),
+                // A plugin bug (trap, deadline, memory): an error for the caller; kiln goes on.
+                Ok(Err(e)) => (e.to_string(), true),
+            }
+        }
+        Target::ApplyEdit => {
+            let Some(response) = args["response"].as_str() else {
+                return ("`response` (the edit text) is required".into(), true);
+            };
+            let format_name = args["format"].as_str().unwrap_or(&shared.default_format);
+            let files: Vec<String> = match &args["files"] {
+                Value::Null => vec![],
+                Value::Array(a) if a.iter().all(Value::is_string) => a
+                    .iter()
+                    .filter_map(|f| f.as_str().map(String::from))
+                    .collect(),
+                _ => return ("`files` must be an array of paths".into(), true),
+            };
+            let format = match shared
+                .registry
+                .get(format_name, Some(PluginKind::EditFormat))
+            {
+                Ok(f) => f,
+                Err(e) => return (e.to_string(), true),
+            };
+            let ws = match Workspace::open(&shared.workspace) {
+                Ok(ws) => ws,
+                Err(e) => return (e.to_string(), true),
+            };
+            let opts = ApplyOptions {
+                dry_run: args["dry_run"].as_bool().unwrap_or(false),
+                protected: shared.config.protected(),
+                ..Default::default()
+            };
+            match tokio::time::timeout(
+                timeout,
+                edit::apply_response(format, &ws, response, &files, &opts),
+            )
+            .await
+            {
+                Err(_) => (
+                    format!("apply_edit timed out after {} s", timeout.as_secs_f64()),
+                    true,
+                ),
+                Ok(Err(e)) => (e.to_string(), true),
+                Ok(Ok(report)) => {
+                    let text = serde_json::to_string(&report).unwrap_or_default();
+                    if report.ok {
+                        (text, false)
+                    } else {
+                        (report.feedback().unwrap_or(text), true)
+                    }
+                }
+            }
+        }
+        Target::CompileLoop => ("compile_loop is not a plain call".into(), true),
+    }
+}
+
+/// The fix loop as a tool: a progress notification per iteration (when the caller asked for
+/// progress), stopped as `cancelled` when the caller cancels.
+async fn compile_loop(
+    shared: &Shared,
+    args: &Value,
+    context: &RequestContext<RoleServer>,
+) -> (String, bool) {
+    let Some(cmd) = shared.compile_cmd.clone() else {
+        return (
+            "compile_loop needs the build command it may run: set `[agent] test_command` in the workspace's kiln.toml (and `kiln trust` it), or start `kiln mcp --test-command CMD`".into(),
+            true,
+        );
+    };
+    let targets: Vec<String> = match (args.get("target_file"), args.get("target_files")) {
+        (Some(_), Some(_)) => {
+            return ("give target_file or target_files, not both".into(), true);
+        }
+        (Some(f), None) => f.as_str().map(|s| vec![s.to_string()]).unwrap_or_default(),
+        (None, Some(fs)) => fs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(String::from))
+            .collect(),
+        (None, None) => return ("target_file or target_files is required".into(), true),
+    };
+    let runner = match shared.registry.get("command", Some(PluginKind::Runner)) {
+        Ok(r) => r,
+        Err(e) => return (e.to_string(), true),
+    };
+    let format = match shared
+        .registry
+        .get(&shared.default_format, Some(PluginKind::EditFormat))
+    {
+        Ok(f) => f,
+        Err(e) => return (e.to_string(), true),
+    };
+    let mut settings = BTreeMap::new();
+    settings.insert("cmd".to_string(), cmd);
+    let fix = FixOptions {
+        targets,
+        max_iters: shared.config.fix.max_iters.unwrap_or(5),
+        prompt: args["spec"]
+            .as_str()
+            .map(String::from)
+            .or(shared.config.fix.prompt.clone()),
+        lang: args["lang"].as_str().map(String::from),
+        runner_settings: settings,
+        whole_file_format: format.name == "whole",
+        protected: shared.config.protected(),
+        ..Default::default()
+    };
+    let mut store = match Store::open(&shared.workspace) {
+        Ok(s) => s,
+        Err(e) => return (e.to_string(), true),
+    };
+    // Cancellation: the loop ends with `cancelled` and its files whole.
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    let ct = context.ct.clone();
+    let cancel_watch = tokio::spawn(async move {
+        ct.cancelled().await;
+        let _ = cancel_tx.send(true);
+    });
+    let mut model = tokio::select! {
+        m = shared.model.lock() => m,
+        _ = context.ct.cancelled() => {
+            cancel_watch.abort();
+            return ("cancelled by the client".into(), true);
+        }
+    };
+    let model = match &mut *model {
+        Ok(m) => m,
+        Err(why) => {
+            cancel_watch.abort();
+            return (why.clone(), true);
+        }
+    };
+    // Progress: one notification per iteration, sent in order by one task.
+    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
+    let forward = context.meta.get_progress_token().map(|token| {
+        let peer = context.peer.clone();
+        let total = fix.max_iters as f64;
+        tokio::spawn(async move {
+            while let Some((n, message)) = progress_rx.recv().await {
+                let _ = peer
+                    .notify_progress(
+                        ProgressNotificationParam::new(token.clone(), n as f64)
+                            .with_total(total)
+                            .with_message(message),
+                    )
+                    .await;
+            }
+        })
+    });
+    let mut on_event = move |e: &Event| {
+        if let Event::LoopIteration {
+            iteration,
+            ok,
+            edits_applied,
+            ..
+        } = e
+        {
+            let _ = progress_tx.send((
+                *iteration,
+                format!(
+                    "iteration {iteration}: {edits_applied} edit(s) applied, check {}",
+                    if *ok { "passes" } else { "still fails" }
+                ),
+            ));
+        }
+    };
+    let result = crate::engine::run_fix(
+        &fix,
+        crate::engine::fix::FixDeps {
+            workspace: &shared.workspace,
+            runner,
+            format,
+            model,
+            store: &mut store,
+            cancel: cancel_rx,
+            on_event: &mut on_event,
+        },
+    )
+    .await;
+    drop(on_event);
+    if let Some(f) = forward {
+        let _ = f.await;
+    }
+    cancel_watch.abort();
+    match result {
+        Ok(outcome) => (
+            serde_json::to_string(&outcome).unwrap_or_default(),
+            !outcome.ok,
+        ),
+        Err(e) => (e.to_string(), true),
+    }
+}
