@@ -118,6 +118,10 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                     headers_seen.push(p.clone());
                     current = Some(p);
                 }
+            } else if targets.is_empty() {
+                // No targets given (`kiln edit apply` without --files): the header names the
+                // file of the blocks after it.
+                current = Some(p);
             }
             last_text_line = None;
             i += 1;
@@ -323,6 +327,16 @@ mod tests {
         );
         let four = parse("<<<< SEARCH\nold\n====\nnew\n>>>> REPLACE\n", &t(&["a"])).unwrap_err();
         assert!(four[0].message.contains("no SEARCH/REPLACE block"));
+    }
+
+    #[test]
+    fn headers_name_the_files_when_no_targets_are_given() {
+        let r = "<<< path=src/a.py >>>\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n<<< path=src/b.py >>>\n<<<<<<< SEARCH\nc\n=======\nd\n>>>>>>> REPLACE\n";
+        let e = parse(r, &[]).unwrap();
+        assert_eq!(
+            (e[0].path.as_str(), e[1].path.as_str()),
+            ("src/a.py", "src/b.py")
+        );
     }
 
     #[test]
