@@ -424,26 +424,8 @@ async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) 
                 protected: shared.config.protected(),
                 ..Default::default()
             };
-            match tokio::time::timeout(
-                timeout,
-                edit::apply_response(format, &ws, response, &files, &opts),
-            )
-            .await
-            {
-                Err(_) => (
-                    format!("apply_edit timed out after {} s", timeout.as_secs_f64()),
-                    true,
-                ),
-                Ok(Err(e)) => (e.to_string(), true),
-                Ok(Ok(report)) => {
-                    let text = serde_json::to_string(&report).unwrap_or_default();
-                    if report.ok {
-                        (text, false)
-                    } else {
-                        (report.feedback().unwrap_or(text), true)
-                    }
-                }
-            }
+            edit::apply_as_tool_result("apply_edit", format, &ws, response, &files, &opts, timeout)
+                .await
         }
         Target::CompileLoop => ("compile_loop is not a plain call".into(), true),
     }

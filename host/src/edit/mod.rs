@@ -545,3 +545,32 @@ pub async fn apply_edits(
     journal::commit(ws.dir(), &changes)?;
     Ok(report)
 }
+
+/// Apply a response on behalf of a tool call (`write_patch`, MCP `apply_edit`) under a
+/// deadline, as the tool's result: `(text, is_error)`. The text is the JSON report when every
+/// edit applied, else the feedback that says what to fix.
+pub async fn apply_as_tool_result(
+    tool: &str,
+    format: &Plugin,
+    ws: &Workspace,
+    response: &str,
+    targets: &[String],
+    opts: &ApplyOptions,
+    timeout: std::time::Duration,
+) -> (String, bool) {
+    match tokio::time::timeout(timeout, apply_response(format, ws, response, targets, opts)).await {
+        Err(_) => (
+            format!("{tool} timed out after {} s", timeout.as_secs_f64()),
+            true,
+        ),
+        Ok(Err(e)) => (e.to_string(), true),
+        Ok(Ok(report)) => {
+            let text = serde_json::to_string(&report).unwrap_or_default();
+            if report.ok {
+                (text, false)
+            } else {
+                (report.feedback().unwrap_or(text), true)
+            }
+        }
+    }
+}

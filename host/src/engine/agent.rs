@@ -1114,35 +1114,20 @@ async fn execute(
                 Ok(f) => f,
                 Err(e) => return Ok((e.to_string(), true)),
             };
-            match tokio::time::timeout(
+            let apply = ApplyOptions {
+                protected: opts.protected.clone(),
+                ..Default::default()
+            };
+            edit::apply_as_tool_result(
+                "write_patch",
+                format,
+                ws,
+                patch,
+                &[path.to_string()],
+                &apply,
                 timeout,
-                edit::apply_response(
-                    format,
-                    ws,
-                    patch,
-                    &[path.to_string()],
-                    &ApplyOptions {
-                        protected: opts.protected.clone(),
-                        ..Default::default()
-                    },
-                ),
             )
             .await
-            {
-                Err(_) => (
-                    format!("write_patch timed out after {} s", timeout.as_secs()),
-                    true,
-                ),
-                Ok(Err(e)) => (e.to_string(), true),
-                Ok(Ok(report)) => {
-                    let text = serde_json::to_string(&report).unwrap_or_default();
-                    if report.ok {
-                        (text, false)
-                    } else {
-                        (report.feedback().unwrap_or(text), true)
-                    }
-                }
-            }
         }
         Imp::EvaluateWork => {
             let mut material = String::new();
