@@ -310,12 +310,14 @@ impl Config {
         let ws_file = workspace.join("kiln.toml");
         if ws_file.is_file() {
             let text = read_text(&ws_file)?;
-            let trusted = assume_trust || trusted_copy(workspace).as_deref() == Some(text.as_str());
+            let trusted_text = trusted_copy(workspace);
+            let recorded = trusted_text.as_deref() == Some(text.as_str());
+            let trusted = assume_trust || recorded;
             let ignored = config.layer_text(&ws_file, &text, trusted)?;
             config.trust = if ignored.is_empty() {
                 Trust::NotNeeded
             } else if trusted {
-                if assume_trust && trusted_copy(workspace).as_deref() != Some(text.as_str()) {
+                if !recorded {
                     Trust::Assumed
                 } else {
                     Trust::Trusted
@@ -324,7 +326,7 @@ impl Config {
                 Trust::Untrusted {
                     path: ws_file.clone(),
                     ignored,
-                    changed: trusted_copy(workspace)
+                    changed: trusted_text
                         .map(|old| line_changes(&old, &text))
                         .unwrap_or_default(),
                 }

@@ -384,16 +384,7 @@ async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) 
                 Ok(p) => p,
                 Err(e) => return (e.to_string(), true),
             };
-            match tokio::time::timeout(timeout, plugin.tool_call(tool, &args.to_string())).await {
-                Err(_) => (
-                    format!("tool `{tool}` timed out after {} s", timeout.as_secs_f64()),
-                    true,
-                ),
-                Ok(Ok(Ok(out))) => (out, false),
-                Ok(Ok(Err(e))) => (crate::plugin::describe_call_error(&e), true),
-                // A plugin bug (trap, deadline, memory): an error for the caller; kiln goes on.
-                Ok(Err(e)) => (e.to_string(), true),
-            }
+            crate::engine::agent::plugin_call(plugin, tool, &args.to_string(), timeout).await
         }
         Target::ApplyEdit => {
             let Some(response) = args["response"].as_str() else {

@@ -1065,7 +1065,14 @@ fn on_event_noop() -> impl FnMut(&Event) + Send {
     |_e: &Event| {}
 }
 
-async fn plugin_call(p: &Plugin, name: &str, args: &str, timeout: Duration) -> (String, bool) {
+/// One plugin tool call under a deadline, as a tool result `(text, is_error)` (the agent and
+/// `kiln mcp`).
+pub(crate) async fn plugin_call(
+    p: &Plugin,
+    name: &str,
+    args: &str,
+    timeout: Duration,
+) -> (String, bool) {
     match tokio::time::timeout(timeout, p.tool_call(name, args)).await {
         Err(_) => (
             format!("tool `{name}` timed out after {} s", timeout.as_secs_f64()),
