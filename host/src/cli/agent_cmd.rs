@@ -71,9 +71,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     }
     let mut model = match &args.replay {
         Some(file) => {
-            ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
-        None => ModelSource::Live(LlmClient::new(args.llm.settings(&config)?)?),
+        None => ModelSource::live(LlmClient::new(args.llm.settings(&config)?)?),
     };
     let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;
@@ -176,10 +176,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
             );
         }
         last_ok = result.success;
-        let stop = result.stop_reason.clone();
+        let stop = result.stop_reason;
         history = result.messages;
-        if !interactive || stop == "cancelled" {
-            errored = stop == "error";
+        if !interactive || stop == crate::engine::StopReason::Cancelled {
+            errored = stop == crate::engine::StopReason::Error;
             break;
         }
     }

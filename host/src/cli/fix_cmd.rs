@@ -57,12 +57,12 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let mut store = Store::open(&ctx.workspace)?;
     let mut model = match (&args.replay, args.replay_loop) {
         (Some(file), _) => {
-            ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
         (None, Some(id)) => {
-            ModelSource::Replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
         }
-        (None, None) => ModelSource::Live(LlmClient::new(args.llm.settings(&config)?)?),
+        (None, None) => ModelSource::live(LlmClient::new(args.llm.settings(&config)?)?),
     };
     let format_name = args
         .format
@@ -121,9 +121,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     if !json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     }
-    Ok(match outcome.stop_reason.as_str() {
-        "success" => Outcome::Success,
-        "error" => Outcome::Error,
+    Ok(match outcome.stop_reason {
+        engine::StopReason::Success => Outcome::Success,
+        engine::StopReason::Error => Outcome::Error,
         _ => Outcome::Failure,
     })
 }

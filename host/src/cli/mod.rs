@@ -10,6 +10,7 @@ mod history_cmd;
 mod llm_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
+pub mod render;
 mod scaffold;
 mod tool_cmd;
 mod trust_cmd;
