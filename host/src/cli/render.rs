@@ -113,6 +113,24 @@ impl Event {
             }
             Event::AgentNotice { message } => format!("  ! {message}"),
             Event::Error { message } => format!("error: {message}"),
+            Event::RoundStart { round, loops } => format!("== round {round} of {loops}"),
+            Event::PhaseStart { round, phase } => format!("-- round {round}: {phase} phase"),
+            Event::ReviewSubmitted {
+                summary,
+                blocker,
+                pending,
+                ..
+            } => {
+                let mut s = format!("  review: {}", summary.lines().next().unwrap_or(""));
+                if !blocker.is_empty() {
+                    s.push_str(&format!("\n  blocker: {blocker}"));
+                }
+                for p in pending {
+                    s.push_str(&format!("\n  pending: {p}"));
+                }
+                s
+            }
+            Event::RoundEnd { .. } | Event::LoopRunResult(_) => return None,
             Event::LlmRetry {
                 attempt,
                 reason,

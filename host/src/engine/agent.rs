@@ -593,6 +593,7 @@ impl Agent<'_, '_> {
                     name: c.name.clone(),
                     arguments: c.arguments.clone(),
                     ok: true,
+                    output: String::new(),
                 });
                 self.end_turn(run, names);
                 return Some(StopReason::Complete);
@@ -642,6 +643,7 @@ impl Agent<'_, '_> {
                 name: c.name.clone(),
                 arguments: c.arguments.clone(),
                 ok: !r.is_error,
+                output: r.text.chars().take(2000).collect(),
             });
             let shown = cap(&r.text, self.opts.result_cap);
             self.messages.push(if self.opts.manual {

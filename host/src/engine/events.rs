@@ -191,6 +191,47 @@ pub enum Event {
         /// What happened.
         message: String,
     },
+    /// A round of the execute/review loop began.
+    #[serde(rename = "round.start")]
+    RoundStart {
+        /// Round (1-based).
+        round: u32,
+        /// Round limit.
+        loops: u32,
+    },
+    /// A phase of a round began (`execution` or `review`).
+    #[serde(rename = "phase.start")]
+    PhaseStart {
+        /// Round.
+        round: u32,
+        /// Phase.
+        phase: String,
+    },
+    /// The reviewer submitted its verdict.
+    #[serde(rename = "review.submitted")]
+    ReviewSubmitted {
+        /// Round.
+        round: u32,
+        /// What actually happened.
+        summary: String,
+        /// Something only a person can resolve; empty when none.
+        blocker: String,
+        /// Items still to do.
+        pending: Vec<String>,
+    },
+    /// A round ended.
+    #[serde(rename = "round.end")]
+    RoundEnd {
+        /// Round.
+        round: u32,
+        /// Items carried into the next round.
+        pending: Vec<String>,
+        /// The reviewer's blocker (empty: none).
+        blocker: String,
+    },
+    /// The execute/review loop's result.
+    #[serde(rename = "loop.run.result")]
+    LoopRunResult(Box<super::outcome::LoopRunResult>),
     /// A failure that ended (or will end) the run: the model, a plugin, the store.
     #[serde(rename = "error")]
     Error {
@@ -241,6 +282,11 @@ impl Event {
             Event::ToolEnd { .. } => "tool.end",
             Event::AgentNotice { .. } => "agent.notice",
             Event::Error { .. } => "error",
+            Event::RoundStart { .. } => "round.start",
+            Event::PhaseStart { .. } => "phase.start",
+            Event::ReviewSubmitted { .. } => "review.submitted",
+            Event::RoundEnd { .. } => "round.end",
+            Event::LoopRunResult(_) => "loop.run.result",
             Event::AgentResult(_) => "agent.result",
         }
     }

@@ -7,6 +7,7 @@ pub mod fix;
 pub(crate) mod history;
 pub mod model;
 pub mod outcome;
+pub mod review;
 pub mod run;
 pub mod tools;
 

@@ -160,6 +160,9 @@ pub struct ToolCallRecord {
     pub arguments: String,
     /// It succeeded.
     pub ok: bool,
+    /// The start of what the model was shown (the store has the whole text).
+    #[serde(skip)]
+    pub output: String,
 }
 
 /// The agent's result (seed 004).
@@ -184,4 +187,62 @@ pub struct AgentResult {
     pub loop_id: i64,
     /// Workspace files this run wrote or deleted (workspace-relative, in order of first write).
     pub changed_files: Vec<String>,
+}
+
+/// What the harness verified about one execution phase (from its structured result, not
+/// from logs).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoopSummary {
+    /// Round (1-based).
+    pub round: u32,
+    /// Files created or overwritten whole (write_file).
+    pub files_written: Vec<String>,
+    /// Files changed by edits (write_patch and other writes).
+    pub files_edited: Vec<String>,
+    /// Files read.
+    pub files_read: Vec<String>,
+    /// Commands run, with whether they succeeded.
+    pub commands_run: Vec<CommandRun>,
+    /// Errors the phase's tools returned (not refusals).
+    pub errors: Vec<String>,
+    /// Calls refused by the sandbox, a hook or the allowlist: attempted, no effect.
+    pub refused: Vec<String>,
+    /// Tokens of the phase.
+    pub tokens: Usage,
+    /// The phase's stop reason.
+    pub stop_reason: Option<StopReason>,
+    /// `STATUS:` of the execution report.
+    pub status: Option<String>,
+}
+
+/// One command an execution phase ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandRun {
+    /// The command line.
+    pub command: String,
+    /// Exit code, when the program ran.
+    pub exit_code: Option<i64>,
+}
+
+/// The loop's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopRunResult {
+    /// The loop's run id in the store.
+    pub run_id: i64,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// `complete` or `review_clean`.
+    pub success: bool,
+    /// Rounds finished.
+    pub loops_completed: u32,
+    /// The last execution report or review summary.
+    pub summary: String,
+    /// Items still pending.
+    pub pending: Vec<String>,
+    /// The reviewer's blocker, if any.
+    pub blocker: String,
+    /// Tokens of every request of the run.
+    pub usage: Usage,
+    /// What each round's execution did.
+    pub rounds: Vec<LoopSummary>,
 }

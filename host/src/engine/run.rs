@@ -194,6 +194,18 @@ impl<'a> Run<'a> {
         )
     }
 
+    /// Borrow everything for a nested run whose events go to this run's caller (not to this
+    /// run's stream in the store: the nested run stores its own).
+    pub fn split(&mut self) -> RunDeps<'_> {
+        RunDeps {
+            workspace: self.workspace,
+            model: self.model,
+            store: self.store,
+            cancel: self.cancel.clone(),
+            on_event: &mut *self.on_event,
+        }
+    }
+
     /// Borrow the model and the store for a nested run (a compile_loop called by an agent),
     /// whose events go to `on_event` and whose cancellation follows this run's.
     pub fn nested<'b>(&'b mut self, on_event: &'b mut (dyn FnMut(&Event) + Send)) -> RunDeps<'b> {

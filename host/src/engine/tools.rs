@@ -717,18 +717,58 @@ fn note_changed(changed: &mut Changes, written: Vec<String>) {
 }
 
 /// The host's own check of a `run_cmd` against the loop's allowlist (the plugin's grant is
-/// checked again by the sandbox).
+/// checked again by the sandbox): the program must be listed, and arguments that would make
+/// a listed program run another one or write (`env CMD`, `find -exec`/`-delete`, `rg --pre`)
+/// are refused.
 fn command_refused(s: &ToolSettings, v: &Value) -> Option<String> {
     let allow = s.command_allowlist.as_ref()?;
     let command = v["command"].as_str().unwrap_or("").trim();
-    let program = command.split_whitespace().next().unwrap_or("");
-    if allow.iter().any(|a| a == program) {
-        return None;
+    let mut words: Vec<String> = command.split_whitespace().map(String::from).collect();
+    if let Some(args) = v["args"].as_array() {
+        words.extend(args.iter().map(|a| a.as_str().unwrap_or("").to_string()));
     }
-    Some(format!(
-        "refused: `{program}` is not allowed in this phase; run_cmd may run only: {}. Nothing was run.",
-        allow.join(", ")
-    ))
+    let program = words.first().map(String::as_str).unwrap_or("");
+    if !allow.iter().any(|a| a == program) {
+        return Some(format!(
+            "refused: `{program}` is not allowed here; run_cmd may run only: {}. Nothing was run.",
+            if allow.is_empty() {
+                "(nothing)".to_string()
+            } else {
+                allow.join(", ")
+            }
+        ));
+    }
+    let args = &words[1..];
+    let bad = match program {
+        "env" => args.iter().find(|a| !a.starts_with('-')).cloned(),
+        "find" => args
+            .iter()
+            .find(|a| {
+                matches!(
+                    a.as_str(),
+                    "-exec"
+                        | "-execdir"
+                        | "-ok"
+                        | "-okdir"
+                        | "-delete"
+                        | "-fprint"
+                        | "-fprint0"
+                        | "-fprintf"
+                        | "-fls"
+                )
+            })
+            .cloned(),
+        "rg" => args
+            .iter()
+            .find(|a| a.starts_with("--pre") || a.starts_with("--hostname-bin"))
+            .cloned(),
+        _ => None,
+    };
+    bad.map(|a| {
+        format!(
+            "refused: `{program} {a}` could run another program or write; it is not allowed here. Nothing was run."
+        )
+    })
 }
 
 /// A reviewer's structured feedback on files (default: the files this run changed).
