@@ -156,13 +156,6 @@ pub fn fingerprint(r: &RunResult) -> String {
     hex::encode(&Sha256::digest(norm.as_bytes())[..8])
 }
 
-pub(crate) fn tail(s: &str, budget: usize) -> String {
-    if s.len() <= budget {
-        return s.to_string();
-    }
-    let start = s.ceil_char_boundary(s.len() - budget);
-    format!("[... {} earlier bytes omitted ...]\n{}", start, &s[start..])
-}
 
 /// What the model was told about the previous iteration.
 struct Attempt {
@@ -321,7 +314,11 @@ impl Fix<'_> {
             self.iteration += 1;
             let answer = match self.ask(run, &result.0).await? {
                 Ok(a) => a,
-                Err(stop) => return Ok(stop),
+                Err(stop) => {
+                    // The iteration ended without an answer to apply: it still gets its row.
+                    self.record_iteration(run, &result, None, 0, &[]);
+                    return Ok(stop);
+                }
             };
             match self.iterate(run, answer, result).await? {
                 Ok(next) => result = next,
@@ -338,7 +335,6 @@ impl Fix<'_> {
         answer: Answer,
         mut result: Checked,
     ) -> Result<Result<Checked, Stop>, FixError> {
-        let iteration = self.iteration;
         let report = match self.apply(run, &answer).await {
             Ok(r) => r,
             Err(e) => {
@@ -351,8 +347,7 @@ impl Fix<'_> {
         };
         if let Some(p) = report.edits.iter().find(|e| e.failure == Some("policy")) {
             let msg = p.error.clone().unwrap_or_default();
-            let row = iteration_row(iteration, &result, Some(&answer), 0);
-            run.store.record_iteration(run.id, &row, &report.edits)?;
+            self.record_iteration(run, &result, Some(&answer), 0, &report.edits);
             return Ok(Err((
                 StopReason::Blocked,
                 format!("an edit was refused by policy: {msg}"),
@@ -367,14 +362,7 @@ impl Fix<'_> {
             };
         }
         self.record_check(run, &result);
-        let row = iteration_row(iteration, &result, Some(&answer), applied);
-        let _ = run.store.record_iteration(run.id, &row, &report.edits);
-        run.emit(Event::LoopIteration {
-            loop_id: run.id,
-            iteration,
-            ok: result.0.ok,
-            edits_applied: applied,
-        });
+        self.record_iteration(run, &result, Some(&answer), applied, &report.edits);
         if result.0.ok {
             return Ok(Ok(result));
         }
@@ -419,6 +407,26 @@ impl Fix<'_> {
             },
             _ = cancelled(&mut cancel) => Err((StopReason::Cancelled, "cancelled by the user".into())),
         }
+    }
+
+    /// Store the iteration's row (with its edits) and emit `loop.iteration`; a store that
+    /// cannot take the row only loses it.
+    fn record_iteration(
+        &self,
+        run: &mut Run<'_>,
+        result: &Checked,
+        answer: Option<&Answer>,
+        applied: usize,
+        edits: &[edit::EditResult],
+    ) {
+        let row = iteration_row(self.iteration, result, answer, applied);
+        let _ = run.store.record_iteration(run.id, &row, edits);
+        run.emit(Event::LoopIteration {
+            loop_id: run.id,
+            iteration: self.iteration,
+            ok: result.0.ok,
+            edits_applied: applied,
+        });
     }
 
     /// Emit `runner.finished` (and store iteration 0, which has no LLM call).
@@ -642,6 +650,11 @@ impl Fix<'_> {
             self.last_error.take()
         };
         run.finish(reason, summary, last_error.as_deref())?;
+        if reason == StopReason::Error {
+            run.emit(Event::Error {
+                message: summary.to_string(),
+            });
+        }
         let (loop_id, iters) = (run.id, self.iteration);
         run.emit(match status {
             LoopStatus::Success => Event::LoopSucceeded { loop_id, iters },
@@ -728,7 +741,7 @@ fn failure_text(r: &RunResult) -> String {
         ));
     }
     if s.is_empty() {
-        s = tail(&format!("{}{}", r.stderr, r.stdout), 2000);
+        s = history::tail(&format!("{}{}", r.stderr, r.stdout), 2000);
     }
     s.trim_end().to_string()
 }
@@ -799,7 +812,7 @@ fn build_prompt(
     let output = format!("{}{}", r.stderr, r.stdout);
     if !output.trim().is_empty() {
         p.push_str("Output:\n```\n");
-        p.push_str(tail(output.trim_end(), opts.output_budget).as_str());
+        p.push_str(history::tail(output.trim_end(), opts.output_budget).as_str());
         p.push_str("\n```\n");
     }
     p.push_str("\n## Current files\n");

@@ -48,7 +48,7 @@ pub(crate) fn answer(store: &Store, current: i64, name: &str, args: &str) -> (St
                     let its: Vec<_> = d
                         .iterations
                         .iter()
-                        .map(|i| json!({ "n": i.n, "ok": i.ok, "exit_code": i.exit_code, "diagnostics": i.diagnostics, "summary": i.llm_summary, "stderr_tail": super::fix::tail(&i.stderr, 1500) }))
+                        .map(|i| json!({ "n": i.n, "ok": i.ok, "exit_code": i.exit_code, "diagnostics": i.diagnostics, "summary": i.llm_summary, "stderr_tail": tail(&i.stderr, 1500) }))
                         .collect();
                     let edits: Vec<_> = d.edits.iter().map(|e| json!({ "iteration": e.iteration, "path": e.path, "status": e.status, "error": e.error })).collect();
                     (json!({ "id": id, "status": d.row.status, "stop_reason": d.row.stop_reason, "iterations": its, "edits": edits }).to_string(), false)
@@ -57,4 +57,14 @@ pub(crate) fn answer(store: &Store, current: i64, name: &str, args: &str) -> (St
             }
         }
     }
+}
+
+/// The last `budget` bytes of `s` (on a character boundary), with a marker for what is left
+/// out.
+pub(crate) fn tail(s: &str, budget: usize) -> String {
+    if s.len() <= budget {
+        return s.to_string();
+    }
+    let start = s.ceil_char_boundary(s.len() - budget);
+    format!("[... {} earlier bytes omitted ...]\n{}", start, &s[start..])
 }
