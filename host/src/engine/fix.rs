@@ -156,7 +156,6 @@ pub fn fingerprint(r: &RunResult) -> String {
     hex::encode(&Sha256::digest(norm.as_bytes())[..8])
 }
 
-
 /// What the model was told about the previous iteration.
 struct Attempt {
     summary: String,

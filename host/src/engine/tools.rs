@@ -35,6 +35,7 @@ pub(crate) enum Imp<'a> {
     Plugin(&'a Plugin, String),
     WritePatch,
     WriteFile,
+    GeneratePatch,
     EvaluateWork,
     FinalAnswer,
     SubmitReview,
@@ -51,8 +52,9 @@ pub(crate) struct Tool<'a> {
 }
 
 /// The host's built-in tools, by name (a plugin tool with one of these names is namespaced).
-const BUILTINS: [&str; 8] = [
+const BUILTINS: [&str; 9] = [
     "write_patch",
+    "generate_patch",
     "write_file",
     "evaluate_work",
     "final_answer",
@@ -308,6 +310,13 @@ impl<'r> Toolbox<'r> {
                 Imp::WritePatch,
             ),
             builtin(
+                "generate_patch",
+                "Have a separate model call write the change: it is shown the files and the instruction and answers with an edit, which kiln checks (one failed attempt is fed back) and then applies (`apply`, default true) or returns unapplied.",
+                json!({"type":"object","properties":{"instruction":{"type":"string"},"paths":{"type":"array","items":{"type":"string"},"minItems":1},"format":{"type":"string","enum":["search-replace","udiff","whole","apply-patch"]},"apply":{"type":"boolean"}},"required":["instruction","paths"],"additionalProperties":false}),
+                Kind::Write,
+                Imp::GeneratePatch,
+            ),
+            builtin(
                 "write_file",
                 "Create a file of the workspace, or overwrite it whole, with `content`. Written atomically; protected paths (kiln.toml, .kiln/, .git/) are refused.",
                 json!({"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"],"additionalProperties":false}),
@@ -538,6 +547,7 @@ impl<'r> Toolbox<'r> {
             Imp::FinalAnswer | Imp::SubmitReview => ("done".into(), false),
             Imp::WritePatch => self.write_patch(&v, s, &ws, changed).await,
             Imp::WriteFile => self.write_file(&v, s, &ws, changed).await,
+            Imp::GeneratePatch => self.generate_patch(&v, s, &ws, run, changed).await,
             Imp::EvaluateWork => evaluate_work(&v, s, &ws, run, changed).await,
             Imp::CompileLoop => self.compile_loop(&v, s, run, changed).await,
             Imp::History => history::answer(run.store, run.id, &tool.def.name, args),
@@ -588,6 +598,130 @@ impl<'r> Toolbox<'r> {
         .await;
         note_changed(changed, written);
         (text, is_error)
+    }
+
+    /// A separate model call writes the edit; a failed dry run is fed back once.
+    async fn generate_patch(
+        &self,
+        v: &Value,
+        s: &ToolSettings,
+        ws: &Workspace,
+        run: &mut Run<'_>,
+        changed: &mut Changes,
+    ) -> (String, bool) {
+        let Some(instruction) = v["instruction"].as_str() else {
+            return ("`instruction` is required".into(), true);
+        };
+        let paths: Vec<String> = v["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str().map(String::from))
+            .collect();
+        if paths.is_empty() {
+            return ("`paths` (one or more files) is required".into(), true);
+        }
+        let fmt_name = v["format"].as_str().unwrap_or(&s.default_format);
+        let format = match self.registry.get(fmt_name, Some(PluginKind::EditFormat)) {
+            Ok(f) => f,
+            Err(e) => return (e.to_string(), true),
+        };
+        let instructions = match format.format_instructions(paths.len() > 1).await {
+            Ok(i) => i,
+            Err(e) => return (e.to_string(), true),
+        };
+        let mut shown = BTreeMap::new();
+        let mut files = String::new();
+        for p in &paths {
+            match ws.read(p) {
+                Ok(Some(t)) => {
+                    shown.insert(p.clone(), edit::fingerprint(&t));
+                    files.push_str(&format!(
+                        "{p}\n```\n{t}{}```\n\n",
+                        if t.ends_with('\n') { "" } else { "\n" }
+                    ));
+                }
+                Ok(None) => files.push_str(&format!("{p} does not exist yet.\n\n")),
+                Err(e) => return (e.to_string(), true),
+            }
+        }
+        let mut req = ChatRequest {
+            system: Some(format!(
+                "You write code changes. Answer only with the edit, in this format:\n\n{instructions}"
+            )),
+            messages: vec![Message::User {
+                text: format!("## Instruction\n{instruction}\n\n## Files\n{files}"),
+            }],
+            tools: vec![],
+            max_tokens: None,
+        };
+        let opts = ApplyOptions {
+            dry_run: true,
+            shown,
+            protected: s.protected.clone(),
+        };
+        for attempt in 1..=2 {
+            let answer = match tokio::time::timeout(s.timeout, run.ask(0, &req, false)).await {
+                Err(_) => return ("generate_patch timed out".into(), true),
+                Ok(Err(super::run::AskError::Cancelled)) => return ("cancelled".into(), true),
+                Ok(Err(super::run::AskError::Model(e))) => {
+                    return (format!("the model call failed: {e}"), true);
+                }
+                Ok(Ok(r)) => r.text,
+            };
+            let report = match edit::apply_response(format, ws, &answer, &paths, &opts).await {
+                Ok(r) => r,
+                Err(e) => return (e.to_string(), true),
+            };
+            if !report.ok {
+                let why = report.feedback().unwrap_or_else(|| "no edit found".into());
+                if attempt == 1 {
+                    req.messages.push(Message::Assistant {
+                        text: answer,
+                        tool_calls: vec![],
+                    });
+                    req.messages.push(Message::User {
+                        text: format!("That edit does not apply:\n{why}\nAnswer again with an edit that applies to the files as shown."),
+                    });
+                    continue;
+                }
+                return (
+                    format!(
+                        "the generated edit did not apply after one retry:\n{why}\n\nThe edit:\n{answer}"
+                    ),
+                    true,
+                );
+            }
+            if v["apply"].as_bool() == Some(false) {
+                return (
+                    json!({ "applied": false, "format": format.name, "patch": answer, "attempts": attempt }).to_string(),
+                    false,
+                );
+            }
+            let apply = ApplyOptions {
+                dry_run: false,
+                ..opts.clone()
+            };
+            let (text, is_error, written) = edit::apply_as_tool_result(
+                "generate_patch",
+                format,
+                ws,
+                &answer,
+                &paths,
+                &apply,
+                s.timeout,
+            )
+            .await;
+            note_changed(changed, written);
+            if is_error {
+                return (text, true);
+            }
+            return (
+                json!({ "applied": true, "format": format.name, "patch": answer, "attempts": attempt, "report": serde_json::from_str::<Value>(&text).unwrap_or(Value::Null) }).to_string(),
+                false,
+            );
+        }
+        unreachable!("two attempts end by returning")
     }
 
     async fn write_file(
