@@ -183,7 +183,7 @@ fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
 }
 
 fn check_path(rel: &str) -> Result<(), EditError> {
-    crate::plugin::capability::check_relative(rel).map_err(|why| EditError::Io {
+    crate::path::check_relative(rel).map_err(|why| EditError::Io {
         path: rel.into(),
         message: format!("the path {why}"),
     })
