@@ -6,6 +6,7 @@ mod agent_cmd;
 mod check;
 mod edit_cmd;
 mod fix_cmd;
+mod guest_sdk;
 mod history_cmd;
 mod llm_cmd;
 mod loop_cmd;
