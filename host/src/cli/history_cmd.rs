@@ -67,7 +67,7 @@ fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()
             print_json(&serde_json::to_value(&r)?);
         } else {
             say!(
-                "{:>4}  {:<5} {:<8} {:<17} iters {}/{}  {}  {}",
+                "{:>4}  {:<12} {:<8} {:<17} iters {}/{}  {}  {}",
                 r.id,
                 r.kind,
                 r.status,
@@ -111,7 +111,10 @@ fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
     if let Some(s) = &r.summary {
         say!("summary: {s}");
     }
-    if r.kind == "agent" || r.kind == "mcp" {
+    if matches!(
+        r.kind.as_str(),
+        "agent" | "mcp" | "loop-execute" | "loop-review"
+    ) {
         for c in store.tool_calls(r.id)? {
             say!(
                 "   turn {} {} {} {} ({} ms): {}",
