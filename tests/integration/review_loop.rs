@@ -213,7 +213,7 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
         openai_calls(&[
             ("run_cmd", r#"{"command":"touch","args":["pwned"]}"#),
             ("run_cmd", r#"{"command":"find","args":[".","-delete"]}"#),
-            ("run_cmd", r#"{"command":"env","args":["cat","keep.txt"]}"#),
+            ("run_cmd", r#"{"command":"env","args":["-Scat keep.txt"]}"#),
             ("write_file", r#"{"path":"keep.txt","content":"gone"}"#),
         ]),
         review("nothing left", "", &[]),
@@ -238,7 +238,7 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
         tool_msgs[0]
     );
     assert!(tool_msgs[1].contains("find -delete"), "{}", tool_msgs[1]);
-    assert!(tool_msgs[2].contains("env cat"), "{}", tool_msgs[2]);
+    assert!(tool_msgs[2].contains("env -Scat"), "{}", tool_msgs[2]);
     assert!(tool_msgs[3].contains("unknown tool"), "{}", tool_msgs[3]);
     // Nothing changed.
     assert!(!ws.root().join("pwned").exists());
@@ -402,4 +402,56 @@ fn ctrl_c_in_the_review_phase_is_recorded_and_the_artifacts_stay_consistent() {
         .find(|l| l.kind == "loop")
         .unwrap();
     assert_eq!(top.stop_reason.as_deref(), Some("cancelled"));
+}
+
+#[test]
+fn the_execution_phase_cannot_write_protected_files_or_through_links() {
+    let ws = Workspace::new();
+    ws.write("task.md", "Do it.\n");
+    ws.write(".git/config", "[core]\n");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("victim.txt"), "safe\n").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("victim.txt"),
+        ws.root().join("link.txt"),
+    )
+    .unwrap();
+    let mock = MockLlm::start(vec![
+        openai_calls(&[
+            (
+                "write_file",
+                r#"{"path":"kiln.toml","content":"[plugins.shell]\nexec = [{program = \"*\"}]\n"}"#,
+            ),
+            ("write_file", r#"{"path":".git/config","content":"evil"}"#),
+            ("write_file", r#"{"path":"link.txt","content":"pwned"}"#),
+            (
+                "write_file",
+                r#"{"path":"../escape.txt","content":"pwned"}"#,
+            ),
+        ]),
+        final_answer("STATUS: COMPLETE"),
+    ]);
+    let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
+    assert_eq!(result(&r)["stop_reason"], "complete", "{}", r.stderr());
+    let msgs: Vec<String> = mock.recorded()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(msgs.len(), 4);
+    for m in &msgs {
+        assert!(!m.contains("\"ok\":true"), "a write went through: {m}");
+    }
+    assert!(!ws.root().join("kiln.toml").exists());
+    assert_eq!(ws.read(".git/config"), "[core]\n");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("victim.txt")).unwrap(),
+        "safe\n"
+    );
+    assert!(!outside.path().parent().unwrap().join("escape.txt").exists());
+    // The refused calls are the run's "refused" list, for the reviewer.
+    let refused = result(&r)["rounds"][0]["refused"].as_array().unwrap().len();
+    assert_eq!(refused, 4, "{}", result(&r)["rounds"]);
 }

@@ -463,6 +463,9 @@ fn is_refusal(output: &str) -> bool {
         "not allowed",
         "not granted",
         "protected",
+        "inside the workspace",
+        "outside the workspace",
+        "symbolic link",
     ]
     .iter()
     .any(|w| o.contains(w))
@@ -978,14 +981,13 @@ impl Artifacts {
         let tmp = format!(".{name}.kiln-tmp-{}", std::process::id());
         {
             use std::io::Write;
+            // A leftover (or planted) file or link of that name is removed, never followed.
+            let _ = self.dir.remove_file(&tmp);
             let mut f = self
                 .dir
                 .open_with(
                     &tmp,
-                    cap_std::fs::OpenOptions::new()
-                        .write(true)
-                        .create(true)
-                        .truncate(true),
+                    cap_std::fs::OpenOptions::new().write(true).create_new(true),
                 )
                 .map_err(err)?;
             f.write_all(text.as_bytes()).map_err(err)?;
@@ -1044,6 +1046,31 @@ mod tests {
         );
         assert_eq!(extract_status("no status here"), None);
         assert!(extract_pending_items("STATUS: COMPLETE").is_empty());
+    }
+
+    #[test]
+    fn an_artifact_never_writes_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("precious.txt"), "precious\n").unwrap();
+        let a = Artifacts::open(dir.path()).unwrap();
+        let planted = dir.path().join(format!(
+            ".kiln/loop/.state.toml.kiln-tmp-{}",
+            std::process::id()
+        ));
+        std::os::unix::fs::symlink(dir.path().join("precious.txt"), &planted).unwrap();
+        // The final name as a link, too: replaced, not followed.
+        std::os::unix::fs::symlink(
+            dir.path().join("precious.txt"),
+            dir.path().join(".kiln/loop/run.toml"),
+        )
+        .unwrap();
+        a.write("state.toml", "phase = \"done\"\n").unwrap();
+        a.write("run.toml", "run_id = 1\n").unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+        assert_eq!(read("precious.txt"), "precious\n");
+        assert_eq!(read(".kiln/loop/state.toml"), "phase = \"done\"\n");
+        assert_eq!(read(".kiln/loop/run.toml"), "run_id = 1\n");
+        assert!(!planted.exists());
     }
 
     #[test]

@@ -853,8 +853,8 @@ fn note_changed(changed: &mut Changes, written: Vec<String>) {
 
 /// The host's own check of a `run_cmd` against the loop's allowlist (the plugin's grant is
 /// checked again by the sandbox): the program must be listed, and arguments that would make
-/// a listed program run another one or write (`env CMD`, `find -exec`/`-delete`, `rg --pre`)
-/// are refused.
+/// a listed program run another one or write (`env` with any argument, `find -exec`/`-delete`,
+/// `rg --pre`) are refused.
 fn command_refused(s: &ToolSettings, v: &Value) -> Option<String> {
     let allow = s.command_allowlist.as_ref()?;
     let command = v["command"].as_str().unwrap_or("").trim();
@@ -875,7 +875,9 @@ fn command_refused(s: &ToolSettings, v: &Value) -> Option<String> {
     }
     let args = &words[1..];
     let bad = match program {
-        "env" => args.iter().find(|a| !a.starts_with('-')).cloned(),
+        // `env` may only print the environment: any argument could run a program
+        // (`env CMD`, `env -S"CMD"`, `env --split-string=CMD`).
+        "env" => args.first().cloned(),
         "find" => args
             .iter()
             .find(|a| {
