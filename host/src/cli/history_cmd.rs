@@ -121,11 +121,11 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
                 }
                 for it in &d.iterations {
                     say!(
-                        "\n-- iteration {}: {} (exit {}), {} edit(s) applied, runner {} ms, llm {} ms",
+                        "\n-- iteration {}: {} (exit {}), {} applied, runner {} ms, llm {} ms",
                         it.n,
                         if it.ok { "passed" } else { "failed" },
                         it.exit_code,
-                        it.edits_applied,
+                        crate::terminal::count(it.edits_applied as usize, "edit", "edits"),
                         it.runner_ms,
                         it.llm_ms
                     );

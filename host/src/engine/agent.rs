@@ -61,6 +61,8 @@ pub struct AgentOptions {
     pub result_cap: usize,
     /// Extra system prompt.
     pub system: Option<String>,
+    /// Replaces kiln's own system prompt (`--system-file`).
+    pub base_system: Option<String>,
     /// Hooks.
     pub hooks: Hooks,
     /// Default edit format of `write_patch`.
@@ -89,6 +91,7 @@ impl Default for AgentOptions {
             context_chars: 400_000,
             result_cap: 16 * 1024,
             system: None,
+            base_system: None,
             hooks: Hooks::default(),
             default_format: "search-replace".into(),
             compile_cmd: None,
@@ -617,6 +620,9 @@ pub async fn run_agent(
     let mut system = String::from(
         "You are a careful coding agent working in a repository. Use the tools to read code before changing it, make focused changes with write_patch, run checks with run_cmd when available, and call final_answer with a summary when the task is done. Paths are relative to the workspace root.\n",
     );
+    if let Some(base) = &opts.base_system {
+        system = format!("{}\n", base.trim_end());
+    }
     if let Some(extra) = &opts.system {
         system.push_str(extra);
         system.push('\n');
@@ -766,7 +772,7 @@ pub async fn run_agent(
                         store,
                         Event::AgentNotice {
                             message: format!(
-                                "unparseable decision ({why}); attempt {parse_failures} of {}",
+                                "unparseable decision ({why}); malformed answer {parse_failures} in a row (at most {} tolerated)",
                                 opts.max_parse_retries
                             ),
                         },

@@ -2,6 +2,7 @@
 //! one JSON object per line. The JSON form is `{"seq", "ts_ms", "type", ...fields}`; `type` is
 //! one of the names below (`loop.started`, `runner.finished`, ...).
 
+use crate::terminal::count;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -269,8 +270,9 @@ impl Event {
                 max_iters,
             } => {
                 format!(
-                    "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {max_iters} iterations)",
-                    targets.join(", ")
+                    "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {})",
+                    targets.join(", "),
+                    count(*max_iters as usize, "iteration", "iterations")
                 )
             }
             Event::RunnerFinished {
@@ -280,8 +282,9 @@ impl Event {
                 errors,
                 duration_ms,
             } => format!(
-                "[{iteration}] runner: {} (exit {exit_code}, {errors} errors, {duration_ms} ms)",
-                if *ok { "passed" } else { "failed" }
+                "[{iteration}] runner: {} (exit {exit_code}, {}, {duration_ms} ms)",
+                if *ok { "passed" } else { "failed" },
+                count(*errors, "error", "errors")
             ),
             Event::LlmRequest {
                 iteration,
@@ -327,7 +330,10 @@ impl Event {
             }
             Event::LoopIteration { .. } => return None,
             Event::LoopSucceeded { loop_id, iters } => {
-                format!("loop {loop_id}: success after {iters} iteration(s)")
+                format!(
+                    "loop {loop_id}: success after {}",
+                    count(*iters as usize, "iteration", "iterations")
+                )
             }
             Event::LoopFailed {
                 loop_id, reason, ..
