@@ -103,6 +103,7 @@ fn short_flags_and_the_positional_task() {
     // The task once only.
     let r = ws.kiln(&["agent", "-p", "a", "b", "--model", "m"], &[]);
     r.expect_code(2);
+    assert!(r.stderr().contains("cannot be used with"), "{}", r.stderr());
 }
 
 #[test]

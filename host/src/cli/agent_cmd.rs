@@ -122,16 +122,16 @@ fn test_args(list: &str) -> anyhow::Result<Vec<String>> {
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow::Result<Outcome> {
     let mut config = ctx.config.clone();
-    // The model first: a missing API key is reported before anything runs or loads.
+    let extra_args = match &args.test_args {
+        Some(list) => test_args(list)?,
+        None => Vec::new(),
+    };
+    // Then the model: a missing API key is reported before anything runs or loads.
     let mut model = match &args.replay {
         Some(file) => {
             ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
         None => ModelSource::Live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
-    };
-    let extra_args = match &args.test_args {
-        Some(list) => test_args(list)?,
-        None => Vec::new(),
     };
     let (test_command, test_source) = match (&args.test_command, &config.agent.test_command) {
         (Some(c), _) => (Some(c.clone()), None),
