@@ -988,10 +988,10 @@ mod tests {
         let e = StoreError::Overlap {
             id: 3,
             pid: 42,
-            started: t,
+            started: now_ms() - 90_000,
         }
         .to_string();
-        assert!(e.contains("started 2026-11-27 11:29:32 UTC, "), "{e}");
+        assert!(e.contains(" UTC, 1 min ago)"), "{e}");
     }
 
     #[test]
