@@ -195,6 +195,21 @@ pub struct SandboxConfig {
     pub require_confinement: Option<bool>,
 }
 
+/// Hook commands (`[agent.hooks]` in kiln.toml). Each gets a JSON object on stdin.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Hooks {
+    /// Before each tool call: `{"tool","arguments"}` in; `{"decision":"allow"|"deny","reason",
+    /// "arguments"}` out (rewritten arguments optional). A non-zero exit denies.
+    pub before_tool: Option<String>,
+    /// After each tool call: `{"tool","arguments","result","is_error"}` in.
+    pub after_tool: Option<String>,
+    /// Before each model call: `{"turn","messages"}` in (count of messages).
+    pub before_llm: Option<String>,
+    /// After each model call: `{"turn","text","tool_calls"}` in.
+    pub after_llm: Option<String>,
+}
+
 /// `[agent]`: defaults for `kiln agent`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -202,7 +217,7 @@ pub struct AgentConfig {
     /// The command `run_cmd` may run (like `--test-command`).
     pub test_command: Option<String>,
     /// Hook commands.
-    pub hooks: Option<crate::engine::agent::Hooks>,
+    pub hooks: Option<Hooks>,
 }
 
 /// `[fix]`: defaults for `kiln fix` in this project.

@@ -6,6 +6,7 @@ mod support;
 
 mod agent;
 mod agent_cli;
+mod agent_policy;
 mod cli;
 mod confine;
 mod edit;
@@ -16,6 +17,7 @@ mod journal;
 mod languages;
 mod llm;
 mod mcp;
+mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;

@@ -129,9 +129,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     // Then the model: a missing API key is reported before anything runs or loads.
     let mut model = match &args.replay {
         Some(file) => {
-            ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
-        None => ModelSource::Live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
+        None => ModelSource::live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
     };
     let (test_command, test_source) = match (&args.test_command, &config.agent.test_command) {
         (Some(c), _) => (Some(c.clone()), None),
@@ -214,7 +214,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         manual: args.manual,
         context_chars: args.context_chars,
         system: args.system.clone(),
-        base_system,
+        system_prompt: base_system,
         hooks: config.agent.hooks.clone().unwrap_or_default(),
         default_format: args.format.clone(),
         compile_cmd: test_command.clone(),
@@ -309,10 +309,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
             log.line(&summary);
         }
         last_ok = result.success;
-        let stop = result.stop_reason.clone();
+        let stop = result.stop_reason;
         history = result.messages;
-        if !interactive || stop == "cancelled" {
-            errored = stop == "error";
+        if !interactive || stop == crate::engine::StopReason::Cancelled {
+            errored = stop == crate::engine::StopReason::Error;
             break;
         }
     }

@@ -65,12 +65,12 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let mut store = Store::open(&ctx.workspace)?;
     let mut model = match (&args.replay, args.replay_loop) {
         (Some(file), _) => {
-            ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
         (None, Some(id)) => {
-            ModelSource::Replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
         }
-        (None, None) => ModelSource::Live(LlmClient::new(match live {
+        (None, None) => ModelSource::live(LlmClient::new(match live {
             Some(s) => s,
             None => args.llm.settings(&config)?,
         })?),
@@ -165,9 +165,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
                 .unwrap_or_default()
         );
     }
-    Ok(match outcome.stop_reason.as_str() {
-        "success" => Outcome::Success,
-        "error" => Outcome::Error,
+    Ok(match outcome.stop_reason {
+        engine::StopReason::Success => Outcome::Success,
+        engine::StopReason::Error => Outcome::Error,
         _ => Outcome::Failure,
     })
 }

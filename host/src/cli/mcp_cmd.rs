@@ -194,14 +194,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         .get(&default_format, Some(PluginKind::EditFormat))
         .with_context(|| format!("--format {default_format}"))?;
     let model = match &args.replay {
-        Some(file) => Ok(ModelSource::Replay(
+        Some(file) => Ok(ModelSource::replay(
             Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?,
         )),
         None => args
             .llm
             .settings(&ctx2.config)
             .and_then(|s| Ok(LlmClient::new(s)?))
-            .map(ModelSource::Live)
+            .map(ModelSource::live)
             .map_err(|e| format!("compile_loop has no model: {e:#}")),
     };
     let model_label = model.as_ref().map_or("-".to_string(), |m| m.label());
@@ -415,8 +415,17 @@ async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) 
                 protected: shared.config.protected(),
                 ..Default::default()
             };
-            edit::apply_as_tool_result("apply_edit", format, &ws, response, &files, &opts, timeout)
-                .await
+            let (text, is_error, _) = edit::apply_as_tool_result(
+                "apply_edit",
+                format,
+                &ws,
+                response,
+                &files,
+                &opts,
+                timeout,
+            )
+            .await;
+            (text, is_error)
         }
         Target::CompileLoop => ("compile_loop is not a plain call".into(), true),
     }

@@ -525,7 +525,7 @@ pub(crate) fn commit_with(
     }
     let id = format!(
         "{}-{}-{}",
-        crate::store::now_ms(),
+        crate::clock::now_ms(),
         std::process::id(),
         NEXT_ID.fetch_add(1, Ordering::Relaxed)
     );
@@ -564,7 +564,7 @@ pub(crate) fn commit_with(
         kiln_journal: VERSION,
         id: id.clone(),
         pid: std::process::id(),
-        started_ms: crate::store::now_ms(),
+        started_ms: crate::clock::now_ms(),
         created_dirs,
         steps,
     };

@@ -546,9 +546,8 @@ pub async fn apply_edits(
     Ok(report)
 }
 
-/// Apply a response on behalf of a tool call (`write_patch`, MCP `apply_edit`) under a
-/// deadline, as the tool's result: `(text, is_error)`. The text is the JSON report when every
-/// edit applied, else the feedback that says what to fix.
+/// An edit response applied as a tool's result: `(text for the model, is_error, files
+/// written or deleted)` (write_patch, MCP's apply_edit).
 pub async fn apply_as_tool_result(
     tool: &str,
     format: &Plugin,
@@ -557,19 +556,70 @@ pub async fn apply_as_tool_result(
     targets: &[String],
     opts: &ApplyOptions,
     timeout: std::time::Duration,
-) -> (String, bool) {
-    match tokio::time::timeout(timeout, apply_response(format, ws, response, targets, opts)).await {
+) -> (String, bool, Vec<String>) {
+    let fut = apply_response(format, ws, response, targets, opts);
+    report_as_tool_result(tool, tokio::time::timeout(timeout, fut).await, timeout)
+}
+
+/// Create `path` or overwrite it whole with `content`, through the same protected, atomic
+/// path as every edit (write_file).
+pub async fn write_whole_file(
+    format: &Plugin,
+    ws: &Workspace,
+    path: &str,
+    content: &str,
+    opts: &ApplyOptions,
+    timeout: std::time::Duration,
+) -> (String, bool, Vec<String>) {
+    let exists = matches!(ws.read(path), Ok(Some(_)));
+    let edit = FileEdit {
+        path: path.to_string(),
+        kind: if exists {
+            EditKind::Rewrite
+        } else {
+            EditKind::Create
+        },
+        search: String::new(),
+        replace: content.to_string(),
+        new_path: None,
+    };
+    let targets = [path.to_string()];
+    let report = EditReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let fut = apply_edits(format, ws, vec![edit], &targets, opts, report);
+    report_as_tool_result(
+        "write_file",
+        tokio::time::timeout(timeout, fut).await,
+        timeout,
+    )
+}
+
+fn report_as_tool_result(
+    tool: &str,
+    r: Result<Result<EditReport, EditError>, tokio::time::error::Elapsed>,
+    timeout: std::time::Duration,
+) -> (String, bool, Vec<String>) {
+    match r {
         Err(_) => (
             format!("{tool} timed out after {} s", timeout.as_secs_f64()),
             true,
+            Vec::new(),
         ),
-        Ok(Err(e)) => (e.to_string(), true),
+        Ok(Err(e)) => (e.to_string(), true, Vec::new()),
         Ok(Ok(report)) => {
             let text = serde_json::to_string(&report).unwrap_or_default();
             if report.ok {
-                (text, false)
+                let changed = report
+                    .written
+                    .iter()
+                    .chain(&report.deleted)
+                    .cloned()
+                    .collect();
+                (text, false, changed)
             } else {
-                (report.feedback().unwrap_or(text), true)
+                (report.feedback().unwrap_or(text), true, Vec::new())
             }
         }
     }

@@ -39,7 +39,7 @@ pub struct ToolCall {
 }
 
 /// One message of a conversation.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
     /// From the user (or the loop speaking for them).

@@ -97,13 +97,7 @@ pub fn cap_text(text: &str, max: usize) -> String {
     )
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 /// Unix milliseconds as UTC, `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc_text(ms: i64) -> String {
