@@ -346,3 +346,60 @@ fn a_task_file_outside_the_workspace_is_refused() {
     assert!(mock.recorded().is_empty());
     assert!(!ws.root().join(".kiln/loop").exists());
 }
+
+#[test]
+fn ctrl_c_in_the_review_phase_is_recorded_and_the_artifacts_stay_consistent() {
+    use crate::mock_llm::Reply;
+    use std::time::{Duration, Instant};
+    let ws = Workspace::new();
+    ws.write("task.md", "Do it.\n");
+    let slow = Reply::Stream(vec![(Duration::from_secs(30), "data: [DONE]\n\n".into())]);
+    let mock = MockLlm::start(vec![
+        final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- more\n"),
+        slow,
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let child = ws.spawn_kiln(&[
+        "loop",
+        "--base-url",
+        &base,
+        "--model",
+        "m",
+        "--json",
+        "--task",
+        "task.md",
+    ]);
+    let start = Instant::now();
+    while mock.recorded().len() < 2 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = Run(child.wait_with_output().unwrap());
+    assert_eq!(out.code(), 1, "{}", out.stderr());
+    assert_eq!(result(&out)["stop_reason"], "cancelled");
+    assert!(start.elapsed() < Duration::from_secs(20));
+    let state = toml_file(&ws, "state.toml");
+    assert_eq!(state["phase"].as_str(), Some("cancelled"));
+    assert_eq!(state["stopped_in"].as_str(), Some("review"));
+    assert_eq!(state["loop_index"].as_integer(), Some(1));
+    assert_eq!(toml_file(&ws, "run.toml")["finished"].as_bool(), Some(true));
+    toml_file(&ws, "execution.toml");
+    toml_file(&ws, "review.toml");
+    // No temporary files are left beside the artifacts.
+    let names: Vec<String> = std::fs::read_dir(ws.root().join(".kiln/loop"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("kiln-tmp")), "{names:?}");
+    let s = Store::open(&ws.root()).unwrap();
+    let top = s
+        .loops(10)
+        .unwrap()
+        .into_iter()
+        .find(|l| l.kind == "loop")
+        .unwrap();
+    assert_eq!(top.stop_reason.as_deref(), Some("cancelled"));
+}

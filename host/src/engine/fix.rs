@@ -107,6 +107,21 @@ pub fn compile_loop_tool() -> ToolDef {
     }
 }
 
+/// The target files of a `compile_loop` call (`target_file` or `target_files`, not both).
+pub fn compile_loop_targets(args: &serde_json::Value) -> Result<Vec<String>, String> {
+    match (args.get("target_file"), args.get("target_files")) {
+        (Some(_), Some(_)) => Err("give target_file or target_files, not both".into()),
+        (Some(f), None) => Ok(f.as_str().map(|s| vec![s.to_string()]).unwrap_or_default()),
+        (None, Some(fs)) => Ok(fs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(String::from))
+            .collect()),
+        (None, None) => Err("target_file or target_files is required".into()),
+    }
+}
+
 /// Stop-tool and history tools offered to the model inside the loop.
 fn loop_tools() -> Vec<ToolDef> {
     let mut tools = vec![ToolDef {

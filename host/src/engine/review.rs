@@ -509,6 +509,7 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
         summary: String::new(),
         loops_completed: 0,
         phase_log: None,
+        at: (1, "execution"),
     };
     if let Some(p) = &opts.log_path {
         state.phase_log = Some(
@@ -537,6 +538,8 @@ struct LoopState<'o, 'r> {
     summary: String,
     loops_completed: u32,
     phase_log: Option<std::fs::File>,
+    /// The round and phase running now.
+    at: (u32, &'static str),
 }
 
 /// Which agent a phase is.
@@ -649,6 +652,7 @@ impl LoopState<'_, '_> {
         round: u32,
         phase: Phase,
     ) -> Result<AgentResult, LoopError> {
+        self.at = (round, phase.name());
         self.write_state(run, round, phase.name())?;
         run.emit(Event::PhaseStart {
             round,
@@ -822,12 +826,16 @@ impl LoopState<'_, '_> {
         Ok(verdict)
     }
 
+    /// state.toml: where the run is (`phase`: `execution`, `review`, `done`, `cancelled`;
+    /// a cancelled run also says which phase it stopped in).
     fn write_state(&self, run: &Run<'_>, round: u32, phase: &str) -> Result<(), LoopError> {
         #[derive(Serialize)]
         struct State<'a> {
             run_id: i64,
             loop_index: u32,
             phase: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            stopped_in: Option<&'a str>,
             workspace: String,
             task_file: &'a str,
             updated_at: i64,
@@ -838,6 +846,7 @@ impl LoopState<'_, '_> {
                 run_id: run.id,
                 loop_index: round,
                 phase,
+                stopped_in: (phase == "cancelled").then_some(self.at.1),
                 workspace: run.workspace.display().to_string(),
                 task_file: &self.opts.task_file,
                 updated_at: crate::clock::now_ms(),
@@ -919,12 +928,12 @@ impl LoopState<'_, '_> {
             &self.summary,
             (!reason.is_success()).then_some(self.summary.as_str()),
         )?;
-        let phase = if reason == StopReason::Cancelled {
-            "cancelled"
+        let (round, phase) = if reason == StopReason::Cancelled {
+            (self.at.0, "cancelled")
         } else {
-            "done"
+            (self.loops_completed, "done")
         };
-        self.write_state(run, self.loops_completed, phase)?;
+        self.write_state(run, round, phase)?;
         self.write_run(run, true)?;
         let result = LoopRunResult {
             run_id: run.id,

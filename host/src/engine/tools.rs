@@ -630,21 +630,10 @@ impl<'r> Toolbox<'r> {
             Ok(i) => i,
             Err(e) => return (e.to_string(), true),
         };
-        let mut shown = BTreeMap::new();
-        let mut files = String::new();
-        for p in &paths {
-            match ws.read(p) {
-                Ok(Some(t)) => {
-                    shown.insert(p.clone(), edit::fingerprint(&t));
-                    files.push_str(&format!(
-                        "{p}\n```\n{t}{}```\n\n",
-                        if t.ends_with('\n') { "" } else { "\n" }
-                    ));
-                }
-                Ok(None) => files.push_str(&format!("{p} does not exist yet.\n\n")),
-                Err(e) => return (e.to_string(), true),
-            }
-        }
+        let (files, shown) = match show_files(ws, &paths) {
+            Ok(x) => x,
+            Err(e) => return (e.to_string(), true),
+        };
         let mut req = ChatRequest {
             system: Some(format!(
                 "You write code changes. Answer only with the edit, in this format:\n\n{instructions}"
@@ -755,20 +744,9 @@ impl<'r> Toolbox<'r> {
         run: &mut Run<'_>,
         changed: &mut Changes,
     ) -> (String, bool) {
-        let targets: Vec<String> = match (v.get("target_file"), v.get("target_files")) {
-            (Some(_), Some(_)) => {
-                return ("give target_file or target_files, not both".into(), true);
-            }
-            (Some(f), None) => f.as_str().map(|s| vec![s.to_string()]).unwrap_or_default(),
-            (None, Some(fs)) => fs
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|x| x.as_str().map(String::from))
-                .collect(),
-            (None, None) => {
-                return ("target_file or target_files is required".into(), true);
-            }
+        let targets = match super::fix::compile_loop_targets(v) {
+            Ok(t) => t,
+            Err(e) => return (e, true),
         };
         let runner = match self.registry.get("command", Some(PluginKind::Runner)) {
             Ok(r) => r,
@@ -828,6 +806,29 @@ impl<'r> Toolbox<'r> {
             Err(e) => (e.to_string(), true),
         }
     }
+}
+
+/// The files as a prompt shows them, with the fingerprints of exactly that text (the stale
+/// check's reference).
+fn show_files(
+    ws: &Workspace,
+    paths: &[String],
+) -> Result<(String, BTreeMap<String, String>), edit::EditError> {
+    let mut shown = BTreeMap::new();
+    let mut files = String::new();
+    for p in paths {
+        match ws.read(p)? {
+            Some(t) => {
+                shown.insert(p.clone(), edit::fingerprint(&t));
+                files.push_str(&format!(
+                    "{p}\n```\n{t}{}```\n\n",
+                    if t.ends_with('\n') { "" } else { "\n" }
+                ));
+            }
+            None => files.push_str(&format!("{p} does not exist yet.\n\n")),
+        }
+    }
+    Ok((files, shown))
 }
 
 /// What a run's calls wrote.
