@@ -7,6 +7,7 @@ mod check;
 mod edit_cmd;
 mod event_log;
 mod fix_cmd;
+mod guest_sdk;
 mod history_cmd;
 mod llm_cmd;
 mod loop_cmd;

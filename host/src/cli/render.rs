@@ -14,6 +14,13 @@ impl Event {
     }
 
     fn human_raw(&self) -> Option<String> {
+        self.fix_line()
+            .or_else(|| self.agent_line())
+            .or_else(|| self.loop_line())
+    }
+
+    /// The fix loop's events.
+    fn fix_line(&self) -> Option<String> {
         Some(match self {
             Event::LoopStarted {
                 loop_id,
@@ -93,6 +100,13 @@ impl Event {
                 loop_id, reason, ..
             } => format!("loop {loop_id}: stopped: {reason}"),
             Event::LoopBlocked { loop_id, reason } => format!("loop {loop_id}: blocked: {reason}"),
+            _ => return None,
+        })
+    }
+
+    /// The agent's events (and those every loop shares).
+    fn agent_line(&self) -> Option<String> {
+        Some(match self {
             Event::LoopResult(_)
             | Event::AgentResult(_)
             | Event::TurnEnd { .. }
@@ -119,6 +133,26 @@ impl Event {
             }
             Event::AgentNotice { message } => format!("  ! {message}"),
             Event::Error { message } => format!("error: {message}"),
+            Event::LlmRetry {
+                attempt,
+                reason,
+                discard,
+            } => format!(
+                "  ! model request failed ({reason}); retry {attempt}{}",
+                if *discard {
+                    ", the partial answer above is discarded"
+                } else {
+                    ""
+                }
+            ),
+
+            _ => return None,
+        })
+    }
+
+    /// The execute/review loop's events.
+    fn loop_line(&self) -> Option<String> {
+        Some(match self {
             Event::RoundStart { round, loops } => format!("== round {round} of {loops}"),
             Event::PhaseStart { round, phase } => format!("-- round {round}: {phase} phase"),
             Event::ReviewSubmitted {
@@ -137,18 +171,7 @@ impl Event {
                 s
             }
             Event::RoundEnd { .. } | Event::LoopRunResult(_) => return None,
-            Event::LlmRetry {
-                attempt,
-                reason,
-                discard,
-            } => format!(
-                "  ! model request failed ({reason}); retry {attempt}{}",
-                if *discard {
-                    ", the partial answer above is discarded"
-                } else {
-                    ""
-                }
-            ),
+            _ => return None,
         })
     }
 }
