@@ -5,6 +5,7 @@ mod mock_llm;
 mod support;
 
 mod agent;
+mod agent_cli;
 mod agent_policy;
 mod cli;
 mod confine;

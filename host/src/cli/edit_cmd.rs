@@ -209,17 +209,18 @@ fn render(r: &EditReport) {
             }
         }
     }
+    use crate::terminal::count;
     if r.ok {
         if r.dry_run {
             eprintln!(
-                "dry run: {} edits would apply; nothing written",
-                r.edits.len()
+                "dry run: {} would apply; nothing written",
+                count(r.edits.len(), "edit", "edits")
             );
         } else {
             eprintln!(
-                "{} edits applied; {} files written, {} deleted",
-                r.edits.len(),
-                r.written.len(),
+                "{} applied; {} written, {} deleted",
+                count(r.edits.len(), "edit", "edits"),
+                count(r.written.len(), "file", "files"),
                 r.deleted.len()
             );
         }

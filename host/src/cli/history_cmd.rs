@@ -143,11 +143,11 @@ fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
 /// first diagnostics.
 fn print_iteration(d: &LoopDetail, it: &IterationRow) {
     say!(
-        "\n-- iteration {}: {} (exit {}), {} edit(s) applied, runner {} ms, llm {} ms",
+        "\n-- iteration {}: {} (exit {}), {} applied, runner {} ms, llm {} ms",
         it.n,
         if it.ok { "passed" } else { "failed" },
         it.exit_code,
-        it.edits_applied,
+        crate::terminal::count(it.edits_applied as usize, "edit", "edits"),
         it.runner_ms,
         it.llm_ms
     );

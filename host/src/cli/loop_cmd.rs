@@ -104,7 +104,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
         Some(file) => {
             ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
-        None => ModelSource::live(LlmClient::new(args.llm.settings(&config)?)?),
+        None => ModelSource::live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
     };
     let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;

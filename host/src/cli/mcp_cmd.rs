@@ -467,7 +467,8 @@ fn progress_forwarder(
             let _ = progress_tx.send((
                 *iteration,
                 format!(
-                    "iteration {iteration}: {edits_applied} edit(s) applied, check {}",
+                    "iteration {iteration}: {} applied, check {}",
+                    crate::terminal::count(*edits_applied, "edit", "edits"),
                     if *ok { "passes" } else { "still fails" }
                 ),
             ));

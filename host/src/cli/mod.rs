@@ -5,6 +5,7 @@
 mod agent_cmd;
 mod check;
 mod edit_cmd;
+mod event_log;
 mod fix_cmd;
 mod guest_sdk;
 mod history_cmd;
@@ -34,8 +35,9 @@ pub struct Cli {
     command: Command,
 }
 
-/// Options every command takes.
+/// Options every command takes (listed after a command's own options in its help).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 struct Global {
     /// Workspace root (default: the current directory).
     #[arg(long, short = 'C', global = true, value_name = "DIR")]

@@ -3,6 +3,7 @@
 //! engine's (`Event::to_json`).
 
 use crate::engine::Event;
+use crate::terminal::count;
 
 impl Event {
     /// One line for a person, with any control characters or escape sequences from plugins,
@@ -30,8 +31,9 @@ impl Event {
                 max_iters,
             } => {
                 format!(
-                    "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {max_iters} iterations)",
-                    targets.join(", ")
+                    "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {})",
+                    targets.join(", "),
+                    count(*max_iters as usize, "iteration", "iterations")
                 )
             }
             Event::RunnerFinished {
@@ -41,8 +43,9 @@ impl Event {
                 errors,
                 duration_ms,
             } => format!(
-                "[{iteration}] runner: {} (exit {exit_code}, {errors} errors, {duration_ms} ms)",
-                if *ok { "passed" } else { "failed" }
+                "[{iteration}] runner: {} (exit {exit_code}, {}, {duration_ms} ms)",
+                if *ok { "passed" } else { "failed" },
+                count(*errors, "error", "errors")
             ),
             Event::LlmRequest {
                 iteration,
@@ -88,7 +91,10 @@ impl Event {
             }
             Event::LoopIteration { .. } => return None,
             Event::LoopSucceeded { loop_id, iters } => {
-                format!("loop {loop_id}: success after {iters} iteration(s)")
+                format!(
+                    "loop {loop_id}: success after {}",
+                    count(*iters as usize, "iteration", "iterations")
+                )
             }
             Event::LoopFailed {
                 loop_id, reason, ..

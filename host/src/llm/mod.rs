@@ -5,6 +5,7 @@
 
 mod anthropic;
 mod openai;
+pub mod pricing;
 pub mod retry;
 pub mod settings;
 pub mod sse;
