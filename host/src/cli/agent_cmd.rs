@@ -120,19 +120,14 @@ fn test_args(list: &str) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow::Result<Outcome> {
-    let mut config = ctx.config.clone();
-    let extra_args = match &args.test_args {
-        Some(list) => test_args(list)?,
-        None => Vec::new(),
-    };
-    // Then the model: a missing API key is reported before anything runs or loads.
-    let mut model = match &args.replay {
-        Some(file) => {
-            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
-        }
-        None => ModelSource::live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
-    };
+/// The test command (given, configured or detected; with `--test-args` appended) and where it
+/// came from, when not given on the command line.
+fn test_command_for(
+    ctx: &Ctx,
+    args: &AgentArgs,
+    config: &crate::config::Config,
+    extra_args: &[String],
+) -> anyhow::Result<(Option<String>, Option<String>)> {
     let (test_command, test_source) = match (&args.test_command, &config.agent.test_command) {
         (Some(c), _) => (Some(c.clone()), None),
         (None, Some(c)) => (Some(c.clone()), Some("[agent] test_command".to_string())),
@@ -151,16 +146,16 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         }
         None => None,
     };
-    if let Some(cmd) = &test_command {
-        crate::config::grant_test_command(&mut config, cmd).map_err(|e| anyhow::anyhow!(e))?;
-    }
-    let base_system = match &args.system_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read --system-file {}", p.display()))?,
-        ),
-        None => None,
-    };
+    Ok((test_command, test_source))
+}
+
+/// Where the event lines go: stderr unless --json (whose events go to stdout) or turned off,
+/// and the log file when asked for (flags or `AGENT_*` variables).
+fn event_log_for(
+    ctx: &Ctx,
+    args: &AgentArgs,
+    config: &crate::config::Config,
+) -> anyhow::Result<EventLog> {
     let console = !args.no_console_log && env_flag("AGENT_CONSOLE_LOGGING") != Some(false);
     let log_path = args.log_file.clone().or_else(|| {
         std::env::var_os("AGENT_LOG_FILE")
@@ -179,12 +174,19 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     } else {
         None
     };
-    // Event lines on stderr unless --json (whose events go to stdout) or turned off.
-    let mut log = EventLog::new(console && !args.json, log_file);
-    log.line(&format!(
-        "kiln agent: model `{}`; {}; at most {}, {}, {}",
-        model.label(),
-        match (&test_command, &test_source) {
+    Ok(EventLog::new(console && !args.json, log_file))
+}
+
+/// The start line: model, test command and its origin, caps.
+fn banner(
+    model: &str,
+    test_command: &Option<String>,
+    test_source: &Option<String>,
+    args: &AgentArgs,
+) -> String {
+    format!(
+        "kiln agent: model `{model}`; {}; at most {}, {}, {}",
+        match (test_command, test_source) {
             (Some(c), Some(src)) => format!("test command `{c}` ({src})"),
             (Some(c), None) => format!("test command `{c}`"),
             (None, _) =>
@@ -193,18 +195,18 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         count(args.max_steps as usize, "step", "steps"),
         count(args.max_writes as usize, "write", "writes"),
         count(args.max_commands as usize, "command", "commands"),
-    ));
-    let ctx2 = ctx.with_config(config.clone());
-    let registry = ctx2.registry(extra).await?;
-    let mut store = Store::open(&ctx.workspace)?;
-    // MCP servers of `[mcp.servers]` (outside the sandbox), started now that they are needed.
-    let external = crate::mcp::ExternalTools::start(&config.mcp.servers, &ctx.workspace).await?;
-    for t in &external.skipped {
-        eprintln!(
-            "warning: MCP tool `{t}` is not offered: its name would be refused by the model APIs or repeats another"
-        );
-    }
-    let opts = AgentOptions {
+    )
+}
+
+/// The agent's options from the flags and the configuration.
+fn agent_options(
+    args: &AgentArgs,
+    config: &crate::config::Config,
+    test_command: Option<String>,
+    base_system: Option<String>,
+    external: &crate::mcp::ExternalTools,
+) -> AgentOptions {
+    AgentOptions {
         max_steps: args.max_steps,
         max_writes: args.max_writes,
         max_commands: args.max_commands,
@@ -217,11 +219,80 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         system_prompt: base_system,
         hooks: config.agent.hooks.clone().unwrap_or_default(),
         default_format: args.format.clone(),
-        compile_cmd: test_command.clone(),
+        compile_cmd: test_command,
         protected: config.protected(),
         external: external.clone(),
         ..Default::default()
+    }
+}
+
+/// The line that ends a run: stop reason, turns, calls, tokens, cost when known.
+fn summary_line(result: &crate::engine::AgentResult, cost: Option<f64>) -> String {
+    format!(
+        "[{}] {}, {}, tokens in {} / out {}{}",
+        result.stop_reason,
+        count(result.turns as usize, "turn", "turns"),
+        count(result.tool_calls.len(), "tool call", "tool calls"),
+        result.usage.input + result.usage.cached_input,
+        result.usage.output,
+        cost.map(|c| format!(", cost {}", format_usd(c)))
+            .unwrap_or_default()
+    )
+}
+
+/// The next task of an interactive session (`None`: end of input, `exit` or `quit`).
+fn next_task(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Option<String> {
+    loop {
+        if std::io::stderr().is_terminal() {
+            eprint!("kiln> ");
+            let _ = std::io::stderr().flush();
+        }
+        match lines.next() {
+            Some(Ok(l)) if l.trim().is_empty() => continue,
+            Some(Ok(l)) if l.trim() == "exit" || l.trim() == "quit" => return None,
+            Some(Ok(l)) => return Some(l),
+            _ => return None,
+        }
+    }
+}
+
+pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow::Result<Outcome> {
+    let mut config = ctx.config.clone();
+    let extra_args = match &args.test_args {
+        Some(list) => test_args(list)?,
+        None => Vec::new(),
     };
+    // Then the model: a missing API key is reported before anything runs or loads.
+    let mut model = match &args.replay {
+        Some(file) => {
+            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        None => ModelSource::live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
+    };
+    let (test_command, test_source) = test_command_for(ctx, &args, &config, &extra_args)?;
+    if let Some(cmd) = &test_command {
+        crate::config::grant_test_command(&mut config, cmd).map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let base_system = match &args.system_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read --system-file {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let mut log = event_log_for(ctx, &args, &config)?;
+    log.line(&banner(&model.label(), &test_command, &test_source, &args));
+    let ctx2 = ctx.with_config(config.clone());
+    let registry = ctx2.registry(extra).await?;
+    let mut store = Store::open(&ctx.workspace)?;
+    // MCP servers of `[mcp.servers]` (outside the sandbox), started now that they are needed.
+    let external = crate::mcp::ExternalTools::start(&config.mcp.servers, &ctx.workspace).await?;
+    for t in &external.skipped {
+        eprintln!(
+            "warning: MCP tool `{t}` is not offered: its name would be refused by the model APIs or repeats another"
+        );
+    }
+    let opts = agent_options(&args, &config, test_command.clone(), base_system, &external);
     let model_name = model.label();
     let cost_of = |usage: &crate::llm::Usage| {
         crate::llm::pricing::cost_usd(&model_name, usage, &config.pricing)
@@ -237,18 +308,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     loop {
         let task = match &prompt {
             Some(p) => p.clone(),
-            None => {
-                if std::io::stderr().is_terminal() {
-                    eprint!("kiln> ");
-                    let _ = std::io::stderr().flush();
-                }
-                match lines.next() {
-                    Some(Ok(l)) if l.trim().is_empty() => continue,
-                    Some(Ok(l)) if l.trim() == "exit" || l.trim() == "quit" => break,
-                    Some(Ok(l)) => l,
-                    _ => break,
-                }
-            }
+            None => match next_task(&mut lines) {
+                Some(t) => t,
+                None => break,
+            },
         };
         let (tx, rx) = tokio::sync::watch::channel(false);
         let ctrl_c = tokio::spawn(async move {
@@ -291,17 +354,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         };
         ctrl_c.abort();
         log.end_text();
-        let summary = format!(
-            "[{}] {}, {}, tokens in {} / out {}{}",
-            result.stop_reason,
-            count(result.turns as usize, "turn", "turns"),
-            count(result.tool_calls.len(), "tool call", "tool calls"),
-            result.usage.input + result.usage.cached_input,
-            result.usage.output,
-            cost_of(&result.usage)
-                .map(|c| format!(", cost {}", format_usd(c)))
-                .unwrap_or_default()
-        );
+        let summary = summary_line(&result, cost_of(&result.usage));
         if !json {
             println!("{}", crate::terminal::printable(result.content.trim()));
             log.always(&summary);
