@@ -15,6 +15,7 @@ mod journal;
 mod languages;
 mod llm;
 mod mcp;
+mod refactor;
 mod runner;
 mod runtime;
 mod sandbox;

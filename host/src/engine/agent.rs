@@ -172,6 +172,7 @@ enum Kind {
 
 enum Imp<'a> {
     Plugin(&'a Plugin, String),
+    AstRefactor(&'a Plugin),
     WritePatch,
     EvaluateWork,
     FinalAnswer,
@@ -224,7 +225,7 @@ pub async fn tool_catalog_with(
         .map(|t| ToolEntry {
             name: t.def.name,
             plugin: match &t.imp {
-                Imp::Plugin(p, _) => Some(p.name.clone()),
+                Imp::Plugin(p, _) | Imp::AstRefactor(p) => Some(p.name.clone()),
                 _ => None,
             },
             description: t.def.description,
@@ -310,6 +311,12 @@ async fn tools<'a>(
             Kind::Other
         };
         let schema = serde_json::from_str(&t.schema).unwrap_or_else(|_| json!({"type": "object"}));
+        // The host applies what the ast-refactor plugin computes (edit::refactor): a write.
+        let (kind, imp) = if p.name == edit::refactor::PLUGIN && t.name == edit::refactor::TOOL {
+            (Kind::Write, Imp::AstRefactor(p))
+        } else {
+            (kind, Imp::Plugin(p, t.name.clone()))
+        };
         out.push(AgentTool {
             def: ToolDef {
                 name,
@@ -317,7 +324,7 @@ async fn tools<'a>(
                 parameters: schema,
             },
             kind,
-            imp: Imp::Plugin(p, t.name.clone()),
+            imp,
         });
     }
     let b =
@@ -1111,6 +1118,9 @@ async fn execute(
     let timeout = opts.tool_timeout;
     Ok(match &tool.imp {
         Imp::Plugin(p, name) => plugin_call(p, name, args, timeout).await,
+        Imp::AstRefactor(p) => {
+            edit::refactor::ast_refactor_tool(p, ws, args, &opts.protected, timeout).await
+        }
         Imp::FinalAnswer => ("done".into(), false),
         Imp::WritePatch => {
             let (Some(path), Some(patch)) = (v["path"].as_str(), v["patch"].as_str()) else {
