@@ -56,7 +56,10 @@ fn ts_rename_follows_imports_and_leaves_shadows_and_strings() {
     let ws = Workspace::new();
     ws.write("src/a.ts", A_TS);
     ws.write("src/b.ts", B_TS);
-    ws.write("src/unrelated.js", "const total = 1;\nexport default total;\n");
+    ws.write(
+        "src/unrelated.js",
+        "const total = 1;\nexport default total;\n",
+    );
     let (text, err, _) = refactor(
         &ws,
         json!({"operation":"rename","path":"src/a.ts","symbol":"total","new_name":"sumAll"}),

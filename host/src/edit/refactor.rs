@@ -201,13 +201,13 @@ pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
                 ops.push((' ', pre + i, pre + j));
                 i += 1;
                 j += 1;
-            } else if j < m && (i == n || lcs[i * (m + 1) + j + 1] >= lcs[(i + 1) * (m + 1) + j])
-            {
-                ops.push(('+', pre + i, pre + j));
-                j += 1;
-            } else {
+            } else if i < n && (j == m || lcs[(i + 1) * (m + 1) + j] >= lcs[i * (m + 1) + j + 1]) {
+                // Deletions before insertions, as diff(1) shows them.
                 ops.push(('-', pre + i, pre + j));
                 i += 1;
+            } else {
+                ops.push(('+', pre + i, pre + j));
+                j += 1;
             }
         }
     } else {
@@ -263,7 +263,7 @@ mod tests {
         let d = unified_diff("x.ts", old, new);
         assert_eq!(
             d,
-            "--- a/x.ts\n+++ b/x.ts\n@@ -1,5 +1,5 @@\n a\n-b\n+B\n c\n d\n e\n@@ -6,5 +6,5 @@\n f\n g\n h\n i\n-j\n+J\n"
+            "--- a/x.ts\n+++ b/x.ts\n@@ -1,5 +1,5 @@\n a\n-b\n+B\n c\n d\n e\n@@ -7,4 +7,4 @@\n g\n h\n i\n-j\n+J\n"
         );
         assert_eq!(unified_diff("x", "same\n", "same\n"), "");
         assert_eq!(

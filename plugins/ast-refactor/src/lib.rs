@@ -95,7 +95,9 @@ impl Source for FsSource {
         let path = resolve(rel)?;
         let meta = std::fs::metadata(&path).map_err(|e| io_error(rel, e))?;
         if !meta.is_file() {
-            return Err(Error::InvalidInput(format!("`{rel}` is not a regular file")));
+            return Err(Error::InvalidInput(format!(
+                "`{rel}` is not a regular file"
+            )));
         }
         if meta.len() > MAX_FILE {
             return Err(Error::InvalidInput(format!(
@@ -143,7 +145,11 @@ impl Source for FsSource {
                     .unwrap_or(&path)
                     .to_string_lossy()
                     .into_owned();
-                if rel == except || std::fs::metadata(&path).map(|m| m.len() > MAX_FILE).unwrap_or(true) {
+                if rel == except
+                    || std::fs::metadata(&path)
+                        .map(|m| m.len() > MAX_FILE)
+                        .unwrap_or(true)
+                {
                     continue;
                 }
                 if let Ok(text) = std::fs::read_to_string(&path)
@@ -228,12 +234,13 @@ pub fn run(args: &Value, src: &dyn Source) -> Result<Value, Error> {
         "rename" => {
             let symbol = need(args, "symbol", op)?;
             let new_name = need(args, "new_name", op)?;
-            let line = match args.get("line") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
-                    invalid("rename: `line` must be a positive integer".into())
-                })? as usize),
-            };
+            let line =
+                match args.get("line") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                        invalid("rename: `line` must be a positive integer".into())
+                    })? as usize),
+                };
             if symbol == new_name {
                 return Err(invalid(format!(
                     "rename: `new_name` is the same as `symbol` ({symbol})"
@@ -378,9 +385,7 @@ pub(crate) mod tests {
     fn refuses_unknown_languages_and_operations() {
         let src = mem(&[("a.py", "x = 1"), ("a.ts", "let x = 1;")]);
         assert!(run_err(&src, json!({"operation":"outline","path":"a.py"})).contains(".rs"));
-        assert!(
-            run_err(&src, json!({"operation":"frobnicate","path":"a.ts"})).contains("unknown")
-        );
+        assert!(run_err(&src, json!({"operation":"frobnicate","path":"a.ts"})).contains("unknown"));
         assert!(matches!(
             run(&json!({"operation":"outline","path":"../a.ts"}), &src),
             Err(Error::Denied(_))

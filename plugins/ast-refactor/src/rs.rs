@@ -343,7 +343,11 @@ impl<'t> Resolver<'t> {
                     let b = self.binding(hit).clone();
                     target.push((ns, b.id, b.const_like));
                     if first && self.interesting(&name) {
-                        let other = if name == self.old { &self.new } else { &self.old };
+                        let other = if name == self.old {
+                            &self.new
+                        } else {
+                            &self.old
+                        };
                         let other = self.lookup_in(m, other, ns);
                         self.occ_at(leaf, Some(hit), other, false);
                         first = false;
@@ -384,7 +388,11 @@ impl<'t> Resolver<'t> {
                         && self.interesting(&name)
                     {
                         let ns = if segs.len() == 2 { ns } else { Ns::Type };
-                        let other = if name == self.old { &self.new } else { &self.old };
+                        let other = if name == self.old {
+                            &self.new
+                        } else {
+                            &self.old
+                        };
                         let hit = self.lookup_in(m, &name, ns);
                         let other = self.lookup_in(m, other, ns);
                         self.occ_at(second, hit, other, false);
@@ -701,7 +709,12 @@ impl<'ast> Visit<'ast> for Resolver<'_> {
 }
 
 /// Rename `old` to `new` in a Rust file; returns the new text and a summary.
-pub fn rename(text: &str, old: &str, new: &str, line: Option<usize>) -> Result<(String, String), String> {
+pub fn rename(
+    text: &str,
+    old: &str,
+    new: &str,
+    line: Option<usize>,
+) -> Result<(String, String), String> {
     let file = parse(text)?;
     let mut r = Resolver {
         pos: Pos::new(text),
@@ -764,7 +777,12 @@ pub fn rename(text: &str, old: &str, new: &str, line: Option<usize>) -> Result<(
         }
     };
     let id = target.id;
-    let target_ns: Vec<Ns> = r.decls.iter().filter(|d| d.id == id).map(|d| d.ns).collect();
+    let target_ns: Vec<Ns> = r
+        .decls
+        .iter()
+        .filter(|d| d.id == id)
+        .map(|d| d.ns)
+        .collect();
     // A `new` declared in the same scope and namespace would clash.
     if let Some(d) = r.decls.iter().find(|d| {
         !d.is_old
@@ -806,7 +824,10 @@ pub fn rename(text: &str, old: &str, new: &str, line: Option<usize>) -> Result<(
                 },
             ));
             in_macros += usize::from(o.in_macro);
-        } else if !o.is_old && o.other.is_some_and(|h| h.2 == id) && (o.own.is_none() || pos(o.own) < pos(o.other)) {
+        } else if !o.is_old
+            && o.other.is_some_and(|h| h.2 == id)
+            && (o.own.is_none() || pos(o.own) < pos(o.other))
+        {
             return Err(format!(
                 "renaming would capture the use of `{new}` on line {line} (it would then mean the renamed `{old}`); pick another name"
             ));
@@ -837,7 +858,10 @@ fn entry(name: &str, kind: &str, lines: (usize, usize)) -> Value {
 
 fn source_of(pos: &Pos<'_>, span: Span) -> String {
     let (a, b) = pos.range(span);
-    pos.text[a..b].split_whitespace().collect::<Vec<_>>().join(" ")
+    pos.text[a..b]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn outline_items(pos: &Pos<'_>, items: &[Item]) -> Vec<Value> {
@@ -845,37 +869,91 @@ fn outline_items(pos: &Pos<'_>, items: &[Item]) -> Vec<Value> {
     for item in items {
         let span = item.span();
         let v = match item {
-            Item::Fn(f) => entry(&f.sig.ident.to_string(), "function", line_range(span, f.sig.ident.span())),
-            Item::Struct(s) => entry(&s.ident.to_string(), "struct", line_range(span, s.ident.span())),
+            Item::Fn(f) => entry(
+                &f.sig.ident.to_string(),
+                "function",
+                line_range(span, f.sig.ident.span()),
+            ),
+            Item::Struct(s) => entry(
+                &s.ident.to_string(),
+                "struct",
+                line_range(span, s.ident.span()),
+            ),
             Item::Enum(e) => {
-                let mut v = entry(&e.ident.to_string(), "enum", line_range(span, e.ident.span()));
+                let mut v = entry(
+                    &e.ident.to_string(),
+                    "enum",
+                    line_range(span, e.ident.span()),
+                );
                 v["members"] = e
                     .variants
                     .iter()
-                    .map(|var| entry(&var.ident.to_string(), "variant", line_range(var.span(), var.ident.span())))
+                    .map(|var| {
+                        entry(
+                            &var.ident.to_string(),
+                            "variant",
+                            line_range(var.span(), var.ident.span()),
+                        )
+                    })
                     .collect();
                 v
             }
-            Item::Union(u) => entry(&u.ident.to_string(), "union", line_range(span, u.ident.span())),
+            Item::Union(u) => entry(
+                &u.ident.to_string(),
+                "union",
+                line_range(span, u.ident.span()),
+            ),
             Item::Trait(t) => {
-                let mut v = entry(&t.ident.to_string(), "trait", line_range(span, t.ident.span()));
+                let mut v = entry(
+                    &t.ident.to_string(),
+                    "trait",
+                    line_range(span, t.ident.span()),
+                );
                 v["members"] = t
                     .items
                     .iter()
                     .filter_map(|ti| match ti {
-                        TraitItem::Fn(f) => Some(entry(&f.sig.ident.to_string(), "method", line_range(f.span(), f.sig.ident.span()))),
-                        TraitItem::Type(t) => Some(entry(&t.ident.to_string(), "type", line_range(t.span(), t.ident.span()))),
-                        TraitItem::Const(c) => Some(entry(&c.ident.to_string(), "const", line_range(c.span(), c.ident.span()))),
+                        TraitItem::Fn(f) => Some(entry(
+                            &f.sig.ident.to_string(),
+                            "method",
+                            line_range(f.span(), f.sig.ident.span()),
+                        )),
+                        TraitItem::Type(t) => Some(entry(
+                            &t.ident.to_string(),
+                            "type",
+                            line_range(t.span(), t.ident.span()),
+                        )),
+                        TraitItem::Const(c) => Some(entry(
+                            &c.ident.to_string(),
+                            "const",
+                            line_range(c.span(), c.ident.span()),
+                        )),
                         _ => None,
                     })
                     .collect();
                 v
             }
-            Item::Type(t) => entry(&t.ident.to_string(), "type", line_range(span, t.ident.span())),
-            Item::Const(c) => entry(&c.ident.to_string(), "const", line_range(span, c.ident.span())),
-            Item::Static(s) => entry(&s.ident.to_string(), "static", line_range(span, s.ident.span())),
+            Item::Type(t) => entry(
+                &t.ident.to_string(),
+                "type",
+                line_range(span, t.ident.span()),
+            ),
+            Item::Const(c) => entry(
+                &c.ident.to_string(),
+                "const",
+                line_range(span, c.ident.span()),
+            ),
+            Item::Static(s) => entry(
+                &s.ident.to_string(),
+                "static",
+                line_range(span, s.ident.span()),
+            ),
             Item::Mod(m) => {
-                let mut v = entry(&m.ident.to_string(), "module", line_range(span, m.ident.span()));
+                let mut v = entry(
+                    &m.ident.to_string(),
+                    "module",
+                    line_range(span, m.ident.span()),
+                );
                 if let Some((_, items)) = &m.content {
                     v["members"] = Value::Array(outline_items(pos, items));
                 }
@@ -891,15 +969,31 @@ fn outline_items(pos: &Pos<'_>, items: &[Item]) -> Vec<Value> {
                     .items
                     .iter()
                     .filter_map(|ii| match ii {
-                        ImplItem::Fn(f) => Some(entry(&f.sig.ident.to_string(), "method", line_range(f.span(), f.sig.ident.span()))),
-                        ImplItem::Const(c) => Some(entry(&c.ident.to_string(), "const", line_range(c.span(), c.ident.span()))),
-                        ImplItem::Type(t) => Some(entry(&t.ident.to_string(), "type", line_range(t.span(), t.ident.span()))),
+                        ImplItem::Fn(f) => Some(entry(
+                            &f.sig.ident.to_string(),
+                            "method",
+                            line_range(f.span(), f.sig.ident.span()),
+                        )),
+                        ImplItem::Const(c) => Some(entry(
+                            &c.ident.to_string(),
+                            "const",
+                            line_range(c.span(), c.ident.span()),
+                        )),
+                        ImplItem::Type(t) => Some(entry(
+                            &t.ident.to_string(),
+                            "type",
+                            line_range(t.span(), t.ident.span()),
+                        )),
                         _ => None,
                     })
                     .collect();
                 v
             }
-            Item::Use(u) => entry(&source_of(pos, u.tree.span()), "use", line_range(span, u.use_token.span)),
+            Item::Use(u) => entry(
+                &source_of(pos, u.tree.span()),
+                "use",
+                line_range(span, u.use_token.span),
+            ),
             Item::Macro(m) => match &m.ident {
                 Some(id) => entry(&id.to_string(), "macro", line_range(span, id.span())),
                 None => continue,
@@ -1003,7 +1097,10 @@ fn render_use(u: &ItemUse, leaves: &[Leaf]) -> String {
 
 /// The range from `use` to `;` of an item (attributes and visibility stay).
 fn use_range(pos: &Pos<'_>, u: &ItemUse) -> (usize, usize) {
-    (pos.range(u.use_token.span).0, pos.range(u.semi_token.span).1)
+    (
+        pos.range(u.use_token.span).0,
+        pos.range(u.semi_token.span).1,
+    )
 }
 
 fn top_uses(file: &syn::File) -> Vec<&ItemUse> {
@@ -1019,9 +1116,14 @@ fn top_uses(file: &syn::File) -> Vec<&ItemUse> {
 /// Add or remove a `use`; returns the new text and a summary.
 pub fn imports(text: &str, spec: &str, add: bool) -> Result<(String, String), String> {
     let op = if add { "add_import" } else { "remove_import" };
-    let spec = spec.trim().trim_start_matches("use ").trim_end_matches(';').trim();
-    let tree: UseTree = syn::parse_str(spec)
-        .map_err(|e| format!("{op}: `{spec}` is not a use path ({e}); e.g. \"std::collections::HashMap\""))?;
+    let spec = spec
+        .trim()
+        .trim_start_matches("use ")
+        .trim_end_matches(';')
+        .trim();
+    let tree: UseTree = syn::parse_str(spec).map_err(|e| {
+        format!("{op}: `{spec}` is not a use path ({e}); e.g. \"std::collections::HashMap\"")
+    })?;
     let wanted = leaves_of(&tree);
     let mut text = text.to_string();
     let mut done = Vec::new();
@@ -1061,15 +1163,24 @@ pub fn imports(text: &str, spec: &str, add: bool) -> Result<(String, String), St
                             None => text.len(),
                         },
                     };
-                    let prefix = if at > 0 && !text[..at].ends_with('\n') { "\n" } else { "" };
+                    let prefix = if at > 0 && !text[..at].ends_with('\n') {
+                        "\n"
+                    } else {
+                        ""
+                    };
                     Edit::new(at, at, format!("{prefix}{line}"))
                 }
             }
         } else {
             let Some(u) = uses.iter().find(|u| leaves_of(&u.tree).contains(&leaf)) else {
-                return Err(format!("remove_import: no `use` of `{shown}` at the top level of the file"));
+                return Err(format!(
+                    "remove_import: no `use` of `{shown}` at the top level of the file"
+                ));
             };
-            let rest: Vec<Leaf> = leaves_of(&u.tree).into_iter().filter(|l| *l != leaf).collect();
+            let rest: Vec<Leaf> = leaves_of(&u.tree)
+                .into_iter()
+                .filter(|l| *l != leaf)
+                .collect();
             if rest.is_empty() {
                 let (a, b) = pos.range(u.span());
                 let (la, lb) = pos.lines.full_lines(&text, a, b);
@@ -1132,7 +1243,10 @@ mod tests {
     #[test]
     fn rename_fn_leaves_shadow_string_comment() {
         let src = mem(&[("src/main.rs", SRC)]);
-        let out = run_ok(&src, json!({"operation":"rename","path":"src/main.rs","symbol":"compute","new_name":"double"}));
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"src/main.rs","symbol":"compute","new_name":"double"}),
+        );
         let want = SRC
             .replace("fn compute(", "fn double(")
             .replace("let a = compute(1)", "let a = double(1)")
@@ -1146,43 +1260,130 @@ mod tests {
     fn rename_local_by_line_and_shorthand() {
         let t = "struct P { x: i32 }\nfn f(x: i32) -> P {\n    let y = x + 1;\n    P { x }\n}\nfn g(p: P) -> i32 { let P { x } = p; x }\n";
         let src = mem(&[("a.rs", t)]);
-        let out = run_ok(&src, json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"v","line":2}));
-        assert_eq!(out["a.rs"], "struct P { x: i32 }\nfn f(v: i32) -> P {\n    let y = v + 1;\n    P { x: v }\n}\nfn g(p: P) -> i32 { let P { x } = p; x }\n");
-        let out = run_ok(&src, json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"w","line":6}));
-        assert_eq!(out["a.rs"], "struct P { x: i32 }\nfn f(x: i32) -> P {\n    let y = x + 1;\n    P { x }\n}\nfn g(p: P) -> i32 { let P { x: w } = p; w }\n");
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"y","line":2})).contains("capture"));
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"z"})).contains("several"));
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"fn","line":2})).contains("keyword"));
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.rs","symbol":"nope","new_name":"z"})).contains("not declared"));
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"v","line":2}),
+        );
+        assert_eq!(
+            out["a.rs"],
+            "struct P { x: i32 }\nfn f(v: i32) -> P {\n    let y = v + 1;\n    P { x: v }\n}\nfn g(p: P) -> i32 { let P { x } = p; x }\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"w","line":6}),
+        );
+        assert_eq!(
+            out["a.rs"],
+            "struct P { x: i32 }\nfn f(x: i32) -> P {\n    let y = x + 1;\n    P { x }\n}\nfn g(p: P) -> i32 { let P { x: w } = p; w }\n"
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"y","line":2})
+            )
+            .contains("capture")
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"z"})
+            )
+            .contains("several")
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.rs","symbol":"x","new_name":"fn","line":2})
+            )
+            .contains("keyword")
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.rs","symbol":"nope","new_name":"z"})
+            )
+            .contains("not declared")
+        );
     }
 
     #[test]
     fn rename_types() {
         let t = "pub struct Point(i32);\nimpl Point { fn new() -> Self { Point(0) } }\nfn f(p: &Point) -> Vec<Point> { vec![Point(1)] }\n";
         let src = mem(&[("a.rs", t)]);
-        let out = run_ok(&src, json!({"operation":"rename","path":"a.rs","symbol":"Point","new_name":"Spot"}));
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"a.rs","symbol":"Point","new_name":"Spot"}),
+        );
         assert_eq!(out["a.rs"], t.replace("Point", "Spot"));
         let clash = mem(&[("a.rs", "struct A; struct B;\n")]);
-        assert!(run_err(&clash, json!({"operation":"rename","path":"a.rs","symbol":"A","new_name":"B"})).contains("already declared"));
+        assert!(
+            run_err(
+                &clash,
+                json!({"operation":"rename","path":"a.rs","symbol":"A","new_name":"B"})
+            )
+            .contains("already declared")
+        );
     }
 
     #[test]
     fn uses_merge_dedup_remove() {
         let t = "use std::collections::{BTreeMap, HashSet};\nuse std::fmt;\n\nfn main() {}\n";
         let src = mem(&[("a.rs", t)]);
-        let out = run_ok(&src, json!({"operation":"add_import","path":"a.rs","use":"std::collections::HashMap"}));
-        assert_eq!(out["a.rs"], "use std::collections::{BTreeMap, HashMap, HashSet};\nuse std::fmt;\n\nfn main() {}\n");
-        assert!(run_ok(&src, json!({"operation":"add_import","path":"a.rs","use":"std::fmt"})).is_empty());
-        let out = run_ok(&src, json!({"operation":"add_import","path":"a.rs","use":"std::io::{self, Read}"}));
-        assert_eq!(out["a.rs"], "use std::collections::{BTreeMap, HashSet};\nuse std::fmt;\nuse std::io::{self, Read};\n\nfn main() {}\n");
-        let out = run_ok(&src, json!({"operation":"remove_import","path":"a.rs","use":"std::collections::HashSet"}));
-        assert_eq!(out["a.rs"], "use std::collections::BTreeMap;\nuse std::fmt;\n\nfn main() {}\n");
-        let out = run_ok(&src, json!({"operation":"remove_import","path":"a.rs","use":"std::fmt"}));
-        assert_eq!(out["a.rs"], "use std::collections::{BTreeMap, HashSet};\n\nfn main() {}\n");
-        assert!(run_err(&src, json!({"operation":"remove_import","path":"a.rs","use":"std::io"})).contains("no `use`"));
+        let out = run_ok(
+            &src,
+            json!({"operation":"add_import","path":"a.rs","use":"std::collections::HashMap"}),
+        );
+        assert_eq!(
+            out["a.rs"],
+            "use std::collections::{BTreeMap, HashMap, HashSet};\nuse std::fmt;\n\nfn main() {}\n"
+        );
+        assert!(
+            run_ok(
+                &src,
+                json!({"operation":"add_import","path":"a.rs","use":"std::fmt"})
+            )
+            .is_empty()
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"add_import","path":"a.rs","use":"std::io::{self, Read}"}),
+        );
+        assert_eq!(
+            out["a.rs"],
+            "use std::collections::{BTreeMap, HashSet};\nuse std::fmt;\nuse std::io::{self, Read};\n\nfn main() {}\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"remove_import","path":"a.rs","use":"std::collections::HashSet"}),
+        );
+        assert_eq!(
+            out["a.rs"],
+            "use std::collections::BTreeMap;\nuse std::fmt;\n\nfn main() {}\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"remove_import","path":"a.rs","use":"std::fmt"}),
+        );
+        assert_eq!(
+            out["a.rs"],
+            "use std::collections::{BTreeMap, HashSet};\n\nfn main() {}\n"
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"remove_import","path":"a.rs","use":"std::io"})
+            )
+            .contains("no `use`")
+        );
         let none = mem(&[("b.rs", "//! doc\n\nfn main() {}\n")]);
-        let out = run_ok(&none, json!({"operation":"add_import","path":"b.rs","use":"std::fmt::Write"}));
-        assert_eq!(out["b.rs"], "//! doc\n\nuse std::fmt::Write;\nfn main() {}\n");
+        let out = run_ok(
+            &none,
+            json!({"operation":"add_import","path":"b.rs","use":"std::fmt::Write"}),
+        );
+        assert_eq!(
+            out["b.rs"],
+            "//! doc\n\nuse std::fmt::Write;\nfn main() {}\n"
+        );
     }
 
     #[test]
@@ -1192,11 +1393,23 @@ mod tests {
         let s = out["symbols"].as_array().unwrap();
         let got: Vec<(&str, &str, u64, u64)> = s
             .iter()
-            .map(|v| (v["name"].as_str().unwrap(), v["kind"].as_str().unwrap(), v["line"].as_u64().unwrap(), v["end_line"].as_u64().unwrap()))
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap(),
+                    v["kind"].as_str().unwrap(),
+                    v["line"].as_u64().unwrap(),
+                    v["end_line"].as_u64().unwrap(),
+                )
+            })
             .collect();
         assert_eq!(
             got,
-            vec![("std::fmt", "use", 1, 1), ("compute", "function", 4, 6), ("main", "function", 8, 18), ("tests", "module", 20, 23)]
+            vec![
+                ("std::fmt", "use", 1, 1),
+                ("compute", "function", 4, 6),
+                ("main", "function", 8, 18),
+                ("tests", "module", 20, 23)
+            ]
         );
         assert_eq!(s[3]["members"][1]["name"], "t");
     }

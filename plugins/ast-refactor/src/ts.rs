@@ -6,9 +6,9 @@ use crate::text::{Edit, JS_KEYWORDS, Lines, apply, is_identifier};
 use oxc_allocator::Allocator;
 use oxc_ast::AstKind;
 use oxc_ast::ast::{
-    Class, ClassElement, Declaration, ExportDefaultDeclarationKind, Expression,
-    ImportDeclaration, ImportDeclarationSpecifier, ImportOrExportKind, MethodDefinitionKind,
-    Program, Statement, TSTypeName,
+    Class, ClassElement, Declaration, ExportDefaultDeclarationKind, Expression, ImportDeclaration,
+    ImportDeclarationSpecifier, ImportOrExportKind, MethodDefinitionKind, Program, Statement,
+    TSTypeName,
 };
 use oxc_ast_visit::Visit;
 use oxc_parser::{Parser, ParserReturn};
@@ -410,7 +410,9 @@ fn rename_importer(
             let stem = target.rsplit('/').next().unwrap_or(target);
             let stem = stem.split('.').next().unwrap_or(stem);
             return if text.contains(stem) {
-                Err(format!("{e}; its imports of {target} (if any) were not updated"))
+                Err(format!(
+                    "{e}; its imports of {target} (if any) were not updated"
+                ))
             } else {
                 Ok(Vec::new())
             };
@@ -433,10 +435,8 @@ fn rename_importer(
                             if s.imported.span() == s.local.span {
                                 match s.local.symbol_id.get() {
                                     Some(id) => pending_locals.push((id, s.local.span)),
-                                    None => edits.push(span_edit(
-                                        s.local.span,
-                                        format!("{new} as {old}"),
-                                    )),
+                                    None => edits
+                                        .push(span_edit(s.local.span, format!("{new} as {old}"))),
                                 }
                             } else {
                                 edits.push(span_edit(s.imported.span(), new.to_string()));
@@ -538,7 +538,14 @@ fn class_entry(text: &str, lines: &Lines, c: &Class<'_>, span: Span, exported: b
                     MethodDefinitionKind::Set => "setter",
                     MethodDefinitionKind::Method => "method",
                 };
-                Some(entry(text, lines, slice(text, m.key.span()), kind, m.span, false))
+                Some(entry(
+                    text,
+                    lines,
+                    slice(text, m.key.span()),
+                    kind,
+                    m.span,
+                    false,
+                ))
             }
             ClassElement::PropertyDefinition(p) => Some(entry(
                 text,
@@ -566,7 +573,13 @@ impl<'a> Visit<'a> for Names {
     }
 }
 
-fn declaration(text: &str, lines: &Lines, d: &Declaration<'_>, exported: bool, out: &mut Vec<Value>) {
+fn declaration(
+    text: &str,
+    lines: &Lines,
+    d: &Declaration<'_>,
+    exported: bool,
+    out: &mut Vec<Value>,
+) {
     match d {
         Declaration::VariableDeclaration(v) => {
             let kind = v.kind.as_str();
@@ -575,7 +588,9 @@ fn declaration(text: &str, lines: &Lines, d: &Declaration<'_>, exported: bool, o
                 names.visit_binding_pattern(&decl.id);
                 let is_fn = matches!(
                     decl.init,
-                    Some(Expression::ArrowFunctionExpression(_) | Expression::FunctionExpression(_))
+                    Some(
+                        Expression::ArrowFunctionExpression(_) | Expression::FunctionExpression(_)
+                    )
                 );
                 for (n, _) in names.0 {
                     out.push(entry(
@@ -597,15 +612,24 @@ fn declaration(text: &str, lines: &Lines, d: &Declaration<'_>, exported: bool, o
         Declaration::TSTypeAliasDeclaration(t) => {
             out.push(entry(text, lines, &t.id.name, "type", t.span, exported))
         }
-        Declaration::TSInterfaceDeclaration(t) => {
-            out.push(entry(text, lines, &t.id.name, "interface", t.span, exported))
-        }
+        Declaration::TSInterfaceDeclaration(t) => out.push(entry(
+            text,
+            lines,
+            &t.id.name,
+            "interface",
+            t.span,
+            exported,
+        )),
         Declaration::TSEnumDeclaration(t) => {
             out.push(entry(text, lines, &t.id.name, "enum", t.span, exported))
         }
         other => {
             let span = other.span();
-            let head = slice(text, span).lines().next().unwrap_or("").trim_end_matches('{');
+            let head = slice(text, span)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_end_matches('{');
             out.push(entry(text, lines, head.trim(), "namespace", span, exported));
         }
     }
@@ -619,9 +643,14 @@ pub fn outline(path: &str, text: &str) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for stmt in &ret.program.body {
         match stmt {
-            Statement::ImportDeclaration(d) => {
-                out.push(entry(text, &lines, &d.source.value, "import", d.span, false))
-            }
+            Statement::ImportDeclaration(d) => out.push(entry(
+                text,
+                &lines,
+                &d.source.value,
+                "import",
+                d.span,
+                false,
+            )),
             Statement::ExportDeclaration(e) => {
                 declaration(text, &lines, &e.declaration, true, &mut out)
             }
@@ -649,7 +678,14 @@ pub fn outline(path: &str, text: &str) -> Result<Vec<Value>, String> {
             }
             Statement::ExportFromDeclaration(e) => {
                 for s in &e.specifiers {
-                    out.push(entry(text, &lines, &s.exported.name(), "re-export", s.span, true));
+                    out.push(entry(
+                        text,
+                        &lines,
+                        &s.exported.name(),
+                        "re-export",
+                        s.span,
+                        true,
+                    ));
                 }
             }
             other => {
@@ -795,7 +831,12 @@ fn names_arg(args: &Value) -> Result<Option<Vec<Named>>, String> {
 }
 
 /// Add or remove an import; returns the new text and a summary.
-pub fn imports(path: &str, text: &str, args: &Value, add: bool) -> Result<(String, String), String> {
+pub fn imports(
+    path: &str,
+    text: &str,
+    args: &Value,
+    add: bool,
+) -> Result<(String, String), String> {
     let op = if add { "add_import" } else { "remove_import" };
     let module = args
         .get("module")
@@ -819,7 +860,14 @@ pub fn imports(path: &str, text: &str, args: &Value, add: bool) -> Result<(Strin
         .filter(|d| d.source.value.as_str() == module)
         .collect();
     if add {
-        add_import(text, args, module, names.unwrap_or_default(), &decls, &of_module)
+        add_import(
+            text,
+            args,
+            module,
+            names.unwrap_or_default(),
+            &decls,
+            &of_module,
+        )
     } else {
         remove_import(text, args, module, names, &of_module)
     }
@@ -836,14 +884,19 @@ fn add_import(
     let default = match args.get("default") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if is_identifier(s, true) => Some(s.clone()),
-        Some(_) => return Err("add_import: `default` must be an identifier (the local name)".into()),
+        Some(_) => {
+            return Err("add_import: `default` must be an identifier (the local name)".into());
+        }
     };
     let namespace = match args.get("namespace") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if is_identifier(s, true) => Some(s.clone()),
         Some(_) => return Err("add_import: `namespace` must be an identifier".into()),
     };
-    let type_only = args.get("type_only").and_then(Value::as_bool).unwrap_or(false);
+    let type_only = args
+        .get("type_only")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     if names.is_empty() && default.is_none() && namespace.is_none() {
         return Err("add_import: give `names`, `default` or `namespace`".into());
     }
@@ -879,16 +932,27 @@ fn add_import(
             added.push(format!("* as {ns}"));
         }
         for n in &names {
-            if c.named.iter().any(|(_, i, l)| *i == n.imported && *l == n.local) {
+            if c.named
+                .iter()
+                .any(|(_, i, l)| *i == n.imported && *l == n.local)
+            {
                 continue;
             }
-            c.named.push((n.render(), n.imported.clone(), n.local.clone()));
+            c.named
+                .push((n.render(), n.imported.clone(), n.local.clone()));
             added.push(n.render());
         }
         if added.is_empty() {
-            return Ok((text.to_string(), format!("{module} is already imported as asked; nothing changed")));
+            return Ok((
+                text.to_string(),
+                format!("{module} is already imported as asked; nothing changed"),
+            ));
         }
-        let edit = Edit::new(d.span.start as usize, d.source.span.start as usize, c.render_head());
+        let edit = Edit::new(
+            d.span.start as usize,
+            d.source.span.start as usize,
+            c.render_head(),
+        );
         return Ok((
             apply(text, &[edit])?,
             format!("added {} to the import of {module}", added.join(", ")),
@@ -961,7 +1025,9 @@ fn remove_import(
     of_module: &[&ImportDeclaration<'_>],
 ) -> Result<(String, String), String> {
     if of_module.is_empty() {
-        return Err(format!("remove_import: nothing is imported from `{module}`"));
+        return Err(format!(
+            "remove_import: nothing is imported from `{module}`"
+        ));
     }
     let default = match args.get("default") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => false,
@@ -985,7 +1051,11 @@ fn remove_import(
         }
         if let Some(ns) = &names {
             c.named.retain(|(_, i, l)| {
-                let hit = ns.iter().any(|n| n.local == *l || (n.imported == *i && n.local == n.imported && *i == *l) || n.imported == *i && n.local == *l);
+                let hit = ns.iter().any(|n| {
+                    n.local == *l
+                        || (n.imported == *i && n.local == n.imported && *i == *l)
+                        || n.imported == *i && n.local == *l
+                });
                 if hit {
                     removed.push(format!("`{l}`"));
                 }
@@ -998,7 +1068,11 @@ fn remove_import(
         if c.is_empty() {
             edits.push(remove_statement(text, start, end));
         } else {
-            edits.push(Edit::new(start, d.source.span.start as usize, c.render_head()));
+            edits.push(Edit::new(
+                start,
+                d.source.span.start as usize,
+                c.render_head(),
+            ));
         }
     }
     if edits.is_empty() {
@@ -1008,7 +1082,10 @@ fn remove_import(
     }
     Ok((
         apply(text, &edits)?,
-        format!("removed {} from the imports of {module}", removed.join(", ")),
+        format!(
+            "removed {} from the imports of {module}",
+            removed.join(", ")
+        ),
     ))
 }
 
@@ -1023,7 +1100,12 @@ mod tests {
         let b = "import { greet } from './a';\nimport { greet as g } from \"./a.js\";\nconsole.log(greet('x'), g('y'), 'greet');\n";
         let c = "import * as A from '../src/a';\nA.greet('z');\n";
         let d = "import { greet } from './other';\ngreet();\n";
-        let src = mem(&[("src/a.ts", a), ("src/b.ts", b), ("lib/c.ts", c), ("src/d.ts", d)]);
+        let src = mem(&[
+            ("src/a.ts", a),
+            ("src/b.ts", b),
+            ("lib/c.ts", c),
+            ("src/d.ts", d),
+        ]);
         let out = run_ok(
             &src,
             json!({"operation":"rename","path":"src/a.ts","symbol":"greet","new_name":"welcome"}),
@@ -1036,7 +1118,10 @@ mod tests {
             out["src/b.ts"],
             "import { welcome } from './a';\nimport { welcome as g } from \"./a.js\";\nconsole.log(welcome('x'), g('y'), 'greet');\n"
         );
-        assert_eq!(out["lib/c.ts"], "import * as A from '../src/a';\nA.welcome('z');\n");
+        assert_eq!(
+            out["lib/c.ts"],
+            "import * as A from '../src/a';\nA.welcome('z');\n"
+        );
         assert!(!out.contains_key("src/d.ts"));
     }
 
@@ -1044,15 +1129,57 @@ mod tests {
     fn rename_picks_by_line_and_refuses_bad_names_and_captures() {
         let a = "let x = 1;\nfunction f() {\n  let x = 2;\n  return x;\n}\nfunction g() { let y = 0; return x + y; }\n";
         let src = mem(&[("a.js", a)]);
-        let out = run_ok(&src, json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"z","line":3}));
-        assert_eq!(out["a.js"], "let x = 1;\nfunction f() {\n  let z = 2;\n  return z;\n}\nfunction g() { let y = 0; return x + y; }\n");
-        let out = run_ok(&src, json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"z"}));
-        assert_eq!(out["a.js"], "let z = 1;\nfunction f() {\n  let x = 2;\n  return x;\n}\nfunction g() { let y = 0; return z + y; }\n");
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"y"})).contains("capture"));
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"class"})).contains("reserved"));
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"a-b"})).contains("not a valid"));
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.js","symbol":"nope","new_name":"b"})).contains("not declared"));
-        assert!(run_err(&src, json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"f"})).contains("already declared"));
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"z","line":3}),
+        );
+        assert_eq!(
+            out["a.js"],
+            "let x = 1;\nfunction f() {\n  let z = 2;\n  return z;\n}\nfunction g() { let y = 0; return x + y; }\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"z"}),
+        );
+        assert_eq!(
+            out["a.js"],
+            "let z = 1;\nfunction f() {\n  let x = 2;\n  return x;\n}\nfunction g() { let y = 0; return z + y; }\n"
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"y"})
+            )
+            .contains("capture")
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"class"})
+            )
+            .contains("reserved")
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"a-b"})
+            )
+            .contains("not a valid")
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.js","symbol":"nope","new_name":"b"})
+            )
+            .contains("not declared")
+        );
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"rename","path":"a.js","symbol":"x","new_name":"f"})
+            )
+            .contains("already declared")
+        );
     }
 
     #[test]
@@ -1062,41 +1189,99 @@ mod tests {
         let c = "import { Button } from './btn';\nexport const App = () => <Button>hi</Button>;\n";
         let btn = "export function Button(p: any) { return null; }\n";
         let src = mem(&[("a.ts", a), ("b.ts", b), ("app.tsx", c), ("btn.tsx", btn)]);
-        let out = run_ok(&src, json!({"operation":"rename","path":"a.ts","symbol":"Shape","new_name":"Form"}));
-        assert_eq!(out["b.ts"], "import type { Form } from './a';\nconst s: Form = { w: 1 };\n");
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"a.ts","symbol":"Shape","new_name":"Form"}),
+        );
+        assert_eq!(
+            out["b.ts"],
+            "import type { Form } from './a';\nconst s: Form = { w: 1 };\n"
+        );
         assert!(out["a.ts"].contains("interface Form") && out["a.ts"].contains("(s: Form)"));
-        let out = run_ok(&src, json!({"operation":"rename","path":"btn.tsx","symbol":"Button","new_name":"Knob"}));
-        assert_eq!(out["app.tsx"], "import { Knob } from './btn';\nexport const App = () => <Knob>hi</Knob>;\n");
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"btn.tsx","symbol":"Button","new_name":"Knob"}),
+        );
+        assert_eq!(
+            out["app.tsx"],
+            "import { Knob } from './btn';\nexport const App = () => <Knob>hi</Knob>;\n"
+        );
     }
 
     #[test]
     fn importer_with_a_clash_keeps_its_local_name() {
         let a = "export const one = 1;\n";
-        let b = "import { one } from './a';\nconst uno = 2;\nexport { one };\nconsole.log(one, uno);\n";
+        let b =
+            "import { one } from './a';\nconst uno = 2;\nexport { one };\nconsole.log(one, uno);\n";
         let src = mem(&[("a.ts", a), ("b.ts", b)]);
-        let out = run_ok(&src, json!({"operation":"rename","path":"a.ts","symbol":"one","new_name":"uno"}));
-        assert_eq!(out["b.ts"], "import { uno as one } from './a';\nconst uno = 2;\nexport { one };\nconsole.log(one, uno);\n");
+        let out = run_ok(
+            &src,
+            json!({"operation":"rename","path":"a.ts","symbol":"one","new_name":"uno"}),
+        );
+        assert_eq!(
+            out["b.ts"],
+            "import { uno as one } from './a';\nconst uno = 2;\nexport { one };\nconsole.log(one, uno);\n"
+        );
     }
 
     #[test]
     fn imports_merge_dedup_and_remove() {
         let t = "import { a } from './x';\nimport React from \"react\";\n\nconsole.log(a);\n";
         let src = mem(&[("m.ts", t)]);
-        let out = run_ok(&src, json!({"operation":"add_import","path":"m.ts","module":"./x","names":["b","a","c as d"]}));
-        assert_eq!(out["m.ts"], "import { a, b, c as d } from './x';\nimport React from \"react\";\n\nconsole.log(a);\n");
-        let out = run_ok(&src, json!({"operation":"add_import","path":"m.ts","module":"./x","names":["a"]}));
+        let out = run_ok(
+            &src,
+            json!({"operation":"add_import","path":"m.ts","module":"./x","names":["b","a","c as d"]}),
+        );
+        assert_eq!(
+            out["m.ts"],
+            "import { a, b, c as d } from './x';\nimport React from \"react\";\n\nconsole.log(a);\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"add_import","path":"m.ts","module":"./x","names":["a"]}),
+        );
         assert!(out.is_empty());
-        let out = run_ok(&src, json!({"operation":"add_import","path":"m.ts","module":"react","names":["useState"]}));
-        assert_eq!(out["m.ts"], "import { a } from './x';\nimport React, { useState } from \"react\";\n\nconsole.log(a);\n");
-        let out = run_ok(&src, json!({"operation":"add_import","path":"m.ts","module":"./y","default":"Y"}));
-        assert_eq!(out["m.ts"], "import { a } from './x';\nimport React from \"react\";\nimport Y from './y';\n\nconsole.log(a);\n");
-        let out = run_ok(&src, json!({"operation":"remove_import","path":"m.ts","module":"./x","names":["a"]}));
-        assert_eq!(out["m.ts"], "import React from \"react\";\n\nconsole.log(a);\n");
-        let out = run_ok(&src, json!({"operation":"remove_import","path":"m.ts","module":"react"}));
+        let out = run_ok(
+            &src,
+            json!({"operation":"add_import","path":"m.ts","module":"react","names":["useState"]}),
+        );
+        assert_eq!(
+            out["m.ts"],
+            "import { a } from './x';\nimport React, { useState } from \"react\";\n\nconsole.log(a);\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"add_import","path":"m.ts","module":"./y","default":"Y"}),
+        );
+        assert_eq!(
+            out["m.ts"],
+            "import { a } from './x';\nimport React from \"react\";\nimport Y from './y';\n\nconsole.log(a);\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"remove_import","path":"m.ts","module":"./x","names":["a"]}),
+        );
+        assert_eq!(
+            out["m.ts"],
+            "import React from \"react\";\n\nconsole.log(a);\n"
+        );
+        let out = run_ok(
+            &src,
+            json!({"operation":"remove_import","path":"m.ts","module":"react"}),
+        );
         assert_eq!(out["m.ts"], "import { a } from './x';\n\nconsole.log(a);\n");
-        assert!(run_err(&src, json!({"operation":"remove_import","path":"m.ts","module":"./z"})).contains("nothing is imported"));
+        assert!(
+            run_err(
+                &src,
+                json!({"operation":"remove_import","path":"m.ts","module":"./z"})
+            )
+            .contains("nothing is imported")
+        );
         let two = mem(&[("m.ts", "import { a, b, c } from './x';\n")]);
-        let out = run_ok(&two, json!({"operation":"remove_import","path":"m.ts","module":"./x","names":["b"]}));
+        let out = run_ok(
+            &two,
+            json!({"operation":"remove_import","path":"m.ts","module":"./x","names":["b"]}),
+        );
         assert_eq!(out["m.ts"], "import { a, c } from './x';\n");
     }
 
@@ -1110,11 +1295,23 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(|v| (v["name"].as_str().unwrap(), v["kind"].as_str().unwrap(), v["line"].as_u64().unwrap()))
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap(),
+                    v["kind"].as_str().unwrap(),
+                    v["line"].as_u64().unwrap(),
+                )
+            })
             .collect();
         assert_eq!(
             names,
-            vec![("./x", "import", 1), ("I", "interface", 2), ("C", "class", 3), ("f", "function", 7), ("g", "function", 8)]
+            vec![
+                ("./x", "import", 1),
+                ("I", "interface", 2),
+                ("C", "class", 3),
+                ("f", "function", 7),
+                ("g", "function", 8)
+            ]
         );
         assert_eq!(s[2]["members"][1]["name"], "run");
         assert_eq!(s[2]["end_line"], 6);
