@@ -95,16 +95,14 @@ impl<'a> Visit<'a> for Collect {
     fn enter_node(&mut self, kind: AstKind<'a>) {
         let [old, new] = &self.names;
         match kind {
-            AstKind::IdentifierReference(it) => {
-                if it.name.as_str() == old || it.name.as_str() == new {
-                    self.refs
-                        .push((it.reference_id.get(), it.span, it.name.as_str() == old));
-                }
+            AstKind::IdentifierReference(it)
+                if it.name.as_str() == old || it.name.as_str() == new =>
+            {
+                self.refs
+                    .push((it.reference_id.get(), it.span, it.name.as_str() == old));
             }
-            AstKind::BindingIdentifier(it) => {
-                if it.name.as_str() == old {
-                    self.bindings.push((it.symbol_id.get(), it.span));
-                }
+            AstKind::BindingIdentifier(it) if it.name.as_str() == old => {
+                self.bindings.push((it.symbol_id.get(), it.span));
             }
             AstKind::ObjectProperty(p) if p.shorthand => {
                 self.shorthand.insert(p.key.span().start);
@@ -462,12 +460,12 @@ fn rename_importer(
                     }
                 }
             }
-            Statement::ExportAllDeclaration(d) if resolves_to(path, &d.source.value, target) => {
-                if d.exported.is_none() {
-                    warnings.push(format!(
-                        "{path} re-exports everything of {target} (`export *`): modules importing `{old}` through {path} were not updated"
-                    ));
-                }
+            Statement::ExportAllDeclaration(d)
+                if d.exported.is_none() && resolves_to(path, &d.source.value, target) =>
+            {
+                warnings.push(format!(
+                    "{path} re-exports everything of {target} (`export *`): modules importing `{old}` through {path} were not updated"
+                ));
             }
             _ => {}
         }
@@ -1051,11 +1049,8 @@ fn remove_import(
         }
         if let Some(ns) = &names {
             c.named.retain(|(_, i, l)| {
-                let hit = ns.iter().any(|n| {
-                    n.local == *l
-                        || (n.imported == *i && n.local == n.imported && *i == *l)
-                        || n.imported == *i && n.local == *l
-                });
+                // `a` removes `a` and `x as a` and `a as y`.
+                let hit = ns.iter().any(|n| n.local == *l || n.imported == *i);
                 if hit {
                     removed.push(format!("`{l}`"));
                 }
