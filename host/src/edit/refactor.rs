@@ -320,4 +320,77 @@ mod tests {
             "let b = 1;\n"
         );
     }
+
+    /// Timing of the plugin (not a check): `cargo test -p kiln --lib
+    /// edit::refactor::tests::timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn timing() {
+        use crate::plugin::{Runtime, Source, builtin};
+        use std::time::Instant;
+        let bytes = builtin::BUILTINS
+            .iter()
+            .find(|(stem, _)| builtin::name_of(stem) == PLUGIN)
+            .unwrap()
+            .1;
+        let t = Instant::now();
+        Runtime::new(None)
+            .unwrap()
+            .check_bytes(bytes, Source::Builtin)
+            .unwrap();
+        println!(
+            "size {} KiB, JIT compile {:?}",
+            bytes.len() / 1024,
+            t.elapsed()
+        );
+        let mut big =
+            String::from("export function total(xs: number[]): number { return xs.length; }\n");
+        for i in 0..2000 {
+            big.push_str(&format!(
+                "export function f{i}(x: number) {{ const y = total([x]); return y + {i}; }}\n"
+            ));
+        }
+        let (dir, _ws) = ws_with(&[
+            (
+                "src/a.ts",
+                "export function total(xs: number[]): number { return xs.length; }\n",
+            ),
+            (
+                "src/b.ts",
+                "import { total } from './a';\nconsole.log(total([1]));\n",
+            ),
+            ("src/big.ts", &big),
+        ]);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(None).unwrap();
+        let plugin = rt
+            .block_on(runtime.load(
+                bytes,
+                Source::Builtin,
+                dir.path(),
+                &crate::config::Config::default(),
+            ))
+            .unwrap();
+        for (label, args) in [
+            (
+                "rename across 2 small files",
+                r#"{"operation":"rename","path":"src/a.ts","symbol":"total","new_name":"sumAll"}"#,
+            ),
+            (
+                "rename in a 2000-line file",
+                r#"{"operation":"rename","path":"src/big.ts","symbol":"total","new_name":"sumAll"}"#,
+            ),
+        ] {
+            let mut v: Vec<std::time::Duration> = (0..15)
+                .map(|_| {
+                    let t = Instant::now();
+                    let out = rt.block_on(plugin.tool_call(TOOL, args)).unwrap().unwrap();
+                    assert!(out.contains("sumAll"));
+                    t.elapsed()
+                })
+                .collect();
+            v.sort();
+            println!("{label}: instantiate + call median {:?}", v[v.len() / 2]);
+        }
+    }
 }
