@@ -58,7 +58,7 @@ fn main() {
             .get("search-replace", Some(PluginKind::EditFormat))
             .unwrap();
         let mut store = Store::open(dir.path()).unwrap();
-        let mut model = ModelSource::Replay(Replay::from_jsonl(&replay_path).unwrap());
+        let mut model = ModelSource::replay(Replay::from_jsonl(&replay_path).unwrap());
         let mut settings = BTreeMap::new();
         settings.insert("cmd".to_string(), cmd.to_string());
         let opts = FixOptions {

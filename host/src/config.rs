@@ -156,6 +156,9 @@ struct File {
     sandbox: Option<SandboxConfig>,
     #[serde(default)]
     mcp: Option<McpConfig>,
+    /// `[pricing."MODEL"]`: USD per million tokens, for the cost kiln reports.
+    #[serde(default)]
+    pricing: Option<BTreeMap<String, crate::llm::pricing::Price>>,
 }
 
 /// `[mcp]`: MCP servers whose tools `kiln agent` offers to the model. They run outside kiln's
@@ -192,6 +195,21 @@ pub struct SandboxConfig {
     pub require_confinement: Option<bool>,
 }
 
+/// Hook commands (`[agent.hooks]` in kiln.toml). Each gets a JSON object on stdin.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Hooks {
+    /// Before each tool call: `{"tool","arguments"}` in; `{"decision":"allow"|"deny","reason",
+    /// "arguments"}` out (rewritten arguments optional). A non-zero exit denies.
+    pub before_tool: Option<String>,
+    /// After each tool call: `{"tool","arguments","result","is_error"}` in.
+    pub after_tool: Option<String>,
+    /// Before each model call: `{"turn","messages"}` in (count of messages).
+    pub before_llm: Option<String>,
+    /// After each model call: `{"turn","text","tool_calls"}` in.
+    pub after_llm: Option<String>,
+}
+
 /// `[agent]`: defaults for `kiln agent`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,7 +217,7 @@ pub struct AgentConfig {
     /// The command `run_cmd` may run (like `--test-command`).
     pub test_command: Option<String>,
     /// Hook commands.
-    pub hooks: Option<crate::engine::agent::Hooks>,
+    pub hooks: Option<Hooks>,
 }
 
 /// `[fix]`: defaults for `kiln fix` in this project.
@@ -229,6 +247,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[mcp]`, merged (a later file's server of the same name replaces the earlier one).
     pub mcp: McpConfig,
+    /// `[pricing]`, by model name (a later file's entry for the same model wins).
+    pub pricing: BTreeMap<String, crate::llm::pricing::Price>,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
@@ -402,6 +422,23 @@ impl Config {
                 validate_mcp_server(path, &name, &server)?;
                 self.mcp.servers.insert(name, server);
             }
+        }
+        for (model, price) in file.pricing.unwrap_or_default() {
+            if model.trim().is_empty() {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: "pricing: a model name may not be empty".into(),
+                });
+            }
+            if let Some((field, value)) = price.invalid_field() {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "pricing.\"{model}\".{field}: {value} is not a price; give USD per million tokens (a number, 0 or more)"
+                    ),
+                });
+            }
+            self.pricing.insert(model, price);
         }
         if let Some(fix) = file.fix {
             if fix.prompt.is_some() {
@@ -703,6 +740,48 @@ pub fn user_config_path() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pricing_is_parsed_validated_and_layered() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("kiln.toml");
+        let mut c = Config::default();
+        let ignored = c
+            .layer_text(
+                &ws,
+                "[pricing.\"my-model\"]\ninput = 1.0\ncached_input = 0.5\noutput = 4\n",
+                false,
+            )
+            .unwrap();
+        assert!(ignored.is_empty(), "prices need no trust: {ignored:?}");
+        let p = c.pricing["my-model"];
+        assert_eq!((p.input, p.cached_input, p.output), (1.0, Some(0.5), 4.0));
+        c.layer_text(&ws, "[pricing.\"my-model\"]\ninput = 2\noutput = 8\n", true)
+            .unwrap();
+        assert_eq!(c.pricing["my-model"].input, 2.0);
+        let err = Config::default()
+            .layer_text(&ws, "[pricing.m]\ninput = -1\noutput = 1\n", true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pricing.\"m\".input") && err.contains("kiln.toml"),
+            "{err}"
+        );
+        let err = Config::default()
+            .layer_text(
+                &ws,
+                "[pricing.m]\ninput = 1\noutput = 1\ncached = 1\n",
+                true,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cached"), "{err}");
+        let err = Config::default()
+            .layer_text(&ws, "[pricing.m]\ninput = 1\n", true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("output"), "{err}");
+    }
 
     #[test]
     fn unknown_field_names_the_file_and_layers_merge() {

@@ -2,6 +2,7 @@
 //! sandboxed WebAssembly components.
 
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod edit;
 pub mod engine;

@@ -39,9 +39,21 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `n` and the noun in the right number: `1 edit`, `0 edits`, `2 errors`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::printable;
+    use super::{count, printable};
+
+    #[test]
+    fn counts_agree_in_number() {
+        assert_eq!(count(1, "edit", "edits"), "1 edit");
+        assert_eq!(count(0, "edit", "edits"), "0 edits");
+        assert_eq!(count(2, "error", "errors"), "2 errors");
+    }
 
     #[test]
     fn escapes_are_rendered_visibly_and_text_is_kept() {

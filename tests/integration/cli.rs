@@ -87,6 +87,7 @@ fn inspect_shows_requested_granted_and_missing() {
         [
             "read_file",
             "list_dir",
+            "glob",
             "read_files",
             "search_repo",
             "search"

@@ -5,6 +5,8 @@ mod mock_llm;
 mod support;
 
 mod agent;
+mod agent_cli;
+mod agent_policy;
 mod cli;
 mod confine;
 mod edit;
@@ -16,6 +18,7 @@ mod languages;
 mod llm;
 mod mcp;
 mod refactor;
+mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;

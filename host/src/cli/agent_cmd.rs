@@ -1,12 +1,16 @@
 //! `kiln agent`: the think-act-observe agent over sandboxed tool plugins, for one task
 //! (`--prompt`) or interactively (tasks read from stdin, one per line, conversation kept).
 
+use super::event_log::{EventLog, env_flag, open_log_file};
 use super::llm_cmd::LlmArgs;
 use super::{Ctx, Outcome, print_json};
 use crate::engine::agent::{AgentDeps, AgentOptions, run_agent};
 use crate::engine::{Event, ModelSource, Replay};
 use crate::llm::LlmClient;
+use crate::llm::pricing::format_usd;
 use crate::store::Store;
+use crate::terminal::count;
+use anyhow::Context;
 use clap::Args;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -14,17 +18,21 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
-    /// The task. Without it, tasks are read from stdin, one per line (interactive mode).
-    #[arg(long)]
+    /// The task. Without it (or --prompt), tasks are read from stdin, one per line
+    /// (interactive mode).
+    #[arg(value_name = "TASK", conflicts_with = "prompt")]
+    task: Option<String>,
+    /// The task, as an option (instead of TASK).
+    #[arg(short = 'p', long)]
     prompt: Option<String>,
     /// Turn cap.
-    #[arg(long, default_value_t = 20)]
+    #[arg(short = 'm', long, default_value_t = 20)]
     max_steps: u32,
     /// write_patch cap.
-    #[arg(long, default_value_t = 10)]
+    #[arg(short = 'w', long, default_value_t = 10)]
     max_writes: u32,
     /// run_cmd cap.
-    #[arg(long, default_value_t = 20)]
+    #[arg(short = 'c', long, default_value_t = 20)]
     max_commands: u32,
     /// Identical calls allowed before stopping with `repeated_call`.
     #[arg(long, default_value_t = 3)]
@@ -39,42 +47,153 @@ pub(crate) struct AgentArgs {
     #[arg(long)]
     manual: bool,
     /// The command `run_cmd` may run (and `compile_loop` builds with), e.g. "cargo test".
-    #[arg(long)]
+    /// Default: `[agent] test_command`, else detected (Cargo.toml: `cargo test`,
+    /// package.json: `npm test --silent`, pyproject.toml: `pytest -q`).
+    #[arg(long, value_name = "CMD")]
     test_command: Option<String>,
+    /// Arguments added to the test command, comma-separated (`--test-command npm
+    /// --test-args test,run` allows `npm test run`).
+    #[arg(long, value_name = "A,B,...", allow_hyphen_values = true)]
+    test_args: Option<String>,
     /// Default edit format of write_patch.
     #[arg(long, default_value = "search-replace")]
     format: String,
     /// Conversation size (characters) that triggers compaction.
     #[arg(long, default_value_t = 400_000)]
     context_chars: usize,
-    /// Extra system prompt.
-    #[arg(long)]
+    /// Extra text appended to kiln's system prompt.
+    #[arg(long, value_name = "TEXT")]
     system: Option<String>,
+    /// A file whose text replaces kiln's system prompt (--system is still appended).
+    #[arg(long, value_name = "PATH")]
+    system_file: Option<PathBuf>,
+    /// Do not print the event lines on stderr (also AGENT_CONSOLE_LOGGING=false); the answer
+    /// and the final summary line are still printed.
+    #[arg(long)]
+    no_console_log: bool,
+    /// Append the event lines, timestamped, to a log file (also AGENT_FILE_LOGGING=true).
+    #[arg(long)]
+    file_log: bool,
+    /// The log file; implies --file-log (also AGENT_LOG_FILE; default .kiln/logs/agent.log).
+    #[arg(long, value_name = "PATH")]
+    log_file: Option<PathBuf>,
     /// Replay recorded answers (JSONL) instead of calling a model.
     #[arg(long)]
     replay: Option<PathBuf>,
-    /// Events as JSON lines on stdout (the last is `agent.result`).
+    /// Events as JSON lines on stdout (the last is `agent.result`, with `cost_usd`).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     llm: LlmArgs,
 }
 
+/// Project files that imply a test command when none is given, in order of preference.
+const DETECTED_TESTS: &[(&str, &str)] = &[
+    ("Cargo.toml", "cargo test"),
+    ("package.json", "npm test --silent"),
+    ("pyproject.toml", "pytest -q"),
+];
+
+/// The test command implied by the workspace's project files, with the file that implied it.
+fn detect_test_command(workspace: &std::path::Path) -> Option<(&'static str, &'static str)> {
+    DETECTED_TESTS
+        .iter()
+        .find(|(file, _)| workspace.join(file).is_file())
+        .map(|(file, cmd)| (*cmd, *file))
+}
+
+/// `--test-args`: comma-separated words, each allowed to `run_cmd` exactly as written, so
+/// none may contain whitespace (run_cmd splits on it) or a glob character (the exec allowlist
+/// would read it as a pattern).
+fn test_args(list: &str) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for a in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        if a.chars()
+            .any(|c| c.is_whitespace() || matches!(c, '*' | '?'))
+        {
+            anyhow::bail!(
+                "--test-args: `{a}` contains whitespace or a glob character (`*`, `?`); each argument must be one plain word, allowed exactly as written"
+            );
+        }
+        out.push(a.to_string());
+    }
+    Ok(out)
+}
+
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow::Result<Outcome> {
     let mut config = ctx.config.clone();
-    let test_command = args
-        .test_command
-        .clone()
-        .or(config.agent.test_command.clone());
+    let extra_args = match &args.test_args {
+        Some(list) => test_args(list)?,
+        None => Vec::new(),
+    };
+    // Then the model: a missing API key is reported before anything runs or loads.
+    let mut model = match &args.replay {
+        Some(file) => {
+            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        None => ModelSource::live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
+    };
+    let (test_command, test_source) = match (&args.test_command, &config.agent.test_command) {
+        (Some(c), _) => (Some(c.clone()), None),
+        (None, Some(c)) => (Some(c.clone()), Some("[agent] test_command".to_string())),
+        (None, None) => match detect_test_command(&ctx.workspace) {
+            Some((cmd, file)) => (Some(cmd.to_string()), Some(format!("detected from {file}"))),
+            None => (None, None),
+        },
+    };
+    let test_command = match test_command {
+        Some(c) if !extra_args.is_empty() => Some(format!("{} {}", c.trim(), extra_args.join(" "))),
+        Some(c) => Some(c),
+        None if !extra_args.is_empty() => {
+            anyhow::bail!(
+                "--test-args needs a test command: pass --test-command (none was configured or detected)"
+            )
+        }
+        None => None,
+    };
     if let Some(cmd) = &test_command {
         crate::config::grant_test_command(&mut config, cmd).map_err(|e| anyhow::anyhow!(e))?;
     }
-    let mut model = match &args.replay {
-        Some(file) => {
-            ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
-        }
-        None => ModelSource::Live(LlmClient::new(args.llm.settings(&config)?)?),
+    let base_system = match &args.system_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read --system-file {}", p.display()))?,
+        ),
+        None => None,
     };
+    let console = !args.no_console_log && env_flag("AGENT_CONSOLE_LOGGING") != Some(false);
+    let log_path = args.log_file.clone().or_else(|| {
+        std::env::var_os("AGENT_LOG_FILE")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    let file_log =
+        args.file_log || args.log_file.is_some() || env_flag("AGENT_FILE_LOGGING") == Some(true);
+    let log_file = if file_log {
+        Some(open_log_file(
+            &ctx.workspace,
+            log_path.as_deref(),
+            "agent.log",
+            &config.protected(),
+        )?)
+    } else {
+        None
+    };
+    // Event lines on stderr unless --json (whose events go to stdout) or turned off.
+    let mut log = EventLog::new(console && !args.json, log_file);
+    log.line(&format!(
+        "kiln agent: model `{}`; {}; at most {}, {}, {}",
+        model.label(),
+        match (&test_command, &test_source) {
+            (Some(c), Some(src)) => format!("test command `{c}` ({src})"),
+            (Some(c), None) => format!("test command `{c}`"),
+            (None, _) =>
+                "no test command (run_cmd runs only what [plugins.shell] exec allows)".into(),
+        },
+        count(args.max_steps as usize, "step", "steps"),
+        count(args.max_writes as usize, "write", "writes"),
+        count(args.max_commands as usize, "command", "commands"),
+    ));
     let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;
     let mut store = Store::open(&ctx.workspace)?;
@@ -95,6 +214,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         manual: args.manual,
         context_chars: args.context_chars,
         system: args.system.clone(),
+        system_prompt: base_system,
         hooks: config.agent.hooks.clone().unwrap_or_default(),
         default_format: args.format.clone(),
         compile_cmd: test_command.clone(),
@@ -102,15 +222,20 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         external: external.clone(),
         ..Default::default()
     };
+    let model_name = model.label();
+    let cost_of = |usage: &crate::llm::Usage| {
+        crate::llm::pricing::cost_usd(&model_name, usage, &config.pricing)
+    };
+    let prompt = args.prompt.clone().or(args.task.clone());
     let json = args.json;
-    let interactive = args.prompt.is_none();
+    let interactive = prompt.is_none();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let mut history = Vec::new();
     let mut last_ok = true;
     let mut errored = false;
     loop {
-        let task = match &args.prompt {
+        let task = match &prompt {
             Some(p) => p.clone(),
             None => {
                 if std::io::stderr().is_terminal() {
@@ -135,12 +260,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         let mut on_event = |e: &Event| {
             seq += 1;
             if json {
-                print_json(&e.to_json(seq, crate::store::now_ms()));
-            } else if let Event::TextDelta { text } = e {
-                eprint!("{}", crate::terminal::printable(text));
-            } else if let Some(line) = e.human() {
-                eprintln!("{line}");
+                let mut v = e.to_json(seq, crate::store::now_ms());
+                if let (Event::AgentResult(r), serde_json::Value::Object(m)) = (e, &mut v) {
+                    m.insert("cost_usd".into(), cost_of(&r.usage).into());
+                }
+                print_json(&v);
             }
+            log.event(e);
         };
         let result = run_agent(
             &task,
@@ -164,22 +290,29 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
             }
         };
         ctrl_c.abort();
+        log.end_text();
+        let summary = format!(
+            "[{}] {}, {}, tokens in {} / out {}{}",
+            result.stop_reason,
+            count(result.turns as usize, "turn", "turns"),
+            count(result.tool_calls.len(), "tool call", "tool calls"),
+            result.usage.input + result.usage.cached_input,
+            result.usage.output,
+            cost_of(&result.usage)
+                .map(|c| format!(", cost {}", format_usd(c)))
+                .unwrap_or_default()
+        );
         if !json {
             println!("{}", crate::terminal::printable(result.content.trim()));
-            eprintln!(
-                "[{}] {} turn(s), {} tool call(s), tokens in {} / out {}",
-                result.stop_reason,
-                result.turns,
-                result.tool_calls.len(),
-                result.usage.input + result.usage.cached_input,
-                result.usage.output
-            );
+            log.always(&summary);
+        } else {
+            log.line(&summary);
         }
         last_ok = result.success;
-        let stop = result.stop_reason.clone();
+        let stop = result.stop_reason;
         history = result.messages;
-        if !interactive || stop == "cancelled" {
-            errored = stop == "error";
+        if !interactive || stop == crate::engine::StopReason::Cancelled {
+            errored = stop == crate::engine::StopReason::Error;
             break;
         }
     }

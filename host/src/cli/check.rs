@@ -129,18 +129,19 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
                 crate::terminal::printable(&r.stderr)
             );
         }
+        use crate::terminal::count;
         let errors = r
             .diagnostics
             .iter()
             .filter(|d| matches!(d.severity, Severity::Error))
             .count();
         eprintln!(
-            "{} (exit {}, {} ms, {} diagnostics, {} errors{})",
+            "{} (exit {}, {} ms, {}, {}{})",
             if r.ok { "passed" } else { "failed" },
             r.exit_code,
             r.duration_ms,
-            r.diagnostics.len(),
-            errors,
+            count(r.diagnostics.len(), "diagnostic", "diagnostics"),
+            count(errors, "error", "errors"),
             if r.timed_out { ", timed out" } else { "" }
         );
     }

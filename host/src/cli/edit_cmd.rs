@@ -2,7 +2,7 @@
 
 use super::{Ctx, Outcome, print_json};
 use crate::edit::{self, ApplyOptions, EditError, EditReport, Workspace};
-use crate::plugin::PluginKind;
+use crate::plugin::{Plugin, PluginKind};
 use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
@@ -63,56 +63,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
             json,
         } => {
             let plugin = reg.get(&format, Some(PluginKind::EditFormat))?;
-            let response = read_stdin()?;
-            match edit::parse(plugin, &response, &files).await? {
-                Ok(edits) => {
-                    let rows: Vec<_> = edits
-                        .iter()
-                        .map(|e| json!({ "path": e.path, "kind": edit::kind_name(e.kind), "search": e.search, "replace": e.replace, "new_path": e.new_path }))
-                        .collect();
-                    if json {
-                        print_json(&json!({ "ok": true, "format": plugin.name, "edits": rows }));
-                    } else {
-                        for (i, e) in edits.iter().enumerate() {
-                            println!(
-                                "edit {} {} {}{}",
-                                i + 1,
-                                edit::kind_name(e.kind),
-                                e.path,
-                                e.new_path
-                                    .as_deref()
-                                    .map(|d| format!(" -> {d}"))
-                                    .unwrap_or_default()
-                            );
-                            for (label, text) in [("search", &e.search), ("replace", &e.replace)] {
-                                if !text.is_empty() {
-                                    println!("  {label}:");
-                                    for l in text.lines() {
-                                        println!("    | {}", crate::terminal::printable(l));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    Ok(Outcome::Success)
-                }
-                Err(problems) => {
-                    if json {
-                        print_json(
-                            &json!({ "ok": false, "format": plugin.name, "errors": problems }),
-                        );
-                    } else {
-                        for p in &problems {
-                            eprintln!(
-                                "parse error{}: {}",
-                                p.at(),
-                                crate::terminal::printable(&p.message)
-                            );
-                        }
-                    }
-                    Ok(Outcome::Failure)
-                }
-            }
+            parse(plugin, &files, json).await
         }
         EditCommand::Apply {
             format,
@@ -121,46 +72,109 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: EditCommand) -> anyho
             json,
         } => {
             let plugin = reg.get(&format, Some(PluginKind::EditFormat))?;
-            let response = read_stdin()?;
-            let ws = Workspace::open(&ctx.workspace)?;
-            if !dry_run {
-                // Ctrl-C exits, but never in the middle of writing the files.
-                edit::journal::exit_on_interrupt();
-            }
-            let opts = ApplyOptions {
-                dry_run,
-                protected: ctx.config.protected(),
-                ..Default::default()
-            };
-            let report = match edit::apply_response(plugin, &ws, &response, &files, &opts).await {
-                Ok(r) => r,
-                // The plugin or the workspace failing is an error (exit 2); a file that cannot
-                // be read or written refuses the edit like any other (exit 1, nothing written).
-                Err(e @ (EditError::Plugin(_) | EditError::Workspace { .. })) => {
-                    return Err(e.into());
-                }
-                Err(e) => {
-                    if json {
-                        print_json(&json!({ "ok": false, "error": e.to_string() }));
-                    } else {
-                        println!("refused: {}", crate::terminal::printable(&e.to_string()));
-                        eprintln!("nothing written: the response does not apply");
-                    }
-                    return Ok(Outcome::Failure);
-                }
-            };
-            if json {
-                print_json(&serde_json::to_value(&report)?);
-            } else {
-                render(&report);
-            }
-            Ok(if report.ok {
-                Outcome::Success
-            } else {
-                Outcome::Failure
-            })
+            apply(ctx, plugin, &files, dry_run, json).await
         }
     }
+}
+
+/// `kiln edit parse`: the edits in the response on stdin, or its parse errors.
+async fn parse(plugin: &Plugin, files: &[String], json: bool) -> anyhow::Result<Outcome> {
+    let response = read_stdin()?;
+    match edit::parse(plugin, &response, files).await? {
+        Ok(edits) => {
+            let rows: Vec<_> = edits
+                .iter()
+                .map(|e| json!({ "path": e.path, "kind": edit::kind_name(e.kind), "search": e.search, "replace": e.replace, "new_path": e.new_path }))
+                .collect();
+            if json {
+                print_json(&json!({ "ok": true, "format": plugin.name, "edits": rows }));
+            } else {
+                for (i, e) in edits.iter().enumerate() {
+                    println!(
+                        "edit {} {} {}{}",
+                        i + 1,
+                        edit::kind_name(e.kind),
+                        e.path,
+                        e.new_path
+                            .as_deref()
+                            .map(|d| format!(" -> {d}"))
+                            .unwrap_or_default()
+                    );
+                    for (label, text) in [("search", &e.search), ("replace", &e.replace)] {
+                        if !text.is_empty() {
+                            println!("  {label}:");
+                            for l in text.lines() {
+                                println!("    | {}", crate::terminal::printable(l));
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(Outcome::Success)
+        }
+        Err(problems) => {
+            if json {
+                print_json(&json!({ "ok": false, "format": plugin.name, "errors": problems }));
+            } else {
+                for p in &problems {
+                    eprintln!(
+                        "parse error{}: {}",
+                        p.at(),
+                        crate::terminal::printable(&p.message)
+                    );
+                }
+            }
+            Ok(Outcome::Failure)
+        }
+    }
+}
+
+/// `kiln edit apply`: apply the response on stdin to the workspace, all files or none.
+async fn apply(
+    ctx: &Ctx,
+    plugin: &Plugin,
+    files: &[String],
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<Outcome> {
+    let response = read_stdin()?;
+    let ws = Workspace::open(&ctx.workspace)?;
+    if !dry_run {
+        // Ctrl-C exits, but never in the middle of writing the files.
+        edit::journal::exit_on_interrupt();
+    }
+    let opts = ApplyOptions {
+        dry_run,
+        protected: ctx.config.protected(),
+        ..Default::default()
+    };
+    let report = match edit::apply_response(plugin, &ws, &response, files, &opts).await {
+        Ok(r) => r,
+        // The plugin or the workspace failing is an error (exit 2); a file that cannot
+        // be read or written refuses the edit like any other (exit 1, nothing written).
+        Err(e @ (EditError::Plugin(_) | EditError::Workspace { .. })) => {
+            return Err(e.into());
+        }
+        Err(e) => {
+            if json {
+                print_json(&json!({ "ok": false, "error": e.to_string() }));
+            } else {
+                println!("refused: {}", crate::terminal::printable(&e.to_string()));
+                eprintln!("nothing written: the response does not apply");
+            }
+            return Ok(Outcome::Failure);
+        }
+    };
+    if json {
+        print_json(&serde_json::to_value(&report)?);
+    } else {
+        render(&report);
+    }
+    Ok(if report.ok {
+        Outcome::Success
+    } else {
+        Outcome::Failure
+    })
 }
 
 fn render(r: &EditReport) {
@@ -195,17 +209,18 @@ fn render(r: &EditReport) {
             }
         }
     }
+    use crate::terminal::count;
     if r.ok {
         if r.dry_run {
             eprintln!(
-                "dry run: {} edits would apply; nothing written",
-                r.edits.len()
+                "dry run: {} would apply; nothing written",
+                count(r.edits.len(), "edit", "edits")
             );
         } else {
             eprintln!(
-                "{} edits applied; {} files written, {} deleted",
-                r.edits.len(),
-                r.written.len(),
+                "{} applied; {} written, {} deleted",
+                count(r.edits.len(), "edit", "edits"),
+                count(r.written.len(), "file", "files"),
                 r.deleted.len()
             );
         }

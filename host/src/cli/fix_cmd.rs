@@ -1,12 +1,15 @@
 //! `kiln fix`: the compile-and-fix loop from the command line, with live events for a person
 //! (stderr) or as JSON lines (stdout), Ctrl-C handling and the seed-000 result shape.
 
+use super::event_log::EventLog;
 use super::llm_cmd::LlmArgs;
 use super::{Ctx, Outcome, print_json};
 use crate::engine::{self, Event, FixOptions, ModelSource, Replay};
 use crate::llm::LlmClient;
+use crate::llm::pricing::format_usd;
 use crate::plugin::PluginKind;
 use crate::store::Store;
+use crate::terminal::count;
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
@@ -44,6 +47,11 @@ pub(crate) struct FixArgs {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
+    // A missing API key is reported before anything runs or loads.
+    let live = match (&args.replay, args.replay_loop) {
+        (None, None) => Some(args.llm.settings_with_key(&ctx.config)?),
+        _ => None,
+    };
     let targets = args.runner.targets()?;
     let mut config = ctx.config.clone();
     let runner_settings = args.runner.consent(&mut config)?;
@@ -57,12 +65,15 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let mut store = Store::open(&ctx.workspace)?;
     let mut model = match (&args.replay, args.replay_loop) {
         (Some(file), _) => {
-            ModelSource::Replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
         }
         (None, Some(id)) => {
-            ModelSource::Replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
+            ModelSource::replay(Replay::from_store(&store, id).map_err(|e| anyhow::anyhow!(e))?)
         }
-        (None, None) => ModelSource::Live(LlmClient::new(args.llm.settings(&config)?)?),
+        (None, None) => ModelSource::live(LlmClient::new(match live {
+            Some(s) => s,
+            None => args.llm.settings(&config)?,
+        })?),
     };
     let format_name = args
         .format
@@ -97,12 +108,20 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     });
     let json = args.json;
     let mut seq = 0u64;
-    let mut on_event = move |e: &Event| {
+    let mut log = EventLog::console();
+    // `loop.result` is printed once the loop is over, with its cost.
+    let mut result_event: Option<serde_json::Value> = None;
+    let mut on_event = |e: &Event| {
         seq += 1;
         if json {
-            print_json(&e.to_json(seq, crate::store::now_ms()));
-        } else if let Some(line) = e.human() {
-            eprintln!("{line}");
+            let v = e.to_json(seq, crate::store::now_ms());
+            if matches!(e, Event::LoopResult(_)) {
+                result_event = Some(v);
+            } else {
+                print_json(&v);
+            }
+        } else {
+            log.event(e);
         }
     };
     let outcome = engine::run_fix(
@@ -118,12 +137,37 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         },
     )
     .await?;
-    if !json {
-        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    log.end_text();
+    let model_name = model.label();
+    let usage = store.loop_detail(outcome.loop_id)?.row.tokens;
+    let cost = crate::llm::pricing::cost_usd(&model_name, &usage, &config.pricing);
+    if json {
+        let mut v = result_event.unwrap_or_else(|| {
+            Event::LoopResult(outcome.clone()).to_json(seq + 1, crate::store::now_ms())
+        });
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("cost_usd".into(), cost.into());
+        }
+        print_json(&v);
+    } else {
+        let mut v = serde_json::to_value(&outcome)?;
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("cost_usd".into(), cost.into());
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        eprintln!(
+            "[{}] {}, tokens in {} / out {}{}",
+            outcome.stop_reason,
+            count(outcome.iters as usize, "iteration", "iterations"),
+            usage.input + usage.cached_input,
+            usage.output,
+            cost.map(|c| format!(", cost {}", format_usd(c)))
+                .unwrap_or_default()
+        );
     }
-    Ok(match outcome.stop_reason.as_str() {
-        "success" => Outcome::Success,
-        "error" => Outcome::Error,
+    Ok(match outcome.stop_reason {
+        engine::StopReason::Success => Outcome::Success,
+        engine::StopReason::Error => Outcome::Error,
         _ => Outcome::Failure,
     })
 }

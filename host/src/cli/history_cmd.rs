@@ -1,7 +1,7 @@
 //! `kiln history [show ID]`: what happened in earlier loops, from the workspace's store.
 
 use super::{Ctx, Outcome, print_json};
-use crate::store::Store;
+use crate::store::{IterationRow, LoopDetail, Store};
 use clap::{Args, Subcommand};
 
 /// `println!` for what the store recorded from plugins, programs and the model: control
@@ -50,113 +50,130 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
     }
     let store = Store::open(&ctx.workspace)?;
     match args.show {
-        None => {
-            let rows = store.loops(args.limit)?;
-            if rows.is_empty() && !args.json {
-                eprintln!("no loops recorded in {} yet", ctx.workspace.display());
-            }
-            for r in rows {
-                if args.json {
-                    print_json(&serde_json::to_value(&r)?);
-                } else {
-                    say!(
-                        "{:>4}  {:<5} {:<8} {:<17} iters {}/{}  {}  {}",
-                        r.id,
-                        r.kind,
-                        r.status,
-                        r.stop_reason.as_deref().unwrap_or("-"),
-                        r.iters,
-                        r.max_iters,
-                        r.targets.join(","),
-                        r.summary.as_deref().unwrap_or("")
-                    );
-                }
-            }
-        }
-        Some(HistoryCommand::Show { id }) => {
-            let d = store.loop_detail(id)?;
-            if args.json {
-                let mut v = serde_json::to_value(&d)?;
-                v["tool_calls"] = serde_json::to_value(store.tool_calls(id)?)?;
-                print_json(&v);
-            } else {
-                let r = &d.row;
-                say!(
-                    "loop {}: {} ({}) runner {} format {} model {}",
-                    r.id,
-                    r.status,
-                    r.stop_reason.as_deref().unwrap_or("running"),
-                    r.runner,
-                    r.format,
-                    r.model
-                );
-                say!("targets: {}", r.targets.join(", "));
-                say!(
-                    "tokens: input {} (cached {}), output {}",
-                    r.tokens.input,
-                    r.tokens.cached_input,
-                    r.tokens.output
-                );
-                if let Some(s) = &r.summary {
-                    say!("summary: {s}");
-                }
-                if r.kind == "agent" || r.kind == "mcp" {
-                    for c in store.tool_calls(r.id)? {
-                        say!(
-                            "   turn {} {} {} {} ({} ms): {}",
-                            c.turn,
-                            if c.is_error { "✗" } else { "✓" },
-                            c.name,
-                            c.arguments.chars().take(100).collect::<String>(),
-                            c.duration_ms,
-                            c.result
-                                .lines()
-                                .next()
-                                .unwrap_or("")
-                                .chars()
-                                .take(120)
-                                .collect::<String>()
-                        );
-                    }
-                }
-                for it in &d.iterations {
-                    say!(
-                        "\n-- iteration {}: {} (exit {}), {} edit(s) applied, runner {} ms, llm {} ms",
-                        it.n,
-                        if it.ok { "passed" } else { "failed" },
-                        it.exit_code,
-                        it.edits_applied,
-                        it.runner_ms,
-                        it.llm_ms
-                    );
-                    if let Some(s) = &it.llm_summary {
-                        say!("   model: {s}");
-                    }
-                    for e in d.edits.iter().filter(|e| e.iteration == it.n) {
-                        say!(
-                            "   edit {} {} {}{}",
-                            e.status,
-                            e.kind,
-                            e.path,
-                            e.error
-                                .as_deref()
-                                .map(|x| format!(": {}", x.lines().next().unwrap_or("")))
-                                .unwrap_or_default()
-                        );
-                    }
-                    for diag in it.diagnostics.as_array().into_iter().flatten().take(10) {
-                        say!(
-                            "   {}:{}:{}: {}: {}",
-                            diag["file"].as_str().unwrap_or(""),
-                            diag["line"],
-                            diag["column"],
-                            diag["severity"].as_str().unwrap_or(""),
-                            diag["message"].as_str().unwrap_or("")
-                        );
-                    }
-                }
-            }
-        }
+        None => list(ctx, &store, args.limit, args.json)?,
+        Some(HistoryCommand::Show { id }) => show(&store, id, args.json)?,
     }
     Ok(Outcome::Success)
+}
+
+/// `kiln history`: the latest `limit` loops, one line (or JSON object) each.
+fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()> {
+    let rows = store.loops(limit)?;
+    if rows.is_empty() && !json {
+        eprintln!("no loops recorded in {} yet", ctx.workspace.display());
+    }
+    for r in rows {
+        if json {
+            print_json(&serde_json::to_value(&r)?);
+        } else {
+            say!(
+                "{:>4}  {:<12} {:<8} {:<17} iters {}/{}  {}  {}",
+                r.id,
+                r.kind,
+                r.status,
+                r.stop_reason.as_deref().unwrap_or("-"),
+                r.iters,
+                r.max_iters,
+                r.targets.join(","),
+                r.summary.as_deref().unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `kiln history show ID`: one loop with its tool calls and every iteration.
+fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
+    let d = store.loop_detail(id)?;
+    if json {
+        let mut v = serde_json::to_value(&d)?;
+        v["tool_calls"] = serde_json::to_value(store.tool_calls(id)?)?;
+        print_json(&v);
+        return Ok(());
+    }
+    let r = &d.row;
+    say!(
+        "loop {}: {} ({}) runner {} format {} model {}",
+        r.id,
+        r.status,
+        r.stop_reason.as_deref().unwrap_or("running"),
+        r.runner,
+        r.format,
+        r.model
+    );
+    say!("targets: {}", r.targets.join(", "));
+    say!(
+        "tokens: input {} (cached {}), output {}",
+        r.tokens.input,
+        r.tokens.cached_input,
+        r.tokens.output
+    );
+    if let Some(s) = &r.summary {
+        say!("summary: {s}");
+    }
+    if matches!(
+        r.kind.as_str(),
+        "agent" | "mcp" | "loop-execute" | "loop-review"
+    ) {
+        for c in store.tool_calls(r.id)? {
+            say!(
+                "   turn {} {} {} {} ({} ms): {}",
+                c.turn,
+                if c.is_error { "✗" } else { "✓" },
+                c.name,
+                c.arguments.chars().take(100).collect::<String>(),
+                c.duration_ms,
+                c.result
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(120)
+                    .collect::<String>()
+            );
+        }
+    }
+    for it in &d.iterations {
+        print_iteration(&d, it);
+    }
+    Ok(())
+}
+
+/// One iteration of `kiln history show`: its outcome, the model's summary, its edits and its
+/// first diagnostics.
+fn print_iteration(d: &LoopDetail, it: &IterationRow) {
+    say!(
+        "\n-- iteration {}: {} (exit {}), {} applied, runner {} ms, llm {} ms",
+        it.n,
+        if it.ok { "passed" } else { "failed" },
+        it.exit_code,
+        crate::terminal::count(it.edits_applied as usize, "edit", "edits"),
+        it.runner_ms,
+        it.llm_ms
+    );
+    if let Some(s) = &it.llm_summary {
+        say!("   model: {s}");
+    }
+    for e in d.edits.iter().filter(|e| e.iteration == it.n) {
+        say!(
+            "   edit {} {} {}{}",
+            e.status,
+            e.kind,
+            e.path,
+            e.error
+                .as_deref()
+                .map(|x| format!(": {}", x.lines().next().unwrap_or("")))
+                .unwrap_or_default()
+        );
+    }
+    for diag in it.diagnostics.as_array().into_iter().flatten().take(10) {
+        say!(
+            "   {}:{}:{}: {}: {}",
+            diag["file"].as_str().unwrap_or(""),
+            diag["line"],
+            diag["column"],
+            diag["severity"].as_str().unwrap_or(""),
+            diag["message"].as_str().unwrap_or("")
+        );
+    }
 }

@@ -33,6 +33,55 @@ impl LlmArgs {
         })?;
         Ok(s)
     }
+
+    /// [`LlmArgs::settings`], refusing up front (before any check runs or plugin loads) a
+    /// hosted API that would be called without a key, naming the variable to set.
+    pub fn settings_with_key(&self, config: &crate::config::Config) -> anyhow::Result<LlmSettings> {
+        let s = self.settings(config)?;
+        if let Some(var) = missing_key(&s) {
+            anyhow::bail!(
+                "no API key for {} ({}): set {var} (or name another variable with `api_key_env` under [llm] in kiln.toml)",
+                s.base_url,
+                s.provider.name()
+            );
+        }
+        Ok(s)
+    }
+}
+
+/// Hosted APIs that always need a key (a local or self-hosted server may need none).
+const KEYED_HOSTS: &[&str] = &[
+    "api.openai.com",
+    "api.anthropic.com",
+    "openrouter.ai",
+    "api.groq.com",
+    "api.mistral.ai",
+    "api.deepseek.com",
+    "api.together.xyz",
+    "api.fireworks.ai",
+    "api.x.ai",
+    "generativelanguage.googleapis.com",
+];
+
+/// The variable to set when `s` has no key but its base URL is a hosted API that needs one.
+pub(crate) fn missing_key(s: &LlmSettings) -> Option<&'static str> {
+    if s.api_key.is_some() {
+        return None;
+    }
+    let rest = s
+        .base_url
+        .split_once("://")
+        .map_or(s.base_url.as_str(), |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let host = host.split(':').next().unwrap_or("").to_ascii_lowercase();
+    let keyed = KEYED_HOSTS
+        .iter()
+        .any(|h| host == *h || host.ends_with(&format!(".{h}")));
+    keyed.then_some(match s.provider {
+        crate::llm::Provider::Openai => "OPENAI_API_KEY",
+        crate::llm::Provider::Anthropic => "ANTHROPIC_API_KEY",
+    })
 }
 
 #[derive(Debug, Subcommand)]

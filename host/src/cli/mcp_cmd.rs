@@ -194,14 +194,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         .get(&default_format, Some(PluginKind::EditFormat))
         .with_context(|| format!("--format {default_format}"))?;
     let model = match &args.replay {
-        Some(file) => Ok(ModelSource::Replay(
+        Some(file) => Ok(ModelSource::replay(
             Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?,
         )),
         None => args
             .llm
             .settings(&ctx2.config)
             .and_then(|s| Ok(LlmClient::new(s)?))
-            .map(ModelSource::Live)
+            .map(ModelSource::live)
             .map_err(|e| format!("compile_loop has no model: {e:#}")),
     };
     let model_label = model.as_ref().map_or("-".to_string(), |m| m.label());
@@ -415,11 +415,66 @@ async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) 
                 protected: shared.config.protected(),
                 ..Default::default()
             };
-            edit::apply_as_tool_result("apply_edit", format, &ws, response, &files, &opts, timeout)
-                .await
+            let (text, is_error, _) = edit::apply_as_tool_result(
+                "apply_edit",
+                format,
+                &ws,
+                response,
+                &files,
+                &opts,
+                timeout,
+            )
+            .await;
+            (text, is_error)
         }
         Target::CompileLoop => ("compile_loop is not a plain call".into(), true),
     }
+}
+
+/// Progress for a compile_loop call: one notification per iteration, sent in order by one
+/// task (none when the caller asked for no progress). Drop the sink, then await the task.
+fn progress_forwarder(
+    context: &RequestContext<RoleServer>,
+    max_iters: u32,
+) -> (
+    impl FnMut(&Event) + Send + use<>,
+    Option<tokio::task::JoinHandle<()>>,
+) {
+    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
+    let forward = context.meta.get_progress_token().map(|token| {
+        let peer = context.peer.clone();
+        let total = max_iters as f64;
+        tokio::spawn(async move {
+            while let Some((n, message)) = progress_rx.recv().await {
+                let _ = peer
+                    .notify_progress(
+                        ProgressNotificationParam::new(token.clone(), n as f64)
+                            .with_total(total)
+                            .with_message(message),
+                    )
+                    .await;
+            }
+        })
+    });
+    let on_event = move |e: &Event| {
+        if let Event::LoopIteration {
+            iteration,
+            ok,
+            edits_applied,
+            ..
+        } = e
+        {
+            let _ = progress_tx.send((
+                *iteration,
+                format!(
+                    "iteration {iteration}: {} applied, check {}",
+                    crate::terminal::count(*edits_applied, "edit", "edits"),
+                    if *ok { "passes" } else { "still fails" }
+                ),
+            ));
+        }
+    };
+    (on_event, forward)
 }
 
 /// The fix loop as a tool: a progress notification per iteration (when the caller asked for
@@ -435,18 +490,9 @@ async fn compile_loop(
             true,
         );
     };
-    let targets: Vec<String> = match (args.get("target_file"), args.get("target_files")) {
-        (Some(_), Some(_)) => {
-            return ("give target_file or target_files, not both".into(), true);
-        }
-        (Some(f), None) => f.as_str().map(|s| vec![s.to_string()]).unwrap_or_default(),
-        (None, Some(fs)) => fs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_str().map(String::from))
-            .collect(),
-        (None, None) => return ("target_file or target_files is required".into(), true),
+    let targets = match crate::engine::fix::compile_loop_targets(args) {
+        Ok(t) => t,
+        Err(e) => return (e, true),
     };
     let runner = match shared.registry.get("command", Some(PluginKind::Runner)) {
         Ok(r) => r,
@@ -499,40 +545,7 @@ async fn compile_loop(
             return (why.clone(), true);
         }
     };
-    // Progress: one notification per iteration, sent in order by one task.
-    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
-    let forward = context.meta.get_progress_token().map(|token| {
-        let peer = context.peer.clone();
-        let total = fix.max_iters as f64;
-        tokio::spawn(async move {
-            while let Some((n, message)) = progress_rx.recv().await {
-                let _ = peer
-                    .notify_progress(
-                        ProgressNotificationParam::new(token.clone(), n as f64)
-                            .with_total(total)
-                            .with_message(message),
-                    )
-                    .await;
-            }
-        })
-    });
-    let mut on_event = move |e: &Event| {
-        if let Event::LoopIteration {
-            iteration,
-            ok,
-            edits_applied,
-            ..
-        } = e
-        {
-            let _ = progress_tx.send((
-                *iteration,
-                format!(
-                    "iteration {iteration}: {edits_applied} edit(s) applied, check {}",
-                    if *ok { "passes" } else { "still fails" }
-                ),
-            ));
-        }
-    };
+    let (mut on_event, forward) = progress_forwarder(context, fix.max_iters);
     let result = crate::engine::run_fix(
         &fix,
         crate::engine::fix::FixDeps {

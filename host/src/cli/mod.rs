@@ -5,11 +5,15 @@
 mod agent_cmd;
 mod check;
 mod edit_cmd;
+mod event_log;
 mod fix_cmd;
+mod guest_sdk;
 mod history_cmd;
 mod llm_cmd;
+mod loop_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
+pub mod render;
 mod scaffold;
 mod tool_cmd;
 mod trust_cmd;
@@ -31,8 +35,9 @@ pub struct Cli {
     command: Command,
 }
 
-/// Options every command takes.
+/// Options every command takes (listed after a command's own options in its help).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 struct Global {
     /// Workspace root (default: the current directory).
     #[arg(long, short = 'C', global = true, value_name = "DIR")]
@@ -58,6 +63,9 @@ enum Command {
     Agent(Box<agent_cmd::AgentArgs>),
     /// The compile-and-fix loop: check, ask the model, apply its edits, repeat.
     Fix(Box<fix_cmd::FixArgs>),
+    /// The execute/review loop over a task file: an execution agent works, a review agent
+    /// records what is pending, for a bounded number of rounds.
+    Loop(Box<loop_cmd::LoopArgs>),
     /// Earlier loops of this workspace.
     History(history_cmd::HistoryArgs),
     /// Run a runner once over target files and report its diagnostics.
@@ -216,6 +224,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Fix(args) => fix_cmd::run(&ctx, &cli.global.plugins, *args).await,
+        Command::Loop(args) => loop_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::History(args) => history_cmd::run(&ctx, args).await,
         Command::Check(args) => check::run(&ctx, &cli.global.plugins, args).await,
         Command::Edit(cmd) => edit_cmd::run(&ctx, &cli.global.plugins, cmd).await,
@@ -231,7 +240,11 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
 /// is finished or undone before it starts).
 fn touches_workspace(command: &Command) -> bool {
     match command {
-        Command::Agent(_) | Command::Fix(_) | Command::Check(_) | Command::Mcp(_) => true,
+        Command::Agent(_)
+        | Command::Fix(_)
+        | Command::Loop(_)
+        | Command::Check(_)
+        | Command::Mcp(_) => true,
         Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
         Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),
         Command::History(_) | Command::Llm(_) | Command::Plugin(_) | Command::Trust(_) => false,

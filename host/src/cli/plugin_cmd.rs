@@ -444,7 +444,7 @@ async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
         problems.push("manifest description is empty".to_string());
     }
     for f in &m.fs {
-        if let Err(why) = crate::plugin::capability::check_relative(&f.path) {
+        if let Err(why) = crate::path::check_relative(&f.path) {
             problems.push(format!("manifest fs path `{}` {why}", f.path));
         }
     }

@@ -1,6 +1,8 @@
 //! `kiln plugin new`: scaffold a plugin project (runner, edit format or tool; Rust, Python or
 //! JavaScript) that builds with the documented command and passes `kiln plugin check` as
-//! generated. The WIT contract is copied into the project, so it builds without kiln's source.
+//! generated. The WIT contract is copied into the project, so it builds without kiln's source;
+//! a Rust project also gets a vendored copy of the guest SDK (`kiln-guest`, see [`super::guest_sdk`])
+//! and is written against its traits and export macros.
 
 use anyhow::Context;
 use clap::ValueEnum;
@@ -20,7 +22,7 @@ pub(crate) enum Kind {
 /// Language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Lang {
-    /// Rust with wit-bindgen.
+    /// Rust with the kiln-guest SDK (vendored into the project).
     Rust,
     /// Python with componentize-py.
     Python,
@@ -88,6 +90,19 @@ fn template(lang: Lang, kind: Kind) -> &'static str {
     }
 }
 
+/// The Cargo.toml of a Rust plugin: a cdylib depending on the vendored SDK (and, for a tool,
+/// serde_json for its JSON arguments and results).
+fn rust_manifest(kind: Kind, name: &str) -> String {
+    let sdk = super::guest_sdk::DIR;
+    let json = match kind {
+        Kind::Tool => "serde_json = \"1\"\n",
+        Kind::Runner | Kind::EditFormat => "",
+    };
+    format!(
+        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\n# The kiln guest SDK, vendored: it is not published on crates.io.\nkiln-guest = {{ path = \"{sdk}\" }}\n{json}\n# Not part of any enclosing workspace; the vendored SDK is a crate of its own.\n[workspace]\nexclude = [\"{sdk}\"]\n\n[profile.release]\nopt-level = \"s\"\n"
+    )
+}
+
 fn write(dir: &Path, rel: &str, text: &str) -> anyhow::Result<()> {
     let p = dir.join(rel);
     if let Some(parent) = p.parent() {
@@ -131,14 +146,17 @@ pub(crate) fn scaffold(
     match lang {
         Lang::Rust => {
             write(&dir, "src/lib.rs", &code)?;
-            write(
-                &dir,
-                "Cargo.toml",
-                &format!(
-                    "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\nwit-bindgen = \"0.63\"\n\n# Not part of any enclosing workspace.\n[workspace]\n\n[profile.release]\nopt-level = \"s\"\n"
-                ),
-            )?;
+            write(&dir, "Cargo.toml", &rust_manifest(kind, name))?;
             write(&dir, ".gitignore", "/target\n")?;
+            let sdk = dir.join(super::guest_sdk::DIR);
+            for (file, text) in super::guest_sdk::FILES {
+                write(&sdk, file, text)?;
+            }
+            write(
+                &sdk,
+                "Cargo.toml",
+                &super::guest_sdk::standalone_manifest()?,
+            )?;
         }
         Lang::Python => write(&dir, "app.py", &code)?,
         Lang::Js => {
@@ -163,7 +181,7 @@ pub(crate) fn scaffold(
         &dir,
         "README.md",
         &format!(
-            "# {name}\n\nA kiln {kind} plugin ({lang}), built against the `kiln:plugin@{ver}` contract in `wit/`.\n\n```sh\n{setup}\n{build}\nkiln plugin check {output}\n```\n\nUse it with `kiln --plugin {output} ...`, or add to the workspace's kiln.toml:\n\n```toml\n[plugins.{name}]\npath = \"{output}\"\n# grants: fs = [\".\"], exec = [{{ program = \"...\", args = [\"*\"] }}], env = [\"...\"]\n```\n",
+            "# {name}\n\nA kiln {kind} plugin ({lang}), built against the `kiln:plugin@{ver}` contract in `wit/`.{sdk}\n\n```sh\n{setup}\n{build}\nkiln plugin check {output}\n```\n\nUse it with `kiln --plugin {output} ...`, or add to the workspace's kiln.toml:\n\n```toml\n[plugins.{name}]\npath = \"{output}\"\n# grants: fs = [\".\"], exec = [{{ program = \"...\", args = [\"*\"] }}], env = [\"...\"]\n```\n",
             kind = world(kind).trim_end_matches("-plugin"),
             lang = match lang {
                 Lang::Rust => "Rust",
@@ -171,6 +189,14 @@ pub(crate) fn scaffold(
                 Lang::Js => "JavaScript",
             },
             ver = crate::plugin::CONTRACT_VERSION,
+            sdk = match lang {
+                Lang::Rust => format!(
+                    " It is written with the kiln guest SDK, vendored in `{}/` (kiln-guest is not on crates.io; its API is described in `{}/README.md`).",
+                    super::guest_sdk::DIR,
+                    super::guest_sdk::DIR
+                ),
+                Lang::Python | Lang::Js => String::new(),
+            },
         ),
     )?;
     Ok(dir)

@@ -2,7 +2,7 @@
 //! would have.
 
 use super::{Ctx, Outcome, print_json};
-use crate::plugin::{Plugin, PluginKind};
+use crate::plugin::{Plugin, PluginKind, Registry};
 use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
@@ -33,129 +33,144 @@ pub(crate) enum ToolCommand {
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyhow::Result<Outcome> {
     let reg = ctx.registry(extra).await?;
-    let tool_plugins: Vec<&Plugin> = reg
-        .all()
-        .iter()
-        .filter(|p| p.kind == PluginKind::Tool)
-        .collect();
     match cmd {
-        ToolCommand::List { json } => {
-            // MCP servers are started to list their tools; one that fails is reported, not fatal.
-            let (external, errors) =
-                crate::mcp::ExternalTools::start_each(&ctx.config.mcp.servers, &ctx.workspace)
-                    .await;
-            for e in &errors {
-                eprintln!("warning: {e}");
-            }
-            let catalog = crate::engine::agent::tool_catalog_with(&reg, &external).await;
-            external.shutdown().await;
-            let catalog = catalog?;
+        ToolCommand::List { json } => list(ctx, &reg, json).await,
+        ToolCommand::Call { tool, args, json } => call(ctx, &reg, &tool, &args, json).await,
+    }
+}
+
+/// `kiln tool list`: every tool of every tool plugin, MCP server and the host.
+async fn list(ctx: &Ctx, reg: &Registry, json: bool) -> anyhow::Result<Outcome> {
+    // MCP servers are started to list their tools; one that fails is reported, not fatal.
+    let (external, errors) =
+        crate::mcp::ExternalTools::start_each(&ctx.config.mcp.servers, &ctx.workspace).await;
+    for e in &errors {
+        eprintln!("warning: {e}");
+    }
+    let catalog = crate::engine::agent::tool_catalog_with(reg, &external).await;
+    external.shutdown().await;
+    let catalog = catalog?;
+    if json {
+        for t in &catalog {
+            print_json(&serde_json::to_value(t)?);
+        }
+        return Ok(Outcome::Success);
+    }
+    let width = catalog.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    let from = |t: &crate::engine::agent::ToolEntry| match (&t.plugin, &t.mcp_server) {
+        (Some(p), _) => format!("plugin {p}"),
+        (None, Some(s)) => format!("mcp server {s} (external, not sandboxed)"),
+        (None, None) => "host (built-in)".to_string(),
+    };
+    let from_width = catalog.iter().map(|t| from(t).len()).max().unwrap_or(0);
+    for t in &catalog {
+        let first = t.description.lines().next().unwrap_or("");
+        println!(
+            "{}",
+            crate::terminal::printable(&format!(
+                "{:<width$}  {:<from_width$}  {first}",
+                t.name,
+                from(t)
+            ))
+        );
+    }
+    Ok(Outcome::Success)
+}
+
+/// `kiln tool call TOOL --args JSON`.
+async fn call(
+    ctx: &Ctx,
+    reg: &Registry,
+    tool: &str,
+    args: &str,
+    json: bool,
+) -> anyhow::Result<Outcome> {
+    let parsed: Value =
+        serde_json::from_str(args).with_context(|| format!("--args is not valid JSON: {args}"))?;
+    anyhow::ensure!(
+        parsed.is_object(),
+        "--args must be a JSON object, got {args}"
+    );
+    let (plugin_name, tool_name) = match tool.split_once('.') {
+        Some((p, t)) => (Some(p), t),
+        None => (None, tool),
+    };
+    if let Some(server) = plugin_name.and_then(|p| ctx.config.mcp.servers.get_key_value(p)) {
+        return call_external(ctx, server, tool_name, &parsed, json).await;
+    }
+    let plugin = find_plugin(reg, tool, plugin_name, tool_name).await?;
+    let args_text = parsed.to_string();
+    match plugin.tool_call(tool_name, &args_text).await {
+        Ok(Ok(result)) => {
             if json {
-                for t in &catalog {
-                    print_json(&serde_json::to_value(t)?);
-                }
-                return Ok(Outcome::Success);
-            }
-            let width = catalog.iter().map(|t| t.name.len()).max().unwrap_or(0);
-            let from = |t: &crate::engine::agent::ToolEntry| match (&t.plugin, &t.mcp_server) {
-                (Some(p), _) => format!("plugin {p}"),
-                (None, Some(s)) => format!("mcp server {s} (external, not sandboxed)"),
-                (None, None) => "host (built-in)".to_string(),
-            };
-            let from_width = catalog.iter().map(|t| from(t).len()).max().unwrap_or(0);
-            for t in &catalog {
-                let first = t.description.lines().next().unwrap_or("");
-                println!(
-                    "{}",
-                    crate::terminal::printable(&format!(
-                        "{:<width$}  {:<from_width$}  {first}",
-                        t.name,
-                        from(t)
-                    ))
+                let value = serde_json::from_str::<Value>(&result).unwrap_or(Value::String(result));
+                print_json(
+                    &json!({ "ok": true, "plugin": plugin.name, "tool": tool_name, "result": value }),
                 );
+            } else {
+                println!("{}", crate::terminal::printable(&result));
             }
             Ok(Outcome::Success)
         }
-        ToolCommand::Call { tool, args, json } => {
-            let parsed: Value = serde_json::from_str(&args)
-                .with_context(|| format!("--args is not valid JSON: {args}"))?;
-            anyhow::ensure!(
-                parsed.is_object(),
-                "--args must be a JSON object, got {args}"
-            );
-            let (plugin_name, tool_name) = match tool.split_once('.') {
-                Some((p, t)) => (Some(p), t),
-                None => (None, tool.as_str()),
-            };
-            if let Some(server) = plugin_name.and_then(|p| ctx.config.mcp.servers.get_key_value(p))
-            {
-                return call_external(ctx, server, tool_name, &parsed, json).await;
+        Ok(Err(err)) => {
+            if json {
+                let (kind, message) = crate::plugin::call_error_parts(&err);
+                print_json(
+                    &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": kind, "message": message } }),
+                );
+            } else {
+                eprintln!(
+                    "{}.{tool_name}: {}",
+                    plugin.name,
+                    crate::terminal::printable(&crate::plugin::describe_call_error(&err))
+                );
             }
-            let mut candidates = Vec::new();
-            for p in &tool_plugins {
-                if plugin_name.is_some_and(|n| n != p.name) {
-                    continue;
-                }
-                if p.tool_list().await?.iter().any(|t| t.name == tool_name) {
-                    candidates.push(*p);
-                }
-            }
-            let plugin = match candidates.as_slice() {
-                [one] => *one,
-                [] => {
-                    // A plugin named but absent (or skipped because it failed to load) says why.
-                    if let Some(p) = plugin_name {
-                        reg.get(p, Some(PluginKind::Tool))?;
-                    }
-                    anyhow::bail!("no tool named `{tool}`; see `kiln tool list`")
-                }
-                many => anyhow::bail!(
-                    "tool `{tool_name}` is offered by several plugins ({}); name it as PLUGIN.{tool_name}",
-                    many.iter()
-                        .map(|p| p.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
-            let args_text = parsed.to_string();
-            match plugin.tool_call(tool_name, &args_text).await {
-                Ok(Ok(result)) => {
-                    if json {
-                        let value =
-                            serde_json::from_str::<Value>(&result).unwrap_or(Value::String(result));
-                        print_json(
-                            &json!({ "ok": true, "plugin": plugin.name, "tool": tool_name, "result": value }),
-                        );
-                    } else {
-                        println!("{}", crate::terminal::printable(&result));
-                    }
-                    Ok(Outcome::Success)
-                }
-                Ok(Err(err)) => {
-                    if json {
-                        let (kind, message) = crate::plugin::call_error_parts(&err);
-                        print_json(
-                            &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": kind, "message": message } }),
-                        );
-                    } else {
-                        eprintln!(
-                            "{}.{tool_name}: {}",
-                            plugin.name,
-                            crate::terminal::printable(&crate::plugin::describe_call_error(&err))
-                        );
-                    }
-                    Ok(Outcome::Failure)
-                }
-                Err(host_err) => {
-                    if json {
-                        print_json(
-                            &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": "plugin-error", "message": host_err.to_string() } }),
-                        );
-                    }
-                    Err(host_err.into())
-                }
-            }
+            Ok(Outcome::Failure)
         }
+        Err(host_err) => {
+            if json {
+                print_json(
+                    &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": "plugin-error", "message": host_err.to_string() } }),
+                );
+            }
+            Err(host_err.into())
+        }
+    }
+}
+
+/// The one tool plugin offering `tool_name` (only `plugin_name`, when given); `tool` is the
+/// name as the user wrote it.
+async fn find_plugin<'r>(
+    reg: &'r Registry,
+    tool: &str,
+    plugin_name: Option<&str>,
+    tool_name: &str,
+) -> anyhow::Result<&'r Plugin> {
+    let mut candidates = Vec::new();
+    for p in reg.all().iter().filter(|p| p.kind == PluginKind::Tool) {
+        if plugin_name.is_some_and(|n| n != p.name) {
+            continue;
+        }
+        if p.tool_list().await?.iter().any(|t| t.name == tool_name) {
+            candidates.push(p);
+        }
+    }
+    match candidates.as_slice() {
+        [one] => Ok(*one),
+        [] => {
+            // A plugin named but absent (or skipped because it failed to load) says why.
+            if let Some(p) = plugin_name {
+                reg.get(p, Some(PluginKind::Tool))?;
+            }
+            anyhow::bail!("no tool named `{tool}`; see `kiln tool list`")
+        }
+        many => anyhow::bail!(
+            "tool `{tool_name}` is offered by several plugins ({}); name it as PLUGIN.{tool_name}",
+            many.iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

@@ -484,18 +484,7 @@ pub(crate) fn commit_with(
     if changes.is_empty() {
         return Ok(());
     }
-    // Each path once (an added file and a move onto the same new path, say): the journal
-    // decides per path.
-    let mut seen = BTreeSet::new();
-    for c in changes {
-        let (Change::Write { path, .. } | Change::Remove { path, .. }) = *c;
-        if !seen.insert(crate::path::normalize(path)) {
-            return Err(EditError::Io {
-                path: path.into(),
-                message: "is changed twice by the same response (created, moved onto or deleted more than once); nothing was written".into(),
-            });
-        }
-    }
+    each_path_once(changes)?;
     let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
     let state = state_dir(ws, true)?.ok_or_else(|| EditError::Io {
         path: STATE_DIR.into(),
@@ -505,66 +494,22 @@ pub(crate) fn commit_with(
     // A journal left by a process that was killed (when the command did not recover at its
     // start, as an embedder may not): finish it first, so this plan's files are whole.
     let mut earlier = recover_locked(ws, &state)?;
-    // Stale temporary files beside the files about to be written (an older kiln's, or a
-    // journal's that was lost): under the lock, none can belong to a running apply.
-    let dirs: BTreeSet<Option<&Path>> = changes
-        .iter()
-        .map(|c| match *c {
-            Change::Write { path, .. } | Change::Remove { path, .. } => parent_of(path),
-        })
-        .collect();
-    for d in dirs.into_iter().flatten() {
-        for t in find_temps(ws, Some(d)) {
-            if ws.remove_file(&t).is_ok() {
-                earlier.removed_temps.push(t);
-            }
-        }
-    }
+    remove_stale_temps(ws, changes, &mut earlier.removed_temps);
     for m in earlier.messages() {
         eprintln!("warning: {m}");
     }
     let id = format!(
         "{}-{}-{}",
-        crate::store::now_ms(),
+        crate::clock::now_ms(),
         std::process::id(),
         NEXT_ID.fetch_add(1, Ordering::Relaxed)
     );
-    // The plan.
-    let mut steps = Vec::new();
-    let mut created_dirs: Vec<String> = Vec::new();
-    for (i, c) in changes.iter().enumerate() {
-        match *c {
-            Change::Write { path, text, before } => {
-                let mut prefix = PathBuf::new();
-                if let Some(parent) = parent_of(path) {
-                    for part in parent.components() {
-                        prefix.push(part);
-                        let d = prefix.to_string_lossy().into_owned();
-                        if !created_dirs.contains(&d) && ws.symlink_metadata(&prefix).is_err() {
-                            created_dirs.push(d);
-                        }
-                    }
-                }
-                steps.push(Step::Write {
-                    path: path.into(),
-                    tmp: temp_path(path, &id, i),
-                    before: before.map(|b| sha256(b.as_bytes())),
-                    after: sha256(text.as_bytes()),
-                    backup: before.map(|_| i.to_string()),
-                });
-            }
-            Change::Remove { path, before } => steps.push(Step::Remove {
-                path: path.into(),
-                before: before.map(|b| sha256(b.as_bytes())),
-                backup: before.map(|_| i.to_string()),
-            }),
-        }
-    }
+    let (steps, created_dirs) = plan(ws, changes, &id);
     let journal = Journal {
         kiln_journal: VERSION,
         id: id.clone(),
         pid: std::process::id(),
-        started_ms: crate::store::now_ms(),
+        started_ms: crate::clock::now_ms(),
         created_dirs,
         steps,
     };
@@ -588,32 +533,7 @@ pub(crate) fn commit_with(
     if let Err(e) = prepare(ws, &journal, changes, step) {
         return Err(undo(ws, &state, &journal, e));
     }
-    // The renames and removals, then their directories' fsyncs.
-    let applied = (|| -> Result<(), EditError> {
-        let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
-        for s in &journal.steps {
-            if let Step::Write { path, tmp, .. } = s {
-                ws.rename(tmp, ws, path)
-                    .map_err(|e| io_err(path.as_str(), &e))?;
-                dirs.insert(parent_of(path).map(Path::to_path_buf));
-                if !step(&format!("renamed {tmp} to {path}")) {
-                    return Err(simulated());
-                }
-            }
-        }
-        sync_dirs(ws, &mut dirs, step)?;
-        for s in &journal.steps {
-            if let Step::Remove { path, .. } = s {
-                ws.remove_file(path)
-                    .map_err(|e| io_err(path.as_str(), &e))?;
-                dirs.insert(parent_of(path).map(Path::to_path_buf));
-                if !step(&format!("removed {path}")) {
-                    return Err(simulated());
-                }
-            }
-        }
-        sync_dirs(ws, &mut dirs, step)
-    })();
+    let applied = rename_and_remove(ws, &journal, step);
     if let Err(e) = applied {
         return Err(undo(ws, &state, &journal, e));
     }
@@ -625,6 +545,108 @@ pub(crate) fn commit_with(
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// Refuse a response that changes one path twice (an added file and a move onto the same new
+/// path, say): the journal decides per path.
+fn each_path_once(changes: &[Change<'_>]) -> Result<(), EditError> {
+    let mut seen = BTreeSet::new();
+    for c in changes {
+        let (Change::Write { path, .. } | Change::Remove { path, .. }) = *c;
+        if !seen.insert(crate::path::normalize(path)) {
+            return Err(EditError::Io {
+                path: path.into(),
+                message: "is changed twice by the same response (created, moved onto or deleted more than once); nothing was written".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Remove stale temporary files beside the files about to be written (an older kiln's, or a
+/// journal's that was lost), recording them in `removed`: under the lock, none can belong to
+/// a running apply.
+fn remove_stale_temps(ws: &Dir, changes: &[Change<'_>], removed: &mut Vec<String>) {
+    let dirs: BTreeSet<Option<&Path>> = changes
+        .iter()
+        .map(|c| match *c {
+            Change::Write { path, .. } | Change::Remove { path, .. } => parent_of(path),
+        })
+        .collect();
+    for d in dirs.into_iter().flatten() {
+        for t in find_temps(ws, Some(d)) {
+            if ws.remove_file(&t).is_ok() {
+                removed.push(t);
+            }
+        }
+    }
+}
+
+/// The journal's plan for `changes` of commit `id`: one step per change, and the directories
+/// the writes will create (parents first).
+fn plan(ws: &Dir, changes: &[Change<'_>], id: &str) -> (Vec<Step>, Vec<String>) {
+    let mut steps = Vec::new();
+    let mut created_dirs: Vec<String> = Vec::new();
+    for (i, c) in changes.iter().enumerate() {
+        match *c {
+            Change::Write { path, text, before } => {
+                let mut prefix = PathBuf::new();
+                if let Some(parent) = parent_of(path) {
+                    for part in parent.components() {
+                        prefix.push(part);
+                        let d = prefix.to_string_lossy().into_owned();
+                        if !created_dirs.contains(&d) && ws.symlink_metadata(&prefix).is_err() {
+                            created_dirs.push(d);
+                        }
+                    }
+                }
+                steps.push(Step::Write {
+                    path: path.into(),
+                    tmp: temp_path(path, id, i),
+                    before: before.map(|b| sha256(b.as_bytes())),
+                    after: sha256(text.as_bytes()),
+                    backup: before.map(|_| i.to_string()),
+                });
+            }
+            Change::Remove { path, before } => steps.push(Step::Remove {
+                path: path.into(),
+                before: before.map(|b| sha256(b.as_bytes())),
+                backup: before.map(|_| i.to_string()),
+            }),
+        }
+    }
+    (steps, created_dirs)
+}
+
+/// The renames and removals of a journal's steps, then their directories' fsyncs.
+fn rename_and_remove(
+    ws: &Dir,
+    journal: &Journal,
+    step: &mut dyn FnMut(&str) -> bool,
+) -> Result<(), EditError> {
+    let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
+    for s in &journal.steps {
+        if let Step::Write { path, tmp, .. } = s {
+            ws.rename(tmp, ws, path)
+                .map_err(|e| io_err(path.as_str(), &e))?;
+            dirs.insert(parent_of(path).map(Path::to_path_buf));
+            if !step(&format!("renamed {tmp} to {path}")) {
+                return Err(simulated());
+            }
+        }
+    }
+    sync_dirs(ws, &mut dirs, step)?;
+    for s in &journal.steps {
+        if let Step::Remove { path, .. } = s {
+            ws.remove_file(path)
+                .map_err(|e| io_err(path.as_str(), &e))?;
+            dirs.insert(parent_of(path).map(Path::to_path_buf));
+            if !step(&format!("removed {path}")) {
+                return Err(simulated());
+            }
+        }
+    }
+    sync_dirs(ws, &mut dirs, step)
+}
 
 /// After a failure inside a commit (not a simulated kill): roll the apply back; the journal
 /// stays when that fails too, for the next start.
@@ -864,97 +886,15 @@ fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
         errors: Vec::new(),
     };
     let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
-    let changed_since = "changed after the interruption; left as it is";
     let order: Vec<&Step> = match direction {
         Direction::Forward => j.steps.iter().collect(),
         Direction::Back => j.steps.iter().rev().collect(),
     };
     for s in order {
-        let path = s.path().to_string();
-        dirs.insert(parent_of(&path).map(Path::to_path_buf));
-        let now = observe(ws, &path);
-        let note = |out: &mut Recovered, outcome: &str| {
-            out.files.push(FileOutcome {
-                path: path.clone(),
-                outcome: outcome.into(),
-            })
-        };
-        match (s, direction) {
-            (
-                Step::Write {
-                    tmp, before, after, ..
-                },
-                Direction::Forward,
-            ) => {
-                if now.is(Some(after)) {
-                    remove_if_present(ws, tmp, &mut out.errors);
-                    note(&mut out, "new content");
-                } else if now.is(before.as_deref()) && observe(ws, tmp).is(Some(after)) {
-                    match ws.rename(tmp, ws, &path) {
-                        Ok(()) => note(&mut out, "new content"),
-                        Err(e) => out.errors.push(format!("{path}: {e}")),
-                    }
-                } else {
-                    remove_if_present(ws, tmp, &mut out.errors);
-                    out.skipped.push(FileOutcome {
-                        path: path.clone(),
-                        outcome: changed_since.into(),
-                    });
-                }
-            }
-            (Step::Remove { before, .. }, Direction::Forward) => {
-                if now == Seen::Absent {
-                    note(&mut out, "deleted");
-                } else if now.is(before.as_deref()) {
-                    match ws.remove_file(&path) {
-                        Ok(()) => note(&mut out, "deleted"),
-                        Err(e) => out.errors.push(format!("{path}: {e}")),
-                    }
-                } else {
-                    out.skipped.push(FileOutcome {
-                        path: path.clone(),
-                        outcome: changed_since.into(),
-                    });
-                }
-            }
-            (
-                Step::Write {
-                    tmp, before, after, ..
-                },
-                Direction::Back,
-            ) => {
-                remove_if_present(ws, tmp, &mut out.errors);
-                if now.is(before.as_deref()) {
-                    note(&mut out, "unchanged");
-                } else if now.is(Some(after)) {
-                    match before {
-                        None => match ws.remove_file(&path) {
-                            Ok(()) => note(&mut out, "removed"),
-                            Err(e) => out.errors.push(format!("{path}: {e}")),
-                        },
-                        Some(h) => restore(ws, state, &j.id, s, h, &mut out),
-                    }
-                } else {
-                    out.skipped.push(FileOutcome {
-                        path: path.clone(),
-                        outcome: changed_since.into(),
-                    });
-                }
-            }
-            (Step::Remove { before, .. }, Direction::Back) => {
-                if now.is(before.as_deref()) {
-                    note(&mut out, "unchanged");
-                } else if now == Seen::Absent
-                    && let Some(h) = before
-                {
-                    restore(ws, state, &j.id, s, h, &mut out);
-                } else {
-                    out.skipped.push(FileOutcome {
-                        path: path.clone(),
-                        outcome: changed_since.into(),
-                    });
-                }
-            }
+        dirs.insert(parent_of(s.path()).map(Path::to_path_buf));
+        match direction {
+            Direction::Forward => roll_forward(ws, s, &mut out),
+            Direction::Back => roll_back(ws, state, &j.id, s, &mut out),
         }
     }
     if direction == Direction::Back {
@@ -981,6 +921,96 @@ fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
     }
     out.files.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// Record `outcome` for `path` among a recovery's files.
+fn note(out: &mut Recovered, path: &str, outcome: &str) {
+    out.files.push(FileOutcome {
+        path: path.to_string(),
+        outcome: outcome.into(),
+    })
+}
+
+/// Record `path` as left alone: it changed after the interruption.
+fn skip_changed(out: &mut Recovered, path: &str) {
+    out.skipped.push(FileOutcome {
+        path: path.to_string(),
+        outcome: "changed after the interruption; left as it is".into(),
+    });
+}
+
+/// Finish one step of a journal: the file gets its new content (or is deleted).
+fn roll_forward(ws: &Dir, s: &Step, out: &mut Recovered) {
+    let path = s.path();
+    let now = observe(ws, path);
+    match s {
+        Step::Write {
+            tmp, before, after, ..
+        } => {
+            if now.is(Some(after)) {
+                remove_if_present(ws, tmp, &mut out.errors);
+                note(out, path, "new content");
+            } else if now.is(before.as_deref()) && observe(ws, tmp).is(Some(after)) {
+                match ws.rename(tmp, ws, path) {
+                    Ok(()) => note(out, path, "new content"),
+                    Err(e) => out.errors.push(format!("{path}: {e}")),
+                }
+            } else {
+                remove_if_present(ws, tmp, &mut out.errors);
+                skip_changed(out, path);
+            }
+        }
+        Step::Remove { before, .. } => {
+            if now == Seen::Absent {
+                note(out, path, "deleted");
+            } else if now.is(before.as_deref()) {
+                match ws.remove_file(path) {
+                    Ok(()) => note(out, path, "deleted"),
+                    Err(e) => out.errors.push(format!("{path}: {e}")),
+                }
+            } else {
+                skip_changed(out, path);
+            }
+        }
+    }
+}
+
+/// Undo one step of journal `id`: the file gets its old content back (from the backup in
+/// `state`), or is removed when it was new.
+fn roll_back(ws: &Dir, state: &Dir, id: &str, s: &Step, out: &mut Recovered) {
+    let path = s.path();
+    let now = observe(ws, path);
+    match s {
+        Step::Write {
+            tmp, before, after, ..
+        } => {
+            remove_if_present(ws, tmp, &mut out.errors);
+            if now.is(before.as_deref()) {
+                note(out, path, "unchanged");
+            } else if now.is(Some(after)) {
+                match before {
+                    None => match ws.remove_file(path) {
+                        Ok(()) => note(out, path, "removed"),
+                        Err(e) => out.errors.push(format!("{path}: {e}")),
+                    },
+                    Some(h) => restore(ws, state, id, s, h, out),
+                }
+            } else {
+                skip_changed(out, path);
+            }
+        }
+        Step::Remove { before, .. } => {
+            if now.is(before.as_deref()) {
+                note(out, path, "unchanged");
+            } else if now == Seen::Absent
+                && let Some(h) = before
+            {
+                restore(ws, state, id, s, h, out);
+            } else {
+                skip_changed(out, path);
+            }
+        }
+    }
 }
 
 fn remove_if_present(ws: &Dir, rel: &str, errors: &mut Vec<String>) {

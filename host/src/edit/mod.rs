@@ -184,7 +184,7 @@ fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
 }
 
 fn check_path(rel: &str) -> Result<(), EditError> {
-    crate::plugin::capability::check_relative(rel).map_err(|why| EditError::Io {
+    crate::path::check_relative(rel).map_err(|why| EditError::Io {
         path: rel.into(),
         message: format!("the path {why}"),
     })
@@ -364,9 +364,60 @@ pub async fn apply_edits(
             new_path: e.new_path.clone(),
         })
         .collect();
-    // Group edit indices by file, in first-appearance order; each file's edits keep their order.
-    let mut order: Vec<String> = Vec::new();
-    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let (groups, mut failed) = group_allowed(ws, &edits, targets, opts, &mut report);
+    // Compute every file's new state in memory.
+    let mut plan: Vec<Planned> = Vec::new();
+    for (path, idx) in &groups {
+        match plan_file(format, ws, opts, path, idx, &edits, &mut report).await? {
+            Some(p) => plan.push(p),
+            None => failed = true,
+        }
+    }
+    if failed {
+        for r in &mut report.edits {
+            if r.status == "applied" || r.status == "already_applied" {
+                r.status = "not_applied";
+            }
+        }
+        return Ok(report);
+    }
+    report.ok = true;
+    if opts.dry_run {
+        return Ok(report);
+    }
+    commit_plan(ws, &plan, &mut report)?;
+    Ok(report)
+}
+
+/// One file's new state, computed in memory before anything is written.
+struct Planned {
+    path: String,
+    original: Option<String>,
+    new: Option<String>,
+    move_to: Option<String>,
+}
+
+/// Mark edits `idx` of `report` failed with `failure` and `message`.
+fn fail_edits(report: &mut EditReport, idx: &[usize], failure: &'static str, message: &str) {
+    for &i in idx {
+        let r = &mut report.edits[i];
+        r.status = "failed";
+        r.failure = Some(failure);
+        r.error = Some(message.to_string());
+    }
+}
+
+/// Group edit indices by file, in first-appearance order (each file's edits keep their
+/// order), leaving out the edits policy refuses (protected paths, files outside `targets`),
+/// which are marked failed in `report`. True when any was refused.
+fn group_allowed(
+    ws: &Workspace,
+    edits: &[FileEdit],
+    targets: &[String],
+    opts: &ApplyOptions,
+    report: &mut EditReport,
+) -> (Vec<(String, Vec<usize>)>, bool) {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     let mut failed = false;
     for (i, e) in edits.iter().enumerate() {
         let policy = ws
@@ -386,138 +437,121 @@ pub async fn apply_edits(
                     .and_then(|d| ws.refuse_write(d, &opts.protected))
             });
         if let Some(message) = policy {
-            let r = &mut report.edits[i];
-            r.status = "failed";
-            r.failure = Some("policy");
-            r.error = Some(message);
+            fail_edits(report, &[i], "policy", &message);
             failed = true;
             continue;
         }
-        if !groups.contains_key(&e.path) {
-            order.push(e.path.clone());
-        }
-        groups.entry(e.path.clone()).or_default().push(i);
-    }
-    // Compute every file's new state in memory.
-    struct Planned {
-        path: String,
-        original: Option<String>,
-        new: Option<String>,
-        move_to: Option<String>,
-    }
-    let mut plan: Vec<Planned> = Vec::new();
-    for path in &order {
-        let idx = &groups[path];
-        // A target that cannot be read (it leads outside, is not a regular file, is not text)
-        // refuses the edit like any other policy: reported, nothing written.
-        let original = match ws.read(path) {
-            Ok(o) => o,
-            Err(EditError::Io { message, .. }) => {
-                for &i in idx {
-                    let r = &mut report.edits[i];
-                    r.status = "failed";
-                    r.failure = Some("policy");
-                    r.error = Some(format!("{path}: {message}"));
-                }
-                failed = true;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if let (Some(seen), Some(now)) = (opts.shown.get(path), &original)
-            && *seen != fingerprint(now)
-        {
-            for &i in idx {
-                let r = &mut report.edits[i];
-                r.status = "failed";
-                r.failure = Some("stale");
-                r.error = Some(format!(
-                    "{path} changed since you were shown it; re-read it and make the edit against its current content"
-                ));
-            }
-            failed = true;
-            continue;
-        }
-        let file_edits: Vec<FileEdit> = idx.iter().map(|&i| edits[i].clone()).collect();
-        match format
-            .format_apply(path, original.as_deref(), &file_edits)
-            .await?
-        {
-            Ok(applied) => {
-                for (k, &i) in idx.iter().enumerate() {
-                    let r = &mut report.edits[i];
-                    if let Some(o) = applied.outcomes.get(k) {
-                        r.status = match o.status {
-                            EditStatus::Applied => "applied",
-                            EditStatus::AlreadyApplied => "already_applied",
-                        };
-                        r.tier = o.tier.clone();
-                    }
-                }
-                let move_to = file_edits
-                    .iter()
-                    .rev()
-                    .find(|e| e.kind == EditKind::Rename)
-                    .and_then(|e| e.new_path.clone());
-                if let Some(dest) = &move_to {
-                    let refusal = match ws.read(dest) {
-                        Ok(None) => None,
-                        Ok(Some(_)) => Some((
-                            "invalid",
-                            format!("cannot move {path} to {dest}: {dest} already exists"),
-                        )),
-                        Err(EditError::Io { message, .. }) => Some((
-                            "policy",
-                            format!("cannot move {path} to {dest}: {dest}: {message}"),
-                        )),
-                        Err(e) => return Err(e),
-                    };
-                    if let Some((failure, message)) = refusal {
-                        let i = idx[idx.len() - 1];
-                        report.edits[i].status = "failed";
-                        report.edits[i].failure = Some(failure);
-                        report.edits[i].error = Some(message);
-                        failed = true;
-                        continue;
-                    }
-                }
-                plan.push(Planned {
-                    path: path.clone(),
-                    original,
-                    new: applied.text,
-                    move_to,
-                });
-            }
-            Err(f) => {
-                let i = idx[(f.index as usize).min(idx.len() - 1)];
-                let r = &mut report.edits[i];
-                r.status = "failed";
-                r.failure = Some(match f.kind {
-                    FailureKind::NoMatch => "no_match",
-                    FailureKind::Ambiguous => "ambiguous",
-                    FailureKind::Invalid => "invalid",
-                });
-                r.error = Some(f.message);
-                failed = true;
-            }
+        match groups.iter_mut().find(|(p, _)| *p == e.path) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((e.path.clone(), vec![i])),
         }
     }
-    if failed {
-        for r in &mut report.edits {
-            if r.status == "applied" || r.status == "already_applied" {
-                r.status = "not_applied";
-            }
+    (groups, failed)
+}
+
+/// Read one file, check it was not changed since it was shown, and apply its edits `idx` with
+/// `format` in memory. `None` when the file's edits fail (marked in `report`).
+async fn plan_file(
+    format: &Plugin,
+    ws: &Workspace,
+    opts: &ApplyOptions,
+    path: &str,
+    idx: &[usize],
+    edits: &[FileEdit],
+    report: &mut EditReport,
+) -> Result<Option<Planned>, EditError> {
+    // A target that cannot be read (it leads outside, is not a regular file, is not text)
+    // refuses the edit like any other policy: reported, nothing written.
+    let original = match ws.read(path) {
+        Ok(o) => o,
+        Err(EditError::Io { message, .. }) => {
+            fail_edits(report, idx, "policy", &format!("{path}: {message}"));
+            return Ok(None);
         }
-        return Ok(report);
+        Err(e) => return Err(e),
+    };
+    if let (Some(seen), Some(now)) = (opts.shown.get(path), &original)
+        && *seen != fingerprint(now)
+    {
+        let message = format!(
+            "{path} changed since you were shown it; re-read it and make the edit against its current content"
+        );
+        fail_edits(report, idx, "stale", &message);
+        return Ok(None);
     }
-    report.ok = true;
-    if opts.dry_run {
-        return Ok(report);
+    let file_edits: Vec<FileEdit> = idx.iter().map(|&i| edits[i].clone()).collect();
+    let applied = match format
+        .format_apply(path, original.as_deref(), &file_edits)
+        .await?
+    {
+        Ok(applied) => applied,
+        Err(f) => {
+            let i = idx[(f.index as usize).min(idx.len() - 1)];
+            let failure = match f.kind {
+                FailureKind::NoMatch => "no_match",
+                FailureKind::Ambiguous => "ambiguous",
+                FailureKind::Invalid => "invalid",
+            };
+            fail_edits(report, &[i], failure, &f.message);
+            return Ok(None);
+        }
+    };
+    for (k, &i) in idx.iter().enumerate() {
+        let r = &mut report.edits[i];
+        if let Some(o) = applied.outcomes.get(k) {
+            r.status = match o.status {
+                EditStatus::Applied => "applied",
+                EditStatus::AlreadyApplied => "already_applied",
+            };
+            r.tier = o.tier.clone();
+        }
     }
-    // Commit under the journal: writes first (temporary file + rename each), then moves'
-    // removals and deletions; all or nothing, even if kiln is killed half-way.
+    let move_to = file_edits
+        .iter()
+        .rev()
+        .find(|e| e.kind == EditKind::Rename)
+        .and_then(|e| e.new_path.clone());
+    if let Some(dest) = &move_to
+        && let Some((failure, message)) = move_refusal(ws, path, dest)?
+    {
+        fail_edits(report, &[idx[idx.len() - 1]], failure, &message);
+        return Ok(None);
+    }
+    Ok(Some(Planned {
+        path: path.to_string(),
+        original,
+        new: applied.text,
+        move_to,
+    }))
+}
+
+/// Why `path` cannot be moved to `dest` (it exists, or cannot be read), as a failure kind and
+/// a message; `None` when it can.
+fn move_refusal(
+    ws: &Workspace,
+    path: &str,
+    dest: &str,
+) -> Result<Option<(&'static str, String)>, EditError> {
+    match ws.read(dest) {
+        Ok(None) => Ok(None),
+        Ok(Some(_)) => Ok(Some((
+            "invalid",
+            format!("cannot move {path} to {dest}: {dest} already exists"),
+        ))),
+        Err(EditError::Io { message, .. }) => Ok(Some((
+            "policy",
+            format!("cannot move {path} to {dest}: {dest}: {message}"),
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Commit `plan` under the journal: writes first (temporary file + rename each), then moves'
+/// removals and deletions; all or nothing, even if kiln is killed half-way. Records the
+/// written and deleted paths in `report`.
+fn commit_plan(ws: &Workspace, plan: &[Planned], report: &mut EditReport) -> Result<(), EditError> {
     let mut changes: Vec<journal::Change<'_>> = Vec::new();
-    for p in &plan {
+    for p in plan {
         let dest = p.move_to.as_deref().unwrap_or(&p.path);
         if let Some(text) = &p.new
             && (p.move_to.is_some() || p.original.as_deref() != Some(text.as_str()))
@@ -534,7 +568,7 @@ pub async fn apply_edits(
             report.written.push(dest.to_string());
         }
     }
-    for p in &plan {
+    for p in plan {
         if p.new.is_none() || p.move_to.is_some() {
             changes.push(journal::Change::Remove {
                 path: &p.path,
@@ -544,12 +578,11 @@ pub async fn apply_edits(
         }
     }
     journal::commit(ws.dir(), &changes)?;
-    Ok(report)
+    Ok(())
 }
 
-/// Apply a response on behalf of a tool call (`write_patch`, MCP `apply_edit`) under a
-/// deadline, as the tool's result: `(text, is_error)`. The text is the JSON report when every
-/// edit applied, else the feedback that says what to fix.
+/// An edit response applied as a tool's result: `(text for the model, is_error, files
+/// written or deleted)` (write_patch, MCP's apply_edit).
 pub async fn apply_as_tool_result(
     tool: &str,
     format: &Plugin,
@@ -558,19 +591,70 @@ pub async fn apply_as_tool_result(
     targets: &[String],
     opts: &ApplyOptions,
     timeout: std::time::Duration,
-) -> (String, bool) {
-    match tokio::time::timeout(timeout, apply_response(format, ws, response, targets, opts)).await {
+) -> (String, bool, Vec<String>) {
+    let fut = apply_response(format, ws, response, targets, opts);
+    report_as_tool_result(tool, tokio::time::timeout(timeout, fut).await, timeout)
+}
+
+/// Create `path` or overwrite it whole with `content`, through the same protected, atomic
+/// path as every edit (write_file).
+pub async fn write_whole_file(
+    format: &Plugin,
+    ws: &Workspace,
+    path: &str,
+    content: &str,
+    opts: &ApplyOptions,
+    timeout: std::time::Duration,
+) -> (String, bool, Vec<String>) {
+    let exists = matches!(ws.read(path), Ok(Some(_)));
+    let edit = FileEdit {
+        path: path.to_string(),
+        kind: if exists {
+            EditKind::Rewrite
+        } else {
+            EditKind::Create
+        },
+        search: String::new(),
+        replace: content.to_string(),
+        new_path: None,
+    };
+    let targets = [path.to_string()];
+    let report = EditReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let fut = apply_edits(format, ws, vec![edit], &targets, opts, report);
+    report_as_tool_result(
+        "write_file",
+        tokio::time::timeout(timeout, fut).await,
+        timeout,
+    )
+}
+
+fn report_as_tool_result(
+    tool: &str,
+    r: Result<Result<EditReport, EditError>, tokio::time::error::Elapsed>,
+    timeout: std::time::Duration,
+) -> (String, bool, Vec<String>) {
+    match r {
         Err(_) => (
             format!("{tool} timed out after {} s", timeout.as_secs_f64()),
             true,
+            Vec::new(),
         ),
-        Ok(Err(e)) => (e.to_string(), true),
+        Ok(Err(e)) => (e.to_string(), true, Vec::new()),
         Ok(Ok(report)) => {
             let text = serde_json::to_string(&report).unwrap_or_default();
             if report.ok {
-                (text, false)
+                let changed = report
+                    .written
+                    .iter()
+                    .chain(&report.deleted)
+                    .cloned()
+                    .collect();
+                (text, false, changed)
             } else {
-                (report.feedback().unwrap_or(text), true)
+                (report.feedback().unwrap_or(text), true, Vec::new())
             }
         }
     }

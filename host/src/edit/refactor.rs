@@ -26,32 +26,33 @@ pub struct NewFile {
     pub new_text: String,
 }
 
-/// Run the tool: call the plugin, apply the files it returns, answer `(text, is_error)`.
-/// `outline` answers come back as the plugin gave them.
+/// Run the tool: call the plugin, apply the files it returns, answer `(text, is_error,
+/// files written)`. `outline` answers come back as the plugin gave them.
 pub async fn ast_refactor_tool(
     plugin: &Plugin,
     ws: &Workspace,
     args: &str,
     protected: &crate::path::Protected,
     timeout: Duration,
-) -> (String, bool) {
+) -> (String, bool, Vec<String>) {
     let call = tokio::time::timeout(timeout, plugin.tool_call(TOOL, args)).await;
     let out = match call {
         Err(_) => {
             return (
                 format!("{TOOL} timed out after {} s", timeout.as_secs_f64()),
                 true,
+                Vec::new(),
             );
         }
-        Ok(Err(e)) => return (e.to_string(), true),
-        Ok(Ok(Err(e))) => return (crate::plugin::describe_call_error(&e), true),
+        Ok(Err(e)) => return (e.to_string(), true, Vec::new()),
+        Ok(Ok(Err(e))) => return (crate::plugin::describe_call_error(&e), true, Vec::new()),
         Ok(Ok(Ok(out))) => out,
     };
     let Ok(v) = serde_json::from_str::<Value>(&out) else {
-        return (out, false);
+        return (out, false, Vec::new());
     };
     let Some(files) = v.get("files").and_then(Value::as_array) else {
-        return (out, false);
+        return (out, false, Vec::new());
     };
     let mut parsed = Vec::new();
     for f in files {
@@ -69,6 +70,7 @@ pub async fn ast_refactor_tool(
                 return (
                     format!("the {PLUGIN} plugin answered a malformed file entry: {f}"),
                     true,
+                    Vec::new(),
                 );
             }
         }
@@ -81,7 +83,7 @@ pub async fn ast_refactor_tool(
         .filter_map(Value::as_str)
         .collect();
     match apply_files(ws, &parsed, protected) {
-        Ok(Ok(diff)) => {
+        Ok(Ok((diff, written))) => {
             let mut text = summary.to_string();
             for w in &warnings {
                 text.push_str(&format!("\nwarning: {w}"));
@@ -92,7 +94,7 @@ pub async fn ast_refactor_tool(
                 text.push_str("\n\n");
                 text.push_str(&diff);
             }
-            (text, false)
+            (text, false, written)
         }
         Ok(Err(refusals)) => (
             format!(
@@ -105,8 +107,9 @@ pub async fn ast_refactor_tool(
                     .join(", ")
             ),
             true,
+            Vec::new(),
         ),
-        Err(e) => (e.to_string(), true),
+        Err(e) => (e.to_string(), true, Vec::new()),
     }
 }
 
@@ -114,13 +117,17 @@ fn sha256(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-/// Apply `files` all or none. `Ok(Err(reasons))`: refused, nothing written; `Ok(Ok(diff))`:
-/// written (the unified diff of every change, empty when nothing changed).
+/// What [`apply_files`] did: `Ok((diff, written))`, or `Err(reasons)` when it refused.
+pub type Applied = Result<(String, Vec<String>), Vec<String>>;
+
+/// Apply `files` all or none. `Ok(Err(reasons))`: refused, nothing written;
+/// `Ok(Ok((diff, written)))`: the unified diff of every change (empty when nothing changed)
+/// and the paths written.
 pub fn apply_files(
     ws: &Workspace,
     files: &[NewFile],
     protected: &crate::path::Protected,
-) -> Result<Result<String, Vec<String>>, EditError> {
+) -> Result<Applied, EditError> {
     let mut refusals = Vec::new();
     let mut plan: Vec<(&NewFile, String)> = Vec::new();
     for f in files {
@@ -161,11 +168,15 @@ pub fn apply_files(
         })
         .collect();
     journal::commit(ws.dir(), &changes)?;
-    Ok(Ok(plan
+    let diff = plan
         .iter()
         .map(|(f, before)| unified_diff(&f.path, before, &f.new_text))
         .collect::<Vec<_>>()
-        .join("")))
+        .join("");
+    Ok(Ok((
+        diff,
+        plan.iter().map(|(f, _)| f.path.clone()).collect(),
+    )))
 }
 
 /// A unified diff (3 lines of context) of `old` → `new`, with `a/` and `b/` headers.
@@ -311,9 +322,10 @@ mod tests {
         );
         let r = apply_files(&ws, &[nf("a.ts", "stale", "let b = 1;\n")], &p).unwrap();
         assert!(r.unwrap_err()[0].contains("changed since"));
-        let diff = apply_files(&ws, &[nf("a.ts", "let a = 1;\n", "let b = 1;\n")], &p)
+        let (diff, written) = apply_files(&ws, &[nf("a.ts", "let a = 1;\n", "let b = 1;\n")], &p)
             .unwrap()
             .unwrap();
+        assert_eq!(written, ["a.ts"]);
         assert!(diff.contains("-let a = 1;\n+let b = 1;\n"));
         assert_eq!(
             std::fs::read_to_string(dir.path().join("a.ts")).unwrap(),

@@ -1,5 +1,5 @@
 //! The typed event stream every loop emits: numbered, timestamped, rendered for a person or as
-//! one JSON object per line. The JSON form is `{"seq", "ts_ms", "type", ...fields}`; `type` is
+//! one JSON object per line (the person's rendering is `cli::render`). The JSON form is `{"seq", "ts_ms", "type", ...fields}`; `type` is
 //! one of the names below (`loop.started`, `runner.finished`, ...).
 
 use serde::Serialize;
@@ -125,7 +125,7 @@ pub enum Event {
     },
     /// The final result, in the compile_loop return shape.
     #[serde(rename = "loop.result")]
-    LoopResult(super::fix::FixOutcome),
+    LoopResult(super::outcome::FixOutcome),
     /// An agent turn began.
     #[serde(rename = "turn.start")]
     TurnStart {
@@ -191,9 +191,56 @@ pub enum Event {
         /// What happened.
         message: String,
     },
+    /// A round of the execute/review loop began.
+    #[serde(rename = "round.start")]
+    RoundStart {
+        /// Round (1-based).
+        round: u32,
+        /// Round limit.
+        loops: u32,
+    },
+    /// A phase of a round began (`execution` or `review`).
+    #[serde(rename = "phase.start")]
+    PhaseStart {
+        /// Round.
+        round: u32,
+        /// Phase.
+        phase: String,
+    },
+    /// The reviewer submitted its verdict.
+    #[serde(rename = "review.submitted")]
+    ReviewSubmitted {
+        /// Round.
+        round: u32,
+        /// What actually happened.
+        summary: String,
+        /// Something only a person can resolve; empty when none.
+        blocker: String,
+        /// Items still to do.
+        pending: Vec<String>,
+    },
+    /// A round ended.
+    #[serde(rename = "round.end")]
+    RoundEnd {
+        /// Round.
+        round: u32,
+        /// Items carried into the next round.
+        pending: Vec<String>,
+        /// The reviewer's blocker (empty: none).
+        blocker: String,
+    },
+    /// The execute/review loop's result.
+    #[serde(rename = "loop.run.result")]
+    LoopRunResult(Box<super::outcome::LoopRunResult>),
+    /// A failure that ended (or will end) the run: the model, a plugin, the store.
+    #[serde(rename = "error")]
+    Error {
+        /// What failed.
+        message: String,
+    },
     /// The agent's final result.
     #[serde(rename = "agent.result")]
-    AgentResult(super::agent::AgentResult),
+    AgentResult(super::outcome::AgentResult),
 }
 
 impl Event {
@@ -234,6 +281,12 @@ impl Event {
             Event::ToolStart { .. } => "tool.start",
             Event::ToolEnd { .. } => "tool.end",
             Event::AgentNotice { .. } => "agent.notice",
+            Event::Error { .. } => "error",
+            Event::RoundStart { .. } => "round.start",
+            Event::PhaseStart { .. } => "phase.start",
+            Event::ReviewSubmitted { .. } => "review.submitted",
+            Event::RoundEnd { .. } => "round.end",
+            Event::LoopRunResult(_) => "loop.run.result",
             Event::AgentResult(_) => "agent.result",
         }
     }
@@ -249,127 +302,5 @@ impl Event {
             }
         }
         v
-    }
-
-    /// One line for a person, with any control characters or escape sequences from plugins,
-    /// programs or the model rendered visibly.
-    pub fn human(&self) -> Option<String> {
-        self.human_raw()
-            .map(|l| crate::terminal::printable(&l).into_owned())
-    }
-
-    fn human_raw(&self) -> Option<String> {
-        Some(match self {
-            Event::LoopStarted {
-                loop_id,
-                runner,
-                format,
-                model,
-                targets,
-                max_iters,
-            } => {
-                format!(
-                    "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {max_iters} iterations)",
-                    targets.join(", ")
-                )
-            }
-            Event::RunnerFinished {
-                iteration,
-                ok,
-                exit_code,
-                errors,
-                duration_ms,
-            } => format!(
-                "[{iteration}] runner: {} (exit {exit_code}, {errors} errors, {duration_ms} ms)",
-                if *ok { "passed" } else { "failed" }
-            ),
-            Event::LlmRequest {
-                iteration,
-                prompt_chars,
-            } => format!("[{iteration}] asking the model ({prompt_chars} chars)…"),
-            Event::LlmResponse {
-                iteration,
-                latency_ms,
-                input_tokens,
-                output_tokens,
-                tool_calls,
-            } => format!(
-                "[{iteration}] model answered in {latency_ms} ms ({input_tokens} in / {output_tokens} out tokens){}",
-                if tool_calls.is_empty() {
-                    String::new()
-                } else {
-                    format!(", called {}", tool_calls.join(", "))
-                }
-            ),
-            Event::EditApplied {
-                iteration,
-                path,
-                status,
-                tier,
-            } => {
-                format!(
-                    "[{iteration}] {status} {path}{}",
-                    tier.as_deref()
-                        .map(|t| format!(" (tier {t})"))
-                        .unwrap_or_default()
-                )
-            }
-            Event::EditFailed {
-                iteration,
-                path,
-                failure,
-                error,
-            } => {
-                format!(
-                    "[{iteration}] edit refused ({failure}) {path}: {}",
-                    error.lines().next().unwrap_or("")
-                )
-            }
-            Event::LoopIteration { .. } => return None,
-            Event::LoopSucceeded { loop_id, iters } => {
-                format!("loop {loop_id}: success after {iters} iteration(s)")
-            }
-            Event::LoopFailed {
-                loop_id, reason, ..
-            } => format!("loop {loop_id}: stopped: {reason}"),
-            Event::LoopBlocked { loop_id, reason } => format!("loop {loop_id}: blocked: {reason}"),
-            Event::LoopResult(_)
-            | Event::AgentResult(_)
-            | Event::TurnEnd { .. }
-            | Event::TextDelta { .. } => return None,
-            Event::TurnStart { turn } => format!("-- turn {turn}"),
-            Event::ToolStart {
-                name, arguments, ..
-            } => format!(
-                "  → {name} {}",
-                arguments.chars().take(120).collect::<String>()
-            ),
-            Event::ToolEnd {
-                name,
-                ok,
-                duration_ms,
-                preview,
-                ..
-            } => {
-                format!(
-                    "  {} {name} ({duration_ms} ms) {}",
-                    if *ok { "✓" } else { "✗" },
-                    preview.chars().take(160).collect::<String>()
-                )
-            }
-            Event::AgentNotice { message } => format!("  ! {message}"),
-            Event::LlmRetry {
-                attempt,
-                reason,
-                discard,
-            } => format!(
-                "  ! model request failed ({reason}); retry {attempt}{}",
-                if *discard {
-                    ", the partial answer above is discarded"
-                } else {
-                    ""
-                }
-            ),
-        })
     }
 }

@@ -5,12 +5,14 @@
 //! `no_edits_applied`, `blocked`, `cancelled`, `error`.
 
 use super::events::Event;
+use super::history;
 use super::model::ModelSource;
+use super::outcome::{FixOutcome, LoopStatus, StopReason};
+use super::run::{AskError, Run, RunDeps, cancelled};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
 use crate::plugin::{Plugin, RunResult, Severity};
 use crate::store::{IterationRow, NewLoop, Store};
-use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -69,33 +71,6 @@ impl Default for FixOptions {
     }
 }
 
-/// The result, in the compile_loop return shape (seed 000) plus the loop's id and status.
-#[derive(Debug, Clone, Serialize)]
-pub struct FixOutcome {
-    /// Success.
-    pub ok: bool,
-    /// Iterations used.
-    pub iters: u32,
-    /// One line for a person or an agent.
-    pub summary: String,
-    /// Single-file mode: absolute path of the edited file.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub artifact_path: Option<String>,
-    /// Multi-file mode: absolute paths of the files written.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub modified_files: Option<Vec<String>>,
-    /// On failure: `max_iters`, `stagnation`, `no_edits_applied`, `blocked`, `cancelled`, `error`.
-    pub failure_reason: Option<String>,
-    /// On failure: the last error output.
-    pub last_error: Option<String>,
-    /// Loop id in the store.
-    pub loop_id: i64,
-    /// `success`, `failed`, `blocked`.
-    pub status: String,
-    /// The stop reason (also `success`).
-    pub stop_reason: String,
-}
-
 /// Errors that prevent a loop from starting (bad input, a running loop, the store).
 #[derive(Debug, thiserror::Error)]
 pub enum FixError {
@@ -132,6 +107,21 @@ pub fn compile_loop_tool() -> ToolDef {
     }
 }
 
+/// The target files of a `compile_loop` call (`target_file` or `target_files`, not both).
+pub fn compile_loop_targets(args: &serde_json::Value) -> Result<Vec<String>, String> {
+    match (args.get("target_file"), args.get("target_files")) {
+        (Some(_), Some(_)) => Err("give target_file or target_files, not both".into()),
+        (Some(f), None) => Ok(f.as_str().map(|s| vec![s.to_string()]).unwrap_or_default()),
+        (None, Some(fs)) => Ok(fs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(String::from))
+            .collect()),
+        (None, None) => Err("target_file or target_files is required".into()),
+    }
+}
+
 /// Stop-tool and history tools offered to the model inside the loop.
 fn loop_tools() -> Vec<ToolDef> {
     let mut tools = vec![ToolDef {
@@ -139,25 +129,8 @@ fn loop_tools() -> Vec<ToolDef> {
         description: "Stop the fix loop when the task cannot be completed by editing the given files (missing information, the failure is elsewhere). Give the reason.".into(),
         parameters: json!({ "type": "object", "properties": { "reason": { "type": "string" } }, "required": ["reason"] }),
     }];
-    tools.extend(history_tool_defs());
+    tools.extend(history::tool_defs());
     tools
-}
-
-/// `get_loops` and `get_loop_detail`: earlier loops and agent runs of this project, offered to
-/// the fix loop's model and to the agent; answered by [`history_tool`].
-pub(crate) fn history_tool_defs() -> Vec<ToolDef> {
-    vec![
-        ToolDef {
-            name: "get_loops".into(),
-            description: "List earlier fix loops and agent runs on this project (id, kind, status, stop reason, summary).".into(),
-            parameters: json!({ "type": "object", "properties": {} }),
-        },
-        ToolDef {
-            name: "get_loop_detail".into(),
-            description: "Show one earlier loop: its iterations, errors and edits.".into(),
-            parameters: json!({ "type": "object", "properties": { "id": { "type": "integer" } }, "required": ["id"] }),
-        },
-    ]
 }
 
 /// Normalised fingerprint of a failure: digits of timings and addresses folded, whitespace
@@ -198,14 +171,7 @@ pub fn fingerprint(r: &RunResult) -> String {
     hex::encode(&Sha256::digest(norm.as_bytes())[..8])
 }
 
-fn tail(s: &str, budget: usize) -> String {
-    if s.len() <= budget {
-        return s.to_string();
-    }
-    let start = s.ceil_char_boundary(s.len() - budget);
-    format!("[... {} earlier bytes omitted ...]\n{}", start, &s[start..])
-}
-
+/// What the model was told about the previous iteration.
 struct Attempt {
     summary: String,
     feedback: Option<String>,
@@ -229,16 +195,35 @@ pub struct FixDeps<'a> {
     pub on_event: &'a mut (dyn FnMut(&Event) + Send),
 }
 
-/// Resolves once `rx` says the run is cancelled (Ctrl-C).
-pub(crate) async fn cancelled(rx: &mut tokio::sync::watch::Receiver<bool>) {
-    loop {
-        if *rx.borrow() {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
+/// How an iteration ended the loop: the reason and a line for a person.
+type Stop = (StopReason, String);
+
+/// A check's result and how long it took (ms).
+type Checked = (RunResult, u64);
+
+/// The model's answer to one iteration's prompt.
+struct Answer {
+    text: String,
+    /// Fingerprints of the target text the prompt showed (the stale check's reference).
+    shown: BTreeMap<String, String>,
+    llm_ms: i64,
+    usage: crate::llm::Usage,
+}
+
+/// The fix loop's own state; the run core does the rest.
+struct Fix<'o> {
+    opts: &'o FixOptions,
+    ws: Workspace,
+    runner: &'o Plugin,
+    format: &'o Plugin,
+    instructions: String,
+    modified: Vec<String>,
+    fingerprints: Vec<String>,
+    applied_any: bool,
+    no_edit_streak: u32,
+    last: Option<Attempt>,
+    iteration: u32,
+    last_error: Option<String>,
 }
 
 /// Run the fix loop to its end. Errors are returned only when the loop cannot start; every
@@ -250,7 +235,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         format,
         model,
         store,
-        mut cancel,
+        cancel,
         on_event,
     } = deps;
     if opts.targets.is_empty() {
@@ -267,10 +252,9 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             format.name
         )));
     }
-    let mut log = crate::store::open_log(workspace, "fix-loop.log")?;
-    let multi = opts.targets.len() > 1;
-    let instructions = format.format_instructions(multi).await?;
-    let loop_id = store.begin_loop(&NewLoop {
+    let log = crate::store::open_log(workspace, "fix-loop.log")?;
+    let instructions = format.format_instructions(opts.targets.len() > 1).await?;
+    let new = NewLoop {
         kind: "fix".into(),
         runner: runner.name.clone(),
         targets: opts.targets.clone(),
@@ -278,277 +262,365 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         model: model.label(),
         max_iters: opts.max_iters as i64,
         parent: opts.parent,
-    })?;
-    let mut seq = 0u64;
-    let mut emit = |store: &mut Store, e: Event| {
-        seq += 1;
-        let v = e.to_json(seq, crate::store::now_ms());
-        let _ = store.record_event(loop_id, seq, e.name(), &v);
-        on_event(&e);
     };
-    emit(
+    let deps = RunDeps {
+        workspace,
+        model,
         store,
-        Event::LoopStarted {
-            loop_id,
-            runner: runner.name.clone(),
-            format: format.name.clone(),
-            model: model.label(),
-            targets: opts.targets.clone(),
-            max_iters: opts.max_iters,
-        },
-    );
-
-    let mut modified: Vec<String> = Vec::new();
-    let mut fingerprints: Vec<String> = Vec::new();
-    let mut applied_any = false;
-    let mut no_edit_streak = 0u32;
-    let mut last: Option<Attempt> = None;
-    let mut iteration = 0u32;
-    let mut last_error: Option<String> = None;
-
-    // Iteration 0: the initial check.
-    let mut result = match run_runner(runner, opts, &mut cancel).await {
-        Step::Done(r) => r,
-        Step::Cancelled => {
-            return finish(
-                store,
-                &mut emit,
-                loop_id,
-                opts,
-                workspace,
-                0,
-                "cancelled",
-                "cancelled by the user",
-                None,
-                &modified,
-            );
-        }
-        Step::Failed(e) => {
-            return finish(
-                store,
-                &mut emit,
-                loop_id,
-                opts,
-                workspace,
-                0,
-                "error",
-                &e,
-                Some(e.clone()),
-                &modified,
-            );
-        }
+        cancel,
+        on_event,
     };
-    record_run(store, &mut emit, loop_id, 0, &result);
+    let mut run = Run::begin(deps, &new)?;
+    run.log_answers(log);
+    run.emit(Event::LoopStarted {
+        loop_id: run.id,
+        runner: runner.name.clone(),
+        format: format.name.clone(),
+        model: run.model.label(),
+        targets: opts.targets.clone(),
+        max_iters: opts.max_iters,
+    });
+    let mut fix = Fix {
+        opts,
+        ws,
+        runner,
+        format,
+        instructions,
+        modified: Vec::new(),
+        fingerprints: Vec::new(),
+        applied_any: false,
+        no_edit_streak: 0,
+        last: None,
+        iteration: 0,
+        last_error: None,
+    };
+    let (reason, summary) = fix.drive(&mut run).await?;
+    fix.finish(&mut run, reason, &summary)
+}
 
-    let (reason, summary): (&str, String) = loop {
+impl Fix<'_> {
+    /// Check, then ask–apply–check until a stop.
+    async fn drive(&mut self, run: &mut Run<'_>) -> Result<Stop, FixError> {
+        let mut result = match self.check(run).await {
+            Ok(r) => r,
+            Err(stop) => return Ok(stop),
+        };
+        self.record_check(run, &result);
+        loop {
+            if result.0.ok {
+                let it = self.iteration;
+                return Ok((
+                    StopReason::Success,
+                    if it == 0 {
+                        "the check already passes".into()
+                    } else {
+                        format!("fixed in {it} iteration(s)")
+                    },
+                ));
+            }
+            self.last_error = Some(failure_text(&result.0));
+            if self.iteration >= self.opts.max_iters {
+                return Ok((
+                    StopReason::MaxIters,
+                    format!("still failing after {} iteration(s)", self.iteration),
+                ));
+            }
+            self.iteration += 1;
+            let answer = match self.ask(run, &result.0).await? {
+                Ok(a) => a,
+                Err(stop) => {
+                    // The iteration ended without an answer to apply: it still gets its row.
+                    self.record_iteration(run, &result, None, 0, &[]);
+                    return Ok(stop);
+                }
+            };
+            match self.iterate(run, answer, result).await? {
+                Ok(next) => result = next,
+                Err(stop) => return Ok(stop),
+            }
+        }
+    }
+
+    /// Apply one answer, re-check when something changed, record the iteration, and say
+    /// whether the loop goes on (with the new result).
+    async fn iterate(
+        &mut self,
+        run: &mut Run<'_>,
+        answer: Answer,
+        mut result: Checked,
+    ) -> Result<Result<Checked, Stop>, FixError> {
+        let report = match self.apply(run, &answer).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.last_error = Some(e.to_string());
+                return Ok(Err((
+                    StopReason::Error,
+                    format!("applying the edits failed: {e}"),
+                )));
+            }
+        };
+        if let Some(p) = report.edits.iter().find(|e| e.failure == Some("policy")) {
+            let msg = p.error.clone().unwrap_or_default();
+            self.record_iteration(run, &result, Some(&answer), 0, &report.edits);
+            return Ok(Err((
+                StopReason::Blocked,
+                format!("an edit was refused by policy: {msg}"),
+            )));
+        }
+        let applied = if report.ok { report.applied_count() } else { 0 };
+        self.remember(&report, &answer.text, applied);
+        if applied > 0 {
+            result = match self.check(run).await {
+                Ok(r) => r,
+                Err(stop) => return Ok(Err(stop)),
+            };
+        }
+        self.record_check(run, &result);
+        self.record_iteration(run, &result, Some(&answer), applied, &report.edits);
         if result.0.ok {
-            break (
-                "success",
-                if iteration == 0 {
-                    "the check already passes".into()
-                } else {
-                    format!("fixed in {iteration} iteration(s)")
-                },
-            );
+            return Ok(Ok(result));
         }
-        last_error = Some(failure_text(&result.0));
-        if iteration >= opts.max_iters {
-            break (
-                "max_iters",
-                format!("still failing after {iteration} iteration(s)"),
-            );
+        if applied > 0 {
+            self.fingerprints.push(fingerprint(&result.0));
         }
-        iteration += 1;
-        // Ask the model.
+        if self.no_edit_streak >= NO_EDITS_WINDOW {
+            return Ok(Err((
+                StopReason::NoEditsApplied,
+                format!("{NO_EDITS_WINDOW} consecutive iterations applied no edit"),
+            )));
+        }
+        if self.applied_any && stagnated(&self.fingerprints) {
+            return Ok(Err((
+                StopReason::Stagnation,
+                "the same failure keeps coming back".into(),
+            )));
+        }
+        Ok(Ok(result))
+    }
+
+    /// Run the runner under cancellation.
+    async fn check(&mut self, run: &mut Run<'_>) -> Result<Checked, Stop> {
+        let start = Instant::now();
+        let mut cancel = run.cancel_signal();
+        let fut = self
+            .runner
+            .runner_run(&self.opts.targets, &self.opts.runner_settings);
+        let failed = |e: String| (StopReason::Error, e);
+        tokio::select! {
+            r = fut => match r {
+                Ok(Ok(r)) => Ok((r, start.elapsed().as_millis() as u64)),
+                Ok(Err(e)) => {
+                    let e = format!("runner `{}`: {}", self.runner.name, crate::plugin::describe_call_error(&e));
+                    self.last_error = Some(e.clone());
+                    Err(failed(e))
+                }
+                Err(e) => {
+                    self.last_error = Some(e.to_string());
+                    Err(failed(e.to_string()))
+                }
+            },
+            _ = cancelled(&mut cancel) => Err((StopReason::Cancelled, "cancelled by the user".into())),
+        }
+    }
+
+    /// Store the iteration's row (with its edits) and emit `loop.iteration`; a store that
+    /// cannot take the row only loses it.
+    fn record_iteration(
+        &self,
+        run: &mut Run<'_>,
+        result: &Checked,
+        answer: Option<&Answer>,
+        applied: usize,
+        edits: &[edit::EditResult],
+    ) {
+        let row = iteration_row(self.iteration, result, answer, applied);
+        let _ = run.store.record_iteration(run.id, &row, edits);
+        run.emit(Event::LoopIteration {
+            loop_id: run.id,
+            iteration: self.iteration,
+            ok: result.0.ok,
+            edits_applied: applied,
+        });
+    }
+
+    /// Emit `runner.finished` (and store iteration 0, which has no LLM call).
+    fn record_check(&self, run: &mut Run<'_>, result: &Checked) {
+        let r = &result.0;
+        if self.iteration == 0 {
+            let _ = run
+                .store
+                .record_iteration(run.id, &iteration_row(0, result, None, 0), &[]);
+        }
+        run.emit(Event::RunnerFinished {
+            iteration: self.iteration,
+            ok: r.ok,
+            exit_code: r.exit_code,
+            errors: r
+                .diagnostics
+                .iter()
+                .filter(|d| matches!(d.severity, Severity::Error))
+                .count(),
+            duration_ms: r.duration_ms,
+        });
+    }
+
+    /// Build the prompt and ask the model, answering its history-tool calls (a few rounds);
+    /// `loop_stop` ends the loop as blocked.
+    async fn ask(
+        &mut self,
+        run: &mut Run<'_>,
+        failure: &RunResult,
+    ) -> Result<Result<Answer, Stop>, FixError> {
+        let iteration = self.iteration;
         // `shown`: fingerprints of exactly the text the prompt shows; an edit against a file
         // changed since (by the user, while the model was thinking) is refused as stale.
+        let insist = self.no_edit_streak + 1 >= NO_EDITS_WINDOW;
         let (prompt, shown) = build_prompt(
-            opts,
-            &ws,
-            &result.0,
-            last.as_ref(),
-            no_edit_streak + 1 >= NO_EDITS_WINDOW,
-            &opts.targets,
+            self.opts,
+            &self.ws,
+            failure,
+            self.last.as_ref(),
+            insist,
+            &self.opts.targets,
         )?;
-        let system = build_system(opts, &instructions);
-        let mut messages = vec![Message::User {
-            text: prompt.clone(),
-        }];
-        let llm_start = Instant::now();
+        let mut req = ChatRequest {
+            system: Some(build_system(self.opts, &self.instructions)),
+            messages: vec![Message::User {
+                text: prompt.clone(),
+            }],
+            tools: loop_tools(),
+            max_tokens: None,
+        };
+        let start = Instant::now();
         let mut usage = crate::llm::Usage::default();
-        let mut stop_reason_tool: Option<String> = None;
-        let mut answer = String::new();
-        let mut rounds = 0;
-        let llm_outcome: Result<(), String> = loop {
-            let req = ChatRequest {
-                system: Some(system.clone()),
-                messages: messages.clone(),
-                tools: loop_tools(),
-                max_tokens: None,
-            };
-            emit(
-                store,
-                Event::LlmRequest {
-                    iteration,
-                    prompt_chars: prompt.len(),
-                },
-            );
-            let mut retries: Vec<Event> = Vec::new();
-            let mut sink = |d: crate::llm::Delta| retries.extend(Event::from_retry(&d));
-            let resp = tokio::select! {
-                r = model.complete_streaming(&req, &mut sink) => r,
-                _ = cancelled(&mut cancel) => break Err("cancelled".into()),
-            };
-            for e in retries {
-                emit(store, e);
-            }
-            let resp = match resp {
+        for round in 0.. {
+            run.emit(Event::LlmRequest {
+                iteration,
+                prompt_chars: prompt.len(),
+            });
+            let resp = match run.ask(iteration, &req, false).await {
                 Ok(r) => r,
-                Err(e) => {
-                    let _ = store.record_llm_call(
-                        loop_id,
-                        iteration as i64,
-                        &model.label(),
-                        Err(&e.to_string()),
-                    );
-                    break Err(e.to_string());
+                Err(AskError::Cancelled) => {
+                    return Ok(Err((StopReason::Cancelled, "cancelled by the user".into())));
+                }
+                Err(AskError::Model(e)) => {
+                    self.last_error = Some(e.to_string());
+                    return Ok(Err((
+                        StopReason::Error,
+                        format!("the model call failed: {e}"),
+                    )));
                 }
             };
             usage += resp.usage;
-            let _ = store.record_llm_call(loop_id, iteration as i64, &model.label(), Ok(&resp));
-            append_log(&mut log, loop_id, iteration, &resp.text);
-            emit(
-                store,
-                Event::LlmResponse {
-                    iteration,
-                    latency_ms: resp.latency.as_millis() as u64,
-                    input_tokens: resp.usage.input + resp.usage.cached_input,
-                    output_tokens: resp.usage.output,
-                    tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
-                },
-            );
+            run.emit(Event::LlmResponse {
+                iteration,
+                latency_ms: resp.latency.as_millis() as u64,
+                input_tokens: resp.usage.input + resp.usage.cached_input,
+                output_tokens: resp.usage.output,
+                tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
+            });
             if let Some(stop) = resp.tool_calls.iter().find(|c| c.name == "loop_stop") {
                 let reason = serde_json::from_str::<serde_json::Value>(&stop.arguments)
                     .ok()
                     .and_then(|v| v["reason"].as_str().map(String::from))
                     .unwrap_or_else(|| "no reason given".into());
-                stop_reason_tool = Some(reason);
-                break Ok(());
+                return Ok(Err((
+                    StopReason::Blocked,
+                    format!("the model stopped the loop: {reason}"),
+                )));
             }
             let history_calls: Vec<_> = resp
                 .tool_calls
                 .iter()
                 .filter(|c| c.name == "get_loops" || c.name == "get_loop_detail")
-                .cloned()
                 .collect();
-            if !history_calls.is_empty() && resp.text.trim().is_empty() && rounds < MAX_TOOL_ROUNDS
+            if history_calls.is_empty() || !resp.text.trim().is_empty() || round >= MAX_TOOL_ROUNDS
             {
-                rounds += 1;
-                messages.push(Message::Assistant {
-                    text: resp.text.clone(),
-                    tool_calls: resp.tool_calls.clone(),
+                return Ok(Ok(Answer {
+                    text: resp.text,
+                    shown,
+                    llm_ms: start.elapsed().as_millis() as i64,
+                    usage,
+                }));
+            }
+            let mut results = Vec::new();
+            for call in history_calls {
+                let (content, is_error) =
+                    history::answer(run.store, run.id, &call.name, &call.arguments);
+                results.push(Message::ToolResult {
+                    id: call.id.clone(),
+                    content,
+                    is_error,
                 });
-                for call in &history_calls {
-                    let (content, is_error) =
-                        history_tool(store, loop_id, &call.name, &call.arguments);
-                    messages.push(Message::ToolResult {
-                        id: call.id.clone(),
-                        content,
-                        is_error,
-                    });
-                }
-                continue;
             }
-            answer = resp.text;
-            break Ok(());
+            req.messages.push(Message::Assistant {
+                text: resp.text.clone(),
+                tool_calls: resp.tool_calls.clone(),
+            });
+            req.messages.extend(results);
+        }
+        unreachable!("the rounds end by returning")
+    }
+
+    /// Apply the answer's edits (stale-checked against what the prompt showed) and emit one
+    /// event per edit or parse error.
+    async fn apply(
+        &mut self,
+        run: &mut Run<'_>,
+        answer: &Answer,
+    ) -> Result<edit::EditReport, edit::EditError> {
+        let iteration = self.iteration;
+        let options = ApplyOptions {
+            dry_run: false,
+            shown: answer.shown.clone(),
+            protected: self.opts.protected.clone(),
         };
-        let llm_ms = llm_start.elapsed().as_millis() as i64;
-        match llm_outcome {
-            Err(e) if e == "cancelled" => break ("cancelled", "cancelled by the user".into()),
-            Err(e) => {
-                last_error = Some(e.clone());
-                break ("error", format!("the model call failed: {e}"));
-            }
-            Ok(()) => {}
-        }
-        if let Some(reason) = stop_reason_tool {
-            break ("blocked", format!("the model stopped the loop: {reason}"));
-        }
-        // Apply.
-        let report = match edit::apply_response(
-            format,
-            &ws,
-            &answer,
-            &opts.targets,
-            &ApplyOptions {
-                dry_run: false,
-                shown,
-                protected: opts.protected.clone(),
-            },
+        let report = edit::apply_response(
+            self.format,
+            &self.ws,
+            &answer.text,
+            &self.opts.targets,
+            &options,
         )
-        .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                last_error = Some(e.to_string());
-                break ("error", format!("applying the edits failed: {e}"));
-            }
-        };
+        .await?;
         for p in &report.parse_errors {
             let at = if p.line > 0 {
                 format!("line {}: ", p.line)
             } else {
                 String::new()
             };
-            emit(
-                store,
-                Event::EditFailed {
-                    iteration,
-                    path: String::new(),
-                    failure: "parse".into(),
-                    error: format!("{at}{}", p.message),
-                },
-            );
+            run.emit(Event::EditFailed {
+                iteration,
+                path: String::new(),
+                failure: "parse".into(),
+                error: format!("{at}{}", p.message),
+            });
         }
         for e in &report.edits {
-            match e.status {
-                "applied" | "already_applied" => emit(
-                    store,
-                    Event::EditApplied {
-                        iteration,
-                        path: e.path.clone(),
-                        status: e.status.into(),
-                        tier: e.tier.clone(),
-                    },
-                ),
-                _ => {
-                    if let Some(err) = &e.error {
-                        emit(
-                            store,
-                            Event::EditFailed {
-                                iteration,
-                                path: e.path.clone(),
-                                failure: e.failure.unwrap_or("not_applied").into(),
-                                error: err.clone(),
-                            },
-                        )
-                    }
-                }
+            match (e.status, &e.error) {
+                ("applied" | "already_applied", _) => run.emit(Event::EditApplied {
+                    iteration,
+                    path: e.path.clone(),
+                    status: e.status.into(),
+                    tier: e.tier.clone(),
+                }),
+                (_, Some(err)) => run.emit(Event::EditFailed {
+                    iteration,
+                    path: e.path.clone(),
+                    failure: e.failure.unwrap_or("not_applied").into(),
+                    error: err.clone(),
+                }),
+                _ => {}
             }
         }
-        if let Some(p) = report.edits.iter().find(|e| e.failure == Some("policy")) {
-            let msg = p.error.clone().unwrap_or_default();
-            store.record_iteration(
-                loop_id,
-                &iteration_row(iteration as i64, &result, Some(&answer), llm_ms, usage, 0),
-                &report.edits,
-            )?;
-            break ("blocked", format!("an edit was refused by policy: {msg}"));
-        }
-        let applied = if report.ok { report.applied_count() } else { 0 };
+        Ok(report)
+    }
+
+    /// Keep what the next prompt says about this attempt, and the streaks.
+    fn remember(&mut self, report: &edit::EditReport, answer: &str, applied: usize) {
         for w in report.written.iter().chain(report.deleted.iter()) {
-            if !modified.contains(w) {
-                modified.push(w.clone());
+            if !self.modified.contains(w) {
+                self.modified.push(w.clone());
             }
         }
         let summary_line = answer
@@ -558,7 +630,8 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             .chars()
             .take(200)
             .collect::<String>();
-        last = Some(Attempt {
+        let iteration = self.iteration;
+        self.last = Some(Attempt {
             summary: if applied > 0 {
                 format!(
                     "Iteration {iteration}: applied {applied} edit(s) to {}. {summary_line}",
@@ -570,67 +643,64 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
             feedback: report.feedback(),
         });
         if applied > 0 {
-            applied_any = true;
-            no_edit_streak = 0;
-            // Re-check.
-            result = match run_runner(runner, opts, &mut cancel).await {
-                Step::Done(r) => r,
-                Step::Cancelled => break ("cancelled", "cancelled by the user".into()),
-                Step::Failed(e) => {
-                    last_error = Some(e.clone());
-                    break ("error", e);
-                }
-            };
+            self.applied_any = true;
+            self.no_edit_streak = 0;
         } else {
-            no_edit_streak += 1;
+            self.no_edit_streak += 1;
         }
-        let fp = fingerprint(&result.0);
-        record_run(store, &mut emit, loop_id, iteration, &result);
-        let _ = store.record_iteration(
-            loop_id,
-            &iteration_row(
-                iteration as i64,
-                &result,
-                Some(&summary_line),
-                llm_ms,
-                usage,
-                applied,
-            ),
-            &report.edits,
-        );
-        emit(
-            store,
-            Event::LoopIteration {
+    }
+
+    /// Close the run: store, events, and the compile_loop result shape.
+    fn finish(
+        &mut self,
+        run: &mut Run<'_>,
+        reason: StopReason,
+        summary: &str,
+    ) -> Result<FixOutcome, FixError> {
+        let status = reason.status();
+        let last_error = if status == LoopStatus::Success {
+            None
+        } else {
+            self.last_error.take()
+        };
+        run.finish(reason, summary, last_error.as_deref())?;
+        if reason == StopReason::Error {
+            run.emit(Event::Error {
+                message: summary.to_string(),
+            });
+        }
+        let (loop_id, iters) = (run.id, self.iteration);
+        run.emit(match status {
+            LoopStatus::Success => Event::LoopSucceeded { loop_id, iters },
+            LoopStatus::Blocked => Event::LoopBlocked {
                 loop_id,
-                iteration,
-                ok: result.0.ok,
-                edits_applied: applied,
+                reason: summary.to_string(),
             },
-        );
-        if result.0.ok {
-            continue;
-        }
-        if applied > 0 {
-            fingerprints.push(fp);
-        }
-        if no_edit_streak >= NO_EDITS_WINDOW {
-            break (
-                "no_edits_applied",
-                format!("{NO_EDITS_WINDOW} consecutive iterations applied no edit"),
-            );
-        }
-        if applied_any && stagnated(&fingerprints) {
-            break ("stagnation", "the same failure keeps coming back".into());
-        }
-    };
-    let error = if reason == "success" {
-        None
-    } else {
-        last_error
-    };
-    finish(
-        store, &mut emit, loop_id, opts, workspace, iteration, reason, &summary, error, &modified,
-    )
+            _ => Event::LoopFailed {
+                loop_id,
+                reason: reason.as_str().to_string(),
+                last_error: last_error.clone(),
+            },
+        });
+        let abs = |p: &String| run.workspace.join(p).to_string_lossy().into_owned();
+        let single = self.opts.targets.len() == 1;
+        let ok = status == LoopStatus::Success;
+        let outcome = FixOutcome {
+            ok,
+            iters,
+            summary: summary.to_string(),
+            artifact_path: single.then(|| abs(&self.opts.targets[0])),
+            modified_files: (!single).then(|| self.modified.iter().map(abs).collect()),
+            failure_reason: (!ok).then_some(reason),
+            last_error,
+            loop_id,
+            status,
+            stop_reason: reason,
+            usage: run.usage(),
+        };
+        run.emit(Event::LoopResult(outcome.clone()));
+        Ok(outcome)
+    }
 }
 
 fn stagnated(f: &[String]) -> bool {
@@ -641,72 +711,16 @@ fn stagnated(f: &[String]) -> bool {
     n >= 4 && f[n - 1] == f[n - 3] && f[n - 2] == f[n - 4] && f[n - 1] != f[n - 2]
 }
 
-enum Step {
-    Done((RunResult, u64)),
-    Cancelled,
-    Failed(String),
-}
-
-async fn run_runner(
-    runner: &Plugin,
-    opts: &FixOptions,
-    cancel: &mut tokio::sync::watch::Receiver<bool>,
-) -> Step {
-    let start = Instant::now();
-    let fut = runner.runner_run(&opts.targets, &opts.runner_settings);
-    tokio::select! {
-        r = fut => match r {
-            Ok(Ok(r)) => Step::Done((r, start.elapsed().as_millis() as u64)),
-            Ok(Err(e)) => Step::Failed(format!("runner `{}`: {}", runner.name, crate::plugin::describe_call_error(&e))),
-            Err(e) => Step::Failed(e.to_string()),
-        },
-        _ = cancelled(cancel) => Step::Cancelled,
-    }
-}
-
-/// Emit `runner.finished` (and store iteration 0, which has no LLM call).
-fn record_run(
-    store: &mut Store,
-    emit: &mut impl FnMut(&mut Store, Event),
-    loop_id: i64,
-    iteration: u32,
-    result: &(RunResult, u64),
-) {
-    let r = &result.0;
-    if iteration == 0 {
-        let _ = store.record_iteration(
-            loop_id,
-            &iteration_row(0, result, None, 0, Default::default(), 0),
-            &[],
-        );
-    }
-    emit(
-        store,
-        Event::RunnerFinished {
-            iteration,
-            ok: r.ok,
-            exit_code: r.exit_code,
-            errors: r
-                .diagnostics
-                .iter()
-                .filter(|d| matches!(d.severity, Severity::Error))
-                .count(),
-            duration_ms: r.duration_ms,
-        },
-    );
-}
-
 fn iteration_row(
-    n: i64,
-    result: &(RunResult, u64),
-    summary: Option<&str>,
-    llm_ms: i64,
-    usage: crate::llm::Usage,
+    n: u32,
+    result: &Checked,
+    answer: Option<&Answer>,
     applied: usize,
 ) -> IterationRow {
     let r = &result.0;
+    let usage = answer.map(|a| a.usage).unwrap_or_default();
     IterationRow {
-        n,
+        n: n as i64,
         exit_code: r.exit_code as i64,
         ok: r.ok,
         stdout: r.stdout.clone(),
@@ -718,9 +732,9 @@ fn iteration_row(
                 .collect(),
         ),
         fingerprint: fingerprint(r),
-        llm_summary: summary.map(|s| s.chars().take(500).collect()),
+        llm_summary: answer.map(|a| a.text.chars().take(500).collect()),
         runner_ms: result.1 as i64,
-        llm_ms,
+        llm_ms: answer.map(|a| a.llm_ms).unwrap_or(0),
         tokens_input: (usage.input + usage.cached_input) as i64,
         tokens_output: usage.output as i64,
         edits_applied: applied as i64,
@@ -741,46 +755,9 @@ fn failure_text(r: &RunResult) -> String {
         ));
     }
     if s.is_empty() {
-        s = tail(&format!("{}{}", r.stderr, r.stdout), 2000);
+        s = history::tail(&format!("{}{}", r.stderr, r.stdout), 2000);
     }
     s.trim_end().to_string()
-}
-
-/// Answer a history tool call (`current` is left out of `get_loops`); `(text, is_error)`.
-pub(crate) fn history_tool(store: &Store, current: i64, name: &str, args: &str) -> (String, bool) {
-    match name {
-        "get_loops" => match store.loops(20) {
-            Ok(rows) => {
-                let v: Vec<_> = rows
-                    .iter()
-                    .filter(|r| r.id != current)
-                    .map(|r| json!({ "id": r.id, "kind": r.kind, "status": r.status, "stop_reason": r.stop_reason, "targets": r.targets, "iters": r.iters, "summary": r.summary }))
-                    .collect();
-                (serde_json::to_string(&v).unwrap_or_default(), false)
-            }
-            Err(e) => (e.to_string(), true),
-        },
-        _ => {
-            let id = serde_json::from_str::<serde_json::Value>(args)
-                .ok()
-                .and_then(|v| v["id"].as_i64());
-            let Some(id) = id else {
-                return ("`id` (integer) is required".into(), true);
-            };
-            match store.loop_detail(id) {
-                Ok(d) => {
-                    let its: Vec<_> = d
-                        .iterations
-                        .iter()
-                        .map(|i| json!({ "n": i.n, "ok": i.ok, "exit_code": i.exit_code, "diagnostics": i.diagnostics, "summary": i.llm_summary, "stderr_tail": tail(&i.stderr, 1500) }))
-                        .collect();
-                    let edits: Vec<_> = d.edits.iter().map(|e| json!({ "iteration": e.iteration, "path": e.path, "status": e.status, "error": e.error })).collect();
-                    (json!({ "id": id, "status": d.row.status, "stop_reason": d.row.stop_reason, "iterations": its, "edits": edits }).to_string(), false)
-                }
-                Err(e) => (e.to_string(), true),
-            }
-        }
-    }
 }
 
 fn build_system(opts: &FixOptions, instructions: &str) -> String {
@@ -849,7 +826,7 @@ fn build_prompt(
     let output = format!("{}{}", r.stderr, r.stdout);
     if !output.trim().is_empty() {
         p.push_str("Output:\n```\n");
-        p.push_str(tail(output.trim_end(), opts.output_budget).as_str());
+        p.push_str(history::tail(output.trim_end(), opts.output_budget).as_str());
         p.push_str("\n```\n");
     }
     p.push_str("\n## Current files\n");
@@ -926,75 +903,6 @@ fn window(text: &str, at: &[u32], radius: usize) -> String {
         out.push_str(&format!("[... {skipped} lines not shown ...]\n"));
     }
     out
-}
-
-fn append_log(log: &mut std::fs::File, loop_id: i64, iteration: u32, text: &str) {
-    use std::io::Write;
-    // A log that cannot be written only loses the log.
-    let _ = writeln!(
-        log,
-        "=== loop {loop_id} iteration {iteration} at {} ===\n{text}",
-        crate::store::now_ms()
-    );
-}
-
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    store: &mut Store,
-    emit: &mut impl FnMut(&mut Store, Event),
-    loop_id: i64,
-    opts: &FixOptions,
-    workspace: &Path,
-    iters: u32,
-    reason: &str,
-    summary: &str,
-    last_error: Option<String>,
-    modified: &[String],
-) -> Result<FixOutcome, FixError> {
-    let status = match reason {
-        "success" => "success",
-        "blocked" => "blocked",
-        _ => "failed",
-    };
-    store.finish_loop(loop_id, status, reason, summary, last_error.as_deref())?;
-    match status {
-        "success" => emit(store, Event::LoopSucceeded { loop_id, iters }),
-        "blocked" => emit(
-            store,
-            Event::LoopBlocked {
-                loop_id,
-                reason: summary.to_string(),
-            },
-        ),
-        _ => emit(
-            store,
-            Event::LoopFailed {
-                loop_id,
-                reason: reason.to_string(),
-                last_error: last_error.clone(),
-            },
-        ),
-    }
-    let abs = |p: &String| workspace.join(p).to_string_lossy().into_owned();
-    let single = opts.targets.len() == 1;
-    let outcome = FixOutcome {
-        ok: status == "success",
-        iters,
-        summary: summary.to_string(),
-        artifact_path: single.then(|| abs(&opts.targets[0])),
-        modified_files: (!single).then(|| modified.iter().map(abs).collect()),
-        failure_reason: (status != "success").then(|| reason.to_string()),
-        last_error: if status == "success" {
-            None
-        } else {
-            last_error
-        },
-        loop_id,
-        status: status.to_string(),
-        stop_reason: reason.to_string(),
-    };
-    emit(store, Event::LoopResult(outcome.clone()));
-    Ok(outcome)
 }
 
 #[cfg(test)]

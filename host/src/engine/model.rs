@@ -2,7 +2,7 @@
 //! recorded responses (a JSONL file, or an earlier loop's LLM calls from the store) for
 //! deterministic re-runs without an API key.
 
-use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall, Usage};
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -119,21 +119,49 @@ impl Replay {
     }
 }
 
-/// A live client or a replay.
-pub enum ModelSource {
+/// Where answers come from.
+pub enum Source {
     /// The transport.
     Live(LlmClient),
     /// Recorded responses.
     Replay(Replay),
 }
 
+/// A live client or a replay, counting the tokens of every answer it gave (so a run's usage
+/// includes reviewers, generated patches and nested loops that asked through it).
+pub struct ModelSource {
+    source: Source,
+    spent: Usage,
+}
+
 impl ModelSource {
+    /// Ask the transport.
+    pub fn live(client: LlmClient) -> ModelSource {
+        ModelSource {
+            source: Source::Live(client),
+            spent: Usage::default(),
+        }
+    }
+
+    /// Serve recorded responses.
+    pub fn replay(replay: Replay) -> ModelSource {
+        ModelSource {
+            source: Source::Replay(replay),
+            spent: Usage::default(),
+        }
+    }
+
     /// `provider/model` or `replay:SOURCE`.
     pub fn label(&self) -> String {
-        match self {
-            ModelSource::Live(c) => c.settings().model.clone(),
-            ModelSource::Replay(r) => format!("replay:{}", r.source),
+        match &self.source {
+            Source::Live(c) => c.settings().model.clone(),
+            Source::Replay(r) => format!("replay:{}", r.source),
         }
+    }
+
+    /// Tokens of every answer so far.
+    pub fn spent(&self) -> Usage {
+        self.spent
     }
 
     /// Get the next answer.
@@ -147,14 +175,18 @@ impl ModelSource {
         req: &ChatRequest,
         sink: &mut (dyn FnMut(crate::llm::Delta) + Send),
     ) -> Result<ChatResponse, LlmError> {
-        match self {
-            ModelSource::Live(c) => c.complete(req, sink).await,
-            ModelSource::Replay(r) => r.responses.pop_front().ok_or_else(|| {
+        let r = match &mut self.source {
+            Source::Live(c) => c.complete(req, sink).await,
+            Source::Replay(r) => r.responses.pop_front().ok_or_else(|| {
                 LlmError::Decode(format!(
                     "the replay ({}) has no more recorded responses",
                     r.source
                 ))
             }),
+        };
+        if let Ok(resp) = &r {
+            self.spent += resp.usage;
         }
+        r
     }
 }

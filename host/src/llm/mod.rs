@@ -5,6 +5,7 @@
 
 mod anthropic;
 mod openai;
+pub mod pricing;
 pub mod retry;
 pub mod settings;
 pub mod sse;
@@ -38,7 +39,7 @@ pub struct ToolCall {
 }
 
 /// One message of a conversation.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
     /// From the user (or the loop speaking for them).
@@ -462,7 +463,17 @@ impl LlmClient {
         &self,
         req: &ChatRequest,
         sink: &mut (dyn FnMut(Delta) + Send),
-    ) -> Result<ChatResponse, (LlmError, Option<Duration>)> {
+    ) -> Result<ChatResponse, Failure> {
+        let resp = self.send(req).await?;
+        if !self.settings.stream {
+            return self.read_whole(resp).await;
+        }
+        self.read_stream(resp, sink).await
+    }
+
+    /// Send the request and wait for the response's head; an HTTP error status is a failure
+    /// (with the delay the server asked for).
+    async fn send(&self, req: &ChatRequest) -> Result<reqwest::Response, Failure> {
         let s = &self.settings;
         let url = self.url();
         let body = match s.provider {
@@ -527,32 +538,46 @@ impl LlmClient {
             };
             return Err((classify_error(status, &text), wait));
         }
-        if !s.stream {
-            let text = match tokio::time::timeout(s.timeout, resp.text()).await {
-                Err(_) => {
-                    return Err((
-                        LlmError::Timeout {
-                            phase: "idle",
-                            secs,
-                        },
-                        None,
-                    ));
-                }
-                Ok(Err(e)) => return Err((LlmError::Truncated(root_cause(&e)), None)),
-                Ok(Ok(t)) => t,
-            };
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-                (
-                    LlmError::Decode(format!("response body is not JSON: {e}")),
+        Ok(resp)
+    }
+
+    /// Read a whole (non-streaming) answer.
+    async fn read_whole(&self, resp: reqwest::Response) -> Result<ChatResponse, Failure> {
+        let s = &self.settings;
+        let text = match tokio::time::timeout(s.timeout, resp.text()).await {
+            Err(_) => {
+                return Err((
+                    LlmError::Timeout {
+                        phase: "idle",
+                        secs: s.timeout.as_secs(),
+                    },
                     None,
-                )
-            })?;
-            let r = match s.provider {
-                Provider::Openai => openai::parse_full(&v),
-                Provider::Anthropic => anthropic::parse_full(&v),
-            };
-            return r.map_err(|e| (e, None));
-        }
+                ));
+            }
+            Ok(Err(e)) => return Err((LlmError::Truncated(root_cause(&e)), None)),
+            Ok(Ok(t)) => t,
+        };
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            (
+                LlmError::Decode(format!("response body is not JSON: {e}")),
+                None,
+            )
+        })?;
+        let r = match s.provider {
+            Provider::Openai => openai::parse_full(&v),
+            Provider::Anthropic => anthropic::parse_full(&v),
+        };
+        r.map_err(|e| (e, None))
+    }
+
+    /// Read a streamed answer, passing deltas to `sink`; a stream that stalls, breaks or ends
+    /// before the answer is complete is a failure.
+    async fn read_stream(
+        &self,
+        resp: reqwest::Response,
+        sink: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<ChatResponse, Failure> {
+        let s = &self.settings;
         let mut asm: Box<dyn Assembler> = match s.provider {
             Provider::Openai => Box::new(openai::StreamAssembler::default()),
             Provider::Anthropic => Box::new(anthropic::StreamAssembler::default()),
@@ -598,6 +623,9 @@ impl LlmClient {
         Ok(asm.finish())
     }
 }
+
+/// A failed attempt: the error and the delay the server asked for, if any.
+type Failure = (LlmError, Option<Duration>);
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut msg = e.to_string();

@@ -19,7 +19,7 @@ pub const DEFAULT_TIMEOUT_MS: u32 = 30_000;
 pub const DEFAULT_OUTPUT_BYTES: u32 = 4 << 20;
 
 use crate::path::normalize;
-pub use crate::path::{check_relative, glob_match};
+use crate::path::{check_relative, glob_match};
 
 /// An exec rule: program pattern and argument patterns.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

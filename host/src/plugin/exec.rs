@@ -53,8 +53,7 @@ pub struct Finished {
 /// Find `program` on the host's `PATH` (names) or in the workspace (paths with `/`).
 pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, String> {
     if program.contains('/') {
-        super::capability::check_relative(program)
-            .map_err(|why| format!("program `{program}` {why}"))?;
+        crate::path::check_relative(program).map_err(|why| format!("program `{program}` {why}"))?;
         let p = workspace.join(program);
         return if p.is_file() {
             Ok(p)
@@ -88,7 +87,7 @@ pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, String> {
     let root = Dir::open_ambient_dir(workspace, ambient_authority())
         .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
     let Some(rel) = cwd else { return Ok(root) };
-    super::capability::check_relative(rel).map_err(|why| format!("cwd `{rel}` {why}"))?;
+    crate::path::check_relative(rel).map_err(|why| format!("cwd `{rel}` {why}"))?;
     root.open_dir(rel).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
             format!("cwd `{rel}` leaves the workspace (through a symlink)")

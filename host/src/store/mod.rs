@@ -33,7 +33,8 @@ pub enum StoreError {
     },
     /// Another loop is running on this workspace.
     #[error(
-        "loop {id} is already running on this workspace (pid {pid}, started {started}); wait for it or stop it first"
+        "loop {id} is already running on this workspace (pid {pid}, started {}); wait for it or stop it first",
+        human_time(*started, now_ms())
     )]
     Overlap {
         /// Its id.
@@ -96,12 +97,42 @@ pub fn cap_text(text: &str, max: usize) -> String {
     )
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+pub use crate::clock::now_ms;
+
+/// Unix milliseconds as UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_text(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// A moment for a person: `2026-11-23 11:09:32 UTC, 4 min ago` (`now` in unix ms too).
+pub fn human_time(ms: i64, now: i64) -> String {
+    let when = utc_text(ms).replace('T', " ").replace('Z', " UTC");
+    let ago = (now - ms) / 1000;
+    let age = match ago {
+        i64::MIN..=-1 => return when,
+        0..=59 => format!("{ago} s ago"),
+        60..=3599 => format!("{} min ago", ago / 60),
+        3600..=86_399 => format!("{} h {} min ago", ago / 3600, ago / 60 % 60),
+        _ => format!("{} days ago", ago / 86_400),
+    };
+    format!("{when}, {age}")
 }
 
 /// A loop as listed by `kiln history`.
@@ -936,6 +967,26 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_shown_as_dates_and_ages() {
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_795_778_972_000), "2026-11-27T11:29:32Z");
+        let t = 1_795_778_972_000;
+        assert_eq!(
+            human_time(t, t + 125_000),
+            "2026-11-27 11:29:32 UTC, 2 min ago"
+        );
+        assert_eq!(human_time(t, t + 5_000), "2026-11-27 11:29:32 UTC, 5 s ago");
+        let e = StoreError::Overlap {
+            id: 3,
+            pid: 42,
+            started: now_ms() - 90_000,
+        }
+        .to_string();
+        assert!(e.contains(" UTC, 1 min ago)"), "{e}");
+    }
 
     #[test]
     fn cap_keeps_head_and_tail_and_says_so() {

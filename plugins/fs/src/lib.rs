@@ -1,4 +1,4 @@
-//! The `fs` tool plugin: `read_file`, `list_dir` and `search` inside the workspace, through
+//! The `fs` tool plugin: `read_file`, `list_dir`, `glob` and `search` inside the workspace, through
 //! WASI with the workspace preopened at `/workspace` (read-only unless granted). Absolute
 //! paths and `..` are refused before WASI is asked; symlinks leaving the workspace are refused
 //! by the sandbox itself. Only regular files are opened: a FIFO, socket or device is skipped
@@ -13,7 +13,7 @@ const ROOT: &str = "/workspace";
 const MAX_READ: usize = 256 * 1024;
 /// Most matches returned by `search`.
 const MAX_MATCHES: usize = 200;
-/// Most entries returned by `list_dir`.
+/// Most entries returned by `list_dir` and `glob`.
 const MAX_ENTRIES: usize = 1000;
 
 struct Fs;
@@ -40,6 +40,12 @@ impl Tool for Fs {
                 "list_dir",
                 "List a directory of the workspace (default: the root). Directories end with '/'.",
                 r#"{"type":"object","properties":{"path":{"type":"string","description":"Directory relative to the workspace root"}},"additionalProperties":false}"#,
+                true,
+            ),
+            tool::spec(
+                "glob",
+                "Find files of the workspace whose path matches a glob: `*` and `?` within a name, `**` across directories (e.g. `src/**/*.rs`, `*.toml`). Hidden directories, target/ and node_modules/ are skipped unless the pattern names them.",
+                r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Glob relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
                 true,
             ),
             tool::spec(
@@ -71,9 +77,10 @@ impl Tool for Fs {
             "list_dir" => list_dir(&args)?,
             "search" | "search_repo" => search(&args)?,
             "read_files" => read_files(&args)?,
+            "glob" => glob(&args)?,
             other => {
                 return Err(Error::InvalidInput(format!(
-                    "unknown tool `{other}`; this plugin offers read_file, read_files, list_dir, search, search_repo"
+                    "unknown tool `{other}`; this plugin offers read_file, read_files, list_dir, glob, search, search_repo"
                 )));
             }
         };
@@ -277,4 +284,104 @@ fn search(args: &Value) -> Result<Value, Error> {
     }
     let truncated = matches.len() >= MAX_MATCHES;
     Ok(json!({ "pattern": pattern, "matches": matches, "truncated": truncated }))
+}
+
+/// Does `name` match one path segment pattern (`*`, `?`, literal characters)?
+fn segment_matches(pat: &[char], name: &[char]) -> bool {
+    match (pat.first(), name.first()) {
+        (None, None) => true,
+        (Some('*'), _) => {
+            segment_matches(&pat[1..], name)
+                || (!name.is_empty() && segment_matches(pat, &name[1..]))
+        }
+        (Some('?'), Some(_)) => segment_matches(&pat[1..], &name[1..]),
+        (Some(p), Some(n)) if p == n => segment_matches(&pat[1..], &name[1..]),
+        _ => false,
+    }
+}
+
+/// Does the path (its segments) match the glob (its segments; `**` spans any number)?
+fn glob_matches(pat: &[&str], path: &[&str]) -> bool {
+    match pat.first() {
+        None => path.is_empty(),
+        Some(&"**") => {
+            glob_matches(&pat[1..], path) || (!path.is_empty() && glob_matches(pat, &path[1..]))
+        }
+        Some(p) => {
+            !path.is_empty()
+                && segment_matches(
+                    &p.chars().collect::<Vec<_>>(),
+                    &path[0].chars().collect::<Vec<_>>(),
+                )
+                && glob_matches(&pat[1..], &path[1..])
+        }
+    }
+}
+
+fn glob(args: &Value) -> Result<Value, Error> {
+    let pattern = str_arg(args, "pattern")?
+        .ok_or_else(|| Error::InvalidInput("`pattern` is required".into()))?;
+    let pattern = pattern.trim_start_matches("./");
+    // The literal directories before the first wildcard are where the walk starts.
+    resolve(pattern.replace(['*', '?'], "x").as_str())?;
+    let segs: Vec<&str> = pattern.split('/').filter(|s| !s.is_empty()).collect();
+    if segs.is_empty() {
+        return Err(Error::InvalidInput("`pattern` may not be empty".into()));
+    }
+    let names_hidden = |name: &str| segs.iter().any(|s| *s == name);
+    let mut files = Vec::new();
+    let mut truncated = false;
+    let mut stack = vec![(PathBuf::from(ROOT), Vec::<String>::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut children: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        children.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
+        for entry in children {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+                continue;
+            };
+            let mut path = rel.clone();
+            path.push(name.clone());
+            let refs: Vec<&str> = path.iter().map(String::as_str).collect();
+            if meta.is_dir() {
+                let skipped = (name.starts_with('.') || name == "target" || name == "node_modules")
+                    && !names_hidden(&name);
+                if !skipped {
+                    stack.push((entry.path(), path));
+                }
+            } else if meta.is_file() && glob_matches(&segs, &refs) {
+                if files.len() >= MAX_ENTRIES {
+                    truncated = true;
+                    break;
+                }
+                files.push(path.join("/"));
+            }
+        }
+    }
+    files.sort();
+    Ok(json!({ "pattern": pattern, "files": files, "truncated": truncated }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_by_segment() {
+        let m = |p: &str, f: &str| {
+            glob_matches(
+                &p.split('/').collect::<Vec<_>>(),
+                &f.split('/').collect::<Vec<_>>(),
+            )
+        };
+        assert!(m("src/**/*.rs", "src/a.rs"));
+        assert!(m("src/**/*.rs", "src/x/y/a.rs"));
+        assert!(!m("src/*.rs", "src/x/a.rs"));
+        assert!(m("**/*.toml", "Cargo.toml"));
+        assert!(m("a?c.txt", "abc.txt"));
+        assert!(!m("*.rs", "a.rsx"));
+    }
 }

@@ -1,30 +1,16 @@
-//! {{name}}: a kiln edit format. Build: cargo build --target wasm32-wasip2 --release
+//! {{name}}: a kiln edit format, written with the kiln-guest SDK (vendored in kiln-guest/).
+//! Build: cargo build --target wasm32-wasip2 --release
 
-wit_bindgen::generate!({ path: "wit", world: "edit-format-plugin" });
-
-use exports::kiln::plugin::edit_format::{
-    AppliedFile, ApplyFailure, EditKind, EditOutcome, EditStatus, FileEdit, FormatInfo, Guest, ParseError,
-};
-use kiln::plugin::types::{Limits, Manifest};
+use kiln_guest::edit_format::{self, EditFormat, EditKind, FileEdit, Manifest, ParseError};
 
 struct Plugin;
 
-impl Guest for Plugin {
-    fn get_manifest() -> Manifest {
-        Manifest {
-            name: "{{name}}".into(),
-            version: "0.1.0".into(),
-            description: "A kiln edit format".into(),
-            fs: vec![],
-            exec: vec![],
-            env: vec![],
-            limits: Limits { memory_mib: None, timeout_ms: None, output_bytes: None },
-        }
+impl EditFormat for Plugin {
+    fn manifest() -> Manifest {
+        edit_format::manifest("{{name}}", "0.1.0", "The whole reply is the new file")
     }
 
-    fn describe() -> FormatInfo {
-        FormatInfo { name: "{{name}}".into(), description: "The whole reply is the new file".into(), multi_file: false }
-    }
+    // `describe` defaults to the manifest's name and description, single-file.
 
     fn instructions(_multi_file: bool) -> String {
         "Reply with the complete new content of the file and nothing else.".into()
@@ -34,14 +20,17 @@ impl Guest for Plugin {
         let Some(path) = targets.first() else {
             return Err(vec![ParseError { line: 0, message: "no target file".into() }]);
         };
-        Ok(vec![FileEdit { path: path.clone(), kind: EditKind::Rewrite, search: String::new(), replace: response, new_path: None }])
+        Ok(vec![FileEdit {
+            path: path.clone(),
+            kind: EditKind::Rewrite,
+            search: String::new(),
+            replace: response,
+            new_path: None,
+        }])
     }
 
-    fn apply(_path: String, _text: Option<String>, edits: Vec<FileEdit>) -> Result<AppliedFile, ApplyFailure> {
-        let text = edits.last().map(|e| e.replace.clone());
-        let outcomes = edits.iter().map(|_| EditOutcome { status: EditStatus::Applied, tier: None }).collect();
-        Ok(AppliedFile { text, outcomes })
-    }
+    // `apply` defaults to `edit_format::apply_edits`, the semantics every built-in format
+    // shares (search/replace with matching tiers, create, rewrite, delete, rename).
 }
 
-export!(Plugin);
+kiln_guest::export_edit_format!(Plugin);

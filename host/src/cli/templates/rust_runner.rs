@@ -1,33 +1,24 @@
-//! {{name}}: a kiln runner. Build: cargo build --target wasm32-wasip2 --release
+//! {{name}}: a kiln runner, written with the kiln-guest SDK (vendored in kiln-guest/).
+//! Build: cargo build --target wasm32-wasip2 --release
 
-wit_bindgen::generate!({ path: "wit", world: "runner-plugin" });
-
-use exports::kiln::plugin::runner::{Guest, RunRequest, RunResult, RunnerInfo};
-use kiln::plugin::types::{Error, Limits, Manifest};
+use kiln_guest::runner::{self, Error, Manifest, RunRequest, RunResult, Runner};
 
 struct Plugin;
 
-impl Guest for Plugin {
-    fn get_manifest() -> Manifest {
-        Manifest {
-            name: "{{name}}".into(),
-            version: "0.1.0".into(),
-            description: "A kiln runner".into(),
-            fs: vec![],
-            // Programs this runner runs through kiln's exec import, e.g.
-            // ExecRequest { program: "make".into(), args: vec!["*".into()] }
-            exec: vec![],
-            env: vec![],
-            limits: Limits { memory_mib: None, timeout_ms: None, output_bytes: None },
-        }
+impl Runner for Plugin {
+    fn manifest() -> Manifest {
+        // Request the programs this runner runs through kiln's exec import, e.g.
+        // `.with_exec("make", &["*"])`, and the workspace with `.with_fs(".", Access::Read)`.
+        runner::manifest("{{name}}", "0.1.0", "A kiln runner")
     }
 
-    fn describe() -> RunnerInfo {
-        RunnerInfo { name: "{{name}}".into(), description: "A kiln runner".into(), languages: vec![], patterns: vec![] }
-    }
+    // `describe` defaults to the manifest's name and description, for any language and file;
+    // override it to list languages and file patterns.
 
     fn run(request: RunRequest) -> Result<RunResult, Error> {
-        // Replace with a real check: kiln::plugin::exec::run(&Command { .. }) runs a granted program.
+        // Replace with a real check: `runner::exec(&runner::command("make", &request.targets))?`
+        // runs a granted program, and `kiln_guest::diagnostics::parse` reads
+        // `file:line:col: severity: message` lines from its output (`runner::to_wit_diagnostics`).
         Ok(RunResult {
             ok: true,
             exit_code: 0,
@@ -41,4 +32,4 @@ impl Guest for Plugin {
     }
 }
 
-export!(Plugin);
+kiln_guest::export_runner!(Plugin);

@@ -1,42 +1,36 @@
-//! {{name}}: a kiln tool plugin. Build: cargo build --target wasm32-wasip2 --release
+//! {{name}}: a kiln tool plugin, written with the kiln-guest SDK (vendored in kiln-guest/).
+//! Build: cargo build --target wasm32-wasip2 --release
 
-wit_bindgen::generate!({ path: "wit", world: "tool-plugin" });
-
-use exports::kiln::plugin::tool::{Guest, ToolSpec};
-use kiln::plugin::types::{Error, Limits, Manifest};
+use kiln_guest::tool::{self, Error, Manifest, Tool, ToolSpec};
+use serde_json::{Value, json};
 
 struct Plugin;
 
-impl Guest for Plugin {
-    fn get_manifest() -> Manifest {
-        Manifest {
-            name: "{{name}}".into(),
-            version: "0.1.0".into(),
-            description: "A kiln tool plugin".into(),
-            fs: vec![],
-            exec: vec![],
-            env: vec![],
-            limits: Limits { memory_mib: None, timeout_ms: None, output_bytes: None },
-        }
+impl Tool for Plugin {
+    fn manifest() -> Manifest {
+        // Request what the tools need, e.g. `.with_fs(".", Access::Read)` for the workspace
+        // (at /workspace inside the plugin) or `.with_exec("git", &["log", "*"])`.
+        tool::manifest("{{name}}", "0.1.0", "A kiln tool plugin")
     }
 
     fn list_tools() -> Vec<ToolSpec> {
-        vec![ToolSpec {
-            name: "hello".into(),
-            description: "Greet someone.".into(),
-            schema: r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}"#.into(),
-            read_only: true,
-        }]
+        let schema = json!({
+            "type": "object",
+            "properties": { "name": { "type": "string" } },
+            "required": ["name"],
+        });
+        vec![tool::spec("hello", "Greet someone.", &schema.to_string(), true)]
     }
 
     fn call(name: String, arguments: String) -> Result<String, Error> {
         if name != "hello" {
             return Err(Error::InvalidInput(format!("unknown tool `{name}`")));
         }
-        // Arguments arrive as JSON text; a real tool would use serde_json.
-        let who = arguments.split('"').nth(3).unwrap_or("world").to_string();
-        Ok(format!("{{\"greeting\":\"hello, {who}\"}}"))
+        let args: Value = serde_json::from_str(&arguments)
+            .map_err(|e| Error::InvalidInput(format!("arguments are not JSON: {e}")))?;
+        let who = args["name"].as_str().unwrap_or("world");
+        Ok(json!({ "greeting": format!("hello, {who}") }).to_string())
     }
 }
 
-export!(Plugin);
+kiln_guest::export_tool!(Plugin);

@@ -1,0 +1,221 @@
+//! How a loop's events reach a person: the console log (one line per event on stderr, streamed
+//! model text as it comes, always ended by a newline before the next status line) and the file
+//! log (the same lines, timestamped, appended to a log file).
+
+use crate::engine::Event;
+use crate::terminal::printable;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Where event lines go.
+pub(crate) struct EventLog {
+    console: bool,
+    file: Option<(PathBuf, std::fs::File)>,
+    /// Streamed text on stderr that did not end with a newline yet.
+    mid_line: bool,
+    /// Streamed text of the current line, not yet written to the file.
+    pending: String,
+}
+
+impl EventLog {
+    pub fn new(console: bool, file: Option<(PathBuf, std::fs::File)>) -> EventLog {
+        EventLog {
+            console,
+            file,
+            mid_line: false,
+            pending: String::new(),
+        }
+    }
+
+    /// A log that prints event lines on stderr only.
+    pub fn console() -> EventLog {
+        EventLog::new(true, None)
+    }
+
+    /// One event: its human line, or streamed text.
+    pub fn event(&mut self, e: &Event) {
+        match e {
+            Event::TextDelta { text } => self.text(text),
+            _ => {
+                if let Some(line) = e.human() {
+                    self.line(&line);
+                }
+            }
+        }
+    }
+
+    /// Streamed model text, shown as it comes.
+    pub fn text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let shown = printable(text);
+        if self.console {
+            eprint!("{shown}");
+            let _ = std::io::stderr().flush();
+            self.mid_line = !shown.ends_with('\n');
+        }
+        if self.file.is_some() {
+            self.pending.push_str(&shown);
+            while let Some(i) = self.pending.find('\n') {
+                let line: String = self.pending.drain(..=i).collect();
+                self.write_file(line.trim_end_matches('\n'));
+            }
+        }
+    }
+
+    /// A status line (console and file).
+    pub fn line(&mut self, line: &str) {
+        self.end_text();
+        if self.console {
+            eprintln!("{line}");
+        }
+        self.write_file(line);
+    }
+
+    /// A line shown on stderr whether or not the console log is on (a final summary), and
+    /// logged to the file.
+    pub fn always(&mut self, line: &str) {
+        self.end_text();
+        eprintln!("{line}");
+        self.write_file(line);
+    }
+
+    /// End a line of streamed text, so what follows starts on a line of its own.
+    pub fn end_text(&mut self) {
+        if self.mid_line {
+            eprintln!();
+            self.mid_line = false;
+        }
+        if !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            self.write_file(&line);
+        }
+    }
+
+    fn write_file(&mut self, line: &str) {
+        let Some((path, f)) = &mut self.file else {
+            return;
+        };
+        let stamp = crate::store::utc_text(crate::store::now_ms());
+        let mut text = String::new();
+        for l in line.split('\n') {
+            text.push_str(&format!("{stamp} {l}\n"));
+        }
+        if let Err(e) = f.write_all(text.as_bytes()) {
+            self.mid_line = false;
+            eprintln!(
+                "warning: cannot write the log {}: {e}; file logging stops",
+                path.display()
+            );
+            self.file = None;
+        }
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.end_text();
+    }
+}
+
+/// The value of a boolean environment variable: `Some(true)` for 1/true/yes/on,
+/// `Some(false)` for 0/false/no/off, `None` when unset; anything else is warned about and
+/// ignored.
+pub(crate) fn env_flag(name: &str) -> Option<bool> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        "" => None,
+        _ => {
+            eprintln!(
+                "warning: {name}={} is not true or false; ignored",
+                printable(&v)
+            );
+            None
+        }
+    }
+}
+
+/// Open the log file for appending: `.kiln/logs/<name>` (as kiln's other logs: no symlink
+/// followed) when `path` is `None`, else `path` (relative to the current directory). A path
+/// inside the workspace may not pass through a symlink there nor be a protected file
+/// (`kiln.toml`, `.git/`, `[sandbox] protect`); the file itself is never a symlink or FIFO.
+pub(crate) fn open_log_file(
+    workspace: &Path,
+    path: Option<&Path>,
+    default_name: &str,
+    protected: &crate::path::Protected,
+) -> anyhow::Result<(PathBuf, std::fs::File)> {
+    use anyhow::Context;
+    let Some(path) = path else {
+        let f = crate::store::open_log(workspace, default_name)?;
+        return Ok((workspace.join(".kiln/logs").join(default_name), f));
+    };
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .context("cannot determine the current directory")?
+            .join(path)
+    };
+    let abs = lexical(&abs);
+    if let Ok(rel) = abs.strip_prefix(workspace) {
+        let rel_text = rel.to_string_lossy();
+        let parts: Vec<_> = rel.components().collect();
+        if parts.len() == 3 && rel.starts_with(".kiln/logs") {
+            let name = parts[2].as_os_str().to_string_lossy().into_owned();
+            return Ok((abs, crate::store::open_log(workspace, &name)?));
+        }
+        if let Some(why) = protected.why(&rel_text) {
+            anyhow::bail!("refusing to write the log to {}: {why}", abs.display());
+        }
+        let mut at = workspace.to_path_buf();
+        for c in rel.components() {
+            at.push(c);
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                anyhow::bail!(
+                    "refusing to write the log through the symbolic link {} (it could lead outside the workspace)",
+                    at.display()
+                );
+            }
+        }
+    }
+    let f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&abs)
+            .with_context(|| format!("cannot open the log file {}", abs.display()))?
+    };
+    if !f
+        .metadata()
+        .with_context(|| format!("cannot open the log file {}", abs.display()))?
+        .is_file()
+    {
+        anyhow::bail!(
+            "refusing to write the log to {}: it is not a regular file",
+            abs.display()
+        );
+    }
+    Ok((abs, f))
+}
+
+/// `path` with `.` and `..` resolved lexically (no symlink is followed).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}

@@ -1,0 +1,177 @@
+//! Events for a person: one line per event (or none), with control characters and escape
+//! sequences from plugins, programs or the model rendered visibly. The JSON form is the
+//! engine's (`Event::to_json`).
+
+use crate::engine::Event;
+use crate::terminal::count;
+
+impl Event {
+    /// One line for a person, with any control characters or escape sequences from plugins,
+    /// programs or the model rendered visibly.
+    pub fn human(&self) -> Option<String> {
+        self.human_raw()
+            .map(|l| crate::terminal::printable(&l).into_owned())
+    }
+
+    fn human_raw(&self) -> Option<String> {
+        self.fix_line()
+            .or_else(|| self.agent_line())
+            .or_else(|| self.loop_line())
+    }
+
+    /// The fix loop's events.
+    fn fix_line(&self) -> Option<String> {
+        Some(match self {
+            Event::LoopStarted {
+                loop_id,
+                runner,
+                format,
+                model,
+                targets,
+                max_iters,
+            } => {
+                format!(
+                    "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {})",
+                    targets.join(", "),
+                    count(*max_iters as usize, "iteration", "iterations")
+                )
+            }
+            Event::RunnerFinished {
+                iteration,
+                ok,
+                exit_code,
+                errors,
+                duration_ms,
+            } => format!(
+                "[{iteration}] runner: {} (exit {exit_code}, {}, {duration_ms} ms)",
+                if *ok { "passed" } else { "failed" },
+                count(*errors, "error", "errors")
+            ),
+            Event::LlmRequest {
+                iteration,
+                prompt_chars,
+            } => format!("[{iteration}] asking the model ({prompt_chars} chars)…"),
+            Event::LlmResponse {
+                iteration,
+                latency_ms,
+                input_tokens,
+                output_tokens,
+                tool_calls,
+            } => format!(
+                "[{iteration}] model answered in {latency_ms} ms ({input_tokens} in / {output_tokens} out tokens){}",
+                if tool_calls.is_empty() {
+                    String::new()
+                } else {
+                    format!(", called {}", tool_calls.join(", "))
+                }
+            ),
+            Event::EditApplied {
+                iteration,
+                path,
+                status,
+                tier,
+            } => {
+                format!(
+                    "[{iteration}] {status} {path}{}",
+                    tier.as_deref()
+                        .map(|t| format!(" (tier {t})"))
+                        .unwrap_or_default()
+                )
+            }
+            Event::EditFailed {
+                iteration,
+                path,
+                failure,
+                error,
+            } => {
+                format!(
+                    "[{iteration}] edit refused ({failure}) {path}: {}",
+                    error.lines().next().unwrap_or("")
+                )
+            }
+            Event::LoopIteration { .. } => return None,
+            Event::LoopSucceeded { loop_id, iters } => {
+                format!(
+                    "loop {loop_id}: success after {}",
+                    count(*iters as usize, "iteration", "iterations")
+                )
+            }
+            Event::LoopFailed {
+                loop_id, reason, ..
+            } => format!("loop {loop_id}: stopped: {reason}"),
+            Event::LoopBlocked { loop_id, reason } => format!("loop {loop_id}: blocked: {reason}"),
+            _ => return None,
+        })
+    }
+
+    /// The agent's events (and those every loop shares).
+    fn agent_line(&self) -> Option<String> {
+        Some(match self {
+            Event::LoopResult(_)
+            | Event::AgentResult(_)
+            | Event::TurnEnd { .. }
+            | Event::TextDelta { .. } => return None,
+            Event::TurnStart { turn } => format!("-- turn {turn}"),
+            Event::ToolStart {
+                name, arguments, ..
+            } => format!(
+                "  → {name} {}",
+                arguments.chars().take(120).collect::<String>()
+            ),
+            Event::ToolEnd {
+                name,
+                ok,
+                duration_ms,
+                preview,
+                ..
+            } => {
+                format!(
+                    "  {} {name} ({duration_ms} ms) {}",
+                    if *ok { "✓" } else { "✗" },
+                    preview.chars().take(160).collect::<String>()
+                )
+            }
+            Event::AgentNotice { message } => format!("  ! {message}"),
+            Event::Error { message } => format!("error: {message}"),
+            Event::LlmRetry {
+                attempt,
+                reason,
+                discard,
+            } => format!(
+                "  ! model request failed ({reason}); retry {attempt}{}",
+                if *discard {
+                    ", the partial answer above is discarded"
+                } else {
+                    ""
+                }
+            ),
+
+            _ => return None,
+        })
+    }
+
+    /// The execute/review loop's events.
+    fn loop_line(&self) -> Option<String> {
+        Some(match self {
+            Event::RoundStart { round, loops } => format!("== round {round} of {loops}"),
+            Event::PhaseStart { round, phase } => format!("-- round {round}: {phase} phase"),
+            Event::ReviewSubmitted {
+                summary,
+                blocker,
+                pending,
+                ..
+            } => {
+                let mut s = format!("  review: {}", summary.lines().next().unwrap_or(""));
+                if !blocker.is_empty() {
+                    s.push_str(&format!("\n  blocker: {blocker}"));
+                }
+                for p in pending {
+                    s.push_str(&format!("\n  pending: {p}"));
+                }
+                s
+            }
+            Event::RoundEnd { .. } | Event::LoopRunResult(_) => return None,
+            _ => return None,
+        })
+    }
+}

@@ -1,0 +1,232 @@
+//! The run core every loop shares: a run's lifecycle in the store (begin, finish), its numbered
+//! event stream (stored and sent to the caller), the one "ask the model" step (streaming text,
+//! retries shown as they happen, cancellation, every call recorded, tokens counted), and
+//! cancellation. The fix loop, the agent and the execute/review loop are policies on top.
+
+use super::events::Event;
+use super::model::ModelSource;
+use super::outcome::StopReason;
+use crate::llm::{ChatRequest, ChatResponse, Delta, LlmError, Usage};
+use crate::store::{NewLoop, Store, StoreError};
+use std::path::Path;
+use tokio::sync::watch;
+
+/// What a run borrows from its caller.
+pub struct RunDeps<'a> {
+    /// Workspace root.
+    pub workspace: &'a Path,
+    /// The model (its token counter spans nested runs).
+    pub model: &'a mut ModelSource,
+    /// The store.
+    pub store: &'a mut Store,
+    /// Set to true to cancel (Ctrl-C).
+    pub cancel: watch::Receiver<bool>,
+    /// Event sink.
+    pub on_event: &'a mut (dyn FnMut(&Event) + Send),
+}
+
+/// Why an ask produced no answer.
+#[derive(Debug)]
+pub enum AskError {
+    /// The run was cancelled while the model was answering.
+    Cancelled,
+    /// The transport or the model failed (already recorded in the store).
+    Model(LlmError),
+}
+
+/// One run of a loop: its row in the store, its events, its model.
+pub struct Run<'a> {
+    /// The run's id in the store.
+    pub id: i64,
+    /// Workspace root.
+    pub workspace: &'a Path,
+    /// The model.
+    pub model: &'a mut ModelSource,
+    /// The store.
+    pub store: &'a mut Store,
+    cancel: watch::Receiver<bool>,
+    on_event: &'a mut (dyn FnMut(&Event) + Send),
+    seq: u64,
+    spent_at_start: Usage,
+    log: Option<std::fs::File>,
+}
+
+impl<'a> Run<'a> {
+    /// Open the run's row (refused while another loop runs on the workspace, unless `new`
+    /// names it as the parent).
+    pub fn begin(deps: RunDeps<'a>, new: &NewLoop) -> Result<Run<'a>, StoreError> {
+        let RunDeps {
+            workspace,
+            model,
+            store,
+            cancel,
+            on_event,
+        } = deps;
+        let id = store.begin_loop(new)?;
+        Ok(Run {
+            id,
+            workspace,
+            spent_at_start: model.spent(),
+            model,
+            store,
+            cancel,
+            on_event,
+            seq: 0,
+            log: None,
+        })
+    }
+
+    /// Append every answer's raw text to `log` (see `store::open_log`).
+    pub fn log_answers(&mut self, log: std::fs::File) {
+        self.log = Some(log);
+    }
+
+    /// Number, store and send an event. A store that cannot take it only loses the row.
+    pub fn emit(&mut self, e: Event) {
+        self.seq += 1;
+        let v = e.to_json(self.seq, crate::clock::now_ms());
+        let _ = self.store.record_event(self.id, self.seq, e.name(), &v);
+        (self.on_event)(&e);
+    }
+
+    /// A receiver that says when the run is cancelled (for `tokio::select!` next to work that
+    /// borrows the run).
+    pub fn cancel_signal(&self) -> watch::Receiver<bool> {
+        self.cancel.clone()
+    }
+
+    /// The user asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Tokens of every model request since the run began (nested runs included).
+    pub fn usage(&self) -> Usage {
+        let now = self.model.spent();
+        Usage {
+            input: now.input - self.spent_at_start.input,
+            cached_input: now.cached_input - self.spent_at_start.cached_input,
+            cache_write: now.cache_write - self.spent_at_start.cache_write,
+            output: now.output - self.spent_at_start.output,
+            reasoning: now.reasoning - self.spent_at_start.reasoning,
+        }
+    }
+
+    /// Ask the model once. Text deltas go to the caller as `text.delta` events when
+    /// `live_text` (not stored: the whole answer is, with the call); retries are shown and
+    /// stored as they happen. Every call, failed ones too, is recorded under `step`.
+    pub async fn ask(
+        &mut self,
+        step: u32,
+        req: &ChatRequest,
+        live_text: bool,
+    ) -> Result<ChatResponse, AskError> {
+        let mut cancel = self.cancel.clone();
+        let Run {
+            id,
+            model,
+            store,
+            on_event,
+            seq,
+            ..
+        } = self;
+        let mut sink = |d: Delta| {
+            let e = match d {
+                Delta::Text(text) if live_text => Event::TextDelta { text },
+                Delta::Text(_) => return,
+                other => match Event::from_retry(&other) {
+                    Some(e) => e,
+                    None => return,
+                },
+            };
+            *seq += 1;
+            if matches!(e, Event::LlmRetry { .. }) {
+                let v = e.to_json(*seq, crate::clock::now_ms());
+                let _ = store.record_event(*id, *seq, e.name(), &v);
+            }
+            on_event(&e);
+        };
+        let resp = tokio::select! {
+            r = model.complete_streaming(req, &mut sink) => r,
+            _ = cancelled(&mut cancel) => return Err(AskError::Cancelled),
+        };
+        let label = self.model.label();
+        match resp {
+            Ok(r) => {
+                let _ = self
+                    .store
+                    .record_llm_call(self.id, step as i64, &label, Ok(&r));
+                if let Some(log) = &mut self.log {
+                    use std::io::Write;
+                    // A log that cannot be written only loses the log.
+                    let _ = writeln!(
+                        log,
+                        "=== loop {} iteration {step} at {} ===\n{}",
+                        self.id,
+                        crate::clock::now_ms(),
+                        r.text
+                    );
+                }
+                Ok(r)
+            }
+            Err(e) => {
+                let _ =
+                    self.store
+                        .record_llm_call(self.id, step as i64, &label, Err(&e.to_string()));
+                Err(AskError::Model(e))
+            }
+        }
+    }
+
+    /// Close the run's row with its status, reason and summary.
+    pub fn finish(
+        &mut self,
+        reason: StopReason,
+        summary: &str,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.store.finish_loop(
+            self.id,
+            reason.status().as_str(),
+            reason.as_str(),
+            summary,
+            error,
+        )
+    }
+
+    /// Borrow everything for a nested run whose events go to this run's caller (not to this
+    /// run's stream in the store: the nested run stores its own).
+    pub fn split(&mut self) -> RunDeps<'_> {
+        RunDeps {
+            workspace: self.workspace,
+            model: self.model,
+            store: self.store,
+            cancel: self.cancel.clone(),
+            on_event: &mut *self.on_event,
+        }
+    }
+
+    /// Borrow the model and the store for a nested run (a compile_loop called by an agent),
+    /// whose events go to `on_event` and whose cancellation follows this run's.
+    pub fn nested<'b>(&'b mut self, on_event: &'b mut (dyn FnMut(&Event) + Send)) -> RunDeps<'b> {
+        RunDeps {
+            workspace: self.workspace,
+            model: self.model,
+            store: self.store,
+            cancel: self.cancel.clone(),
+            on_event,
+        }
+    }
+}
+
+/// Resolves once `rx` says the run is cancelled (Ctrl-C).
+pub async fn cancelled(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The calls a host makes on a [`Plugin`], one method per function of its world (runner,
+//! edit format, tool), each on a fresh instance under the plugin's deadline and checked against
+//! its output cap.
+
+use super::instance::Pre;
+use super::{
+    AppliedFile, ApplyFailure, FileEdit, FormatInfo, Manifest, ParseError, Plugin, PluginCallError,
+    PluginError, PluginKind, RunRequest, RunResult, ToolSpec, bindings::runner,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Run one call on a fresh instance, under the deadline, mapping traps to `PluginError`.
+macro_rules! invoke {
+    ($self:ident, $variant:ident, $getter:ident, |$g:ident, $store:ident| $call:expr) => {{
+        let Pre::$variant(pre) = &$self.pre else {
+            return Err($self.wrong_kind(PluginKind::$variant));
+        };
+        let (mut store, stderr) = $self.new_store()?;
+        let limit = Duration::from_millis($self.effective.limits.timeout_ms as u64)
+            + Duration::from_millis(250);
+        let res = tokio::time::timeout(limit, async {
+            let inst = pre.instantiate_async(&mut store).await?;
+            let $g = inst.$getter();
+            let $store = &mut store;
+            $call.await
+        })
+        .await;
+        $self.finish(res, &store, &stderr)
+    }};
+}
+
+impl Plugin {
+    /// The plugin's manifest, whatever its kind.
+    pub async fn get_manifest(&self) -> Result<Manifest, PluginError> {
+        match self.kind {
+            PluginKind::Runner => invoke!(self, Runner, kiln_plugin_runner, |g, s| g
+                .call_get_manifest(s)),
+            PluginKind::EditFormat => invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+                .call_get_manifest(s)),
+            PluginKind::Tool => {
+                invoke!(self, Tool, kiln_plugin_tool, |g, s| g.call_get_manifest(s))
+            }
+        }
+    }
+
+    /// Runner: describe.
+    pub async fn runner_describe(
+        &self,
+    ) -> Result<runner::exports::kiln::plugin::runner::RunnerInfo, PluginError> {
+        invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_describe(s))
+    }
+
+    /// Runner: run a check. `settings` from the command line override `kiln.toml`.
+    pub async fn runner_run(
+        &self,
+        targets: &[String],
+        extra_settings: &BTreeMap<String, String>,
+    ) -> Result<Result<RunResult, PluginCallError>, PluginError> {
+        let mut settings = self.settings.clone();
+        settings.extend(extra_settings.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // Targets often come from a model: each must be an existing regular file inside the
+        // workspace, and is passed in a form no program reads as an option (`./-x`, `./@f`).
+        let targets = match crate::path::target_arguments(&self.root, targets) {
+            Ok(t) => t,
+            Err(message) => return Ok(Err(PluginCallError::InvalidInput(message))),
+        };
+        let req = RunRequest {
+            targets,
+            settings: settings.into_iter().collect(),
+        };
+        let out = invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_run(s, &req))?;
+        if let Ok(r) = &out {
+            self.cap(r.stdout.len() + r.stderr.len())?;
+        }
+        Ok(out)
+    }
+
+    /// Edit format: describe.
+    pub async fn format_describe(&self) -> Result<FormatInfo, PluginError> {
+        invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_describe(s))
+    }
+
+    /// Edit format: the prompt fragment.
+    pub async fn format_instructions(&self, multi_file: bool) -> Result<String, PluginError> {
+        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_instructions(s, multi_file))?;
+        self.cap(out.len())?;
+        Ok(out)
+    }
+
+    /// Edit format: parse a response.
+    pub async fn format_parse(
+        &self,
+        response: &str,
+        targets: &[String],
+    ) -> Result<Result<Vec<FileEdit>, Vec<ParseError>>, PluginError> {
+        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_parse(s, response, targets))?;
+        if let Ok(edits) = &out {
+            self.cap(edits.iter().map(|e| e.search.len() + e.replace.len()).sum())?;
+        }
+        Ok(out)
+    }
+
+    /// Edit format: apply one file's edits.
+    pub async fn format_apply(
+        &self,
+        path: &str,
+        text: Option<&str>,
+        edits: &[FileEdit],
+    ) -> Result<Result<AppliedFile, ApplyFailure>, PluginError> {
+        let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
+            .call_apply(s, path, text, edits))?;
+        if let Ok(a) = &out {
+            self.cap(a.text.as_ref().map_or(0, String::len))?;
+        }
+        Ok(out)
+    }
+
+    /// Tool: the tools offered.
+    pub async fn tool_list(&self) -> Result<Vec<ToolSpec>, PluginError> {
+        invoke!(self, Tool, kiln_plugin_tool, |g, s| g.call_list_tools(s))
+    }
+
+    /// Tool: call one tool with JSON arguments.
+    pub async fn tool_call(
+        &self,
+        name: &str,
+        arguments: &str,
+    ) -> Result<Result<String, PluginCallError>, PluginError> {
+        let out = invoke!(self, Tool, kiln_plugin_tool, |g, s| g
+            .call_call(s, name, arguments))?;
+        if let Ok(text) = &out {
+            self.cap(text.len())?;
+        }
+        Ok(out)
+    }
+}

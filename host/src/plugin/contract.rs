@@ -1,0 +1,109 @@
+//! The contract a component must meet before it is linked: the `kiln:plugin` version this
+//! host implements and which versions it accepts, the world a component's exports name, and
+//! the rules for a manifest's plugin name.
+
+use super::{Manifest, PluginError, PluginKind, bindings};
+
+/// The `kiln:plugin` contract version this host implements.
+pub const CONTRACT_VERSION: &str = "0.1.0";
+
+/// Is a component's contract version compatible with this host's?
+pub fn contract_compatible(found: &str) -> bool {
+    let parse = |v: &str| -> Option<(u64, u64)> {
+        let mut it = v.split(['.', '-', '+']);
+        Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+    };
+    match (parse(found), parse(CONTRACT_VERSION)) {
+        (Some((fmaj, fmin)), Some((hmaj, hmin))) => {
+            if hmaj == 0 {
+                fmaj == 0 && fmin == hmin
+            } else {
+                fmaj == hmaj && fmin <= hmin
+            }
+        }
+        _ => false,
+    }
+}
+
+/// The kind and contract version of a component, from the names it exports; `source_name`
+/// names the file in errors.
+pub(super) fn world(
+    exports: &[String],
+    source_name: &str,
+) -> Result<(PluginKind, String), PluginError> {
+    let mut found = None;
+    for name in exports {
+        let Some(rest) = name.strip_prefix("kiln:plugin/") else {
+            continue;
+        };
+        let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
+        if !contract_compatible(version) {
+            return Err(PluginError::IncompatibleContract {
+                source_name: source_name.to_string(),
+                found: if version.is_empty() {
+                    "(unversioned)".into()
+                } else {
+                    version.into()
+                },
+                supported: CONTRACT_VERSION.into(),
+            });
+        }
+        for kind in [PluginKind::Runner, PluginKind::EditFormat, PluginKind::Tool] {
+            if iface == kind.interface() {
+                found = Some((kind, version.to_string()));
+            }
+        }
+    }
+    found.ok_or_else(|| PluginError::WrongWorld {
+        source_name: source_name.to_string(),
+        exports: exports.join(", "),
+    })
+}
+
+/// The manifest a plugin has before its own is read.
+pub(super) fn empty_manifest() -> Manifest {
+    Manifest {
+        name: String::new(),
+        version: String::new(),
+        description: String::new(),
+        fs: vec![],
+        exec: vec![],
+        env: vec![],
+        limits: bindings::types::Limits {
+            memory_mib: None,
+            timeout_ms: None,
+            output_bytes: None,
+        },
+    }
+}
+
+/// Check a manifest's plugin name.
+pub(super) fn validate_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name.starts_with(|c: char| c.is_ascii_lowercase());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "name `{name}` must be 1-64 characters of a-z, 0-9, `-`, `_`, starting with a letter"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_versions() {
+        assert!(contract_compatible("0.1.0"));
+        assert!(contract_compatible("0.1.7"));
+        assert!(!contract_compatible("0.2.0"));
+        assert!(!contract_compatible("9.0.0"));
+        assert!(!contract_compatible(""));
+    }
+}

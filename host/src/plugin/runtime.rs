@@ -1,0 +1,250 @@
+//! The runtime: one wasmtime `Engine` per process (component model, async, epoch
+//! interruption) with its epoch ticker and linker, compiling components (or loading them from
+//! the disk cache), checking their world and contract, and linking them into [`Plugin`]s.
+
+use super::bindings::{self, edit_format, runner, tool};
+use super::contract::{empty_manifest, validate_name, world};
+use super::instance::Pre;
+use super::{Effective, Plugin, PluginError, PluginKind, Source, State, builtin, cache};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine};
+
+/// Epoch tick length: the granularity of call deadlines.
+const TICK: Duration = Duration::from_millis(1);
+
+/// One engine, one linker and the compile cache, shared by every plugin of a process.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<State>,
+    cache_dir: Option<PathBuf>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How a component was obtained.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct LoadInfo {
+    /// True when the compiled artifact came from the disk cache.
+    pub from_cache: bool,
+    /// Time to obtain the compiled component (compile or cache load), microseconds.
+    pub load_us: u128,
+}
+
+/// A compiled component whose world and contract version were checked.
+pub struct Checked {
+    component: Component,
+    kind: PluginKind,
+    contract: String,
+    source: Source,
+    /// How it was loaded.
+    pub info: LoadInfo,
+}
+
+impl Runtime {
+    /// Create the engine; `cache_dir` `None` disables the disk cache.
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<Runtime, PluginError> {
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .max_wasm_stack(2 << 20);
+        let engine = Engine::new(&config).map_err(|e| PluginError::Engine(e.to_string()))?;
+        let mut linker = Linker::<State>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| PluginError::Engine(e.to_string()))?;
+        bindings::HostImports::add_to_linker::<State, wasmtime::component::HasSelf<State>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PluginError::Engine(e.to_string()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (e, s) = (engine.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("kiln-epoch".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    e.increment_epoch();
+                }
+            })
+            .map_err(|e| PluginError::Engine(e.to_string()))?;
+        Ok(Runtime {
+            engine,
+            linker,
+            cache_dir,
+            stop_ticker: stop,
+        })
+    }
+
+    /// A runtime with the default cache directory.
+    pub fn with_default_cache() -> Result<Runtime, PluginError> {
+        Runtime::new(cache::default_dir())
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Read a component file and check it.
+    pub fn check_file(&self, path: &Path) -> Result<Checked, PluginError> {
+        let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.check_bytes(&bytes, Source::File(path.to_path_buf()))
+    }
+
+    /// The compiled component, from the disk cache when it holds it (`true`), else compiled
+    /// now and stored there.
+    fn compile(&self, bytes: &[u8], source_name: &str) -> Result<(Component, bool), PluginError> {
+        let entry = self
+            .cache_dir
+            .as_ref()
+            .map(|d| cache::entry_path(d, &self.engine, bytes));
+        if let Some(c) = entry.as_deref().and_then(|p| cache::load(&self.engine, p)) {
+            return Ok((c, true));
+        }
+        let c = Component::new(&self.engine, bytes).map_err(|e| PluginError::Invalid {
+            source_name: source_name.to_string(),
+            message: format!("{e:#}"),
+        })?;
+        if let Some(p) = &entry {
+            // A cache that cannot be written only costs speed on the next run.
+            let _ = cache::store(&c, p);
+        }
+        Ok((c, false))
+    }
+
+    /// Compile (or load from the cache) and check world and contract version.
+    pub fn check_bytes(&self, bytes: &[u8], source: Source) -> Result<Checked, PluginError> {
+        let source_name = match &source {
+            Source::Builtin => "built-in plugin".to_string(),
+            Source::File(p) => p.display().to_string(),
+        };
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+            return Err(PluginError::NotWasm(source_name));
+        }
+        if bytes[4..8] == [1, 0, 0, 0] {
+            return Err(PluginError::CoreModule(source_name));
+        }
+        let start = Instant::now();
+        let (component, from_cache) = self.compile(bytes, &source_name)?;
+        let info = LoadInfo {
+            from_cache,
+            load_us: start.elapsed().as_micros(),
+        };
+        let ty = component.component_type();
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let (kind, contract) = world(&exports, &source_name)?;
+        if kind == PluginKind::EditFormat
+            && let Some((name, _)) = ty
+                .imports(&self.engine)
+                .find(|(n, _)| n.starts_with("kiln:plugin/exec"))
+        {
+            return Err(PluginError::Link {
+                source_name,
+                message: format!("edit formats are pure and may not import `{name}`"),
+            });
+        }
+        Ok(Checked {
+            component,
+            kind,
+            contract,
+            source,
+            info,
+        })
+    }
+
+    /// Link a checked component, read its manifest and compute its effective capabilities.
+    pub async fn instantiate(
+        &self,
+        checked: Checked,
+        workspace: &Path,
+        config: &crate::config::Config,
+    ) -> Result<Plugin, PluginError> {
+        let source_name = checked.source.to_string();
+        let link_err = |e: wasmtime::Error| PluginError::Link {
+            source_name: source_name.clone(),
+            message: format!("{e:#}"),
+        };
+        let pre = self
+            .linker
+            .instantiate_pre(&checked.component)
+            .map_err(link_err)?;
+        let pre = match checked.kind {
+            PluginKind::Runner => Pre::Runner(runner::RunnerPluginPre::new(pre).map_err(link_err)?),
+            PluginKind::EditFormat => {
+                Pre::EditFormat(edit_format::EditFormatPluginPre::new(pre).map_err(link_err)?)
+            }
+            PluginKind::Tool => Pre::Tool(tool::ToolPluginPre::new(pre).map_err(link_err)?),
+        };
+        let mut plugin = Plugin {
+            name: source_name.clone(),
+            kind: checked.kind,
+            contract: checked.contract,
+            source: checked.source,
+            info: checked.info,
+            manifest: empty_manifest(),
+            effective: Arc::new(Effective::none()),
+            settings: BTreeMap::new(),
+            workspace: Arc::from(workspace),
+            root: Arc::new(
+                cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
+                    .map_err(|e| PluginError::Sandbox {
+                        plugin: source_name.clone(),
+                        message: format!("cannot open the workspace {}: {e}", workspace.display()),
+                    })?,
+            ),
+            pre,
+        };
+        let manifest = plugin.get_manifest().await?;
+        validate_name(&manifest.name).map_err(|message| PluginError::Manifest {
+            source_name: source_name.clone(),
+            message,
+        })?;
+        let mut grant = config.plugin(&manifest.name);
+        if plugin.source == Source::Builtin && grant.fs.is_none() {
+            grant.fs = builtin::default_grant(&manifest.name).fs;
+        }
+        plugin.name = manifest.name.clone();
+        let mut effective = Effective::compute(&manifest, &grant);
+        effective.require_confinement = config.sandbox.require_confinement == Some(true);
+        let protected = config.protected();
+        effective
+            .check_protected(&manifest.name, &protected, workspace)
+            .map_err(|message| PluginError::Sandbox {
+                plugin: manifest.name.clone(),
+                message,
+            })?;
+        plugin.effective = Arc::new(effective);
+        plugin.settings = grant.settings.unwrap_or_default();
+        plugin.manifest = manifest;
+        Ok(plugin)
+    }
+
+    /// Check, link and describe a component from bytes.
+    pub async fn load(
+        &self,
+        bytes: &[u8],
+        source: Source,
+        workspace: &Path,
+        config: &crate::config::Config,
+    ) -> Result<Plugin, PluginError> {
+        let checked = self.check_bytes(bytes, source)?;
+        self.instantiate(checked, workspace, config).await
+    }
+}
