@@ -27,6 +27,7 @@ fn version_and_plugin_list() {
         names,
         [
             ("apply-patch", "edit-format"),
+            ("ast-refactor", "tool"),
             ("cargo", "runner"),
             ("command", "runner"),
             ("fs", "tool"),
@@ -105,7 +106,7 @@ fn inspect_shows_requested_granted_and_missing() {
     r.expect_code(2);
     assert!(
         r.stderr().contains(
-            "no plugin named `nope`; known: apply-patch, cargo, command, fs, search-replace, shell, udiff, whole"
+            "no plugin named `nope`; known: apply-patch, ast-refactor, cargo, command, fs, search-replace, shell, udiff, whole"
         ),
         "{}",
         r.stderr()

@@ -17,6 +17,7 @@ mod journal;
 mod languages;
 mod llm;
 mod mcp;
+mod refactor;
 mod review_loop;
 mod runner;
 mod runtime;

@@ -5,6 +5,7 @@
 //! apply all-or-nothing even when kiln is killed half-way.
 
 pub mod journal;
+pub mod refactor;
 
 use crate::plugin::{EditKind, EditStatus, FailureKind, FileEdit, Plugin, PluginError};
 use cap_std::ambient_authority;

@@ -33,6 +33,8 @@ pub(crate) enum Kind {
 /// Who implements a tool.
 pub(crate) enum Imp<'a> {
     Plugin(&'a Plugin, String),
+    /// `ast_refactor`: the ast-refactor plugin computes, the host applies (edit::refactor).
+    AstRefactor(&'a Plugin),
     WritePatch,
     WriteFile,
     GeneratePatch,
@@ -149,7 +151,7 @@ pub async fn tool_catalog_with(
         .map(|t| ToolEntry {
             name: t.def.name,
             plugin: match &t.imp {
-                Imp::Plugin(p, _) => Some(p.name.clone()),
+                Imp::Plugin(p, _) | Imp::AstRefactor(p) => Some(p.name.clone()),
                 _ => None,
             },
             description: t.def.description,
@@ -284,6 +286,12 @@ impl<'r> Toolbox<'r> {
             };
             let schema =
                 serde_json::from_str(&t.schema).unwrap_or_else(|_| json!({"type": "object"}));
+            let (kind, imp) = if p.name == edit::refactor::PLUGIN && t.name == edit::refactor::TOOL
+            {
+                (Kind::Write, Imp::AstRefactor(p))
+            } else {
+                (kind, Imp::Plugin(p, t.name.clone()))
+            };
             out.push(Tool {
                 def: ToolDef {
                     name,
@@ -291,7 +299,7 @@ impl<'r> Toolbox<'r> {
                     parameters: schema,
                 },
                 kind,
-                imp: Imp::Plugin(p, t.name.clone()),
+                imp,
             });
         }
         Ok(out)
@@ -543,6 +551,12 @@ impl<'r> Toolbox<'r> {
                     return (denied, true);
                 }
                 plugin_call(p, name, args, s.timeout).await
+            }
+            Imp::AstRefactor(p) => {
+                let (text, is_error, written) =
+                    edit::refactor::ast_refactor_tool(p, &ws, args, &s.protected, s.timeout).await;
+                note_changed(changed, written);
+                (text, is_error)
             }
             Imp::FinalAnswer | Imp::SubmitReview => ("done".into(), false),
             Imp::WritePatch => self.write_patch(&v, s, &ws, changed).await,

@@ -13,10 +13,11 @@ pub fn name_of(stem: &str) -> String {
 pub const TEST_PLUGINS_DIR: &str = env!("KILN_TEST_PLUGINS_DIR");
 
 /// What a built-in is granted when `kiln.toml` says nothing about it. The built-in agent
-/// tools may read the workspace (DESIGN §3); everything else stays denied by default.
+/// tools (`fs`, `ast-refactor`) may read the workspace (DESIGN §3); everything else stays
+/// denied by default.
 pub fn default_grant(name: &str) -> crate::config::PluginConfig {
     let mut g = crate::config::PluginConfig::default();
-    if name == "fs" {
+    if name == "fs" || name == "ast-refactor" {
         g.fs = Some(vec![crate::config::FsGrant::Path(".".into())]);
     }
     g

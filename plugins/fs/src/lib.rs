@@ -328,7 +328,7 @@ fn glob(args: &Value) -> Result<Value, Error> {
     if segs.is_empty() {
         return Err(Error::InvalidInput("`pattern` may not be empty".into()));
     }
-    let names_hidden = |name: &str| segs.iter().any(|s| *s == name);
+    let names_hidden = |name: &str| segs.contains(&name);
     let mut files = Vec::new();
     let mut truncated = false;
     let mut stack = vec![(PathBuf::from(ROOT), Vec::<String>::new())];
