@@ -16,6 +16,7 @@ mod hardening;
 mod journal;
 mod languages;
 mod llm;
+mod loop_attacks;
 mod mcp;
 mod refactor;
 mod review_loop;

@@ -99,7 +99,8 @@ pub enum LoopError {
 pub struct Task {
     /// The task text (front matter removed).
     pub text: String,
-    /// Programs its metadata adds to the execution allowlist (`[tools] bash = [...]`).
+    /// Programs its metadata adds to the execution allowlist (`[tools] bash = [...]`); fixed
+    /// when the run starts (a reload keeps them).
     pub bash: Vec<String>,
     fingerprint: String,
 }
@@ -143,13 +144,15 @@ pub fn parse_task(text: &str) -> Result<Task, String> {
                 let p = p
                     .as_str()
                     .ok_or("front matter: `bash` must be a list of program names")?;
+                // A glob would become a sandbox grant of every program matching it.
                 if p.is_empty()
                     || p.contains('/')
                     || p.starts_with('-')
                     || p.contains(char::is_whitespace)
+                    || p.contains(['*', '?', '[', ']'])
                 {
                     return Err(format!(
-                        "front matter: `{p}` in `bash` is not a program name (no paths, spaces or leading `-`)"
+                        "front matter: `{p}` in `bash` is not a program name (no paths, spaces, globs or leading `-`)"
                     ));
                 }
                 bash.push(p.to_string());
@@ -620,10 +623,12 @@ impl LoopState<'_, '_> {
         self.write_run(run, false)
     }
 
-    /// Re-read the task file when it changed since the last round.
+    /// Re-read the task file when it changed since the last round. Only its text is taken:
+    /// the `bash` list stays the one the run started with (the user's consent), since the
+    /// execution agent can write the task file itself.
     fn reload_task(&mut self, run: &mut Run<'_>) -> Result<(), LoopError> {
         let ws = Workspace::open(run.workspace)?;
-        let task = load_task(&ws, &self.opts.task_file)?;
+        let mut task = load_task(&ws, &self.opts.task_file)?;
         if task.fingerprint != self.task.fingerprint {
             let added: Vec<&String> = task
                 .bash
@@ -633,7 +638,7 @@ impl LoopState<'_, '_> {
             let mut message = format!("the task file {} changed; reloaded", self.opts.task_file);
             if !added.is_empty() {
                 message.push_str(&format!(
-                    " (newly listed programs are allowed only if already granted: {})",
+                    " (programs listed since the run started are not allowed: {})",
                     added
                         .iter()
                         .map(|s| s.as_str())
@@ -642,6 +647,7 @@ impl LoopState<'_, '_> {
                 ));
             }
             run.emit(Event::AgentNotice { message });
+            task.bash = self.task.bash.clone();
             self.task = task;
         }
         Ok(())
@@ -968,8 +974,25 @@ impl Artifacts {
         };
         let root = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
             .map_err(err)?;
-        root.create_dir_all(ARTIFACT_DIR).map_err(err)?;
-        let dir = root.open_dir(ARTIFACT_DIR).map_err(err)?;
+        // Each level is a real directory: cap-std follows a link that stays inside the
+        // workspace, so a planted `.kiln -> src` or `.kiln/loop -> ../src` would put the
+        // artifacts (and replace files) there.
+        let mut dir = root;
+        for part in ARTIFACT_DIR.split('/') {
+            match dir.symlink_metadata(part) {
+                Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
+                    return Err(err(std::io::Error::other(format!(
+                        "{part} is not a directory (a symbolic link?); kiln writes its artifacts only to a real {ARTIFACT_DIR}/"
+                    ))));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    dir.create_dir(part).map_err(err)?
+                }
+                Err(e) => return Err(err(e)),
+            }
+            dir = dir.open_dir(part).map_err(err)?;
+        }
         Ok(Artifacts { dir })
     }
 

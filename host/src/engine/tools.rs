@@ -546,7 +546,7 @@ impl<'r> Toolbox<'r> {
         match &tool.imp {
             Imp::Plugin(p, name) => {
                 if name == "run_cmd"
-                    && let Some(denied) = command_refused(s, &v)
+                    && let Some(denied) = command_refused(s, &v, run.workspace)
                 {
                     return (denied, true);
                 }
@@ -869,7 +869,13 @@ fn note_changed(changed: &mut Changes, written: Vec<String>) {
 /// checked again by the sandbox): the program must be listed, and arguments that would make
 /// a listed program run another one or write (`env` with any argument, `find -exec`/`-delete`,
 /// `rg --pre`) are refused.
-fn command_refused(s: &ToolSettings, v: &Value) -> Option<String> {
+///
+/// The loop's inspection programs ([`super::review::REVIEW_COMMANDS`], granted by kiln itself,
+/// not by the user) are also kept inside the workspace: Landlock lets a program read anywhere,
+/// so `head ~/.ssh/id_ed25519`, `grep -r . /home` or `head link-out.txt` would put files
+/// outside it in the model's context and the store. Absolute paths, `..`, arguments naming a
+/// path that resolves outside and the flags that follow links while walking are refused.
+fn command_refused(s: &ToolSettings, v: &Value, workspace: &Path) -> Option<String> {
     let allow = s.command_allowlist.as_ref()?;
     let command = v["command"].as_str().unwrap_or("").trim();
     let mut words: Vec<String> = command.split_whitespace().map(String::from).collect();
@@ -915,11 +921,71 @@ fn command_refused(s: &ToolSettings, v: &Value) -> Option<String> {
             .cloned(),
         _ => None,
     };
-    bad.map(|a| {
-        format!(
+    if let Some(a) = bad {
+        return Some(format!(
             "refused: `{program} {a}` could run another program or write; it is not allowed here. Nothing was run."
-        )
-    })
+        ));
+    }
+    if super::review::REVIEW_COMMANDS.contains(&program) {
+        return outside_argument(workspace, program, args).map(|a| {
+            format!(
+                "refused: `{program} {a}` could read outside the workspace; `{program}` may only look at paths inside it (relative, no `..`, no link leading out). Nothing was run."
+            )
+        });
+    }
+    None
+}
+
+/// The first argument of an inspection program that could make it read outside the
+/// workspace, if any.
+fn outside_argument(workspace: &Path, program: &str, args: &[String]) -> Option<String> {
+    let root = workspace.canonicalize().ok()?;
+    let leaves = |rel: &str| -> bool {
+        if rel.is_empty() {
+            return false;
+        }
+        if crate::path::check_relative(rel).is_err() {
+            return true;
+        }
+        // An existing path must resolve (links followed, as the program will) inside.
+        match workspace.join(rel).canonicalize() {
+            Ok(real) => !real.starts_with(&root),
+            Err(_) => false,
+        }
+    };
+    for a in args {
+        let follows = match program {
+            "find" => matches!(a.as_str(), "-L" | "-follow"),
+            "grep" => {
+                a == "--dereference-recursive"
+                    || (a.starts_with('-') && !a.starts_with("--") && a.contains('R'))
+            }
+            "rg" => {
+                a == "--follow" || (a.starts_with('-') && !a.starts_with("--") && a.contains('L'))
+            }
+            "ls" | "stat" => {
+                a == "--dereference"
+                    || (a.starts_with('-') && !a.starts_with("--") && a.contains('L'))
+            }
+            _ => false,
+        };
+        if follows {
+            return Some(a.clone());
+        }
+        let outside = if let Some(opt) = a.strip_prefix("--") {
+            // `--file=PATH`: the value is a path like any other.
+            opt.split_once('=').is_some_and(|(_, val)| leaves(val))
+        } else if a.starts_with('-') && a.len() > 1 {
+            // A short option with a value attached (`-f/etc/passwd`) may not name a path.
+            a.contains('/')
+        } else {
+            leaves(a)
+        };
+        if outside {
+            return Some(a.clone());
+        }
+    }
+    None
 }
 
 /// A reviewer's structured feedback on files (default: the files this run changed).

@@ -286,36 +286,51 @@ fn search(args: &Value) -> Result<Value, Error> {
     Ok(json!({ "pattern": pattern, "matches": matches, "truncated": truncated }))
 }
 
-/// Does `name` match one path segment pattern (`*`, `?`, literal characters)?
+/// Does `name` match one path segment pattern (`*`, `?`, literal characters)? Greedy with
+/// one backtrack point (the last `*`), so linear-ish whatever the number of stars: plain
+/// recursion took exponential time on `*a*a*a...b` against a long name.
 fn segment_matches(pat: &[char], name: &[char]) -> bool {
-    match (pat.first(), name.first()) {
-        (None, None) => true,
-        (Some('*'), _) => {
-            segment_matches(&pat[1..], name)
-                || (!name.is_empty() && segment_matches(pat, &name[1..]))
+    let (mut p, mut n) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while n < name.len() {
+        if p < pat.len() && (pat[p] == '?' || (pat[p] != '*' && pat[p] == name[n])) {
+            p += 1;
+            n += 1;
+        } else if p < pat.len() && pat[p] == '*' {
+            star = Some(p);
+            mark = n;
+            p += 1;
+        } else if let Some(s) = star {
+            p = s + 1;
+            mark += 1;
+            n = mark;
+        } else {
+            return false;
         }
-        (Some('?'), Some(_)) => segment_matches(&pat[1..], &name[1..]),
-        (Some(p), Some(n)) if p == n => segment_matches(&pat[1..], &name[1..]),
-        _ => false,
     }
+    pat[p..].iter().all(|c| *c == '*')
 }
 
 /// Does the path (its segments) match the glob (its segments; `**` spans any number)?
+/// Dynamic programming over (pattern, path) positions: polynomial for any number of `**`.
 fn glob_matches(pat: &[&str], path: &[&str]) -> bool {
-    match pat.first() {
-        None => path.is_empty(),
-        Some(&"**") => {
-            glob_matches(&pat[1..], path) || (!path.is_empty() && glob_matches(pat, &path[1..]))
-        }
-        Some(p) => {
-            !path.is_empty()
-                && segment_matches(
-                    &p.chars().collect::<Vec<_>>(),
-                    &path[0].chars().collect::<Vec<_>>(),
-                )
-                && glob_matches(&pat[1..], &path[1..])
+    let (np, nt) = (pat.len(), path.len());
+    // m[i][j]: pat[i..] matches path[j..].
+    let mut m = vec![vec![false; nt + 1]; np + 1];
+    m[np][nt] = true;
+    for i in (0..np).rev() {
+        let chars: Vec<char> = pat[i].chars().collect();
+        for j in (0..=nt).rev() {
+            m[i][j] = if pat[i] == "**" {
+                m[i + 1][j] || (j < nt && m[i][j + 1])
+            } else {
+                j < nt
+                    && m[i + 1][j + 1]
+                    && segment_matches(&chars, &path[j].chars().collect::<Vec<_>>())
+            };
         }
     }
+    m[0][0]
 }
 
 fn glob(args: &Value) -> Result<Value, Error> {
@@ -383,5 +398,14 @@ mod tests {
         assert!(m("**/*.toml", "Cargo.toml"));
         assert!(m("a?c.txt", "abc.txt"));
         assert!(!m("*.rs", "a.rsx"));
+        assert!(m("**", "a/b/c"));
+        assert!(m("a*b*c", "aXbYc"));
+        assert!(!m("a*b*c", "aXbY"));
+        assert!(m("*", "x"));
+        assert!(!m("?", ""));
+        let long = "a".repeat(60);
+        assert!(!m(&format!("{}b", "*a".repeat(25)), &long));
+        let deep = vec!["a"; 30].join("/");
+        assert!(!m(&format!("{}/b", vec!["**"; 20].join("/")), &deep));
     }
 }
