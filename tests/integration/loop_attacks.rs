@@ -225,3 +225,43 @@ fn the_reviewer_cannot_read_outside_the_workspace() {
     let last = tool_results(&mock, 3);
     assert!(last.last().unwrap().contains("visible"), "{last:?}");
 }
+
+/// With an empty or relative entry in PATH (`PATH=:/usr/bin`), a granted name such as the
+/// reviewer's `ls` was resolved against kiln's current directory, the workspace: a
+/// repository shipping an executable `ls` had it run instead.
+#[test]
+fn a_relative_path_entry_does_not_run_the_workspace_s_own_program() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    ws.write("task.md", "Do it.\n");
+    let fake = ws.write("ls", "#!/bin/sh\necho PWNED\n");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mock = MockLlm::start(vec![
+        final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- check it\n"),
+        call("run_cmd", json!({ "command": "ls" })),
+        review("checked", "", &[]),
+    ]);
+    let path = format!(":{}", std::env::var("PATH").unwrap_or_default());
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "loop",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--json",
+            "--task",
+            "task.md",
+        ],
+        &[("PATH", &path)],
+    );
+    assert_eq!(mock.recorded().len(), 3, "{}", r.stderr());
+    let out = tool_results(&mock, 2);
+    assert!(
+        !out[0].contains("PWNED"),
+        "the workspace's ls ran: {}",
+        out[0]
+    );
+    assert!(out[0].contains("task.md"), "{}", out[0]);
+}

@@ -65,6 +65,12 @@ pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, Strin
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     for dir in std::env::split_paths(&path) {
+        // An empty or relative entry (`PATH=:/usr/bin`, `bin`) is resolved against kiln's
+        // current directory, usually the workspace: a repository's own executable `ls` would
+        // run for the granted `ls`. Only absolute entries count.
+        if !dir.is_absolute() {
+            continue;
+        }
         let candidate = dir.join(program);
         if is_executable(&candidate) {
             return Ok(candidate);
