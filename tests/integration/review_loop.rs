@@ -214,6 +214,7 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
             ("run_cmd", r#"{"command":"touch","args":["pwned"]}"#),
             ("run_cmd", r#"{"command":"find","args":[".","-delete"]}"#),
             ("run_cmd", r#"{"command":"env","args":["-Scat keep.txt"]}"#),
+            ("run_cmd", r#"{"command":"rg","args":["-iz","keep","."]}"#),
             ("write_file", r#"{"path":"keep.txt","content":"gone"}"#),
         ]),
         review("nothing left", "", &[]),
@@ -231,7 +232,7 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(tool_msgs.len(), 4, "{tool_msgs:?}");
+    assert_eq!(tool_msgs.len(), 5, "{tool_msgs:?}");
     assert!(
         tool_msgs[0].contains("`touch` is not allowed"),
         "{}",
@@ -239,7 +240,8 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
     );
     assert!(tool_msgs[1].contains("find -delete"), "{}", tool_msgs[1]);
     assert!(tool_msgs[2].contains("env -Scat"), "{}", tool_msgs[2]);
-    assert!(tool_msgs[3].contains("unknown tool"), "{}", tool_msgs[3]);
+    assert!(tool_msgs[3].contains("rg -iz"), "{}", tool_msgs[3]);
+    assert!(tool_msgs[4].contains("unknown tool"), "{}", tool_msgs[4]);
     // Nothing changed.
     assert!(!ws.root().join("pwned").exists());
     assert_eq!(ws.read("keep.txt"), "keep\n");

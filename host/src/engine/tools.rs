@@ -915,9 +915,15 @@ fn command_refused(s: &ToolSettings, v: &Value, workspace: &Path) -> Option<Stri
                 )
             })
             .cloned(),
+        // `--pre` runs a preprocessor, `-z`/`--search-zip` runs decompressors.
         "rg" => args
             .iter()
-            .find(|a| a.starts_with("--pre") || a.starts_with("--hostname-bin"))
+            .find(|a| {
+                a.starts_with("--pre")
+                    || a.starts_with("--hostname-bin")
+                    || a.starts_with("--search-zip")
+                    || (a.starts_with('-') && !a.starts_with("--") && a.contains('z'))
+            })
             .cloned(),
         _ => None,
     };
