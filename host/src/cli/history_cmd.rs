@@ -75,7 +75,13 @@ fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()
                 r.iters,
                 r.max_iters,
                 r.targets.join(","),
-                r.summary.as_deref().unwrap_or("")
+                // One line per run: the summary's first line (`show` has all of it).
+                r.summary
+                    .as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
             );
         }
     }

@@ -125,9 +125,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
     };
     if !args.json {
         eprintln!(
-            "kiln loop: task {task_file}, at most {} round(s) of {} turn(s); model {}",
-            opts.loops,
-            opts.iterations,
+            "kiln loop: task {task_file}, at most {} of {} each; model {}",
+            crate::terminal::count(opts.loops as usize, "round", "rounds"),
+            crate::terminal::count(opts.iterations as usize, "turn", "turns"),
             model.label()
         );
     }
@@ -166,9 +166,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
             println!("pending: {}", crate::terminal::printable(p));
         }
         eprintln!(
-            "[{}] {} round(s); tokens in {} / out {}; artifacts in .kiln/loop/",
+            "[{}] {}; tokens in {} / out {}; artifacts in .kiln/loop/",
             result.stop_reason,
-            result.loops_completed,
+            crate::terminal::count(result.loops_completed as usize, "round", "rounds"),
             result.usage.input + result.usage.cached_input,
             result.usage.output
         );
