@@ -3,38 +3,16 @@
 //! repeats counted only when nothing changed, generate_patch with a failed dry run fed back,
 //! evaluate_work on the run's changed files, and usage summed over every request.
 
-use crate::mock_llm::{MockLlm, Reply, openai_calls, openai_events, openai_text};
-use crate::support::{Run, Workspace};
+use crate::mock_llm::{MockLlm, Reply, openai_calls, openai_events, openai_text, tool_contents};
+use crate::support::{Run, Workspace, last_event};
 use serde_json::{Value, json};
 
 fn agent(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
-    let base = format!("{}/v1", mock.url);
-    let mut all = vec![
-        "agent",
-        "--base-url",
-        &base,
-        "--model",
-        "test-model",
-        "--json",
-    ];
-    all.extend_from_slice(args);
-    ws.kiln(&all, &[])
+    ws.kiln_model(&mock.url, "agent", args)
 }
 
 fn result(r: &Run) -> Value {
-    let last: Value = serde_json::from_str(r.stdout().lines().last().expect("events")).unwrap();
-    assert_eq!(last["type"], "agent.result", "{last}\n{}", r.stderr());
-    last
-}
-
-fn tool_results(mock: &MockLlm, request: usize) -> Vec<String> {
-    mock.recorded()[request].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_string())
-        .collect()
+    last_event(r, "agent.result")
 }
 
 fn sr(search: &str, replace: &str) -> String {
@@ -83,7 +61,7 @@ fn a_deny_hook_sees_every_call_of_a_parallel_batch() {
         3,
         "the hook ran for each call: {seen}"
     );
-    let res = tool_results(&mock, 1);
+    let res = tool_contents(&mock, 1);
     assert!(res[0].contains("alpha"), "{}", res[0]);
     assert_eq!(res[1], "denied by the before-tool hook: not that file");
     assert!(!res.iter().any(|t| t.contains("s3cret")));
@@ -193,7 +171,7 @@ fn generate_patch_feeds_one_failed_dry_run_back_then_applies() {
     assert!(!first.contains("\"tools\":[{"), "a plain call: {first}");
     let second = mock.recorded()[2].body.to_string();
     assert!(second.contains("That edit does not apply"), "{second}");
-    let res = tool_results(&mock, 3);
+    let res = tool_contents(&mock, 3);
     let v: Value = serde_json::from_str(&res[0]).unwrap();
     assert_eq!(
         (v["applied"].as_bool(), v["attempts"].as_i64()),

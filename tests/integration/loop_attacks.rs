@@ -2,48 +2,13 @@
 //! answers or a repository controlling the workspace's content: each test is a hole that was
 //! found and closed.
 
-use crate::mock_llm::{MockLlm, openai_calls};
+use crate::mock_llm::{MockLlm, call, openai_calls, tool_contents};
+use crate::review_loop::{final_answer, review};
 use crate::support::{Run, Workspace};
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn kiln_loop(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
-    let base = format!("{}/v1", mock.url);
-    let mut all = vec![
-        "loop",
-        "--base-url",
-        &base,
-        "--model",
-        "test-model",
-        "--json",
-    ];
-    all.extend_from_slice(args);
-    ws.kiln(&all, &[])
-}
-
-fn call(name: &str, args: Value) -> crate::mock_llm::Reply {
-    openai_calls(&[(name, &args.to_string())])
-}
-
-fn final_answer(text: &str) -> crate::mock_llm::Reply {
-    call("final_answer", json!({ "summary": text }))
-}
-
-fn review(summary: &str, blocker: &str, pending: &[&str]) -> crate::mock_llm::Reply {
-    call(
-        "submit_review",
-        json!({ "summary": summary, "blocker": blocker, "pending": pending }),
-    )
-}
-
-/// The tool results the model was shown in request `i`.
-fn tool_results(mock: &MockLlm, i: usize) -> Vec<String> {
-    mock.recorded()[i].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_string())
-        .collect()
+    ws.kiln_model(&mock.url, "loop", args)
 }
 
 /// The execution agent rewrites the task file's front matter in round 1 to list programs the
@@ -70,7 +35,7 @@ fn a_task_file_rewritten_by_the_agent_does_not_grow_its_allowlist() {
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
     assert_eq!(mock.recorded().len(), 5, "{}", r.stderr());
-    let results = tool_results(&mock, 4);
+    let results = tool_contents(&mock, 4);
     assert_eq!(results.len(), 2, "{results:?}");
     for out in &results {
         assert!(
@@ -216,13 +181,13 @@ fn the_reviewer_cannot_read_outside_the_workspace() {
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
     assert_eq!(mock.recorded().len(), 4, "{}", r.stderr());
-    let results = tool_results(&mock, 2);
+    let results = tool_contents(&mock, 2);
     assert_eq!(results.len(), refs.len(), "{results:?}");
     for (out, (_, args)) in results.iter().zip(&refs) {
         assert!(!out.contains("TOPSECRET"), "{args} read outside: {out}");
         assert!(out.contains("outside the workspace"), "{args}: {out}");
     }
-    let last = tool_results(&mock, 3);
+    let last = tool_contents(&mock, 3);
     assert!(last.last().unwrap().contains("visible"), "{last:?}");
 }
 
@@ -257,7 +222,7 @@ fn a_relative_path_entry_does_not_run_the_workspace_s_own_program() {
         &[("PATH", &path)],
     );
     assert_eq!(mock.recorded().len(), 3, "{}", r.stderr());
-    let out = tool_results(&mock, 2);
+    let out = tool_contents(&mock, 2);
     assert!(
         !out[0].contains("PWNED"),
         "the workspace's ls ran: {}",

@@ -195,3 +195,19 @@ pub fn openai_calls(calls: &[(&str, &str)]) -> Reply {
     parts.push("data: [DONE]\n\n".into());
     Reply::sse(parts)
 }
+
+/// A streamed OpenAI answer calling one tool with JSON arguments.
+pub fn call(name: &str, args: Value) -> Reply {
+    openai_calls(&[(name, &args.to_string())])
+}
+
+/// The contents of the tool results the model was shown in request `i`.
+pub fn tool_contents(mock: &MockLlm, i: usize) -> Vec<String> {
+    mock.recorded()[i].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect()
+}

@@ -3,40 +3,24 @@
 //! refused outside its command list, a blocker, max_loops, a task file changed between rounds,
 //! a task file outside the workspace, and the TOML artifacts.
 
-use crate::mock_llm::{MockLlm, openai_calls};
-use crate::support::{Run, Workspace};
+use crate::mock_llm::{MockLlm, call, openai_calls, tool_contents};
+use crate::support::{Run, Workspace, last_event};
 use kiln::store::Store;
 use serde_json::{Value, json};
 
 fn kiln_loop(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
-    let base = format!("{}/v1", mock.url);
-    let mut all = vec![
-        "loop",
-        "--base-url",
-        &base,
-        "--model",
-        "test-model",
-        "--json",
-    ];
-    all.extend_from_slice(args);
-    ws.kiln(&all, &[])
+    ws.kiln_model(&mock.url, "loop", args)
 }
 
 fn result(r: &Run) -> Value {
-    let last: Value = serde_json::from_str(r.stdout().lines().last().expect("events")).unwrap();
-    assert_eq!(last["type"], "loop.run.result", "{last}\n{}", r.stderr());
-    last
+    last_event(r, "loop.run.result")
 }
 
-fn call(name: &str, args: Value) -> crate::mock_llm::Reply {
-    openai_calls(&[(name, &args.to_string())])
-}
-
-fn final_answer(text: &str) -> crate::mock_llm::Reply {
+pub(crate) fn final_answer(text: &str) -> crate::mock_llm::Reply {
     call("final_answer", json!({ "summary": text }))
 }
 
-fn review(summary: &str, blocker: &str, pending: &[&str]) -> crate::mock_llm::Reply {
+pub(crate) fn review(summary: &str, blocker: &str, pending: &[&str]) -> crate::mock_llm::Reply {
     call(
         "submit_review",
         json!({ "summary": summary, "blocker": blocker, "pending": pending }),
@@ -224,14 +208,7 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
     assert_eq!(res["stop_reason"], "review_clean", "{}", r.stderr());
     assert_eq!(r.code(), 0);
     // Each refusal was reported to the reviewer.
-    let after = &mock.recorded()[2].body["messages"];
-    let tool_msgs: Vec<String> = after
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_string())
-        .collect();
+    let tool_msgs = tool_contents(&mock, 2);
     assert_eq!(tool_msgs.len(), 5, "{tool_msgs:?}");
     assert!(
         tool_msgs[0].contains("`touch` is not allowed"),
@@ -435,13 +412,7 @@ fn the_execution_phase_cannot_write_protected_files_or_through_links() {
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
     assert_eq!(result(&r)["stop_reason"], "complete", "{}", r.stderr());
-    let msgs: Vec<String> = mock.recorded()[1].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_string())
-        .collect();
+    let msgs = tool_contents(&mock, 1);
     assert_eq!(msgs.len(), 4);
     for m in &msgs {
         assert!(!m.contains("\"ok\":true"), "a write went through: {m}");

@@ -168,3 +168,28 @@ impl Workspace {
             .unwrap()
     }
 }
+
+impl Workspace {
+    /// `kiln COMMAND --base-url MOCK/v1 --model test-model --json ARGS...` in the workspace.
+    pub fn kiln_model(&self, mock_url: &str, command: &str, args: &[&str]) -> Run {
+        let base = format!("{mock_url}/v1");
+        let mut all = vec![
+            command,
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+        ];
+        all.extend_from_slice(args);
+        self.kiln(&all, &[])
+    }
+}
+
+/// The last JSON event a run printed, which must be of type `kind`.
+pub fn last_event(r: &Run, kind: &str) -> serde_json::Value {
+    let last: serde_json::Value =
+        serde_json::from_str(r.stdout().lines().last().expect("events")).unwrap();
+    assert_eq!(last["type"], kind, "{last}\n{}", r.stderr());
+    last
+}
