@@ -606,7 +606,8 @@ pub async fn write_whole_file(
     opts: &ApplyOptions,
     timeout: std::time::Duration,
 ) -> (String, bool, Vec<String>) {
-    let exists = matches!(ws.read(path), Ok(Some(_)));
+    // Whether it exists decides the kind; the edit path does the real checks.
+    let exists = ws.dir().symlink_metadata(path).is_ok();
     let edit = FileEdit {
         path: path.to_string(),
         kind: if exists {

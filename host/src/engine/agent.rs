@@ -306,6 +306,7 @@ pub async fn run_agent(
         cancel,
         on_event,
     } = deps;
+    let ws = crate::edit::Workspace::open(workspace)?;
     let settings = opts.tool_settings();
     let toolbox = Toolbox::new(registry, &settings).await?;
     let system = system_prompt(opts, &toolbox);
@@ -334,6 +335,7 @@ pub async fn run_agent(
         opts,
         settings,
         toolbox,
+        ws,
         system,
         messages,
         records: Vec::new(),
@@ -383,6 +385,8 @@ struct Agent<'o, 'r> {
     opts: &'o AgentOptions,
     settings: ToolSettings,
     toolbox: Toolbox<'r>,
+    /// The workspace, opened once for the run's calls.
+    ws: crate::edit::Workspace,
     system: String,
     messages: Vec<Message>,
     records: Vec<ToolCallRecord>,
@@ -427,7 +431,14 @@ impl Agent<'_, '_> {
             }
             let Some(results) = self
                 .toolbox
-                .act(run, turn, &calls, &self.settings, &mut self.changes)
+                .act(
+                    run,
+                    turn,
+                    &calls,
+                    &self.settings,
+                    &self.ws,
+                    &mut self.changes,
+                )
                 .await?
             else {
                 return Ok(StopReason::Cancelled);

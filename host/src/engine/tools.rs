@@ -400,6 +400,7 @@ impl<'r> Toolbox<'r> {
         turn: u32,
         calls: &[ToolCall],
         s: &ToolSettings,
+        ws: &Workspace,
         changed: &mut Changes,
     ) -> Result<Option<Vec<CallResult>>, crate::store::StoreError> {
         let mut results: Vec<CallResult> = Vec::with_capacity(calls.len());
@@ -458,7 +459,7 @@ impl<'r> Toolbox<'r> {
                         let mut cancel = run.cancel_signal();
                         let tool = self.get(&calls[i].name);
                         tokio::select! {
-                            r = self.execute(tool, args, s, run, changed) => r,
+                            r = self.execute(tool, args, s, ws, run, changed) => r,
                             _ = cancelled(&mut cancel) => return Ok(None),
                         }
                     }
@@ -526,6 +527,7 @@ impl<'r> Toolbox<'r> {
         tool: Option<&Tool<'_>>,
         args: &str,
         s: &ToolSettings,
+        ws: &Workspace,
         run: &mut Run<'_>,
         changed: &mut Changes,
     ) -> (String, bool) {
@@ -539,10 +541,6 @@ impl<'r> Toolbox<'r> {
             Ok(v) => v,
             Err(e) => return (format!("arguments are not valid JSON: {e}"), true),
         };
-        let ws = match Workspace::open(run.workspace) {
-            Ok(ws) => ws,
-            Err(e) => return (e.to_string(), true),
-        };
         match &tool.imp {
             Imp::Plugin(p, name) => {
                 if name == "run_cmd"
@@ -554,15 +552,15 @@ impl<'r> Toolbox<'r> {
             }
             Imp::AstRefactor(p) => {
                 let (text, is_error, written) =
-                    edit::refactor::ast_refactor_tool(p, &ws, args, &s.protected, s.timeout).await;
+                    edit::refactor::ast_refactor_tool(p, ws, args, &s.protected, s.timeout).await;
                 note_changed(changed, written);
                 (text, is_error)
             }
             Imp::FinalAnswer | Imp::SubmitReview => ("done".into(), false),
-            Imp::WritePatch => self.write_patch(&v, s, &ws, changed).await,
-            Imp::WriteFile => self.write_file(&v, s, &ws, changed).await,
-            Imp::GeneratePatch => self.generate_patch(&v, s, &ws, run, changed).await,
-            Imp::EvaluateWork => evaluate_work(&v, s, &ws, run, changed).await,
+            Imp::WritePatch => self.write_patch(&v, s, ws, changed).await,
+            Imp::WriteFile => self.write_file(&v, s, ws, changed).await,
+            Imp::GeneratePatch => self.generate_patch(&v, s, ws, run, changed).await,
+            Imp::EvaluateWork => evaluate_work(&v, s, ws, run, changed).await,
             Imp::CompileLoop => self.compile_loop(&v, s, run, changed).await,
             Imp::History => history::answer(run.store, run.id, &tool.def.name, args),
             Imp::External(server, name) => {
