@@ -451,8 +451,13 @@ pub fn apply_search_replace(
             .collect::<Vec<_>>()
             .join("\n")
     };
+    // An edit that changes only whitespace or look-alike characters matches its own REPLACE
+    // at a tolerant tier wherever its SEARCH matches: that proves nothing, so it is applied
+    // (and counts as already applied only if applying it changes nothing).
+    let cosmetic = squash(&replace_lf) == squash(&lf(search));
     let replace_spans = if replace_lf.trim().is_empty()
-        || (located.is_some() && !squash(&replace_lf).contains(&squash(&lf(search))))
+        || (located.is_some()
+            && (cosmetic || !squash(&replace_lf).contains(&squash(&lf(search)))))
     {
         None
     } else {
@@ -522,10 +527,15 @@ pub fn apply_search_replace(
                     s
                 }
             };
+            let already_applied = new_body == doc.body;
             Ok(Applied {
-                text: render_new(&doc, &new_body),
+                text: if already_applied {
+                    text.to_string()
+                } else {
+                    render_new(&doc, &new_body)
+                },
                 tier: Some(tier),
-                already_applied: false,
+                already_applied,
             })
         }
         None => {
@@ -544,19 +554,18 @@ pub fn apply_search_replace(
 }
 
 /// The replacement lines of a line-tier match, where every line REPLACE keeps from SEARCH
-/// (equal to it but for trailing whitespace and look-alike characters) is the file's own
-/// line: an edit located despite whitespace differences changes only the lines it changes and
-/// never adds or drops whitespace elsewhere. Lines are paired by a longest common subsequence
-/// (common prefix and suffix only for very large blocks).
+/// (byte-identical to its SEARCH line) is the file's own line: an edit located despite
+/// whitespace or look-alike differences changes only the lines it changes and never adds or
+/// drops whitespace elsewhere. Every other line comes from REPLACE as written, so a change
+/// that is only trailing whitespace is applied, not undone. Lines are paired by a longest
+/// common subsequence (common prefix and suffix only for very large blocks).
 fn keep_unchanged_lines(
     file: &[String],
     search: &[String],
     replace: &[String],
     mut out: Vec<String>,
 ) -> Vec<String> {
-    let key = |l: &str| fold_unicode(l.trim_end());
-    let s: Vec<String> = search.iter().map(|l| key(l)).collect();
-    let r: Vec<String> = replace.iter().map(|l| key(l)).collect();
+    let (s, r) = (search, replace);
     let mut pairs: Vec<(usize, usize)> = Vec::new();
     let (n, m) = (s.len(), r.len());
     if n.saturating_mul(m) <= 1 << 20 {
@@ -584,7 +593,7 @@ fn keep_unchanged_lines(
             }
         }
     } else {
-        let prefix = s.iter().zip(&r).take_while(|(a, b)| a == b).count();
+        let prefix = s.iter().zip(r).take_while(|(a, b)| a == b).count();
         pairs.extend((0..prefix).map(|k| (k, k)));
         let suffix = s[prefix..]
             .iter()
@@ -734,17 +743,22 @@ impl Fence {
             return (!lang.contains('`') && !lang.trim().contains(char::is_whitespace))
                 .then_some(Fence::Backticks(ticks));
         }
-        let inner = t.strip_prefix('<')?.strip_suffix('>')?;
+        let lang_ok = |lang: &str| {
+            lang.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+#.-_".contains(c))
+        };
+        let rest = t.strip_prefix('<')?;
+        let (inner, after) = rest.split_once('>')?;
+        // `<source python>` (language inside the tag) or `<source>python` (after it, as Aider
+        // writes it); not both.
         let mut words = inner.split_whitespace();
         let tag = words.next()?;
-        let lang_ok = match (words.next(), words.next()) {
-            (None, _) => true,
-            (Some(lang), None) => lang
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+#.-_".contains(c)),
+        let ok = match (words.next(), words.next()) {
+            (None, _) => lang_ok(after),
+            (Some(lang), None) => after.is_empty() && lang_ok(lang),
             _ => false,
         };
-        (FENCE_TAGS.contains(&tag) && lang_ok).then(|| Fence::Tag(tag.to_string()))
+        (FENCE_TAGS.contains(&tag) && ok).then(|| Fence::Tag(tag.to_string()))
     }
 
     /// Whether `line` closes this fence.
@@ -802,6 +816,34 @@ fn looks_like_path(s: &str) -> bool {
 #[cfg(test)]
 mod whitespace_tests {
     use super::apply_search_replace;
+
+    #[test]
+    fn a_replace_line_differing_only_in_trailing_whitespace_is_applied_as_written() {
+        // Located at the trailing-whitespace tier (the file's `a ` vs SEARCH's `a`): the line
+        // REPLACE keeps byte for byte is the file's own; the line whose only change is a
+        // trailing space (added, as in aider's README, or removed, as in rust-clippy's
+        // tests/ui/formatting.rs after `3`) comes from REPLACE as written.
+        let file = "a \nlet x = 3 \nb\n";
+        let out = apply_search_replace("f.rs", file, "a\nlet x = 3 \nb\n", "a\nlet x = 3\nb\n", 1)
+            .unwrap();
+        assert_eq!(out.tier, Some(super::Tier::TrailingWhitespace));
+        assert_eq!(out.text, "a \nlet x = 3\nb\n");
+        let out = apply_search_replace("f.md", file, "a\nb\n", "a\nb \n", 1).err();
+        assert!(
+            out.is_some(),
+            "SEARCH `a`,`b` is not contiguous in the file"
+        );
+        let file = "a \nb\n";
+        let out = apply_search_replace("f.md", file, "a\nb\n", "a\nb  \n", 1).unwrap();
+        assert_eq!(out.text, "a \nb  \n");
+        // Look-alike characters: a line REPLACE keeps is the file's own; a changed one is
+        // REPLACE's.
+        let file = "x = \u{201c}q\u{201d}\ny = 1\n";
+        let out =
+            apply_search_replace("f.py", file, "x = \"q\"\ny = 1\n", "x = \"q\"\ny = 2 \n", 1)
+                .unwrap();
+        assert_eq!(out.text, "x = \u{201c}q\u{201d}\ny = 2 \n");
+    }
 
     #[test]
     fn a_trailing_whitespace_match_keeps_the_files_own_whitespace() {
@@ -864,6 +906,12 @@ mod fence_tests {
             ("<pre>", "</pre>"),
             ("<codeblock c++>", "</codeblock>"),
             ("<sourcecode>", "</sourcecode>"),
+            // Aider writes the language right after the tag.
+            ("<source>python", "</source>"),
+            ("<code>js", "</code>"),
+            ("<pre>rust", "</pre>"),
+            ("<codeblock>c++", "</codeblock>"),
+            ("<sourcecode>ts", "</sourcecode>"),
         ] {
             let f = Fence::open(open).unwrap_or_else(|| panic!("{open}"));
             assert!(f.closed_by(close), "{open} / {close}");
@@ -873,6 +921,9 @@ mod fence_tests {
         for not in [
             "<div>",
             "<source a b>",
+            "<source py>python",
+            "<source>python script",
+            "<source>a/b.py",
             "src/main.rs",
             "<<< path=a >>>",
             "``x`",

@@ -11,4 +11,5 @@ pub mod mcp;
 pub mod path;
 pub mod plugin;
 pub mod store;
+pub mod suggest;
 pub mod terminal;

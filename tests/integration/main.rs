@@ -11,6 +11,7 @@ mod cli;
 mod confine;
 mod edit;
 mod escapes;
+mod first_hour;
 mod fix;
 mod hardening;
 mod journal;

@@ -156,7 +156,8 @@ fn event_log_for(
     args: &AgentArgs,
     config: &crate::config::Config,
 ) -> anyhow::Result<EventLog> {
-    let console = !args.no_console_log && env_flag("AGENT_CONSOLE_LOGGING") != Some(false);
+    let console =
+        !ctx.quiet && !args.no_console_log && env_flag("AGENT_CONSOLE_LOGGING") != Some(false);
     let log_path = args.log_file.clone().or_else(|| {
         std::env::var_os("AGENT_LOG_FILE")
             .filter(|v| !v.is_empty())
@@ -304,7 +305,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     let mut lines = stdin.lock().lines();
     let mut history = Vec::new();
     let mut last_ok = true;
-    let mut errored = false;
+    let mut last_stop = crate::engine::StopReason::Success;
     loop {
         let task = match &prompt {
             Some(p) => p.clone(),
@@ -313,12 +314,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
                 None => break,
             },
         };
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let ctrl_c = tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                let _ = tx.send(true);
-            }
-        });
+        let (rx, ctrl_c) = super::common::ctrl_c_watch();
         let mut seq = 0u64;
         let mut on_event = |e: &Event| {
             seq += 1;
@@ -364,17 +360,11 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         last_ok = result.success;
         let stop = result.stop_reason;
         history = result.messages;
+        last_stop = stop;
         if !interactive || stop == crate::engine::StopReason::Cancelled {
-            errored = stop == crate::engine::StopReason::Error;
             break;
         }
     }
     external.shutdown().await;
-    Ok(if errored {
-        Outcome::Error
-    } else if last_ok {
-        Outcome::Success
-    } else {
-        Outcome::Failure
-    })
+    Ok(super::common::outcome_of(last_stop, last_ok))
 }

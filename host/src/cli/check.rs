@@ -85,7 +85,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
         .registry_for(extra, crate::plugin::Needed::Only(&[&args.runner.runner]))
         .await?;
     let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
-    if !args.json {
+    if !args.json && !ctx.quiet {
         eprintln!(
             "checking {} with runner `{}`…",
             targets.join(", "),

@@ -27,11 +27,6 @@ impl EventLog {
         }
     }
 
-    /// A log that prints event lines on stderr only.
-    pub fn console() -> EventLog {
-        EventLog::new(true, None)
-    }
-
     /// One event: its human line, or streamed text.
     pub fn event(&mut self, e: &Event) {
         match e {

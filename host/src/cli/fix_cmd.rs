@@ -100,15 +100,10 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         protected: config.protected(),
         ..Default::default()
     };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            let _ = tx.send(true);
-        }
-    });
+    let (rx, _ctrl_c) = super::common::ctrl_c_watch();
     let json = args.json;
     let mut seq = 0u64;
-    let mut log = EventLog::console();
+    let mut log = EventLog::new(!ctx.quiet, None);
     // `loop.result` is printed once the loop is over, with its cost.
     let mut result_event: Option<serde_json::Value> = None;
     let mut on_event = |e: &Event| {
@@ -150,11 +145,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         }
         print_json(&v);
     } else {
-        let mut v = serde_json::to_value(&outcome)?;
-        if let serde_json::Value::Object(m) = &mut v {
-            m.insert("cost_usd".into(), cost.into());
+        // A short result for a person; the full record is `--json` or `kiln history show`.
+        println!(
+            "{}",
+            crate::terminal::printable(outcome.summary.lines().next().unwrap_or(""))
+        );
+        for f in outcome.modified_files.iter().flatten() {
+            println!("changed: {}", crate::terminal::printable(f));
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
         eprintln!(
             "[{}] {}, tokens in {} / out {}{}",
             outcome.stop_reason,
@@ -165,9 +163,8 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
                 .unwrap_or_default()
         );
     }
-    Ok(match outcome.stop_reason {
-        engine::StopReason::Success => Outcome::Success,
-        engine::StopReason::Error => Outcome::Error,
-        _ => Outcome::Failure,
-    })
+    Ok(super::common::outcome_of(
+        outcome.stop_reason,
+        outcome.stop_reason == engine::StopReason::Success,
+    ))
 }

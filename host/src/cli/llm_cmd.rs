@@ -99,7 +99,7 @@ pub(crate) enum LlmCommand {
 
 fn reason(e: &LlmError) -> &'static str {
     match e {
-        LlmError::Unreachable { .. } => "unreachable",
+        LlmError::Unreachable { .. } | LlmError::Refused { .. } => "unreachable",
         LlmError::Timeout { .. } => "timeout",
         LlmError::Auth { .. } => "bad_key",
         LlmError::NotFound { .. } => "unknown_model",

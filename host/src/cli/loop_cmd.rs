@@ -6,7 +6,7 @@ use super::{Ctx, Outcome, print_json};
 use crate::config::ExecGrant;
 use crate::engine::agent::AgentOptions;
 use crate::engine::review::{LoopDeps, LoopOptions, REVIEW_COMMANDS, load_task, run_loop};
-use crate::engine::{Event, ModelSource, Replay, StopReason};
+use crate::engine::{Event, ModelSource, Replay};
 use crate::llm::LlmClient;
 use crate::store::Store;
 use anyhow::Context;
@@ -76,6 +76,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
     let task_file = task_path(&ctx.workspace, &args.task)?;
     let ws = crate::edit::Workspace::open(&ctx.workspace)?;
     let task = load_task(&ws, &task_file)?;
+    for w in &task.warnings {
+        eprintln!("warning: {task_file}: {}", crate::terminal::printable(w));
+    }
     let mut config = ctx.config.clone();
     let test_command = args
         .test_command
@@ -123,7 +126,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
         granted_commands: granted,
         log_path: args.log_path.clone(),
     };
-    if !args.json {
+    if !args.json && !ctx.quiet {
         eprintln!(
             "kiln loop: task {task_file}, at most {} of {} each; model {}",
             crate::terminal::count(opts.loops as usize, "round", "rounds"),
@@ -131,18 +134,15 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
             model.label()
         );
     }
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            let _ = tx.send(true);
-        }
-    });
+    let (rx, _ctrl_c) = super::common::ctrl_c_watch();
     let json = args.json;
+    let quiet = ctx.quiet;
     let mut seq = 0u64;
     let mut on_event = move |e: &Event| {
         seq += 1;
         if json {
             print_json(&e.to_json(seq, crate::clock::now_ms()));
+        } else if quiet {
         } else if let Event::TextDelta { .. } = e {
         } else if let Some(line) = e.human() {
             eprintln!("{line}");
@@ -173,9 +173,8 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
             result.usage.output
         );
     }
-    Ok(match result.stop_reason {
-        r if r.is_success() => Outcome::Success,
-        StopReason::Error => Outcome::Error,
-        _ => Outcome::Failure,
-    })
+    Ok(super::common::outcome_of(
+        result.stop_reason,
+        result.stop_reason.is_success(),
+    ))
 }

@@ -4,6 +4,7 @@
 
 mod agent_cmd;
 mod check;
+mod common;
 mod edit_cmd;
 mod event_log;
 mod fix_cmd;
@@ -96,6 +97,8 @@ pub enum Outcome {
     Failure,
     /// Exit 2: the work stopped on an error (transport, plugin).
     Error,
+    /// Exit 130: the work was interrupted (Ctrl-C), as a shell reports SIGINT.
+    Interrupted,
 }
 
 /// Everything a command needs: the workspace, merged configuration, the runtime and the
@@ -105,6 +108,8 @@ pub(crate) struct Ctx {
     pub config: Config,
     /// One plugin runtime (wasmtime engine) per process, shared by every plugin it loads.
     pub runtime: std::sync::Arc<Runtime>,
+    /// `-q`: no progress lines, only results and errors.
+    pub quiet: bool,
 }
 
 impl Ctx {
@@ -122,6 +127,7 @@ impl Ctx {
             workspace,
             config,
             runtime,
+            quiet: global.quiet,
         })
     }
 
@@ -131,6 +137,7 @@ impl Ctx {
             workspace: self.workspace.clone(),
             config,
             runtime: self.runtime.clone(),
+            quiet: self.quiet,
         }
     }
 
@@ -159,6 +166,11 @@ impl Ctx {
                     .await?,
                 &self.config,
             )?;
+        }
+        if !self.quiet {
+            for w in reg.unknown_sections(&self.config) {
+                eprintln!("warning: {}", crate::terminal::printable(&w));
+            }
         }
         Ok(reg)
     }
@@ -204,6 +216,7 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failure) => ExitCode::from(1),
         Ok(Outcome::Error) => ExitCode::from(2),
+        Ok(Outcome::Interrupted) => ExitCode::from(130),
         Err(e) => {
             eprintln!("error: {}", crate::terminal::printable(&format!("{e:#}")));
             ExitCode::from(2)

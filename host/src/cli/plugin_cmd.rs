@@ -102,9 +102,23 @@ pub(crate) async fn run(
             name,
             dir,
         } => {
+            let builtins: Vec<String> = crate::plugin::builtin::BUILTINS
+                .iter()
+                .map(|(stem, _)| crate::plugin::builtin::name_of(stem))
+                .collect();
+            if builtins.contains(&name) {
+                eprintln!(
+                    "warning: `{name}` is the name of a built-in plugin; to use this one instead, its [plugins.{name}] section needs `replaces = \"{name}\"` (or choose another name)"
+                );
+            }
             let dir = super::scaffold::scaffold(kind, lang, &name, dir)?;
             let (build, output) = super::scaffold::build_command(lang, kind, &name);
             println!("created {}", dir.display());
+            println!(
+                "setup:  cd {} && {}",
+                dir.display(),
+                super::scaffold::setup_command(lang)
+            );
             println!("build:  cd {} && {build}", dir.display());
             println!("check:  kiln plugin check {}", dir.join(output).display());
             Ok(Outcome::Success)

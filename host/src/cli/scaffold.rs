@@ -76,6 +76,16 @@ pub(crate) fn build_command(lang: Lang, kind: Kind, name: &str) -> (String, Stri
     }
 }
 
+/// What to install before the build command works: without `npm install`, `npx jco`
+/// resolves to an unrelated placeholder package of that name.
+pub(crate) fn setup_command(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Rust => "rustup target add wasm32-wasip2",
+        Lang::Python => "pip install componentize-py==0.25.1",
+        Lang::Js => "npm install",
+    }
+}
+
 fn template(lang: Lang, kind: Kind) -> &'static str {
     match (lang, kind) {
         (Lang::Rust, Kind::Runner) => include_str!("templates/rust_runner.rs"),
@@ -172,11 +182,7 @@ pub(crate) fn scaffold(
             write(&dir, ".gitignore", "/node_modules\n*.wasm\n")?;
         }
     }
-    let setup = match lang {
-        Lang::Rust => "rustup target add wasm32-wasip2",
-        Lang::Python => "pip install componentize-py==0.25.1",
-        Lang::Js => "npm install",
-    };
+    let setup = setup_command(lang);
     write(
         &dir,
         "README.md",

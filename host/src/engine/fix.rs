@@ -11,7 +11,7 @@ use super::outcome::{FixOutcome, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
-use crate::plugin::{Plugin, RunResult, Severity};
+use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};
 use crate::store::{IterationRow, NewLoop, Store};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -224,6 +224,35 @@ struct Fix<'o> {
     last: Option<Attempt>,
     iteration: u32,
     last_error: Option<String>,
+    /// The first check, run before the loop existed (see [`first_check`]).
+    first: Option<FirstCheck>,
+}
+
+/// The runner's answer to the first check, and how long it took (ms).
+type FirstCheck = (Result<Result<RunResult, PluginCallError>, PluginError>, u64);
+
+/// Run the first check before the loop exists, so a runner that refuses its settings as
+/// invalid (`--cmd` missing, `--mode tset`) is a usage error and leaves no loop row in the
+/// history. `None` when Ctrl-C came first (the loop then starts and stops as cancelled).
+async fn first_check(
+    opts: &FixOptions,
+    runner: &Plugin,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> Result<Option<FirstCheck>, FixError> {
+    let start = Instant::now();
+    let mut cancel = cancel.clone();
+    let r = tokio::select! {
+        r = runner.runner_run(&opts.targets, &opts.runner_settings) => r,
+        _ = cancelled(&mut cancel) => return Ok(None),
+    };
+    if let Ok(Err(PluginCallError::InvalidInput(m))) = &r {
+        return Err(FixError::Usage(format!(
+            "runner `{}`: {}",
+            runner.name,
+            crate::terminal::printable(m)
+        )));
+    }
+    Ok(Some((r, start.elapsed().as_millis() as u64)))
 }
 
 /// Run the fix loop to its end. Errors are returned only when the loop cannot start; every
@@ -254,6 +283,9 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
     }
     let log = crate::store::open_log(workspace, "fix-loop.log")?;
     let instructions = format.format_instructions(opts.targets.len() > 1).await?;
+    refuse_non_text(&ws, &opts.targets)?;
+    refuse_over_limits(&ws, &opts.targets, format)?;
+    let first = first_check(opts, runner, &cancel).await?;
     let new = NewLoop {
         kind: "fix".into(),
         runner: runner.name.clone(),
@@ -293,9 +325,92 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         last: None,
         iteration: 0,
         last_error: None,
+        first,
     };
-    let (reason, summary) = fix.drive(&mut run).await?;
+    // Every end, an error included, finishes the loop's row and emits its result.
+    let (reason, summary) = match fix.drive(&mut run).await {
+        Ok(stop) => stop,
+        Err(e) => {
+            fix.last_error = Some(e.to_string());
+            (StopReason::Error, e.to_string())
+        }
+    };
     fix.finish(&mut run, reason, &summary)
+}
+
+/// Refuse, before the model is asked, a target that exists but is not UTF-8 text, naming the
+/// file and what it most likely is.
+fn refuse_non_text(ws: &Workspace, targets: &[String]) -> Result<(), FixError> {
+    for t in targets {
+        // `read` opens regular files only (never waits on a FIFO); the bytes are read again
+        // only to say what the file looks like.
+        match ws.read(t) {
+            Err(edit::EditError::Io { message, .. }) if message == "is not UTF-8 text" => {}
+            _ => continue,
+        }
+        let Ok(bytes) = ws.dir().read(t) else {
+            continue;
+        };
+        if std::str::from_utf8(&bytes).is_ok() {
+            continue;
+        }
+        return Err(FixError::Usage(format!(
+            "{t} is not UTF-8 text ({}); kiln edits UTF-8 files only. Convert it first (for example `iconv -f {} -t UTF-8`), or leave it out of the targets",
+            likely_encoding(&bytes),
+            if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
+                "UTF-16"
+            } else {
+                "LATIN1"
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse, before the model is asked, a target the edit format could not return whole: its
+/// new text must fit the format's output cap, and its working copies its memory limit (about
+/// four times the file: the text in, its lines, the text out). The message names the setting.
+fn refuse_over_limits(ws: &Workspace, targets: &[String], format: &Plugin) -> Result<(), FixError> {
+    let limits = format.effective.limits;
+    let name = &format.name;
+    for t in targets {
+        let Ok(meta) = ws.dir().metadata(t) else {
+            continue;
+        };
+        let size = meta.len();
+        let (field, needed, have) = if size > u64::from(limits.output_bytes) {
+            (
+                "output_bytes",
+                size.next_power_of_two(),
+                u64::from(limits.output_bytes),
+            )
+        } else if size.saturating_mul(4) > u64::from(limits.memory_mib) << 20 {
+            (
+                "memory_mib",
+                (size.saturating_mul(4) >> 20).next_power_of_two() * 2,
+                u64::from(limits.memory_mib),
+            )
+        } else {
+            continue;
+        };
+        return Err(FixError::Usage(format!(
+            "{t} is {size} bytes, too big for the edit format `{name}` ({field} = {have}); nothing was sent to the model. Raise it in your user config or a trusted kiln.toml:\n  [plugins.{name}]\n  {field} = {needed}"
+        )));
+    }
+    Ok(())
+}
+
+/// A guess at what non-UTF-8 bytes are, for the message.
+fn likely_encoding(bytes: &[u8]) -> &'static str {
+    if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
+        "it looks like UTF-16"
+    } else if bytes.contains(&0) {
+        "it looks like a binary file"
+    } else if bytes.iter().any(|b| (0x80..0xA0).contains(b)) {
+        "it looks like Windows-1252"
+    } else {
+        "it looks like Latin-1 (ISO-8859-1)"
+    }
 }
 
 impl Fix<'_> {
@@ -400,27 +515,33 @@ impl Fix<'_> {
 
     /// Run the runner under cancellation.
     async fn check(&mut self, run: &mut Run<'_>) -> Result<Checked, Stop> {
-        let start = Instant::now();
-        let mut cancel = run.cancel_signal();
-        let fut = self
-            .runner
-            .runner_run(&self.opts.targets, &self.opts.runner_settings);
-        let failed = |e: String| (StopReason::Error, e);
-        tokio::select! {
-            r = fut => match r {
-                Ok(Ok(r)) => Ok((r, start.elapsed().as_millis() as u64)),
-                Ok(Err(e)) => {
-                    let e = format!("runner `{}`: {}", self.runner.name, crate::plugin::describe_call_error(&e));
-                    self.last_error = Some(e.clone());
-                    Err(failed(e))
+        let (r, ms) = match self.first.take() {
+            Some(first) => first,
+            None => {
+                let start = Instant::now();
+                let mut cancel = run.cancel_signal();
+                let fut = self
+                    .runner
+                    .runner_run(&self.opts.targets, &self.opts.runner_settings);
+                tokio::select! {
+                    r = fut => (r, start.elapsed().as_millis() as u64),
+                    _ = cancelled(&mut cancel) => {
+                        return Err((StopReason::Cancelled, "cancelled by the user".into()))
+                    }
                 }
-                Err(e) => {
-                    self.last_error = Some(e.to_string());
-                    Err(failed(e.to_string()))
-                }
-            },
-            _ = cancelled(&mut cancel) => Err((StopReason::Cancelled, "cancelled by the user".into())),
-        }
+            }
+        };
+        let e = match r {
+            Ok(Ok(r)) => return Ok((r, ms)),
+            Ok(Err(e)) => format!(
+                "runner `{}`: {}",
+                self.runner.name,
+                crate::plugin::describe_call_error(&e)
+            ),
+            Err(e) => e.to_string(),
+        };
+        self.last_error = Some(e.clone());
+        Err((StopReason::Error, e))
     }
 
     /// Store the iteration's row (with its edits) and emit `loop.iteration`; a store that

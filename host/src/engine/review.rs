@@ -102,7 +102,33 @@ pub struct Task {
     /// Programs its metadata adds to the execution allowlist (`[tools] bash = [...]`); fixed
     /// when the run starts (a reload keeps them).
     pub bash: Vec<String>,
+    /// Front matter kiln does not know (ignored), one message each, with the closest name.
+    pub warnings: Vec<String>,
     fingerprint: String,
+}
+
+/// The front matter kiln reads: `[tools] bash = [...]`, or a top-level `bash`.
+const FRONT_MATTER_KEYS: [&str; 2] = ["tools", "bash"];
+
+/// Messages for the front matter keys kiln does not know.
+fn unknown_front_matter(v: &toml::Table) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, val) in v {
+        if !FRONT_MATTER_KEYS.contains(&k.as_str()) {
+            out.push(format!(
+                "task front matter: `{k}` is not known and is ignored{}",
+                crate::suggest::hint(k, FRONT_MATTER_KEYS)
+            ));
+        } else if let (true, Some(t)) = (k == "tools", val.as_table()) {
+            for tk in t.keys().filter(|tk| *tk != "bash") {
+                out.push(format!(
+                    "task front matter: `tools.{tk}` is not known and is ignored{}",
+                    crate::suggest::hint(tk, ["bash"])
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Split TOML front matter (`+++` or `---` fences) from the task text and read
@@ -130,8 +156,10 @@ pub fn parse_task(text: &str) -> Result<Task, String> {
         }
     };
     let mut bash = Vec::new();
+    let mut warnings = Vec::new();
     if let Some(meta) = meta {
         let v: toml::Table = toml::from_str(meta).map_err(|e| format!("front matter: {e}"))?;
+        warnings = unknown_front_matter(&v);
         let list = v
             .get("tools")
             .and_then(|t| t.get("bash"))
@@ -163,6 +191,7 @@ pub fn parse_task(text: &str) -> Result<Task, String> {
         fingerprint: crate::edit::fingerprint(text),
         text: body.trim().to_string(),
         bash,
+        warnings,
     })
 }
 
@@ -503,6 +532,21 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
         cancel,
         on_event,
     };
+    // Opened before the run's row exists: a log that cannot be opened is refused without
+    // leaving a run behind.
+    let phase_log = match &opts.log_path {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|source| LoopError::Artifact {
+                    path: p.display().to_string(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
     let mut run = Run::begin(deps, &new)?;
     let mut state = LoopState {
         opts,
@@ -517,18 +561,7 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
         phase_log: None,
         at: (1, "execution"),
     };
-    if let Some(p) = &opts.log_path {
-        state.phase_log = Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|source| LoopError::Artifact {
-                    path: p.display().to_string(),
-                    source,
-                })?,
-        );
-    }
+    state.phase_log = phase_log;
     let stop = state.drive(&mut run).await;
     state.finish(&mut run, stop)
 }
@@ -600,12 +633,15 @@ impl LoopState<'_, '_> {
                 }
                 _ => {}
             }
-            let verdict = self.record_review(run, round, &review)?;
+            let (verdict, submitted) = self.record_review(run, round, &review)?;
             self.end_round(run, round)?;
             if !verdict.blocker.trim().is_empty() {
                 return Ok(StopReason::Blocked);
             }
-            if verdict.pending.is_empty() && review.stop_reason == StopReason::Complete {
+            // Clean only on a submitted review with nothing pending: a reviewer that never
+            // called submit_review (a model that only chats) proves nothing.
+            if submitted && verdict.pending.is_empty() && review.stop_reason == StopReason::Complete
+            {
                 return Ok(StopReason::ReviewClean);
             }
         }
@@ -776,20 +812,15 @@ impl LoopState<'_, '_> {
         }
     }
 
-    /// Read the reviewer's `submit_review` and write review_output.toml.
+    /// Read the reviewer's `submit_review` and write review_output.toml; says whether a
+    /// review was submitted at all.
     fn record_review(
         &mut self,
         run: &mut Run<'_>,
         round: u32,
         review: &AgentResult,
-    ) -> Result<ReviewOutput, LoopError> {
-        let submitted = review
-            .tool_calls
-            .iter()
-            .rev()
-            .find(|c| c.name == "submit_review")
-            .and_then(|c| serde_json::from_str::<Value>(&c.arguments).ok());
-        let verdict = match submitted {
+    ) -> Result<(ReviewOutput, bool), LoopError> {
+        let verdict = match submitted_review(review) {
             Some(v) => ReviewOutput {
                 round,
                 summary: v["summary"].as_str().unwrap_or("").to_string(),
@@ -805,11 +836,12 @@ impl LoopState<'_, '_> {
                     })
                     .collect(),
             },
-            // No review submitted (the budget ran out): what the execution left stays pending.
+            // No review submitted (the budget ran out, or the model only chatted): what the
+            // execution left stays pending, and the round is not clean.
             None => ReviewOutput {
                 round,
                 summary: format!(
-                    "the reviewer did not submit a review ({})",
+                    "the reviewer did not submit a review (it stopped: {}); nothing was verified",
                     review.stop_reason
                 ),
                 blocker: String::new(),
@@ -820,6 +852,7 @@ impl LoopState<'_, '_> {
                     .collect(),
             },
         };
+        let submitted = submitted_review(review).is_some();
         self.artifacts.write_toml("review_output.toml", &verdict)?;
         self.pending = verdict.pending.iter().map(|p| p.item.clone()).collect();
         self.blocker = verdict.blocker.clone();
@@ -832,7 +865,7 @@ impl LoopState<'_, '_> {
             blocker: verdict.blocker.clone(),
             pending: self.pending.clone(),
         });
-        Ok(verdict)
+        Ok((verdict, submitted))
     }
 
     /// state.toml: where the run is (`phase`: `execution`, `review`, `done`, `cancelled`;
@@ -916,15 +949,24 @@ impl LoopState<'_, '_> {
         run: &mut Run<'_>,
         stop: Result<StopReason, LoopError>,
     ) -> Result<LoopRunResult, LoopError> {
+        // The parent row carries the rounds' tokens (their calls are recorded under them).
+        let _ = run.store.set_loop_tokens(run.id, &run.usage());
         let reason = match stop {
             Ok(r) => r,
             Err(e) => {
+                // An error still closes the row and emits the result, so no run is left
+                // `running` and `--json` always ends with `loop.result`.
                 let message = e.to_string();
                 run.emit(Event::Error {
                     message: message.clone(),
                 });
+                let _ = run.store.set_iters(run.id, self.loops_completed as i64);
                 let _ = run.finish(StopReason::Error, &message, Some(&message));
                 let _ = self.write_run(run, true);
+                self.summary = message;
+                run.emit(Event::LoopRunResult(Box::new(
+                    self.result(run, StopReason::Error),
+                )));
                 return Err(e);
             }
         };
@@ -944,20 +986,34 @@ impl LoopState<'_, '_> {
         };
         self.write_state(run, round, phase)?;
         self.write_run(run, true)?;
-        let result = LoopRunResult {
+        let result = self.result(run, reason);
+        run.emit(Event::LoopRunResult(Box::new(result.clone())));
+        Ok(result)
+    }
+
+    fn result(&self, run: &Run<'_>, reason: StopReason) -> LoopRunResult {
+        LoopRunResult {
             run_id: run.id,
             stop_reason: reason,
             success: reason.is_success(),
             loops_completed: self.loops_completed,
-            summary: self.summary,
-            pending: self.pending,
-            blocker: self.blocker,
+            summary: self.summary.clone(),
+            pending: self.pending.clone(),
+            blocker: self.blocker.clone(),
             usage: run.usage(),
-            rounds: self.rounds,
-        };
-        run.emit(Event::LoopRunResult(Box::new(result.clone())));
-        Ok(result)
+            rounds: self.rounds.clone(),
+        }
     }
+}
+
+/// The arguments of the reviewer's last `submit_review` call, if it made one.
+fn submitted_review(review: &AgentResult) -> Option<Value> {
+    review
+        .tool_calls
+        .iter()
+        .rev()
+        .find(|c| c.name == "submit_review")
+        .and_then(|c| serde_json::from_str::<Value>(&c.arguments).ok())
 }
 
 /// `.kiln/loop/`, opened beneath the workspace's handle (a link out of it is refused); each

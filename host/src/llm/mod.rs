@@ -155,6 +155,15 @@ pub enum LlmError {
         /// Why.
         message: String,
     },
+    /// Nothing listens at the address: not retried (a server that is down stays down for
+    /// the seconds retries would wait).
+    #[error(
+        "nothing answers at {url} (connection refused): is the server running, and is the base URL (`--base-url`, `[llm] base_url`) right?"
+    )]
+    Refused {
+        /// Endpoint.
+        url: String,
+    },
     /// No response headers, or no stream data, in time.
     #[error("the LLM did not answer in time ({phase} timeout of {secs} s)")]
     Timeout {
@@ -238,6 +247,7 @@ impl LlmError {
         };
         let s = |m: String| m.replace(k, "[redacted]");
         match self {
+            LlmError::Refused { url } => LlmError::Refused { url: s(url) },
             LlmError::Unreachable { url, message } => LlmError::Unreachable {
                 url: s(url),
                 message: s(message),
@@ -465,8 +475,25 @@ impl LlmClient {
         sink: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<ChatResponse, Failure> {
         let resp = self.send(req).await?;
-        if !self.settings.stream {
-            return self.read_whole(resp).await;
+        // A server asked to stream that answers with one JSON body (some proxies and local
+        // servers ignore `stream`): take the answer as it is.
+        let json_body = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.trim_start().starts_with("application/json"));
+        if !self.settings.stream || json_body {
+            return self.read_whole(resp).await.map_err(|(e, wait)| {
+                match (self.settings.stream, e) {
+                    (true, LlmError::Decode(m)) => (
+                        LlmError::Decode(format!(
+                            "{m}; the server does not stream (it answered with a JSON body): set `stream = false` under [llm]"
+                        )),
+                        wait,
+                    ),
+                    (_, e) => (e, wait),
+                }
+            });
         }
         self.read_stream(resp, sink).await
     }
@@ -499,6 +526,9 @@ impl LlmClient {
                     },
                     None,
                 ));
+            }
+            Ok(Err(e)) if e.is_connect() && refused(&e) => {
+                return Err((LlmError::Refused { url: url.clone() }, None));
             }
             Ok(Err(e)) if e.is_connect() => {
                 return Err((
@@ -626,6 +656,20 @@ impl LlmClient {
 
 /// A failed attempt: the error and the delay the server asked for, if any.
 type Failure = (LlmError, Option<Duration>);
+
+/// Whether a connection failed because nothing listens there (ECONNREFUSED).
+fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut msg = e.to_string();

@@ -71,7 +71,9 @@ pub enum PluginError {
         message: String,
     },
     /// The call ran past its deadline.
-    #[error("plugin `{plugin}` was stopped after its deadline of {ms} ms")]
+    #[error(
+        "plugin `{plugin}` was stopped after its deadline of {ms} ms (raise it with `[plugins.{plugin}] timeout_ms` in your user config or a trusted kiln.toml)"
+    )]
     Deadline {
         /// Plugin name.
         plugin: String,
@@ -79,7 +81,9 @@ pub enum PluginError {
         ms: u32,
     },
     /// The instance tried to grow memory past its limit.
-    #[error("plugin `{plugin}` was stopped: it exceeded its memory limit of {mib} MiB")]
+    #[error(
+        "plugin `{plugin}` was stopped: it exceeded its memory limit of {mib} MiB (raise it with `[plugins.{plugin}] memory_mib` in your user config or a trusted kiln.toml)"
+    )]
     Memory {
         /// Plugin name.
         plugin: String,
@@ -88,7 +92,7 @@ pub enum PluginError {
     },
     /// Returned more than the output cap.
     #[error(
-        "plugin `{plugin}`: output limit exceeded ({}{bytes} > {cap} bytes)",
+        "plugin `{plugin}`: output limit exceeded ({}{bytes} > {cap} bytes; raise it with `[plugins.{plugin}] output_bytes` in your user config or a trusted kiln.toml)",
         if *.more { "more than " } else { "" }
     )]
     OutputCap {
@@ -120,13 +124,15 @@ pub enum PluginError {
         expected: PluginKind,
     },
     /// No such plugin.
-    #[error("no {kind} named `{name}`; known: {known}")]
+    #[error("no {kind} named `{name}`{hint}; plugins: {known}")]
     NotFound {
         /// What was looked for.
         kind: String,
         /// The name.
         name: String,
-        /// The names there are.
+        /// ` (did you mean `x`?)` or empty.
+        hint: String,
+        /// The names there are: the loaded plugins and every built-in.
         known: String,
     },
     /// A user plugin took a built-in's name without saying so.

@@ -26,6 +26,11 @@ pub fn set_log_level(level: u8) {
     LOG_LEVEL.store(level, Ordering::Relaxed);
 }
 
+/// Whether kiln's own progress lines are shown (not with `-q`, which sets the level to 1).
+pub fn progress_shown() -> bool {
+    LOG_LEVEL.load(Ordering::Relaxed) >= 2
+}
+
 /// Most linear memories, tables and core instances one plugin instance may create. A
 /// component is made of a few core instances (a Python or JavaScript guest has a handful); these
 /// bounds keep a component with hundreds of memories from reaching gigabytes.

@@ -2,6 +2,9 @@
 //! [`Source`] (built-in or a `.wasm` file).
 
 use std::fmt;
+
+/// How a built-in component is named in messages about compiling or checking it.
+pub(crate) const BUILTIN_SOURCE: &str = "built-in plugin";
 use std::path::PathBuf;
 
 /// The kind of a plugin, from the world it implements.

@@ -69,6 +69,13 @@ impl Registry {
             .filter(|(stem, _)| needed.wants(&builtin::name_of(stem)))
             .map(|(_, bytes)| *bytes)
             .collect();
+        let cold = wanted.iter().filter(|b| !runtime.is_cached(b)).count();
+        if cold > 0 && super::host_impl::progress_shown() {
+            eprintln!(
+                "kiln: compiling {} (first run; cached afterwards)…",
+                crate::terminal::count(cold, "built-in plugin", "built-in plugins")
+            );
+        }
         let checked: Vec<Result<super::Checked, PluginError>> = std::thread::scope(|s| {
             let handles: Vec<_> = wanted
                 .iter()
@@ -154,6 +161,32 @@ impl Registry {
             .map(|(name, why)| format!("plugin `{name}` skipped: {why}"))
     }
 
+    /// `[plugins.NAME]` sections that name no plugin: no `path`, not a built-in, not a
+    /// loaded plugin and not another section's plugin. Each is ignored, so its grants go
+    /// nowhere; the warning says so, with the closest real name.
+    pub fn unknown_sections(&self, config: &Config) -> Vec<String> {
+        let mut names: Vec<&str> = self.builtins.iter().map(String::as_str).collect();
+        names.extend(self.plugins.iter().map(|p| p.name.as_str()));
+        names.extend(
+            config
+                .plugins
+                .iter()
+                .filter(|(_, pc)| pc.path.is_some())
+                .map(|(s, _)| s.as_str()),
+        );
+        config
+            .plugins
+            .iter()
+            .filter(|(s, pc)| pc.path.is_none() && !names.contains(&canonical(s)))
+            .map(|(s, _)| {
+                format!(
+                    "[plugins.{s}] names no plugin (no built-in or loaded plugin has that name, and it gives no `path`); its settings are ignored{}",
+                    crate::suggest::hint(s, names.iter().copied())
+                )
+            })
+            .collect()
+    }
+
     fn user_plugin(&self, name: &str) -> Option<&Plugin> {
         self.plugins
             .iter()
@@ -234,17 +267,25 @@ impl Registry {
                 }),
                 _ => Ok(p),
             },
-            None => Err(PluginError::NotFound {
-                kind: kind.map_or("plugin".to_string(), |k| format!("{k} plugin")),
-                name: name.into(),
-                known: self
+            None => {
+                // A command loads only the plugins it names, so the built-ins it did not
+                // load are listed by name too.
+                let mut known: Vec<&str> = self
                     .plugins
                     .iter()
                     .filter(|p| kind.is_none_or(|k| p.kind == k))
                     .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            }),
+                    .chain(self.builtins.iter().map(String::as_str))
+                    .collect();
+                known.sort_unstable();
+                known.dedup();
+                Err(PluginError::NotFound {
+                    kind: kind.map_or("plugin".to_string(), |k| format!("{k} plugin")),
+                    name: name.into(),
+                    hint: crate::suggest::hint(name, known.iter().copied()),
+                    known: known.join(", "),
+                })
+            }
         }
     }
 }

@@ -105,6 +105,13 @@ impl Runtime {
         self.check_bytes(&bytes, Source::File(path.to_path_buf()))
     }
 
+    /// Whether the disk cache holds `bytes` compiled for this engine (loading it is quick).
+    pub fn is_cached(&self, bytes: &[u8]) -> bool {
+        self.cache_dir
+            .as_ref()
+            .is_some_and(|d| cache::entry_path(d, &self.engine, bytes).is_file())
+    }
+
     /// The compiled component, from the disk cache when it holds it (`true`), else compiled
     /// now and stored there.
     fn compile(&self, bytes: &[u8], source_name: &str) -> Result<(Component, bool), PluginError> {
@@ -114,6 +121,13 @@ impl Runtime {
             .map(|d| cache::entry_path(d, &self.engine, bytes));
         if let Some(c) = entry.as_deref().and_then(|p| cache::load(&self.engine, p)) {
             return Ok((c, true));
+        }
+        // A big component (Python, JavaScript) takes seconds: say why nothing else shows.
+        if source_name != super::kind::BUILTIN_SOURCE && super::host_impl::progress_shown() {
+            eprintln!(
+                "kiln: compiling {source_name} ({} MB; first use, cached afterwards)…",
+                bytes.len().div_ceil(1 << 20)
+            );
         }
         let c = Component::new(&self.engine, bytes).map_err(|e| PluginError::Invalid {
             source_name: source_name.to_string(),
@@ -129,7 +143,7 @@ impl Runtime {
     /// Compile (or load from the cache) and check world and contract version.
     pub fn check_bytes(&self, bytes: &[u8], source: Source) -> Result<Checked, PluginError> {
         let source_name = match &source {
-            Source::Builtin => "built-in plugin".to_string(),
+            Source::Builtin => super::kind::BUILTIN_SOURCE.to_string(),
             Source::File(p) => p.display().to_string(),
         };
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {

@@ -449,7 +449,25 @@ fn kiln_dir(workspace: &Path) -> Result<PathBuf, StoreError> {
         }
         refuse_unreal(&dir, true)?;
     }
+    ignore_in_git(&dir);
     Ok(dir)
+}
+
+/// Give `.kiln/` a `.gitignore` holding `*` (as uv does for `.venv`), so `git add -A` never
+/// commits the store, which holds prompts and answers. Created exclusively, following no
+/// link; an existing file (the user's own) is left as it is, and a failure only means git may
+/// show the directory.
+fn ignore_in_git(kiln: &Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(kiln.join(".gitignore"))
+    {
+        let _ = f.write_all(b"# Created by kiln: its store holds prompts and answers.\n*\n");
+    }
 }
 
 /// Open (creating) a log file `<workspace>/.kiln/logs/<name>` for appending, following no
@@ -678,6 +696,22 @@ impl Store {
         )
         .map_err(sql)?;
         tx.commit().map_err(sql)
+    }
+
+    /// Set a loop's token totals to `u` (a loop whose model calls are recorded under its
+    /// nested runs: the execute/review loop's row carries the sum of its rounds).
+    pub fn set_loop_tokens(
+        &mut self,
+        loop_id: i64,
+        u: &crate::llm::Usage,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE loops SET tokens_input = ?2, tokens_cached_input = ?3, tokens_cache_write = ?4, tokens_output = ?5, tokens_reasoning = ?6 WHERE id = ?1",
+                params![loop_id, u.input as i64, u.cached_input as i64, u.cache_write as i64, u.output as i64, u.reasoning as i64],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
     }
 
     /// Record one LLM call and add its tokens to the loop's totals.

@@ -122,6 +122,16 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 // No targets given (`kiln edit apply` without --files): the header names the
                 // file of the blocks after it.
                 current = Some(p);
+            } else if !targets.iter().any(|t| t == &p) {
+                // Single-target mode: a header naming another file is refused, never
+                // re-pointed to the target.
+                errors.push(err(
+                    i + 1,
+                    format!(
+                        "{p} is not a file this loop may change (only {})",
+                        targets.join(", ")
+                    ),
+                ));
             }
             last_text_line = None;
             i += 1;
@@ -264,8 +274,17 @@ mod tests {
     }
 
     #[test]
-    fn single_file_blocks_ignore_headers() {
+    fn single_file_headers_must_name_the_target() {
+        // A header naming another file is refused, never re-pointed to the target.
         let r = "<<< path=other.c >>>\n<<<<<<< SEARCH\nint a;\n=======\nint b;\n>>>>>>> REPLACE\n";
+        let errs = parse(r, &t(&["main.c"])).unwrap_err();
+        assert!(
+            errs[0]
+                .message
+                .contains("other.c is not a file this loop may change"),
+            "{errs:?}"
+        );
+        let r = "<<< path=main.c >>>\n<<<<<<< SEARCH\nint a;\n=======\nint b;\n>>>>>>> REPLACE\n";
         let e = parse(r, &t(&["main.c"])).unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(
@@ -276,6 +295,25 @@ mod tests {
             ),
             ("main.c", "int a;\n", "int b;\n")
         );
+    }
+
+    #[test]
+    fn aider_fences_with_the_language_after_the_tag() {
+        // As Aider writes it: the path, then `<source>python`, then the block.
+        for (open, close) in [
+            ("<source>python", "</source>"),
+            ("<code>js", "</code>"),
+            ("<pre>rust", "</pre>"),
+            ("<codeblock>c", "</codeblock>"),
+            ("<sourcecode>go", "</sourcecode>"),
+        ] {
+            let r = format!(
+                "app.py\n{open}\n<<<<<<< SEARCH\nx = 1\n=======\nx = 2\n>>>>>>> REPLACE\n{close}\n"
+            );
+            let e = parse(&r, &t(&["app.py", "b.py"])).unwrap_or_else(|e| panic!("{open}: {e:?}"));
+            assert_eq!(e.len(), 1, "{open}");
+            assert_eq!(e[0].path, "app.py", "{open}");
+        }
     }
 
     #[test]

@@ -1,0 +1,297 @@
+//! What a new user meets in the first hour, end to end: runs that must not claim success or
+//! hang (a model that only chats in `kiln loop`, a Latin-1 target), usage errors refused
+//! before a loop exists, unknown names answered with "did you mean", `-q`, Ctrl-C's exit
+//! code, `.kiln/.gitignore`, a header naming another file in single-target mode, and
+//! `kiln plugin new`'s warnings.
+
+use crate::mock_llm::{MockLlm, openai_text};
+use crate::support::{Run, Workspace, last_event};
+use kiln::store::Store;
+
+fn loops(ws: &Workspace) -> Vec<kiln::store::LoopRow> {
+    if !ws.root().join(".kiln/kiln.db").exists() {
+        return Vec::new();
+    }
+    Store::open(&ws.root()).unwrap().loops(100).unwrap()
+}
+
+fn fix(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
+    ws.kiln_model(&mock.url, "fix", args)
+}
+
+#[test]
+fn a_loop_whose_model_only_chats_is_not_clean_and_the_parent_row_has_the_tokens() {
+    let ws = Workspace::new();
+    ws.write("task.md", "Write hello.txt.\n");
+    let mock = MockLlm::start(vec![
+        openai_text("I had a look around; this seems fine."),
+        openai_text("Looks good to me."),
+    ]);
+    let r = ws.kiln_model(&mock.url, "loop", &["--task", "task.md", "--loops", "1"]);
+    r.expect_code(1);
+    let res = last_event(&r, "loop.run.result");
+    assert_ne!(res["stop_reason"], "review_clean", "{res}");
+    assert_eq!(res["success"], false, "{res}");
+    let rows = loops(&ws);
+    let parent = rows
+        .iter()
+        .find(|l| l.kind == "loop")
+        .expect("the loop row");
+    assert_ne!(parent.status, "running");
+    // Two requests of 20 input tokens each (8 of them cached: the mock's usage), counted
+    // on the parent row.
+    assert_eq!(
+        parent.tokens.input + parent.tokens.cached_input,
+        40,
+        "{:?}",
+        parent.tokens
+    );
+    assert_eq!(parent.tokens.output, 10, "{:?}", parent.tokens);
+}
+
+#[test]
+fn a_latin1_target_is_refused_before_the_model_is_asked_and_leaves_no_loop() {
+    let ws = Workspace::new();
+    std::fs::write(ws.root().join("notes.txt"), b"caf\xe9 cr\xe8me\n").unwrap();
+    let mock = MockLlm::start(vec![openai_text("no")]);
+    let r = fix(&ws, &mock, &["--cmd", "false", "--file", "notes.txt"]);
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains("notes.txt is not UTF-8") && err.contains("Latin-1"),
+        "{err}"
+    );
+    assert!(mock.recorded().is_empty(), "the model was asked");
+    assert!(loops(&ws).is_empty(), "a loop row was left behind");
+}
+
+#[test]
+fn usage_errors_are_refused_before_a_loop_exists() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![]);
+    // The command runner without --cmd.
+    let r = fix(&ws, &mock, &["--file", "a.txt"]);
+    r.expect_code(2);
+    assert!(r.stderr().contains("needs a command"), "{}", r.stderr());
+    // The cargo runner with a misspelt mode.
+    let r = fix(
+        &ws,
+        &mock,
+        &["--runner", "cargo", "--mode", "tset", "--file", "a.txt"],
+    );
+    r.expect_code(2);
+    assert!(r.stderr().contains("mode `tset`"), "{}", r.stderr());
+    assert!(loops(&ws).is_empty(), "usage errors left loop rows");
+    assert!(mock.recorded().is_empty());
+}
+
+#[test]
+fn unknown_names_get_did_you_mean() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let r = ws.kiln(&["check", "--runner", "carg", "--file", "a.txt"], &[]);
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(err.contains("did you mean `cargo`"), "{err}");
+    assert!(
+        err.contains("command") && err.contains("search-replace"),
+        "{err}"
+    );
+
+    ws.write("kiln.toml", "[plugins.shel]\nenv = [\"X\"]\n");
+    let r = ws.kiln(&["check", "--cmd", "true", "--file", "a.txt"], &[]);
+    r.expect_code(0);
+    assert!(
+        r.stderr().contains("[plugins.shel]") && r.stderr().contains("did you mean `shell`"),
+        "{}",
+        r.stderr()
+    );
+
+    std::fs::remove_file(ws.root().join("kiln.toml")).unwrap();
+    ws.write("task.md", "+++\n[tool]\nbash = [\"cat\"]\n+++\nDo it.\n");
+    let mock = MockLlm::start(vec![]);
+    let r = ws.kiln_model(&mock.url, "loop", &["--task", "task.md", "--loops", "1"]);
+    assert!(
+        r.stderr().contains("`tool` is not known") && r.stderr().contains("did you mean `tools`"),
+        "{}",
+        r.stderr()
+    );
+}
+
+#[test]
+fn quiet_runs_print_no_progress_lines() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let r = ws.kiln(&["-q", "check", "--cmd", "true", "--file", "a.txt"], &[]);
+    r.expect_code(0);
+    assert!(!r.stderr().contains("checking"), "{}", r.stderr());
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    let fix = |quiet: bool| {
+        let mut args = vec!["fix", "--base-url", &base, "--model", "m"];
+        args.extend(["--cmd", "true", "--file", "a.txt"]);
+        if quiet {
+            args.insert(0, "-q");
+        }
+        ws.kiln(&args, &[("OPENAI_API_KEY", "sk-q")])
+    };
+    let r = fix(true);
+    r.expect_code(0);
+    assert!(!r.stderr().contains("runner:"), "{}", r.stderr());
+    assert!(!r.stderr().contains("loop 1:"), "{}", r.stderr());
+    // Without -q the same run shows its progress, and stdout is a short result, not JSON.
+    let r = fix(false);
+    assert!(r.stderr().contains("runner: passed"), "{}", r.stderr());
+    assert!(!r.stdout().trim_start().starts_with('{'), "{}", r.stdout());
+}
+
+#[test]
+fn ctrl_c_exits_130() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    let child = ws
+        .command(&[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            "sleep 29.25",
+            "--file",
+            "a.txt",
+        ])
+        .env("OPENAI_API_KEY", "sk-c")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The check is running once its program is.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read_to_string(e.path().join("cmdline"))
+            .is_ok_and(|c| c.ends_with("sleep\x0029.25\x00"))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the check never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: signals the child this test spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_kiln_dir_is_ignored_by_git() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![]);
+    fix(&ws, &mock, &["--cmd", "true", "--file", "a.txt"]).expect_code(0);
+    assert_eq!(
+        std::fs::read_to_string(ws.root().join(".kiln/.gitignore"))
+            .unwrap()
+            .lines()
+            .last(),
+        Some("*")
+    );
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(ws.root())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    let listed = String::from_utf8_lossy(&git(&["ls-files", "--cached"]).stdout).into_owned();
+    assert!(listed.contains("a.txt"), "{listed}");
+    assert!(!listed.contains(".kiln"), "{listed}");
+}
+
+#[test]
+fn a_header_naming_another_file_is_refused_in_single_target_mode() {
+    let ws = Workspace::new();
+    ws.write("a.py", "x = 1\n");
+    ws.write("other.py", "y = 1\n");
+    let mock = MockLlm::start(vec![openai_text(
+        "<<< path=other.py >>>\n<<<<<<< SEARCH\nx = 1\n=======\nx = 2\n>>>>>>> REPLACE\n",
+    )]);
+    let r = fix(
+        &ws,
+        &mock,
+        &["--cmd", "false", "--file", "a.py", "--max-iters", "1"],
+    );
+    r.expect_code(1);
+    assert_eq!(
+        ws.read("a.py"),
+        "x = 1\n",
+        "the edit was re-pointed to a.py"
+    );
+    assert_eq!(ws.read("other.py"), "y = 1\n");
+    let failed: Vec<serde_json::Value> = r
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == "edit.failed")
+        .collect();
+    assert!(
+        failed.iter().any(|e| e["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("other.py is not a file this loop may change")),
+        "{failed:?}\n{}",
+        r.stdout()
+    );
+}
+
+#[test]
+fn plugin_new_warns_about_a_builtin_name_and_prints_the_install_step() {
+    let ws = Workspace::new();
+    let r = ws.kiln(
+        &["plugin", "new", "--kind", "tool", "--lang", "js", "shell"],
+        &[],
+    );
+    r.expect_code(0);
+    assert!(
+        r.stderr()
+            .contains("`shell` is the name of a built-in plugin")
+            && r.stderr().contains("replaces = \"shell\""),
+        "{}",
+        r.stderr()
+    );
+    let out = r.stdout();
+    let setup = out.find("setup:  ").expect("a setup line");
+    let build = out.find("build:  ").expect("a build line");
+    assert!(setup < build && out.contains("npm install"), "{out}");
+}
+
+#[test]
+fn a_target_too_big_for_the_format_names_the_setting_before_the_model_is_paid() {
+    let ws = Workspace::new();
+    let line = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n";
+    ws.write("big.txt", &line.repeat(5 << 20 >> 6));
+    let mock = MockLlm::start(vec![openai_text("no")]);
+    let r = fix(&ws, &mock, &["--cmd", "false", "--file", "big.txt"]);
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains("[plugins.search-replace]") && err.contains("output_bytes = 8388608"),
+        "{err}"
+    );
+    assert!(mock.recorded().is_empty(), "the model was asked");
+    assert!(loops(&ws).is_empty());
+}
