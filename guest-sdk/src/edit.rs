@@ -456,8 +456,7 @@ pub fn apply_search_replace(
     // (and counts as already applied only if applying it changes nothing).
     let cosmetic = squash(&replace_lf) == squash(&lf(search));
     let replace_spans = if replace_lf.trim().is_empty()
-        || (located.is_some()
-            && (cosmetic || !squash(&replace_lf).contains(&squash(&lf(search)))))
+        || (located.is_some() && (cosmetic || !squash(&replace_lf).contains(&squash(&lf(search)))))
     {
         None
     } else {

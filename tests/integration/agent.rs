@@ -428,7 +428,7 @@ fn ctrl_c_cancels_the_agent() {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
     let out = Run(child.wait_with_output().unwrap());
-    out.expect_code(1);
+    out.expect_code(130);
     assert_eq!(result(&out)["stop_reason"], "cancelled");
     assert!(start.elapsed() < Duration::from_secs(20));
 }

@@ -106,7 +106,7 @@ fn inspect_shows_requested_granted_and_missing() {
     r.expect_code(2);
     assert!(
         r.stderr().contains(
-            "no plugin named `nope`; known: apply-patch, ast-refactor, cargo, command, fs, search-replace, shell, udiff, whole"
+            "no plugin named `nope`; plugins: apply-patch, ast-refactor, cargo, command, fs, search-replace, shell, udiff, whole"
         ),
         "{}",
         r.stderr()

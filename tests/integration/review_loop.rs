@@ -357,7 +357,7 @@ fn ctrl_c_in_the_review_phase_is_recorded_and_the_artifacts_stay_consistent() {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
     let out = Run(child.wait_with_output().unwrap());
-    assert_eq!(out.code(), 1, "{}", out.stderr());
+    assert_eq!(out.code(), 130, "{}", out.stderr());
     assert_eq!(result(&out)["stop_reason"], "cancelled");
     assert!(start.elapsed() < Duration::from_secs(20));
     let state = toml_file(&ws, "state.toml");

@@ -161,9 +161,10 @@ impl Registry {
             .map(|(name, why)| format!("plugin `{name}` skipped: {why}"))
     }
 
-    /// `[plugins.NAME]` sections that name no plugin: no `path`, not a built-in, not a
-    /// loaded plugin and not another section's plugin. Each is ignored, so its grants go
-    /// nowhere; the warning says so, with the closest real name.
+    /// `[plugins.NAME]` sections that look like a misspelt plugin name: no `path`, not a
+    /// built-in, not a loaded plugin nor another section's plugin, and close to one of those
+    /// (a section for a plugin loaded with `--plugin` in other runs is left alone). Each is
+    /// ignored, so its grants go nowhere; the warning says so, with the closest real name.
     pub fn unknown_sections(&self, config: &Config) -> Vec<String> {
         let mut names: Vec<&str> = self.builtins.iter().map(String::as_str).collect();
         names.extend(self.plugins.iter().map(|p| p.name.as_str()));
@@ -178,11 +179,11 @@ impl Registry {
             .plugins
             .iter()
             .filter(|(s, pc)| pc.path.is_none() && !names.contains(&canonical(s)))
-            .map(|(s, _)| {
-                format!(
-                    "[plugins.{s}] names no plugin (no built-in or loaded plugin has that name, and it gives no `path`); its settings are ignored{}",
-                    crate::suggest::hint(s, names.iter().copied())
-                )
+            .filter_map(|(s, _)| {
+                let close = crate::suggest::did_you_mean(s, names.iter().copied())?;
+                Some(format!(
+                    "[plugins.{s}] names no plugin (no built-in or loaded plugin has that name, and it gives no `path`), so its settings are ignored; did you mean `{close}`?"
+                ))
             })
             .collect()
     }
