@@ -253,13 +253,52 @@ pub struct Config {
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
     pub trust: Trust,
+    /// Per plugin the user's configuration grants something to: the component those grants
+    /// belong to (see [`Config::grant_for`]).
+    pub bindings: BTreeMap<String, Bound>,
+    /// The plugin sections merged without the user's configuration: what a plugin gets when
+    /// it is not the component the user's grants belong to.
+    unbound: BTreeMap<String, PluginConfig>,
+    /// Components named by a workspace file's `path` (as written, resolved).
+    workspace_paths: Vec<PathBuf>,
 }
 
-/// Whether the workspace's `kiln.toml` may apply what widens access: plugin grants (`fs`,
-/// `exec`, `env`, `write`, `net`, `replaces`), hooks, the agent's test command, MCP servers
-/// (`[mcp.servers]`, which run outside the sandbox) and where the API key is sent (`[llm] base_url`, `api_key`, `api_key_env`). Like direnv and mise, a file
-/// kiln has not seen, or that changed since the user ran `kiln trust`, applies only what
-/// narrows (limits, protections, prompts, model settings) until it is trusted again.
+/// The component a plugin's grants in the user's configuration belong to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    /// The user's section names a `path`: that file, with the sha256 of its bytes when kiln read
+    /// the configuration (`None`: it could not be read, so nothing matches it).
+    File {
+        /// The path as named (resolved against the user's configuration directory).
+        path: PathBuf,
+        /// Hex sha256 of its content.
+        sha256: Option<String>,
+    },
+    /// No `path`: the built-in of that name, or a component named on the command line
+    /// (`--plugin FILE`), never one named by a workspace file.
+    Unnamed,
+}
+
+/// A component being loaded, as [`Config::grant_for`] compares it with a [`Bound`].
+#[derive(Debug, Clone, Copy)]
+pub enum Component<'a> {
+    /// Embedded in kiln.
+    Builtin,
+    /// Read from a file, with the hex sha256 of the bytes compiled.
+    File {
+        /// The file.
+        path: &'a Path,
+        /// Hex sha256 of the bytes that were compiled.
+        sha256: &'a str,
+    },
+}
+
+/// Whether the workspace's `kiln.toml` applied whole. Like direnv and mise, a file kiln has not
+/// seen, or that changed since the user ran `kiln trust`, applies only an allowlist of fields
+/// that can neither widen access nor raise limits or cost ([`UntrustedFile`]: limits that
+/// lower the effective value, `[sandbox]` protections, `[fix]` prompt/format/max_iters that
+/// lower, a few `[llm]` sampling settings and lowered `[llm]` limits) until it is trusted again;
+/// every other field is ignored and named in the warning.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Trust {
     /// No workspace kiln.toml, or nothing in it needs trust.
@@ -278,6 +317,8 @@ pub enum Trust {
         /// Lines added (`+ ...`) and removed (`- ...`) since the trusted version; empty when
         /// the file was never trusted.
         changed: Vec<String>,
+        /// A trust record an older kiln kept beside the user's configuration: no longer read.
+        stale_record: Option<PathBuf>,
     },
 }
 
@@ -288,6 +329,7 @@ impl Trust {
             path,
             ignored,
             changed,
+            stale_record,
         } = self
         else {
             return None;
@@ -313,6 +355,12 @@ impl Trust {
         m.push_str(
             "\nReview it, then run `kiln trust` (or pass --yes / KILN_YES=1 to apply it for one run, e.g. in CI).",
         );
+        if let Some(old) = stale_record {
+            m.push_str(&format!(
+                "\nNote: {} is a trust record of an older kiln; trust records now live in the user's state directory and the old one is not read.",
+                old.display()
+            ));
+        }
         Some(m)
     }
 }
@@ -333,7 +381,7 @@ impl Config {
             let trusted_text = trusted_copy(workspace);
             let recorded = trusted_text.as_deref() == Some(text.as_str());
             let trusted = assume_trust || recorded;
-            let ignored = config.layer_text(&ws_file, &text, trusted)?;
+            let ignored = config.layer_text(&ws_file, &text, Layer::Workspace { trusted })?;
             config.trust = if ignored.is_empty() {
                 Trust::NotNeeded
             } else if trusted {
@@ -346,6 +394,11 @@ impl Config {
                 Trust::Untrusted {
                     path: ws_file.clone(),
                     ignored,
+                    stale_record: if trusted_text.is_none() {
+                        old_trust_file(workspace).filter(|p| p.is_file())
+                    } else {
+                        None
+                    },
                     changed: trusted_text
                         .map(|old| line_changes(&old, &text))
                         .unwrap_or_default(),
@@ -355,28 +408,53 @@ impl Config {
         Ok(config)
     }
 
-    /// Merge one (trusted) file on top of what is loaded.
+    /// Merge one file of the user's on top of what is loaded (applied whole; its plugin grants
+    /// belong to the components it names, see [`Config::grant_for`]).
     pub fn layer_file(&mut self, path: &Path) -> Result<(), ConfigError> {
         let text = read_text(path)?;
-        self.layer_text(path, &text, true).map(|_| ())
+        self.layer_text(path, &text, Layer::User).map(|_| ())
     }
 
-    /// Merge one file's text; when not `trusted`, what widens access is dropped and its
-    /// settings' names are returned (what trusting the file would apply is returned either way).
+    /// Merge one file's text. A workspace file that is not `trusted` applies only its
+    /// [`UntrustedFile`] part. Returns the settings that apply only once the file is trusted
+    /// (the same either way; empty for the user's file).
     fn layer_text(
         &mut self,
         path: &Path,
         text: &str,
-        trusted: bool,
+        layer: Layer,
     ) -> Result<Vec<String>, ConfigError> {
-        let mut file: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_err = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
-        })?;
-        let ignored = file.needs_trust();
-        if !trusted {
-            file.drop_what_needs_trust();
+        };
+        let full: File = toml::from_str(text).map_err(parse_err)?;
+        let Layer::Workspace { trusted } = layer else {
+            self.apply(path, full, Layer::User)?;
+            return Ok(Vec::new());
+        };
+        // Every value is checked, whether it applies or not.
+        Config::default().apply(path, full.clone(), Layer::User)?;
+        let allowed: UntrustedFile = toml::from_str(text).map_err(parse_err)?;
+        let (narrow, mut ignored) = allowed.narrowing(self);
+        for (name, pc) in &full.plugins {
+            if pc.path.is_some() && self.bindings.contains_key(name) {
+                let named = format!("plugins.{name}.path");
+                if let Some(entry) = ignored.iter_mut().find(|i| **i == named) {
+                    entry.push_str(" (your own configuration grants this plugin: its grants stay with the component you named)");
+                }
+            }
         }
+        if trusted {
+            self.apply(path, full, layer)?;
+        } else {
+            self.apply(path, narrow, Layer::Untrusted)?;
+        }
+        Ok(ignored)
+    }
+
+    /// Merge one parsed file.
+    fn apply(&mut self, path: &Path, file: File, layer: Layer) -> Result<(), ConfigError> {
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, mut pc) in file.plugins {
             validate(path, &name, &pc)?;
@@ -385,9 +463,33 @@ impl Config {
             {
                 pc.path = Some(base.join(p));
             }
+            match layer {
+                Layer::User => {
+                    let bound = match &pc.path {
+                        Some(p) => Bound::File {
+                            path: p.clone(),
+                            sha256: std::fs::read(p).ok().map(|b| sha256_hex(&b)),
+                        },
+                        None => self.bindings.get(&name).cloned().unwrap_or(Bound::Unnamed),
+                    };
+                    self.bindings.insert(name.clone(), bound);
+                }
+                Layer::Workspace { .. } => {
+                    self.workspace_paths.extend(pc.path.clone());
+                    self.unbound.entry(name.clone()).or_default().merge(pc.clone());
+                }
+                Layer::Untrusted => {
+                    let unbound = self.unbound.entry(name.clone()).or_default();
+                    unbound.merge(lowered(unbound, &pc));
+                    let merged = self.plugins.entry(name).or_default();
+                    merged.merge(lowered(merged, &pc));
+                    continue;
+                }
+            }
             self.plugins.entry(name).or_default().merge(pc);
         }
         if let Some(llm) = file.llm {
+            // An untrusted layer's limits were checked to lower (`narrowing`).
             self.llm.merge(llm);
         }
         if let Some(agent) = file.agent {
@@ -399,23 +501,7 @@ impl Config {
             }
         }
         if let Some(sandbox) = file.sandbox {
-            if let Some(globs) = sandbox.protect {
-                for g in &globs {
-                    crate::path::check_relative(g.trim_end_matches('/')).map_err(|why| {
-                        ConfigError::Invalid {
-                            path: path.to_path_buf(),
-                            message: format!("sandbox.protect: `{g}` {why}"),
-                        }
-                    })?;
-                }
-                self.sandbox
-                    .protect
-                    .get_or_insert_with(Vec::new)
-                    .extend(globs);
-            }
-            if sandbox.require_confinement == Some(true) {
-                self.sandbox.require_confinement = Some(true);
-            }
+            self.apply_sandbox(path, sandbox)?;
         }
         if let Some(mcp) = file.mcp {
             for (name, server) in mcp.servers {
@@ -423,7 +509,52 @@ impl Config {
                 self.mcp.servers.insert(name, server);
             }
         }
-        for (model, price) in file.pricing.unwrap_or_default() {
+        self.apply_pricing(path, file.pricing.unwrap_or_default())?;
+        if let Some(fix) = file.fix {
+            if fix.prompt.is_some() {
+                self.fix.prompt = fix.prompt;
+            }
+            if fix.format.is_some() {
+                self.fix.format = fix.format;
+            }
+            if let Some(n) = fix.max_iters {
+                self.fix.max_iters = Some(match layer {
+                    Layer::Untrusted => n.min(self.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS)),
+                    _ => n,
+                });
+            }
+        }
+        self.sources.push(path.to_path_buf());
+        Ok(())
+    }
+
+    fn apply_sandbox(&mut self, path: &Path, sandbox: SandboxConfig) -> Result<(), ConfigError> {
+        if let Some(globs) = sandbox.protect {
+            for g in &globs {
+                crate::path::check_relative(g.trim_end_matches('/')).map_err(|why| {
+                    ConfigError::Invalid {
+                        path: path.to_path_buf(),
+                        message: format!("sandbox.protect: `{g}` {why}"),
+                    }
+                })?;
+            }
+            self.sandbox
+                .protect
+                .get_or_insert_with(Vec::new)
+                .extend(globs);
+        }
+        if sandbox.require_confinement == Some(true) {
+            self.sandbox.require_confinement = Some(true);
+        }
+        Ok(())
+    }
+
+    fn apply_pricing(
+        &mut self,
+        path: &Path,
+        pricing: BTreeMap<String, crate::llm::pricing::Price>,
+    ) -> Result<(), ConfigError> {
+        for (model, price) in pricing {
             if model.trim().is_empty() {
                 return Err(ConfigError::Invalid {
                     path: path.to_path_buf(),
@@ -440,19 +571,66 @@ impl Config {
             }
             self.pricing.insert(model, price);
         }
-        if let Some(fix) = file.fix {
-            if fix.prompt.is_some() {
-                self.fix.prompt = fix.prompt;
+        Ok(())
+    }
+
+    /// What plugin `name` is granted when `component` is the one loaded for it. The user's
+    /// grants for `name` belong to the component the user named (DESIGN §3): the file their
+    /// section's `path` names, with the same bytes as when kiln read the configuration, or,
+    /// without a `path`, the built-in or a `--plugin` file — never a component a workspace
+    /// file names. Any other component gets only what the workspace file (once trusted)
+    /// grants, and the second value says why, for a warning.
+    pub fn grant_for(&self, name: &str, component: Component<'_>) -> (PluginConfig, Option<String>) {
+        let Some(bound) = self.bindings.get(name) else {
+            return (self.plugin(name), None);
+        };
+        let same_file = |a: &Path, b: &Path| {
+            a == b
+                || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+        };
+        let mismatch = match (bound, component) {
+            (Bound::File { path, sha256 }, Component::File { path: p, sha256: h }) => {
+                if !same_file(path, p) {
+                    Some(format!(
+                        "it is loaded from {} (sha256 {h}), not from {} that your configuration names",
+                        p.display(),
+                        path.display()
+                    ))
+                } else if sha256.as_deref() != Some(h) {
+                    Some(format!(
+                        "{} changed since kiln read your configuration (sha256 {} then, {h} now)",
+                        p.display(),
+                        sha256.as_deref().unwrap_or("unreadable")
+                    ))
+                } else {
+                    None
+                }
             }
-            if fix.format.is_some() {
-                self.fix.format = fix.format;
-            }
-            if fix.max_iters.is_some() {
-                self.fix.max_iters = fix.max_iters;
-            }
+            (Bound::File { path, .. }, Component::Builtin) => Some(format!(
+                "the built-in is loaded, not {} that your configuration names",
+                path.display()
+            )),
+            (Bound::Unnamed, Component::Builtin) => None,
+            (Bound::Unnamed, Component::File { path: p, sha256: h }) => self
+                .workspace_paths
+                .iter()
+                .any(|w| same_file(w, p))
+                .then(|| {
+                    format!(
+                        "it is loaded from {} (sha256 {h}), which the workspace's kiln.toml names, not a component you named",
+                        p.display()
+                    )
+                }),
+        };
+        match mismatch {
+            None => (self.plugin(name), None),
+            Some(why) => (
+                self.unbound.get(name).cloned().unwrap_or_default(),
+                Some(format!(
+                    "plugin `{name}`: the grants in your configuration do not apply: {why}. It runs with only what the workspace's kiln.toml grants it."
+                )),
+            ),
         }
-        self.sources.push(path.to_path_buf());
-        Ok(ignored)
     }
 
     /// kiln's own files plus `[sandbox] protect`.
@@ -466,73 +644,287 @@ impl Config {
     }
 }
 
-impl File {
-    /// The settings of this file that widen access (see [`Trust`]).
-    fn needs_trust(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (name, pc) in &self.plugins {
-            let fields = [
-                ("fs", pc.fs.is_some()),
-                ("exec", pc.exec.is_some()),
-                ("env", pc.env.is_some()),
-                ("write", pc.write.is_some()),
-                ("net", pc.net.is_some()),
-                ("replaces", pc.replaces.is_some()),
-            ];
-            out.extend(
-                fields
-                    .iter()
-                    .filter(|(_, set)| *set)
-                    .map(|(f, _)| format!("plugins.{name}.{f}")),
-            );
-        }
-        if let Some(agent) = &self.agent {
-            if agent.hooks.is_some() {
-                out.push("agent.hooks".into());
-            }
-            if agent.test_command.is_some() {
-                out.push("agent.test_command".into());
-            }
-        }
-        if let Some(mcp) = &self.mcp {
-            out.extend(mcp.servers.keys().map(|name| format!("mcp.servers.{name}")));
-        }
-        if let Some(llm) = &self.llm {
-            let fields = [
-                ("base_url", llm.base_url.is_some()),
-                ("api_key", llm.api_key.is_some()),
-                ("api_key_env", llm.api_key_env.is_some()),
-            ];
-            out.extend(
-                fields
-                    .iter()
-                    .filter(|(_, set)| *set)
-                    .map(|(f, _)| format!("llm.{f}")),
-            );
-        }
-        out
-    }
+/// How a file is layered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    /// The user's own configuration: applies whole; its plugin grants are bound to the
+    /// components it names.
+    User,
+    /// The workspace's kiln.toml; applies whole only when `trusted`.
+    Workspace {
+        /// Trusted (`kiln trust`, `--yes`).
+        trusted: bool,
+    },
+    /// The [`UntrustedFile`] part of an untrusted workspace file (limits only lower).
+    Untrusted,
+}
 
-    fn drop_what_needs_trust(&mut self) {
-        for pc in self.plugins.values_mut() {
-            pc.fs = None;
-            pc.exec = None;
-            pc.env = None;
-            pc.write = None;
-            pc.net = None;
-            pc.replaces = None;
-        }
-        if let Some(agent) = &mut self.agent {
-            agent.hooks = None;
-            agent.test_command = None;
-        }
-        self.mcp = None;
-        if let Some(llm) = &mut self.llm {
-            llm.base_url = None;
-            llm.api_key = None;
-            llm.api_key_env = None;
+/// The `kiln fix` iteration ceiling when nothing sets one (the same default `kiln fix` and the
+/// MCP server use); an untrusted file may only lower it.
+pub const DEFAULT_MAX_ITERS: u32 = 5;
+
+/// The longest `[fix] prompt` an untrusted file may set: a prompt is sent with every request,
+/// so a longer one raises cost and needs trust.
+pub const UNTRUSTED_PROMPT_MAX: usize = 16 * 1024;
+
+/// Any other keys of a table: what an untrusted file sets but may not.
+type Other = BTreeMap<String, toml::Value>;
+
+/// The ALLOWLIST: everything an untrusted workspace `kiln.toml` may set. Only these fields
+/// exist here; every other key of the file (a field added to [`File`] later included) lands
+/// in an `other` map and is ignored with a warning. Limits apply only where they lower the
+/// effective value (see [`UntrustedFile::narrowing`]).
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedFile {
+    #[serde(default)]
+    plugins: BTreeMap<String, UntrustedPlugin>,
+    #[serde(default)]
+    llm: Option<UntrustedLlm>,
+    #[serde(default)]
+    fix: Option<UntrustedFix>,
+    #[serde(default)]
+    sandbox: Option<UntrustedSandbox>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[plugins.NAME]` untrusted: limits, applied only where they lower.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedPlugin {
+    memory_mib: Option<u32>,
+    timeout_ms: Option<u32>,
+    output_bytes: Option<u32>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[llm]` untrusted: sampling switches, and limits applied only where they lower. Not the
+/// model or provider (cost, and which key goes where), endpoints or keys.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedLlm {
+    temperature: Option<f64>,
+    omit_temperature: Option<bool>,
+    disable_thinking: Option<bool>,
+    stream: Option<bool>,
+    max_tokens: Option<u32>,
+    timeout_secs: Option<u64>,
+    connect_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    max_retries: Option<u32>,
+    stream_max_retries: Option<u32>,
+    max_reply_bytes: Option<u64>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[fix]` untrusted: the prompt (up to [`UNTRUSTED_PROMPT_MAX`]), the format, and a lower
+/// iteration ceiling.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedFix {
+    prompt: Option<String>,
+    format: Option<String>,
+    max_iters: Option<u32>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[sandbox]` untrusted: both fields only add protection.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedSandbox {
+    protect: Option<Vec<String>>,
+    require_confinement: Option<bool>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// The names of the keys in `other` under `prefix`, tables expanded `depth` more levels.
+fn other_keys(prefix: &str, other: &Other, depth: usize, out: &mut Vec<String>) {
+    for (k, v) in other {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(t) if depth > 0 && !t.is_empty() => {
+                let t: Other = t.clone().into_iter().collect();
+                other_keys(&key, &t, depth - 1, out);
+            }
+            _ => out.push(key),
         }
     }
+}
+
+/// `value` if it does not raise `current`; else `None`, with the key named in `ignored`.
+fn lower_only<T: PartialOrd + std::fmt::Display + Copy>(
+    key: String,
+    value: Option<T>,
+    current: T,
+    ignored: &mut Vec<String>,
+) -> Option<T> {
+    let v = value?;
+    if v <= current {
+        Some(v)
+    } else {
+        ignored.push(format!("{key} (raises {current} to {v})"));
+        None
+    }
+}
+
+impl UntrustedFile {
+    /// The file as it applies untrusted, and the names of what it sets that does not apply
+    /// (`config`: what is loaded so far, against which limits must lower).
+    fn narrowing(self, config: &Config) -> (File, Vec<String>) {
+        let mut ignored = Vec::new();
+        let top: Other = self
+            .other
+            .into_iter()
+            .filter(|(k, _)| k != "plugins")
+            .collect();
+        for (k, v) in &top {
+            let depth = if k == "mcp" { 2 } else { 1 };
+            other_keys("", &BTreeMap::from([(k.clone(), v.clone())]), depth, &mut ignored);
+        }
+        let mut file = File::default();
+        for (name, up) in self.plugins {
+            other_keys(&format!("plugins.{name}"), &up.other, 0, &mut ignored);
+            let have = config.plugin(&name);
+            use crate::plugin::capability as cap;
+            let key = |f: &str| format!("plugins.{name}.{f}");
+            let pc = PluginConfig {
+                memory_mib: lower_only(
+                    key("memory_mib"),
+                    up.memory_mib,
+                    have.memory_mib.unwrap_or(cap::DEFAULT_MEMORY_MIB),
+                    &mut ignored,
+                ),
+                timeout_ms: lower_only(
+                    key("timeout_ms"),
+                    up.timeout_ms,
+                    have.timeout_ms.unwrap_or(cap::DEFAULT_TIMEOUT_MS),
+                    &mut ignored,
+                ),
+                output_bytes: lower_only(
+                    key("output_bytes"),
+                    up.output_bytes,
+                    have.output_bytes.unwrap_or(cap::DEFAULT_OUTPUT_BYTES),
+                    &mut ignored,
+                ),
+                ..PluginConfig::default()
+            };
+            file.plugins.insert(name, pc);
+        }
+        if let Some(llm) = self.llm {
+            file.llm = Some(llm.narrowing(&config.llm, &mut ignored));
+        }
+        if let Some(fix) = self.fix {
+            other_keys("fix", &fix.other, 0, &mut ignored);
+            let prompt = match fix.prompt {
+                Some(p) if p.len() > UNTRUSTED_PROMPT_MAX => {
+                    ignored.push(format!(
+                        "fix.prompt (longer than {UNTRUSTED_PROMPT_MAX} bytes)"
+                    ));
+                    None
+                }
+                p => p,
+            };
+            file.fix = Some(FixConfig {
+                prompt,
+                format: fix.format,
+                max_iters: lower_only(
+                    "fix.max_iters".into(),
+                    fix.max_iters,
+                    config.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS),
+                    &mut ignored,
+                ),
+            });
+        }
+        if let Some(sandbox) = self.sandbox {
+            other_keys("sandbox", &sandbox.other, 0, &mut ignored);
+            file.sandbox = Some(SandboxConfig {
+                protect: sandbox.protect,
+                require_confinement: sandbox.require_confinement.filter(|r| *r),
+            });
+        }
+        (file, ignored)
+    }
+}
+
+impl UntrustedLlm {
+    fn narrowing(self, have: &crate::llm::LlmConfig, ignored: &mut Vec<String>) -> crate::llm::LlmConfig {
+        use crate::llm::settings as d;
+        other_keys("llm", &self.other, 0, ignored);
+        let key = |f: &str| format!("llm.{f}");
+        crate::llm::LlmConfig {
+            temperature: self.temperature,
+            omit_temperature: self.omit_temperature,
+            disable_thinking: self.disable_thinking,
+            stream: self.stream,
+            max_tokens: lower_only(
+                key("max_tokens"),
+                self.max_tokens,
+                have.max_tokens.unwrap_or(d::DEFAULT_MAX_TOKENS),
+                ignored,
+            ),
+            timeout_secs: lower_only(
+                key("timeout_secs"),
+                self.timeout_secs,
+                have.timeout_secs.unwrap_or(d::DEFAULT_TIMEOUT_SECS),
+                ignored,
+            ),
+            connect_timeout_secs: lower_only(
+                key("connect_timeout_secs"),
+                self.connect_timeout_secs,
+                have.connect_timeout_secs
+                    .unwrap_or(d::DEFAULT_CONNECT_TIMEOUT_SECS),
+                ignored,
+            ),
+            idle_timeout_secs: lower_only(
+                key("idle_timeout_secs"),
+                self.idle_timeout_secs,
+                have.idle_timeout_secs.unwrap_or(d::DEFAULT_IDLE_TIMEOUT_SECS),
+                ignored,
+            ),
+            max_retries: lower_only(
+                key("max_retries"),
+                self.max_retries,
+                have.max_retries.unwrap_or(d::DEFAULT_MAX_RETRIES),
+                ignored,
+            ),
+            stream_max_retries: lower_only(
+                key("stream_max_retries"),
+                self.stream_max_retries,
+                have.stream_max_retries
+                    .unwrap_or(d::DEFAULT_STREAM_MAX_RETRIES),
+                ignored,
+            ),
+            max_reply_bytes: lower_only(
+                key("max_reply_bytes"),
+                self.max_reply_bytes,
+                have.max_reply_bytes.unwrap_or(d::DEFAULT_MAX_REPLY_BYTES),
+                ignored,
+            ),
+            ..Default::default()
+        }
+    }
+}
+
+/// `pc`'s limits, each no higher than what `have` has (or the default): what an untrusted
+/// layer may merge into `have`.
+fn lowered(have: &PluginConfig, pc: &PluginConfig) -> PluginConfig {
+    use crate::plugin::capability as cap;
+    let low = |v: Option<u32>, h: Option<u32>, d: u32| v.map(|v| v.min(h.unwrap_or(d)));
+    PluginConfig {
+        memory_mib: low(pc.memory_mib, have.memory_mib, cap::DEFAULT_MEMORY_MIB),
+        timeout_ms: low(pc.timeout_ms, have.timeout_ms, cap::DEFAULT_TIMEOUT_MS),
+        output_bytes: low(pc.output_bytes, have.output_bytes, cap::DEFAULT_OUTPUT_BYTES),
+        ..PluginConfig::default()
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
 }
 
 fn read_text(path: &Path) -> Result<String, ConfigError> {
@@ -542,17 +934,48 @@ fn read_text(path: &Path) -> Result<String, ConfigError> {
     })
 }
 
-/// Where trusted copies of workspace `kiln.toml` files are kept: `trusted/` beside the user's
-/// configuration file, outside every workspace.
+/// kiln's directory in the user's state directory: `$XDG_STATE_HOME/kiln` (an absolute
+/// `XDG_STATE_HOME`), else `~/.local/state/kiln`. Outside every workspace.
+fn user_state_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|h| h.is_absolute())
+                .map(|h| h.join(".local").join("state"))
+        })?;
+    Some(base.join("kiln"))
+}
+
+/// Where trusted copies of workspace `kiln.toml` files are kept: `trust/` in kiln's state
+/// directory (`$XDG_STATE_HOME/kiln/trust`, else `~/.local/state/kiln/trust`), one file per
+/// workspace keyed by the hash of its canonical path.
 pub fn trust_dir() -> Option<PathBuf> {
-    user_config_path().and_then(|p| p.parent().map(|d| d.join("trusted")))
+    user_state_dir().map(|d| d.join("trust"))
+}
+
+/// The key of `workspace`: the hash of its canonical path.
+fn workspace_key(workspace: &Path) -> String {
+    let canonical = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    sha256_hex(canonical.as_os_str().as_encoded_bytes())[..32].to_string()
 }
 
 /// The file holding the trusted copy of `workspace`'s kiln.toml.
 fn trust_file(workspace: &Path) -> Option<PathBuf> {
-    use sha2::{Digest, Sha256};
-    let key = hex::encode(&Sha256::digest(workspace.as_os_str().as_encoded_bytes())[..16]);
-    trust_dir().map(|d| d.join(format!("{key}.toml")))
+    trust_dir().map(|d| d.join(format!("{}.toml", workspace_key(workspace))))
+}
+
+/// Where kiln kept the record before (`trusted/` beside the user's configuration file); such
+/// a record is no longer read, only mentioned.
+fn old_trust_file(workspace: &Path) -> Option<PathBuf> {
+    let key = &sha256_hex(workspace.as_os_str().as_encoded_bytes())[..32];
+    user_config_path()
+        .and_then(|p| p.parent().map(|d| d.join("trusted")))
+        .map(|d| d.join(format!("{key}.toml")))
 }
 
 fn trusted_copy(workspace: &Path) -> Option<String> {
@@ -564,10 +987,11 @@ pub fn trust_workspace(workspace: &Path) -> Result<PathBuf, ConfigError> {
     let ws_file = workspace.join("kiln.toml");
     let text = read_text(&ws_file)?;
     // Refuse to trust a file that does not load.
-    Config::default().layer_text(&ws_file, &text, true)?;
+    Config::default().layer_text(&ws_file, &text, Layer::Workspace { trusted: true })?;
     let dest = trust_file(workspace).ok_or_else(|| ConfigError::Invalid {
         path: ws_file.clone(),
-        message: "no home or configuration directory to keep the trust record in (set HOME or XDG_CONFIG_HOME)".into(),
+        message: "no state directory to keep the trust record in (set HOME or XDG_STATE_HOME)"
+            .into(),
     })?;
     let write = || -> std::io::Result<()> {
         let dir = dest.parent().expect("trust file has a parent");
@@ -741,26 +1165,26 @@ pub fn user_config_path() -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    const TRUSTED: Layer = Layer::Workspace { trusted: true };
+    const UNTRUSTED: Layer = Layer::Workspace { trusted: false };
+
     #[test]
     fn pricing_is_parsed_validated_and_layered() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("kiln.toml");
         let mut c = Config::default();
-        let ignored = c
-            .layer_text(
-                &ws,
-                "[pricing.\"my-model\"]\ninput = 1.0\ncached_input = 0.5\noutput = 4\n",
-                false,
-            )
-            .unwrap();
-        assert!(ignored.is_empty(), "prices need no trust: {ignored:?}");
+        let text = "[pricing.\"my-model\"]\ninput = 1.0\ncached_input = 0.5\noutput = 4\n";
+        let ignored = c.layer_text(&ws, text, UNTRUSTED).unwrap();
+        assert_eq!(ignored, ["pricing.my-model"], "prices change cost: trust first");
+        assert!(c.pricing.is_empty());
+        c.layer_text(&ws, text, TRUSTED).unwrap();
         let p = c.pricing["my-model"];
         assert_eq!((p.input, p.cached_input, p.output), (1.0, Some(0.5), 4.0));
-        c.layer_text(&ws, "[pricing.\"my-model\"]\ninput = 2\noutput = 8\n", true)
+        c.layer_text(&ws, "[pricing.\"my-model\"]\ninput = 2\noutput = 8\n", TRUSTED)
             .unwrap();
         assert_eq!(c.pricing["my-model"].input, 2.0);
         let err = Config::default()
-            .layer_text(&ws, "[pricing.m]\ninput = -1\noutput = 1\n", true)
+            .layer_text(&ws, "[pricing.m]\ninput = -1\noutput = 1\n", TRUSTED)
             .unwrap_err()
             .to_string();
         assert!(
@@ -771,13 +1195,13 @@ mod tests {
             .layer_text(
                 &ws,
                 "[pricing.m]\ninput = 1\noutput = 1\ncached = 1\n",
-                true,
+                TRUSTED,
             )
             .unwrap_err()
             .to_string();
         assert!(err.contains("cached"), "{err}");
         let err = Config::default()
-            .layer_text(&ws, "[pricing.m]\ninput = 1\n", true)
+            .layer_text(&ws, "[pricing.m]\ninput = 1\n", TRUSTED)
             .unwrap_err()
             .to_string();
         assert!(err.contains("output"), "{err}");
@@ -836,14 +1260,14 @@ mod tests {
         let ws = dir.path().join("kiln.toml");
         let text = "[mcp.servers.notes]\ncommand = \"notes-server\"\nargs = [\"--stdio\"]\nenv = [\"NOTES_TOKEN\"]\n";
         let mut c = Config::default();
-        let ignored = c.layer_text(&ws, text, false).unwrap();
+        let ignored = c.layer_text(&ws, text, UNTRUSTED).unwrap();
         assert_eq!(ignored, ["mcp.servers.notes"]);
         assert!(
             c.mcp.servers.is_empty(),
             "an untrusted file starts no server"
         );
         let mut c = Config::default();
-        c.layer_text(&ws, text, true).unwrap();
+        c.layer_text(&ws, text, TRUSTED).unwrap();
         let s = &c.mcp.servers["notes"];
         assert_eq!(
             (s.command.as_str(), s.args.as_slice(), s.env.as_slice()),
@@ -854,12 +1278,12 @@ mod tests {
             )
         );
         let err = Config::default()
-            .layer_text(&ws, "[mcp.servers.\"a.b\"]\ncommand = \"x\"\n", true)
+            .layer_text(&ws, "[mcp.servers.\"a.b\"]\ncommand = \"x\"\n", TRUSTED)
             .unwrap_err()
             .to_string();
         assert!(err.contains("mcp.servers.a.b"), "{err}");
         let err = Config::default()
-            .layer_text(&ws, "[mcp.servers.x]\ncommand = \"x\"\ncwd = \"/\"\n", true)
+            .layer_text(&ws, "[mcp.servers.x]\ncommand = \"x\"\ncwd = \"/\"\n", TRUSTED)
             .unwrap_err()
             .to_string();
         assert!(err.contains("cwd"), "{err}");
