@@ -167,7 +167,8 @@ fn handle(mut stream: TcpStream, queue: &Mutex<VecDeque<Reply>>, requests: &Mute
 /// Note on the last recorded request that the client closed the connection mid-reply.
 fn sent_until_hangup(requests: &Mutex<Vec<Recorded>>) {
     if let Some(last) = requests.lock().unwrap().last_mut() {
-        last.headers.push(("x-mock-client-hung-up".into(), "1".into()));
+        last.headers
+            .push(("x-mock-client-hung-up".into(), "1".into()));
     }
 }
 

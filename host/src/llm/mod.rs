@@ -419,7 +419,11 @@ async fn read_capped(resp: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>
 
 /// The reply text of a complete answer: content and tool-call arguments.
 fn reply_bytes(r: &ChatResponse) -> usize {
-    r.text.len() + r.tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>()
+    r.text.len()
+        + r.tool_calls
+            .iter()
+            .map(|c| c.arguments.len())
+            .sum::<usize>()
 }
 
 impl LlmClient {

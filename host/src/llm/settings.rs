@@ -318,7 +318,9 @@ impl LlmSettings {
             ),
             timeout: Duration::from_secs(config.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS)),
             idle_timeout: Duration::from_secs(
-                config.idle_timeout_secs.unwrap_or(DEFAULT_IDLE_TIMEOUT_SECS),
+                config
+                    .idle_timeout_secs
+                    .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECS),
             ),
             temperature,
             disable_thinking: config.disable_thinking.unwrap_or(false),
