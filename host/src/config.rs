@@ -336,13 +336,13 @@ impl Trust {
         };
         let mut m = if changed.is_empty() {
             format!(
-                "{} is not trusted yet: kiln ignores what it grants ({}).",
+                "{} is not trusted yet: kiln applies only fields that cannot widen access or raise limits or cost, and ignores {}.",
                 path.display(),
                 ignored.join(", ")
             )
         } else {
             format!(
-                "{} changed since you trusted it; kiln ignores what it grants ({}) until you trust it again. Changed lines:\n{}",
+                "{} changed since you trusted it; until you trust it again kiln applies only fields that cannot widen access or raise limits or cost, and ignores {}. Changed lines:\n{}",
                 path.display(),
                 ignored.join(", "),
                 changed
@@ -752,7 +752,9 @@ fn other_keys(prefix: &str, other: &Other, depth: usize, out: &mut Vec<String>) 
             format!("{prefix}.{k}")
         };
         match v {
-            toml::Value::Table(t) if depth > 0 && !t.is_empty() => {
+            // An empty table sets nothing.
+            toml::Value::Table(t) if t.is_empty() => {}
+            toml::Value::Table(t) if depth > 0 => {
                 let t: Other = t.clone().into_iter().collect();
                 other_keys(&key, &t, depth - 1, out);
             }
@@ -798,31 +800,7 @@ impl UntrustedFile {
         }
         let mut file = File::default();
         for (name, up) in self.plugins {
-            other_keys(&format!("plugins.{name}"), &up.other, 0, &mut ignored);
-            let have = config.plugin(&name);
-            use crate::plugin::capability as cap;
-            let key = |f: &str| format!("plugins.{name}.{f}");
-            let pc = PluginConfig {
-                memory_mib: lower_only(
-                    key("memory_mib"),
-                    up.memory_mib,
-                    have.memory_mib.unwrap_or(cap::DEFAULT_MEMORY_MIB),
-                    &mut ignored,
-                ),
-                timeout_ms: lower_only(
-                    key("timeout_ms"),
-                    up.timeout_ms,
-                    have.timeout_ms.unwrap_or(cap::DEFAULT_TIMEOUT_MS),
-                    &mut ignored,
-                ),
-                output_bytes: lower_only(
-                    key("output_bytes"),
-                    up.output_bytes,
-                    have.output_bytes.unwrap_or(cap::DEFAULT_OUTPUT_BYTES),
-                    &mut ignored,
-                ),
-                ..PluginConfig::default()
-            };
+            let pc = up.narrowing(&name, &config.plugin(&name), &mut ignored);
             file.plugins.insert(name, pc);
         }
         if let Some(llm) = self.llm {
@@ -858,6 +836,36 @@ impl UntrustedFile {
             });
         }
         (file, ignored)
+    }
+}
+
+impl UntrustedPlugin {
+    /// The limits that lower what `have` (the section so far) allows.
+    fn narrowing(self, name: &str, have: &PluginConfig, ignored: &mut Vec<String>) -> PluginConfig {
+        use crate::plugin::capability as cap;
+        other_keys(&format!("plugins.{name}"), &self.other, 0, ignored);
+        let key = |f: &str| format!("plugins.{name}.{f}");
+        PluginConfig {
+            memory_mib: lower_only(
+                key("memory_mib"),
+                self.memory_mib,
+                have.memory_mib.unwrap_or(cap::DEFAULT_MEMORY_MIB),
+                ignored,
+            ),
+            timeout_ms: lower_only(
+                key("timeout_ms"),
+                self.timeout_ms,
+                have.timeout_ms.unwrap_or(cap::DEFAULT_TIMEOUT_MS),
+                ignored,
+            ),
+            output_bytes: lower_only(
+                key("output_bytes"),
+                self.output_bytes,
+                have.output_bytes.unwrap_or(cap::DEFAULT_OUTPUT_BYTES),
+                ignored,
+            ),
+            ..PluginConfig::default()
+        }
     }
 }
 
