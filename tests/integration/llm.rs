@@ -608,6 +608,20 @@ async fn a_streamed_reply_past_max_reply_bytes_fails_fast_and_is_not_retried() {
     assert!(streamed.len() <= (1 << 20) + 1000, "{}", streamed.len());
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert_eq!(mock.recorded().len(), 1, "never retried");
+    // One event that never ends (no newline) is not held past 6 × the cap + 64 KiB either.
+    let line = Reply::Repeat(
+        "text/event-stream",
+        "data: ".into(),
+        "z".repeat(1000),
+        64 << 10,
+        String::new(),
+    );
+    let mock = MockLlm::start(vec![line]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.max_reply_bytes = 64 << 10;
+    let (r, _) = complete(s, &ask("hi")).await;
+    assert!(matches!(r, Err(LlmError::ReplyTooLarge { .. })), "{r:?}");
+    assert_eq!(mock.recorded().len(), 1, "never retried");
 }
 
 #[tokio::test]

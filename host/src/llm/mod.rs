@@ -706,12 +706,16 @@ impl LlmClient {
             }
         }
         if !done {
-            if let Some(ev) = decoder.finish()
-                && asm.event(&ev, sink).map_err(|e| (e, None))?
-            {
-                return Ok(asm.finish());
+            let complete = match decoder.finish() {
+                Some(ev) => asm.event(&ev, sink).map_err(|e| (e, None))?,
+                None => false,
+            };
+            if asm.reply_bytes() as u64 > s.max_reply_bytes {
+                return Err(too_large());
             }
-            return Err((LlmError::Truncated(asm.missing()), None));
+            if !complete {
+                return Err((LlmError::Truncated(asm.missing()), None));
+            }
         }
         Ok(asm.finish())
     }
