@@ -1,7 +1,9 @@
 //! Configuration files: the user-level file (`$XDG_CONFIG_HOME/kiln/config.toml`, else
 //! `~/.config/kiln/config.toml`) and the workspace's `kiln.toml`, layered in that order.
-//! Owns parsing, validation (unknown fields are errors that name the file) and merging; the
-//! meaning of a grant lives in `plugin::capability`.
+//! Owns parsing, validation (unknown fields are errors that name the file), merging, what an
+//! untrusted workspace file may set (an allowlist: `UntrustedFile`), which component the
+//! user's grants belong to ([`Config::grant_for`]) and the trust records (in the user's state
+//! directory); the meaning of a grant lives in `plugin::capability`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -295,7 +297,7 @@ pub enum Component<'a> {
 
 /// Whether the workspace's `kiln.toml` applied whole. Like direnv and mise, a file kiln has not
 /// seen, or that changed since the user ran `kiln trust`, applies only an allowlist of fields
-/// that can neither widen access nor raise limits or cost ([`UntrustedFile`]: limits that
+/// that can neither widen access nor raise limits or cost (`UntrustedFile`: limits that
 /// lower the effective value, `[sandbox]` protections, `[fix]` prompt/format/max_iters that
 /// lower, a few `[llm]` sampling settings and lowered `[llm]` limits) until it is trusted again;
 /// every other field is ignored and named in the warning.
