@@ -435,8 +435,8 @@ impl Config {
             self.apply(path, full, Layer::User)?;
             return Ok(Vec::new());
         };
-        // Every value is checked, whether it applies or not.
-        Config::default().apply(path, full.clone(), Layer::User)?;
+        // Every value is checked, whether it applies or not (nothing is read from disk).
+        Config::default().apply(path, full.clone(), TRUSTED_WORKSPACE)?;
         let allowed: UntrustedFile = toml::from_str(text).map_err(parse_err)?;
         let (narrow, mut ignored) = allowed.narrowing(self);
         for (name, pc) in &full.plugins {
@@ -470,7 +470,11 @@ impl Config {
                     let bound = match &pc.path {
                         Some(p) => Bound::File {
                             path: p.clone(),
-                            sha256: std::fs::read(p).ok().map(|b| sha256_hex(&b)),
+                            sha256: p
+                                .is_file()
+                                .then(|| std::fs::read(p).ok())
+                                .flatten()
+                                .map(|b| sha256_hex(&b)),
                         },
                         None => self.bindings.get(&name).cloned().unwrap_or(Bound::Unnamed),
                     };
@@ -666,6 +670,10 @@ enum Layer {
     /// The [`UntrustedFile`] part of an untrusted workspace file (limits only lower).
     Untrusted,
 }
+
+/// A workspace file applied whole (never read as the user's: that would hash the files its
+/// `path`s name).
+const TRUSTED_WORKSPACE: Layer = Layer::Workspace { trusted: true };
 
 /// The `kiln fix` iteration ceiling when nothing sets one (the same default `kiln fix` and the
 /// MCP server use); an untrusted file may only lower it.
@@ -1453,6 +1461,21 @@ command = "notes"
         assert_eq!(again, ignored);
         assert_eq!(t.plugin("command").timeout_ms, Some(4_000_000_000));
         assert_eq!(t.llm.model.as_deref(), Some("expensive"));
+    }
+
+    #[test]
+    fn a_workspace_path_is_never_read_while_loading() {
+        for layer in [UNTRUSTED, TRUSTED] {
+            let mut c = user();
+            let ignored = c
+                .layer_text(
+                    Path::new("/w/kiln.toml"),
+                    "[plugins.x]\npath = \"/dev/zero\"\n",
+                    layer,
+                )
+                .unwrap();
+            assert_eq!(ignored, ["plugins.x.path"]);
+        }
     }
 
     #[test]
