@@ -1,7 +1,9 @@
 //! Configuration files: the user-level file (`$XDG_CONFIG_HOME/kiln/config.toml`, else
 //! `~/.config/kiln/config.toml`) and the workspace's `kiln.toml`, layered in that order.
-//! Owns parsing, validation (unknown fields are errors that name the file) and merging; the
-//! meaning of a grant lives in `plugin::capability`.
+//! Owns parsing, validation (unknown fields are errors that name the file), merging, what an
+//! untrusted workspace file may set (an allowlist: `UntrustedFile`), which component the
+//! user's grants belong to ([`Config::grant_for`]) and the trust records (in the user's state
+//! directory); the meaning of a grant lives in `plugin::capability`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -253,13 +255,52 @@ pub struct Config {
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
     pub trust: Trust,
+    /// Per plugin the user's configuration grants something to: the component those grants
+    /// belong to (see [`Config::grant_for`]).
+    pub bindings: BTreeMap<String, Bound>,
+    /// The plugin sections merged without the user's configuration: what a plugin gets when
+    /// it is not the component the user's grants belong to.
+    unbound: BTreeMap<String, PluginConfig>,
+    /// Components named by a workspace file's `path` (as written, resolved).
+    workspace_paths: Vec<PathBuf>,
 }
 
-/// Whether the workspace's `kiln.toml` may apply what widens access: plugin grants (`fs`,
-/// `exec`, `env`, `write`, `net`, `replaces`), hooks, the agent's test command, MCP servers
-/// (`[mcp.servers]`, which run outside the sandbox) and where the API key is sent (`[llm] base_url`, `api_key`, `api_key_env`). Like direnv and mise, a file
-/// kiln has not seen, or that changed since the user ran `kiln trust`, applies only what
-/// narrows (limits, protections, prompts, model settings) until it is trusted again.
+/// The component a plugin's grants in the user's configuration belong to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    /// The user's section names a `path`: that file, with the sha256 of its bytes when kiln read
+    /// the configuration (`None`: it could not be read, so nothing matches it).
+    File {
+        /// The path as named (resolved against the user's configuration directory).
+        path: PathBuf,
+        /// Hex sha256 of its content.
+        sha256: Option<String>,
+    },
+    /// No `path`: the built-in of that name, or a component named on the command line
+    /// (`--plugin FILE`), never one named by a workspace file.
+    Unnamed,
+}
+
+/// A component being loaded, as [`Config::grant_for`] compares it with a [`Bound`].
+#[derive(Debug, Clone, Copy)]
+pub enum Component<'a> {
+    /// Embedded in kiln.
+    Builtin,
+    /// Read from a file, with the hex sha256 of the bytes compiled.
+    File {
+        /// The file.
+        path: &'a Path,
+        /// Hex sha256 of the bytes that were compiled.
+        sha256: &'a str,
+    },
+}
+
+/// Whether the workspace's `kiln.toml` applied whole. Like direnv and mise, a file kiln has not
+/// seen, or that changed since the user ran `kiln trust`, applies only an allowlist of fields
+/// that can neither widen access nor raise limits or cost (`UntrustedFile`: limits that
+/// lower the effective value, `[sandbox]` protections, `[fix]` prompt/format/max_iters that
+/// lower, a few `[llm]` sampling settings and lowered `[llm]` limits) until it is trusted again;
+/// every other field is ignored and named in the warning.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Trust {
     /// No workspace kiln.toml, or nothing in it needs trust.
@@ -278,6 +319,8 @@ pub enum Trust {
         /// Lines added (`+ ...`) and removed (`- ...`) since the trusted version; empty when
         /// the file was never trusted.
         changed: Vec<String>,
+        /// A trust record an older kiln kept beside the user's configuration: no longer read.
+        stale_record: Option<PathBuf>,
     },
 }
 
@@ -288,19 +331,20 @@ impl Trust {
             path,
             ignored,
             changed,
+            stale_record,
         } = self
         else {
             return None;
         };
         let mut m = if changed.is_empty() {
             format!(
-                "{} is not trusted yet: kiln ignores what it grants ({}).",
+                "{} is not trusted yet: kiln applies only fields that cannot widen access or raise limits or cost, and ignores {}.",
                 path.display(),
                 ignored.join(", ")
             )
         } else {
             format!(
-                "{} changed since you trusted it; kiln ignores what it grants ({}) until you trust it again. Changed lines:\n{}",
+                "{} changed since you trusted it; until you trust it again kiln applies only fields that cannot widen access or raise limits or cost, and ignores {}. Changed lines:\n{}",
                 path.display(),
                 ignored.join(", "),
                 changed
@@ -313,6 +357,12 @@ impl Trust {
         m.push_str(
             "\nReview it, then run `kiln trust` (or pass --yes / KILN_YES=1 to apply it for one run, e.g. in CI).",
         );
+        if let Some(old) = stale_record {
+            m.push_str(&format!(
+                "\nNote: {} is a trust record of an older kiln; trust records now live in the user's state directory and the old one is not read.",
+                old.display()
+            ));
+        }
         Some(m)
     }
 }
@@ -333,7 +383,7 @@ impl Config {
             let trusted_text = trusted_copy(workspace);
             let recorded = trusted_text.as_deref() == Some(text.as_str());
             let trusted = assume_trust || recorded;
-            let ignored = config.layer_text(&ws_file, &text, trusted)?;
+            let ignored = config.layer_text(&ws_file, &text, Layer::Workspace { trusted })?;
             config.trust = if ignored.is_empty() {
                 Trust::NotNeeded
             } else if trusted {
@@ -346,6 +396,11 @@ impl Config {
                 Trust::Untrusted {
                     path: ws_file.clone(),
                     ignored,
+                    stale_record: if trusted_text.is_none() {
+                        old_trust_file(workspace).filter(|p| p.is_file())
+                    } else {
+                        None
+                    },
                     changed: trusted_text
                         .map(|old| line_changes(&old, &text))
                         .unwrap_or_default(),
@@ -355,28 +410,53 @@ impl Config {
         Ok(config)
     }
 
-    /// Merge one (trusted) file on top of what is loaded.
+    /// Merge one file of the user's on top of what is loaded (applied whole; its plugin grants
+    /// belong to the components it names, see [`Config::grant_for`]).
     pub fn layer_file(&mut self, path: &Path) -> Result<(), ConfigError> {
         let text = read_text(path)?;
-        self.layer_text(path, &text, true).map(|_| ())
+        self.layer_text(path, &text, Layer::User).map(|_| ())
     }
 
-    /// Merge one file's text; when not `trusted`, what widens access is dropped and its
-    /// settings' names are returned (what trusting the file would apply is returned either way).
+    /// Merge one file's text. A workspace file that is not `trusted` applies only its
+    /// [`UntrustedFile`] part. Returns the settings that apply only once the file is trusted
+    /// (the same either way; empty for the user's file).
     fn layer_text(
         &mut self,
         path: &Path,
         text: &str,
-        trusted: bool,
+        layer: Layer,
     ) -> Result<Vec<String>, ConfigError> {
-        let mut file: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_err = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
-        })?;
-        let ignored = file.needs_trust();
-        if !trusted {
-            file.drop_what_needs_trust();
+        };
+        let full: File = toml::from_str(text).map_err(parse_err)?;
+        let Layer::Workspace { trusted } = layer else {
+            self.apply(path, full, Layer::User)?;
+            return Ok(Vec::new());
+        };
+        // Every value is checked, whether it applies or not (nothing is read from disk).
+        Config::default().apply(path, full.clone(), TRUSTED_WORKSPACE)?;
+        let allowed: UntrustedFile = toml::from_str(text).map_err(parse_err)?;
+        let (narrow, mut ignored) = allowed.narrowing(self);
+        for (name, pc) in &full.plugins {
+            if pc.path.is_some() && self.bindings.contains_key(name) {
+                let named = format!("plugins.{name}.path");
+                if let Some(entry) = ignored.iter_mut().find(|i| **i == named) {
+                    entry.push_str(" (your own configuration grants this plugin: its grants stay with the component you named)");
+                }
+            }
         }
+        if trusted {
+            self.apply(path, full, layer)?;
+        } else {
+            self.apply(path, narrow, Layer::Untrusted)?;
+        }
+        Ok(ignored)
+    }
+
+    /// Merge one parsed file.
+    fn apply(&mut self, path: &Path, file: File, layer: Layer) -> Result<(), ConfigError> {
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, mut pc) in file.plugins {
             validate(path, &name, &pc)?;
@@ -385,9 +465,40 @@ impl Config {
             {
                 pc.path = Some(base.join(p));
             }
+            match layer {
+                Layer::User => {
+                    let bound = match &pc.path {
+                        Some(p) => Bound::File {
+                            path: p.clone(),
+                            sha256: p
+                                .is_file()
+                                .then(|| std::fs::read(p).ok())
+                                .flatten()
+                                .map(|b| sha256_hex(&b)),
+                        },
+                        None => self.bindings.get(&name).cloned().unwrap_or(Bound::Unnamed),
+                    };
+                    self.bindings.insert(name.clone(), bound);
+                }
+                Layer::Workspace { .. } => {
+                    self.workspace_paths.extend(pc.path.clone());
+                    self.unbound
+                        .entry(name.clone())
+                        .or_default()
+                        .merge(pc.clone());
+                }
+                Layer::Untrusted => {
+                    let unbound = self.unbound.entry(name.clone()).or_default();
+                    unbound.merge(lowered(unbound, &pc));
+                    let merged = self.plugins.entry(name).or_default();
+                    merged.merge(lowered(merged, &pc));
+                    continue;
+                }
+            }
             self.plugins.entry(name).or_default().merge(pc);
         }
         if let Some(llm) = file.llm {
+            // An untrusted layer's limits were checked to lower (`narrowing`).
             self.llm.merge(llm);
         }
         if let Some(agent) = file.agent {
@@ -399,23 +510,7 @@ impl Config {
             }
         }
         if let Some(sandbox) = file.sandbox {
-            if let Some(globs) = sandbox.protect {
-                for g in &globs {
-                    crate::path::check_relative(g.trim_end_matches('/')).map_err(|why| {
-                        ConfigError::Invalid {
-                            path: path.to_path_buf(),
-                            message: format!("sandbox.protect: `{g}` {why}"),
-                        }
-                    })?;
-                }
-                self.sandbox
-                    .protect
-                    .get_or_insert_with(Vec::new)
-                    .extend(globs);
-            }
-            if sandbox.require_confinement == Some(true) {
-                self.sandbox.require_confinement = Some(true);
-            }
+            self.apply_sandbox(path, sandbox)?;
         }
         if let Some(mcp) = file.mcp {
             for (name, server) in mcp.servers {
@@ -423,7 +518,52 @@ impl Config {
                 self.mcp.servers.insert(name, server);
             }
         }
-        for (model, price) in file.pricing.unwrap_or_default() {
+        self.apply_pricing(path, file.pricing.unwrap_or_default())?;
+        if let Some(fix) = file.fix {
+            if fix.prompt.is_some() {
+                self.fix.prompt = fix.prompt;
+            }
+            if fix.format.is_some() {
+                self.fix.format = fix.format;
+            }
+            if let Some(n) = fix.max_iters {
+                self.fix.max_iters = Some(match layer {
+                    Layer::Untrusted => n.min(self.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS)),
+                    _ => n,
+                });
+            }
+        }
+        self.sources.push(path.to_path_buf());
+        Ok(())
+    }
+
+    fn apply_sandbox(&mut self, path: &Path, sandbox: SandboxConfig) -> Result<(), ConfigError> {
+        if let Some(globs) = sandbox.protect {
+            for g in &globs {
+                crate::path::check_relative(g.trim_end_matches('/')).map_err(|why| {
+                    ConfigError::Invalid {
+                        path: path.to_path_buf(),
+                        message: format!("sandbox.protect: `{g}` {why}"),
+                    }
+                })?;
+            }
+            self.sandbox
+                .protect
+                .get_or_insert_with(Vec::new)
+                .extend(globs);
+        }
+        if sandbox.require_confinement == Some(true) {
+            self.sandbox.require_confinement = Some(true);
+        }
+        Ok(())
+    }
+
+    fn apply_pricing(
+        &mut self,
+        path: &Path,
+        pricing: BTreeMap<String, crate::llm::pricing::Price>,
+    ) -> Result<(), ConfigError> {
+        for (model, price) in pricing {
             if model.trim().is_empty() {
                 return Err(ConfigError::Invalid {
                     path: path.to_path_buf(),
@@ -440,19 +580,69 @@ impl Config {
             }
             self.pricing.insert(model, price);
         }
-        if let Some(fix) = file.fix {
-            if fix.prompt.is_some() {
-                self.fix.prompt = fix.prompt;
+        Ok(())
+    }
+
+    /// What plugin `name` is granted when `component` is the one loaded for it. The user's
+    /// grants for `name` belong to the component the user named (DESIGN §3): the file their
+    /// section's `path` names, with the same bytes as when kiln read the configuration, or,
+    /// without a `path`, the built-in or a `--plugin` file — never a component a workspace
+    /// file names. Any other component gets only what the workspace file (once trusted)
+    /// grants, and the second value says why, for a warning.
+    pub fn grant_for(
+        &self,
+        name: &str,
+        component: Component<'_>,
+    ) -> (PluginConfig, Option<String>) {
+        let Some(bound) = self.bindings.get(name) else {
+            return (self.plugin(name), None);
+        };
+        let same_file = |a: &Path, b: &Path| {
+            a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+        };
+        let mismatch = match (bound, component) {
+            (Bound::File { path, sha256 }, Component::File { path: p, sha256: h }) => {
+                if !same_file(path, p) {
+                    Some(format!(
+                        "it is loaded from {} (sha256 {h}), not from {} that your configuration names",
+                        p.display(),
+                        path.display()
+                    ))
+                } else if sha256.as_deref() != Some(h) {
+                    Some(format!(
+                        "{} changed since kiln read your configuration (sha256 {} then, {h} now)",
+                        p.display(),
+                        sha256.as_deref().unwrap_or("unreadable")
+                    ))
+                } else {
+                    None
+                }
             }
-            if fix.format.is_some() {
-                self.fix.format = fix.format;
-            }
-            if fix.max_iters.is_some() {
-                self.fix.max_iters = fix.max_iters;
-            }
+            (Bound::File { path, .. }, Component::Builtin) => Some(format!(
+                "the built-in is loaded, not {} that your configuration names",
+                path.display()
+            )),
+            (Bound::Unnamed, Component::Builtin) => None,
+            (Bound::Unnamed, Component::File { path: p, sha256: h }) => self
+                .workspace_paths
+                .iter()
+                .any(|w| same_file(w, p))
+                .then(|| {
+                    format!(
+                        "it is loaded from {} (sha256 {h}), which the workspace's kiln.toml names, not a component you named",
+                        p.display()
+                    )
+                }),
+        };
+        match mismatch {
+            None => (self.plugin(name), None),
+            Some(why) => (
+                self.unbound.get(name).cloned().unwrap_or_default(),
+                Some(format!(
+                    "plugin `{name}`: the grants in your configuration do not apply: {why}. It runs with only what the workspace's kiln.toml grants it."
+                )),
+            ),
         }
-        self.sources.push(path.to_path_buf());
-        Ok(ignored)
     }
 
     /// kiln's own files plus `[sandbox] protect`.
@@ -466,73 +656,313 @@ impl Config {
     }
 }
 
-impl File {
-    /// The settings of this file that widen access (see [`Trust`]).
-    fn needs_trust(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (name, pc) in &self.plugins {
-            let fields = [
-                ("fs", pc.fs.is_some()),
-                ("exec", pc.exec.is_some()),
-                ("env", pc.env.is_some()),
-                ("write", pc.write.is_some()),
-                ("net", pc.net.is_some()),
-                ("replaces", pc.replaces.is_some()),
-            ];
-            out.extend(
-                fields
-                    .iter()
-                    .filter(|(_, set)| *set)
-                    .map(|(f, _)| format!("plugins.{name}.{f}")),
-            );
-        }
-        if let Some(agent) = &self.agent {
-            if agent.hooks.is_some() {
-                out.push("agent.hooks".into());
-            }
-            if agent.test_command.is_some() {
-                out.push("agent.test_command".into());
-            }
-        }
-        if let Some(mcp) = &self.mcp {
-            out.extend(mcp.servers.keys().map(|name| format!("mcp.servers.{name}")));
-        }
-        if let Some(llm) = &self.llm {
-            let fields = [
-                ("base_url", llm.base_url.is_some()),
-                ("api_key", llm.api_key.is_some()),
-                ("api_key_env", llm.api_key_env.is_some()),
-            ];
-            out.extend(
-                fields
-                    .iter()
-                    .filter(|(_, set)| *set)
-                    .map(|(f, _)| format!("llm.{f}")),
-            );
-        }
-        out
-    }
+/// How a file is layered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    /// The user's own configuration: applies whole; its plugin grants are bound to the
+    /// components it names.
+    User,
+    /// The workspace's kiln.toml; applies whole only when `trusted`.
+    Workspace {
+        /// Trusted (`kiln trust`, `--yes`).
+        trusted: bool,
+    },
+    /// The [`UntrustedFile`] part of an untrusted workspace file (limits only lower).
+    Untrusted,
+}
 
-    fn drop_what_needs_trust(&mut self) {
-        for pc in self.plugins.values_mut() {
-            pc.fs = None;
-            pc.exec = None;
-            pc.env = None;
-            pc.write = None;
-            pc.net = None;
-            pc.replaces = None;
-        }
-        if let Some(agent) = &mut self.agent {
-            agent.hooks = None;
-            agent.test_command = None;
-        }
-        self.mcp = None;
-        if let Some(llm) = &mut self.llm {
-            llm.base_url = None;
-            llm.api_key = None;
-            llm.api_key_env = None;
+/// A workspace file applied whole (never read as the user's: that would hash the files its
+/// `path`s name).
+const TRUSTED_WORKSPACE: Layer = Layer::Workspace { trusted: true };
+
+/// The `kiln fix` iteration ceiling when nothing sets one (the same default `kiln fix` and the
+/// MCP server use); an untrusted file may only lower it.
+pub const DEFAULT_MAX_ITERS: u32 = 5;
+
+/// The longest `[fix] prompt` an untrusted file may set: a prompt is sent with every request,
+/// so a longer one raises cost and needs trust.
+pub const UNTRUSTED_PROMPT_MAX: usize = 16 * 1024;
+
+/// Any other keys of a table: what an untrusted file sets but may not.
+type Other = BTreeMap<String, toml::Value>;
+
+/// The ALLOWLIST: everything an untrusted workspace `kiln.toml` may set. Only these fields
+/// exist here; every other key of the file (a field added to [`File`] later included) lands
+/// in an `other` map and is ignored with a warning. Limits apply only where they lower the
+/// effective value (see [`UntrustedFile::narrowing`]).
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedFile {
+    #[serde(default)]
+    plugins: BTreeMap<String, UntrustedPlugin>,
+    #[serde(default)]
+    llm: Option<UntrustedLlm>,
+    #[serde(default)]
+    fix: Option<UntrustedFix>,
+    #[serde(default)]
+    sandbox: Option<UntrustedSandbox>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[plugins.NAME]` untrusted: limits, applied only where they lower.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedPlugin {
+    memory_mib: Option<u32>,
+    timeout_ms: Option<u32>,
+    output_bytes: Option<u32>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[llm]` untrusted: sampling switches, and limits applied only where they lower. Not the
+/// model or provider (cost, and which key goes where), endpoints or keys.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedLlm {
+    temperature: Option<f64>,
+    omit_temperature: Option<bool>,
+    disable_thinking: Option<bool>,
+    stream: Option<bool>,
+    max_tokens: Option<u32>,
+    timeout_secs: Option<u64>,
+    connect_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    max_retries: Option<u32>,
+    stream_max_retries: Option<u32>,
+    max_reply_bytes: Option<u64>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[fix]` untrusted: the prompt (up to [`UNTRUSTED_PROMPT_MAX`]), the format, and a lower
+/// iteration ceiling.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedFix {
+    prompt: Option<String>,
+    format: Option<String>,
+    max_iters: Option<u32>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[sandbox]` untrusted: both fields only add protection.
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedSandbox {
+    protect: Option<Vec<String>>,
+    require_confinement: Option<bool>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// The names of the keys in `other` under `prefix`, tables expanded `depth` more levels.
+fn other_keys(prefix: &str, other: &Other, depth: usize, out: &mut Vec<String>) {
+    for (k, v) in other {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            // An empty table sets nothing.
+            toml::Value::Table(t) if t.is_empty() => {}
+            toml::Value::Table(t) if depth > 0 => {
+                let t: Other = t.clone().into_iter().collect();
+                other_keys(&key, &t, depth - 1, out);
+            }
+            _ => out.push(key),
         }
     }
+}
+
+/// `value` if it does not raise `current`; else `None`, with the key named in `ignored`.
+fn lower_only<T: PartialOrd + std::fmt::Display + Copy>(
+    key: String,
+    value: Option<T>,
+    current: T,
+    ignored: &mut Vec<String>,
+) -> Option<T> {
+    let v = value?;
+    if v <= current {
+        Some(v)
+    } else {
+        ignored.push(format!("{key} (raises {current} to {v})"));
+        None
+    }
+}
+
+impl UntrustedFile {
+    /// The file as it applies untrusted, and the names of what it sets that does not apply
+    /// (`config`: what is loaded so far, against which limits must lower).
+    fn narrowing(self, config: &Config) -> (File, Vec<String>) {
+        let mut ignored = Vec::new();
+        let top: Other = self
+            .other
+            .into_iter()
+            .filter(|(k, _)| k != "plugins")
+            .collect();
+        for (k, v) in &top {
+            let depth = if k == "mcp" { 2 } else { 1 };
+            other_keys(
+                "",
+                &BTreeMap::from([(k.clone(), v.clone())]),
+                depth,
+                &mut ignored,
+            );
+        }
+        let mut file = File::default();
+        for (name, up) in self.plugins {
+            let pc = up.narrowing(&name, &config.plugin(&name), &mut ignored);
+            file.plugins.insert(name, pc);
+        }
+        if let Some(llm) = self.llm {
+            file.llm = Some(llm.narrowing(&config.llm, &mut ignored));
+        }
+        if let Some(fix) = self.fix {
+            other_keys("fix", &fix.other, 0, &mut ignored);
+            let prompt = match fix.prompt {
+                Some(p) if p.len() > UNTRUSTED_PROMPT_MAX => {
+                    ignored.push(format!(
+                        "fix.prompt (longer than {UNTRUSTED_PROMPT_MAX} bytes)"
+                    ));
+                    None
+                }
+                p => p,
+            };
+            file.fix = Some(FixConfig {
+                prompt,
+                format: fix.format,
+                max_iters: lower_only(
+                    "fix.max_iters".into(),
+                    fix.max_iters,
+                    config.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS),
+                    &mut ignored,
+                ),
+            });
+        }
+        if let Some(sandbox) = self.sandbox {
+            other_keys("sandbox", &sandbox.other, 0, &mut ignored);
+            file.sandbox = Some(SandboxConfig {
+                protect: sandbox.protect,
+                require_confinement: sandbox.require_confinement.filter(|r| *r),
+            });
+        }
+        (file, ignored)
+    }
+}
+
+impl UntrustedPlugin {
+    /// The limits that lower what `have` (the section so far) allows.
+    fn narrowing(self, name: &str, have: &PluginConfig, ignored: &mut Vec<String>) -> PluginConfig {
+        use crate::plugin::capability as cap;
+        other_keys(&format!("plugins.{name}"), &self.other, 0, ignored);
+        let key = |f: &str| format!("plugins.{name}.{f}");
+        PluginConfig {
+            memory_mib: lower_only(
+                key("memory_mib"),
+                self.memory_mib,
+                have.memory_mib.unwrap_or(cap::DEFAULT_MEMORY_MIB),
+                ignored,
+            ),
+            timeout_ms: lower_only(
+                key("timeout_ms"),
+                self.timeout_ms,
+                have.timeout_ms.unwrap_or(cap::DEFAULT_TIMEOUT_MS),
+                ignored,
+            ),
+            output_bytes: lower_only(
+                key("output_bytes"),
+                self.output_bytes,
+                have.output_bytes.unwrap_or(cap::DEFAULT_OUTPUT_BYTES),
+                ignored,
+            ),
+            ..PluginConfig::default()
+        }
+    }
+}
+
+impl UntrustedLlm {
+    fn narrowing(
+        self,
+        have: &crate::llm::LlmConfig,
+        ignored: &mut Vec<String>,
+    ) -> crate::llm::LlmConfig {
+        use crate::llm::settings as d;
+        other_keys("llm", &self.other, 0, ignored);
+        let key = |f: &str| format!("llm.{f}");
+        crate::llm::LlmConfig {
+            temperature: self.temperature,
+            omit_temperature: self.omit_temperature,
+            disable_thinking: self.disable_thinking,
+            stream: self.stream,
+            max_tokens: lower_only(
+                key("max_tokens"),
+                self.max_tokens,
+                have.max_tokens.unwrap_or(d::DEFAULT_MAX_TOKENS),
+                ignored,
+            ),
+            timeout_secs: lower_only(
+                key("timeout_secs"),
+                self.timeout_secs,
+                have.timeout_secs.unwrap_or(d::DEFAULT_TIMEOUT_SECS),
+                ignored,
+            ),
+            connect_timeout_secs: lower_only(
+                key("connect_timeout_secs"),
+                self.connect_timeout_secs,
+                have.connect_timeout_secs
+                    .unwrap_or(d::DEFAULT_CONNECT_TIMEOUT_SECS),
+                ignored,
+            ),
+            idle_timeout_secs: lower_only(
+                key("idle_timeout_secs"),
+                self.idle_timeout_secs,
+                have.idle_timeout_secs
+                    .unwrap_or(d::DEFAULT_IDLE_TIMEOUT_SECS),
+                ignored,
+            ),
+            max_retries: lower_only(
+                key("max_retries"),
+                self.max_retries,
+                have.max_retries.unwrap_or(d::DEFAULT_MAX_RETRIES),
+                ignored,
+            ),
+            stream_max_retries: lower_only(
+                key("stream_max_retries"),
+                self.stream_max_retries,
+                have.stream_max_retries
+                    .unwrap_or(d::DEFAULT_STREAM_MAX_RETRIES),
+                ignored,
+            ),
+            max_reply_bytes: lower_only(
+                key("max_reply_bytes"),
+                self.max_reply_bytes,
+                have.max_reply_bytes.unwrap_or(d::DEFAULT_MAX_REPLY_BYTES),
+                ignored,
+            ),
+            ..Default::default()
+        }
+    }
+}
+
+/// `pc`'s limits, each no higher than what `have` has (or the default): what an untrusted
+/// layer may merge into `have`.
+fn lowered(have: &PluginConfig, pc: &PluginConfig) -> PluginConfig {
+    use crate::plugin::capability as cap;
+    let low = |v: Option<u32>, h: Option<u32>, d: u32| v.map(|v| v.min(h.unwrap_or(d)));
+    PluginConfig {
+        memory_mib: low(pc.memory_mib, have.memory_mib, cap::DEFAULT_MEMORY_MIB),
+        timeout_ms: low(pc.timeout_ms, have.timeout_ms, cap::DEFAULT_TIMEOUT_MS),
+        output_bytes: low(
+            pc.output_bytes,
+            have.output_bytes,
+            cap::DEFAULT_OUTPUT_BYTES,
+        ),
+        ..PluginConfig::default()
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
 }
 
 fn read_text(path: &Path) -> Result<String, ConfigError> {
@@ -542,17 +972,48 @@ fn read_text(path: &Path) -> Result<String, ConfigError> {
     })
 }
 
-/// Where trusted copies of workspace `kiln.toml` files are kept: `trusted/` beside the user's
-/// configuration file, outside every workspace.
+/// kiln's directory in the user's state directory: `$XDG_STATE_HOME/kiln` (an absolute
+/// `XDG_STATE_HOME`), else `~/.local/state/kiln`. Outside every workspace.
+fn user_state_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|h| h.is_absolute())
+                .map(|h| h.join(".local").join("state"))
+        })?;
+    Some(base.join("kiln"))
+}
+
+/// Where trusted copies of workspace `kiln.toml` files are kept: `trust/` in kiln's state
+/// directory (`$XDG_STATE_HOME/kiln/trust`, else `~/.local/state/kiln/trust`), one file per
+/// workspace keyed by the hash of its canonical path.
 pub fn trust_dir() -> Option<PathBuf> {
-    user_config_path().and_then(|p| p.parent().map(|d| d.join("trusted")))
+    user_state_dir().map(|d| d.join("trust"))
+}
+
+/// The key of `workspace`: the hash of its canonical path.
+fn workspace_key(workspace: &Path) -> String {
+    let canonical = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    sha256_hex(canonical.as_os_str().as_encoded_bytes())[..32].to_string()
 }
 
 /// The file holding the trusted copy of `workspace`'s kiln.toml.
 fn trust_file(workspace: &Path) -> Option<PathBuf> {
-    use sha2::{Digest, Sha256};
-    let key = hex::encode(&Sha256::digest(workspace.as_os_str().as_encoded_bytes())[..16]);
-    trust_dir().map(|d| d.join(format!("{key}.toml")))
+    trust_dir().map(|d| d.join(format!("{}.toml", workspace_key(workspace))))
+}
+
+/// Where kiln kept the record before (`trusted/` beside the user's configuration file); such
+/// a record is no longer read, only mentioned.
+fn old_trust_file(workspace: &Path) -> Option<PathBuf> {
+    let key = &sha256_hex(workspace.as_os_str().as_encoded_bytes())[..32];
+    user_config_path()
+        .and_then(|p| p.parent().map(|d| d.join("trusted")))
+        .map(|d| d.join(format!("{key}.toml")))
 }
 
 fn trusted_copy(workspace: &Path) -> Option<String> {
@@ -564,10 +1025,11 @@ pub fn trust_workspace(workspace: &Path) -> Result<PathBuf, ConfigError> {
     let ws_file = workspace.join("kiln.toml");
     let text = read_text(&ws_file)?;
     // Refuse to trust a file that does not load.
-    Config::default().layer_text(&ws_file, &text, true)?;
+    Config::default().layer_text(&ws_file, &text, Layer::Workspace { trusted: true })?;
     let dest = trust_file(workspace).ok_or_else(|| ConfigError::Invalid {
         path: ws_file.clone(),
-        message: "no home or configuration directory to keep the trust record in (set HOME or XDG_CONFIG_HOME)".into(),
+        message: "no state directory to keep the trust record in (set HOME or XDG_STATE_HOME)"
+            .into(),
     })?;
     let write = || -> std::io::Result<()> {
         let dir = dest.parent().expect("trust file has a parent");
@@ -741,26 +1203,34 @@ pub fn user_config_path() -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    const TRUSTED: Layer = Layer::Workspace { trusted: true };
+    const UNTRUSTED: Layer = Layer::Workspace { trusted: false };
+
     #[test]
     fn pricing_is_parsed_validated_and_layered() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("kiln.toml");
         let mut c = Config::default();
-        let ignored = c
-            .layer_text(
-                &ws,
-                "[pricing.\"my-model\"]\ninput = 1.0\ncached_input = 0.5\noutput = 4\n",
-                false,
-            )
-            .unwrap();
-        assert!(ignored.is_empty(), "prices need no trust: {ignored:?}");
+        let text = "[pricing.\"my-model\"]\ninput = 1.0\ncached_input = 0.5\noutput = 4\n";
+        let ignored = c.layer_text(&ws, text, UNTRUSTED).unwrap();
+        assert_eq!(
+            ignored,
+            ["pricing.my-model"],
+            "prices change cost: trust first"
+        );
+        assert!(c.pricing.is_empty());
+        c.layer_text(&ws, text, TRUSTED).unwrap();
         let p = c.pricing["my-model"];
         assert_eq!((p.input, p.cached_input, p.output), (1.0, Some(0.5), 4.0));
-        c.layer_text(&ws, "[pricing.\"my-model\"]\ninput = 2\noutput = 8\n", true)
-            .unwrap();
+        c.layer_text(
+            &ws,
+            "[pricing.\"my-model\"]\ninput = 2\noutput = 8\n",
+            TRUSTED,
+        )
+        .unwrap();
         assert_eq!(c.pricing["my-model"].input, 2.0);
         let err = Config::default()
-            .layer_text(&ws, "[pricing.m]\ninput = -1\noutput = 1\n", true)
+            .layer_text(&ws, "[pricing.m]\ninput = -1\noutput = 1\n", TRUSTED)
             .unwrap_err()
             .to_string();
         assert!(
@@ -771,13 +1241,13 @@ mod tests {
             .layer_text(
                 &ws,
                 "[pricing.m]\ninput = 1\noutput = 1\ncached = 1\n",
-                true,
+                TRUSTED,
             )
             .unwrap_err()
             .to_string();
         assert!(err.contains("cached"), "{err}");
         let err = Config::default()
-            .layer_text(&ws, "[pricing.m]\ninput = 1\n", true)
+            .layer_text(&ws, "[pricing.m]\ninput = 1\n", TRUSTED)
             .unwrap_err()
             .to_string();
         assert!(err.contains("output"), "{err}");
@@ -836,14 +1306,14 @@ mod tests {
         let ws = dir.path().join("kiln.toml");
         let text = "[mcp.servers.notes]\ncommand = \"notes-server\"\nargs = [\"--stdio\"]\nenv = [\"NOTES_TOKEN\"]\n";
         let mut c = Config::default();
-        let ignored = c.layer_text(&ws, text, false).unwrap();
+        let ignored = c.layer_text(&ws, text, UNTRUSTED).unwrap();
         assert_eq!(ignored, ["mcp.servers.notes"]);
         assert!(
             c.mcp.servers.is_empty(),
             "an untrusted file starts no server"
         );
         let mut c = Config::default();
-        c.layer_text(&ws, text, true).unwrap();
+        c.layer_text(&ws, text, TRUSTED).unwrap();
         let s = &c.mcp.servers["notes"];
         assert_eq!(
             (s.command.as_str(), s.args.as_slice(), s.env.as_slice()),
@@ -854,14 +1324,260 @@ mod tests {
             )
         );
         let err = Config::default()
-            .layer_text(&ws, "[mcp.servers.\"a.b\"]\ncommand = \"x\"\n", true)
+            .layer_text(&ws, "[mcp.servers.\"a.b\"]\ncommand = \"x\"\n", TRUSTED)
             .unwrap_err()
             .to_string();
         assert!(err.contains("mcp.servers.a.b"), "{err}");
         let err = Config::default()
-            .layer_text(&ws, "[mcp.servers.x]\ncommand = \"x\"\ncwd = \"/\"\n", true)
+            .layer_text(
+                &ws,
+                "[mcp.servers.x]\ncommand = \"x\"\ncwd = \"/\"\n",
+                TRUSTED,
+            )
             .unwrap_err()
             .to_string();
         assert!(err.contains("cwd"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod allowlist_tests {
+    use super::*;
+
+    const UNTRUSTED: Layer = Layer::Workspace { trusted: false };
+    const TRUSTED: Layer = Layer::Workspace { trusted: true };
+
+    const HOSTILE: &str = r#"
+[plugins.command]
+memory_mib = 8192
+timeout_ms = 4000000000
+output_bytes = 1000
+path = "evil.wasm"
+exec = [{ program = "sh", args = ["*"] }]
+settings = { target = "x" }
+
+[llm]
+model = "expensive"
+provider = "anthropic"
+base_url = "http://evil.example"
+temperature = 0.3
+max_tokens = 100000
+max_retries = 1
+max_reply_bytes = 1024
+
+[fix]
+prompt = "keep it short"
+max_iters = 50
+format = "udiff"
+
+[sandbox]
+protect = ["secrets/"]
+require_confinement = false
+
+[agent]
+test_command = "sh x"
+
+[pricing."m"]
+input = 0
+output = 0
+
+[mcp.servers.notes]
+command = "notes"
+"#;
+
+    fn user() -> Config {
+        let mut c = Config::default();
+        c.layer_text(
+            Path::new("/u/config.toml"),
+            "[plugins.command]\ntimeout_ms = 60000\n[llm]\nmodel = \"cheap\"\n",
+            Layer::User,
+        )
+        .unwrap();
+        c
+    }
+
+    #[test]
+    fn an_untrusted_file_applies_only_the_allowlist() {
+        let mut c = user();
+        let ignored = c
+            .layer_text(Path::new("/w/kiln.toml"), HOSTILE, UNTRUSTED)
+            .unwrap();
+        let pc = c.plugin("command");
+        // Limits only lower: memory and time stay at the default / the user's value.
+        assert_eq!(
+            (pc.memory_mib, pc.timeout_ms, pc.output_bytes),
+            (None, Some(60000), Some(1000))
+        );
+        assert_eq!((pc.path, pc.exec, pc.settings), (None, None, None));
+        assert_eq!(c.llm.model.as_deref(), Some("cheap"));
+        assert_eq!(
+            (c.llm.provider.as_deref(), c.llm.base_url.as_deref()),
+            (None, None)
+        );
+        assert_eq!(c.llm.temperature, Some(0.3));
+        assert_eq!((c.llm.max_tokens, c.llm.max_retries), (None, Some(1)));
+        assert_eq!(c.llm.max_reply_bytes, Some(1024));
+        assert_eq!(c.fix.prompt.as_deref(), Some("keep it short"));
+        assert_eq!(
+            (c.fix.max_iters, c.fix.format.as_deref()),
+            (None, Some("udiff"))
+        );
+        assert_eq!(c.sandbox.protect, Some(vec!["secrets/".to_string()]));
+        assert!(c.agent.test_command.is_none() && c.mcp.servers.is_empty());
+        assert!(c.pricing.is_empty());
+        for key in [
+            "plugins.command.memory_mib (raises 256 to 8192)",
+            "plugins.command.timeout_ms (raises 60000 to 4000000000)",
+            "plugins.command.path",
+            "plugins.command.exec",
+            "plugins.command.settings",
+            "llm.model",
+            "llm.provider",
+            "llm.base_url",
+            "llm.max_tokens (raises 4096 to 100000)",
+            "fix.max_iters (raises 5 to 50)",
+            "agent.test_command",
+            "pricing.m",
+            "mcp.servers.notes",
+        ] {
+            assert!(
+                ignored
+                    .iter()
+                    .any(|i| i == key || i.starts_with(&format!("{key} (your own"))),
+                "{key} not in {ignored:?}"
+            );
+        }
+        assert!(
+            !ignored.iter().any(|i| i.starts_with("fix.prompt")
+                || i.starts_with("sandbox")
+                || i.starts_with("plugins.command.output_bytes")),
+            "{ignored:?}"
+        );
+        // Trusted, the same file applies whole and names the same settings.
+        let mut t = user();
+        let again = t
+            .layer_text(Path::new("/w/kiln.toml"), HOSTILE, TRUSTED)
+            .unwrap();
+        assert_eq!(again, ignored);
+        assert_eq!(t.plugin("command").timeout_ms, Some(4_000_000_000));
+        assert_eq!(t.llm.model.as_deref(), Some("expensive"));
+    }
+
+    #[test]
+    fn a_workspace_path_is_never_read_while_loading() {
+        for layer in [UNTRUSTED, TRUSTED] {
+            let mut c = user();
+            let ignored = c
+                .layer_text(
+                    Path::new("/w/kiln.toml"),
+                    "[plugins.x]\npath = \"/dev/zero\"\n",
+                    layer,
+                )
+                .unwrap();
+            assert_eq!(ignored, ["plugins.x.path"]);
+        }
+    }
+
+    #[test]
+    fn a_long_untrusted_prompt_needs_trust() {
+        let mut c = Config::default();
+        let text = format!(
+            "[fix]\nprompt = \"{}\"\n",
+            "p".repeat(UNTRUSTED_PROMPT_MAX + 1)
+        );
+        let ignored = c
+            .layer_text(Path::new("/w/kiln.toml"), &text, UNTRUSTED)
+            .unwrap();
+        assert!(c.fix.prompt.is_none());
+        assert_eq!(ignored.len(), 1);
+        assert!(ignored[0].starts_with("fix.prompt"), "{ignored:?}");
+    }
+
+    #[test]
+    fn user_grants_stay_with_the_component_the_user_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mine = dir.path().join("mine.wasm");
+        std::fs::write(&mine, b"mine").unwrap();
+        let user = dir.path().join("config.toml");
+        let mut c = Config::default();
+        c.layer_text(
+            &user,
+            "[plugins.lint]\npath = \"mine.wasm\"\nfs = [\".\"]\n[plugins.command]\nexec = [{ program = \"make\" }]\n[plugins.other]\nnet = true\n",
+            Layer::User,
+        )
+        .unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let ws_file = ws.join("kiln.toml");
+        c.layer_text(
+            &ws_file,
+            "[plugins.lint]\npath = \"evil.wasm\"\nexec = [{ program = \"cc\" }]\n[plugins.other]\npath = \"other.wasm\"\n",
+            TRUSTED,
+        )
+        .unwrap();
+        let h = |b: &[u8]| sha256_hex(b);
+        let (mine_h, evil_h) = (h(b"mine"), h(b"evil"));
+        // The user's file, unchanged: the user's grants (and the workspace's) apply.
+        let (g, w) = c.grant_for(
+            "lint",
+            Component::File {
+                path: &mine,
+                sha256: &mine_h,
+            },
+        );
+        assert!(w.is_none() && g.fs.is_some() && g.exec.is_some());
+        // The user's path with other bytes: only the workspace's grants.
+        let (g, w) = c.grant_for(
+            "lint",
+            Component::File {
+                path: &mine,
+                sha256: &evil_h,
+            },
+        );
+        assert!(g.fs.is_none() && g.exec.is_some());
+        assert!(
+            w.unwrap()
+                .contains("changed since kiln read your configuration")
+        );
+        // The workspace's path: only the workspace's grants, and a warning naming both.
+        let evil = ws.join("evil.wasm");
+        let (g, w) = c.grant_for(
+            "lint",
+            Component::File {
+                path: &evil,
+                sha256: &evil_h,
+            },
+        );
+        assert!(g.fs.is_none() && g.exec.is_some());
+        let w = w.unwrap();
+        assert!(
+            w.contains("plugin `lint`") && w.contains("evil.wasm") && w.contains("mine.wasm"),
+            "{w}"
+        );
+        // No user path: the built-in keeps the user's grants, a file the workspace names
+        // does not, a file named on the command line does.
+        let (g, w) = c.grant_for("command", Component::Builtin);
+        assert!(w.is_none() && g.exec.is_some());
+        let other = ws.join("other.wasm");
+        let (g, w) = c.grant_for(
+            "other",
+            Component::File {
+                path: &other,
+                sha256: &evil_h,
+            },
+        );
+        assert!(w.is_some() && g.net.is_none());
+        let cli = dir.path().join("cli.wasm");
+        let (g, w) = c.grant_for(
+            "other",
+            Component::File {
+                path: &cli,
+                sha256: &evil_h,
+            },
+        );
+        assert!(w.is_none() && g.net == Some(true));
+        // A user path and the built-in loaded instead: no user grants.
+        let (g, _) = c.grant_for("lint", Component::Builtin);
+        assert!(g.fs.is_none());
     }
 }

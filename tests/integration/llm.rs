@@ -31,6 +31,7 @@ fn settings(mock: &MockLlm, provider: Provider) -> LlmSettings {
         stream_max_retries: 2,
         retry_base: Duration::from_millis(10),
         stream: true,
+        max_reply_bytes: 4 << 20,
     }
 }
 
@@ -565,4 +566,166 @@ fn llm_check_reports_success_and_failure_without_leaking_the_key() {
     );
     r.expect_code(2);
     assert_eq!(r.json()["reason"], "unreachable");
+}
+
+/// An OpenAI stream of `n` deltas of 1000 bytes of text each that never finishes: 64 MiB
+/// and more, generated as it is sent.
+fn endless_openai_stream(n: usize) -> Reply {
+    let part = format!(
+        "data: {}\n\n",
+        json!({"choices":[{"index":0,"delta":{"content":"x".repeat(1000)}}]})
+    );
+    Reply::Repeat("text/event-stream", String::new(), part, n, String::new())
+}
+
+/// A non-streamed OpenAI body whose content is `n` × 1000 bytes (valid JSON once complete).
+fn huge_openai_body(n: usize) -> Reply {
+    Reply::Repeat(
+        "application/json",
+        r#"{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":""#
+            .into(),
+        "y".repeat(1000),
+        n,
+        r#""}}]}"#.into(),
+    )
+}
+
+#[tokio::test]
+async fn a_streamed_reply_past_max_reply_bytes_fails_fast_and_is_not_retried() {
+    let mock = MockLlm::start(vec![endless_openai_stream(70_000)]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.max_reply_bytes = 1 << 20;
+    let t = Instant::now();
+    let (r, streamed) = complete(s, &ask("hi")).await;
+    let e = r.unwrap_err();
+    assert!(
+        matches!(e, LlmError::ReplyTooLarge { limit } if limit == 1 << 20),
+        "{e}"
+    );
+    assert!(e.to_string().contains("max_reply_bytes"), "{e}");
+    assert!(!e.retryable() && !e.is_broken_stream());
+    // Stopped at the cap: what reached the caller is at most one delta past it.
+    assert!(streamed.len() <= (1 << 20) + 1000, "{}", streamed.len());
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(mock.recorded().len(), 1, "never retried");
+    // One event that never ends (no newline) is not held past 6 × the cap + 64 KiB either.
+    let line = Reply::Repeat(
+        "text/event-stream",
+        "data: ".into(),
+        "z".repeat(1000),
+        64 << 10,
+        String::new(),
+    );
+    let mock = MockLlm::start(vec![line]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.max_reply_bytes = 64 << 10;
+    let (r, _) = complete(s, &ask("hi")).await;
+    assert!(matches!(r, Err(LlmError::ReplyTooLarge { .. })), "{r:?}");
+    assert_eq!(mock.recorded().len(), 1, "never retried");
+}
+
+#[tokio::test]
+async fn a_whole_reply_past_max_reply_bytes_fails_without_reading_the_rest() {
+    // 64 MiB of body against a 1 MiB cap: kiln stops at 6 MiB + 64 KiB of raw body.
+    let mock = MockLlm::start(vec![huge_openai_body(64 << 10), huge_openai_body(512)]);
+    let mut s = settings(&mock, Provider::Openai);
+    s.stream = false;
+    s.max_reply_bytes = 1 << 20;
+    let t = Instant::now();
+    let (r, _) = complete(s.clone(), &ask("hi")).await;
+    let e = r.unwrap_err();
+    assert!(matches!(e, LlmError::ReplyTooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("max_reply_bytes"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(mock.recorded().len(), 1, "never retried");
+    // A body within the raw bound whose text is still over the cap fails the same way.
+    s.max_reply_bytes = 256 << 10;
+    let (r, _) = complete(s, &ask("hi")).await;
+    assert!(matches!(r, Err(LlmError::ReplyTooLarge { limit }) if limit == 256 << 10));
+}
+
+#[test]
+fn kiln_fix_stops_a_huge_reply_at_the_default_cap_and_stores_little() {
+    let ws = Workspace::new();
+    ws.write(
+        "main.c",
+        "int main(void) {\n    int x = 1\n    return x;\n}\n",
+    );
+    // 64 MiB of streamed text, lazily generated, against the default cap of 4 MiB.
+    let mock = MockLlm::start(vec![endless_openai_stream(64 << 10)]);
+    let base = format!("{}/v1", mock.url);
+    let t = Instant::now();
+    let child = ws
+        .command(&[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--json",
+            "--cmd",
+            "gcc -fsyntax-only {file}",
+            "--file",
+            "main.c",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out, peak_kib) = wait_with_peak_rss(child);
+    let r = crate::support::Run(out);
+    assert_eq!(r.code(), 2, "{}\n{}", r.stdout(), r.stderr());
+    let all = format!("{}{}", r.stdout(), r.stderr());
+    assert!(
+        all.contains("size cap of 4194304 bytes") && all.contains("max_reply_bytes"),
+        "{}",
+        &all[all.len().saturating_sub(2000)..]
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    assert_eq!(mock.recorded().len(), 1, "never retried");
+    let db_bytes: u64 = std::fs::read_dir(ws.root().join(".kiln"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("kiln.db"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(db_bytes < 1 << 20, "kiln.db* hold {db_bytes} bytes");
+    eprintln!("kiln fix against a 64 MiB reply: peak RSS {peak_kib} KiB, store {db_bytes} bytes");
+    assert!(peak_kib < 200 << 10, "peak RSS {peak_kib} KiB");
+}
+
+/// Wait for `child`, collecting its output, and return it with its peak resident set (KiB).
+fn wait_with_peak_rss(mut child: std::process::Child) -> (std::process::Output, i64) {
+    use std::io::Read;
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stderr.read_to_end(&mut v);
+        v
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: waiting for our own child, with valid pointers.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid);
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::process::Output {
+        status: std::process::ExitStatus::from_raw(if code >= 0 { code << 8 } else { status }),
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    };
+    (out, usage.ru_maxrss)
 }

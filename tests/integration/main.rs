@@ -24,3 +24,4 @@ mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;
+mod trust;

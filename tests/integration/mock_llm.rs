@@ -16,6 +16,9 @@ pub enum Reply {
     Full(u16, Vec<(&'static str, String)>, String),
     /// A 200 SSE stream: parts written with a pause before each, then the connection closes.
     Stream(Vec<(Duration, String)>),
+    /// A 200 reply of content type `.0` whose body is `.1`, then `.2` repeated `.3` times, then
+    /// `.4`, written as it goes (a huge body without holding it), with no Content-Length.
+    Repeat(&'static str, String, String, usize, String),
 }
 
 impl Reply {
@@ -141,9 +144,32 @@ fn handle(mut stream: TcpStream, queue: &Mutex<VecDeque<Reply>>, requests: &Mute
                 let _ = stream.flush();
             }
         }
+        Some(Reply::Repeat(ctype, head, part, times, tail)) => {
+            write(&mut stream, 200, ctype, &[]);
+            let mut w = std::io::BufWriter::with_capacity(64 << 10, &mut stream);
+            for p in std::iter::once(&head)
+                .chain(std::iter::repeat_n(&part, times))
+                .chain(std::iter::once(&tail))
+            {
+                if w.write_all(p.as_bytes()).is_err() {
+                    // The client hung up: what the tests want to see.
+                    sent_until_hangup(requests);
+                    return;
+                }
+            }
+            let _ = w.flush();
+        }
     }
     let _ = stream.flush();
     let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// Note on the last recorded request that the client closed the connection mid-reply.
+fn sent_until_hangup(requests: &Mutex<Vec<Recorded>>) {
+    if let Some(last) = requests.lock().unwrap().last_mut() {
+        last.headers
+            .push(("x-mock-client-hung-up".into(), "1".into()));
+    }
 }
 
 /// `data: {json}\n\n` for each chunk.

@@ -17,6 +17,10 @@ pub(crate) struct LlmArgs {
     /// Model name.
     #[arg(long)]
     pub model: Option<String>,
+    /// The most text one model reply may carry, in bytes (default 4 MiB, or `[llm]
+    /// max_reply_bytes`); past it the request fails.
+    #[arg(long, value_name = "BYTES")]
+    pub max_reply_bytes: Option<u64>,
 }
 
 impl LlmArgs {
@@ -26,6 +30,7 @@ impl LlmArgs {
             provider: self.provider.clone(),
             base_url: self.base_url.clone(),
             model: self.model.clone(),
+            max_reply_bytes: self.max_reply_bytes,
         };
         let env = |k: &str| std::env::var(k).ok();
         let s = LlmSettings::resolve(&config.llm, &env, &flags, &mut |w| {
@@ -106,6 +111,7 @@ fn reason(e: &LlmError) -> &'static str {
         LlmError::QuotaExhausted { .. } => "quota_exhausted",
         LlmError::ContextOverflow { .. } => "context_overflow",
         LlmError::Http { .. } => "http_error",
+        LlmError::ReplyTooLarge { .. } => "reply_too_large",
         LlmError::Truncated(_) | LlmError::Stream(_) | LlmError::Decode(_) => "bad_response",
     }
 }

@@ -1,5 +1,6 @@
 //! `kiln trust`: record the workspace's kiln.toml, as it is now, as trusted (the copy is kept
-//! in the user's configuration directory, outside every workspace), or report whether it is.
+//! in the user's state directory, `$XDG_STATE_HOME/kiln/trust/`, keyed by the workspace's
+//! canonical path, outside every workspace), or report whether it is and what it would apply.
 
 use super::{Ctx, Outcome, print_json};
 use crate::config::Trust;
@@ -31,7 +32,11 @@ pub(crate) fn run(ctx: &Ctx, args: TrustArgs) -> anyhow::Result<Outcome> {
             Trust::Untrusted { .. } => ("untrusted", false),
         };
         if args.json {
-            print_json(&json!({ "file": file, "trust": state }));
+            let ignored = match &ctx.config.trust {
+                Trust::Untrusted { ignored, .. } => ignored.clone(),
+                _ => Vec::new(),
+            };
+            print_json(&json!({ "file": file, "trust": state, "ignored": ignored }));
         } else if let Some(w) = ctx.config.trust.warning() {
             eprintln!("{w}");
         } else {

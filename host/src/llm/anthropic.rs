@@ -116,6 +116,8 @@ pub(super) struct StreamAssembler {
     /// Content blocks by index: `Some(call)` for tool_use blocks.
     blocks: Vec<Option<ToolCall>>,
     stopped: bool,
+    /// Bytes of thinking streamed; counted, not kept.
+    reasoning_bytes: usize,
 }
 
 impl Assembler for StreamAssembler {
@@ -172,6 +174,9 @@ impl Assembler for StreamAssembler {
                         self.r.text.push_str(t);
                         sink(Delta::Text(t.into()));
                     }
+                    Some("thinking_delta") => {
+                        self.reasoning_bytes += d["thinking"].as_str().map_or(0, str::len);
+                    }
                     Some("input_json_delta") => {
                         if let Some(Some(call)) = self.blocks.get_mut(idx) {
                             call.arguments
@@ -223,6 +228,17 @@ impl Assembler for StreamAssembler {
             })
             .collect();
         r
+    }
+
+    fn reply_bytes(&self) -> usize {
+        self.r.text.len()
+            + self
+                .blocks
+                .iter()
+                .flatten()
+                .map(|c| c.arguments.len())
+                .sum::<usize>()
+            + self.reasoning_bytes
     }
 
     fn missing(&self) -> String {

@@ -217,6 +217,14 @@ pub enum LlmError {
     /// A body or chunk that is not what the dialect promises.
     #[error("the LLM sent something kiln cannot read: {0}")]
     Decode(String),
+    /// The reply carried more text than `max_reply_bytes` allows; kiln stopped reading it.
+    #[error(
+        "the model's reply passed the size cap of {limit} bytes (`max_reply_bytes`), so kiln stopped reading it; if a reply this large is expected, raise `max_reply_bytes` under [llm] in your user configuration or pass --max-reply-bytes"
+    )]
+    ReplyTooLarge {
+        /// The cap, bytes.
+        limit: u64,
+    },
 }
 
 impl LlmError {
@@ -277,7 +285,7 @@ impl LlmError {
             LlmError::Truncated(m) => LlmError::Truncated(s(m)),
             LlmError::Stream(m) => LlmError::Stream(s(m)),
             LlmError::Decode(m) => LlmError::Decode(s(m)),
-            e @ LlmError::Timeout { .. } => e,
+            e @ (LlmError::Timeout { .. } | LlmError::ReplyTooLarge { .. }) => e,
         }
     }
 }
@@ -381,6 +389,51 @@ trait Assembler: Send {
     fn finish(self: Box<Self>) -> ChatResponse;
     /// What is missing when the stream ended early.
     fn missing(&self) -> String;
+    /// Bytes of reply text so far: content, tool-call arguments and reasoning.
+    fn reply_bytes(&self) -> usize;
+}
+
+/// The most bytes kept of an HTTP error body (only its message is used).
+const ERROR_BODY_MAX: usize = 64 << 10;
+
+/// The most raw bytes read for a reply whose text may be `text_cap` bytes: JSON can escape a
+/// byte as six (`\u001b`), plus room for the envelope.
+fn raw_cap(text_cap: u64) -> usize {
+    usize::try_from(text_cap.saturating_mul(6).saturating_add(64 << 10)).unwrap_or(usize::MAX)
+}
+
+/// Why a capped body read stopped.
+enum BodyError {
+    /// More than the cap arrived.
+    TooLarge,
+    /// The connection failed.
+    Broken(String),
+}
+
+/// Read a body, at most `cap` bytes: memory stays bounded, whatever the server sends.
+async fn read_capped(resp: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, BodyError> {
+    let mut body = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => {
+                if body.len() + c.len() > cap {
+                    return Err(BodyError::TooLarge);
+                }
+                body.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(body),
+            Err(e) => return Err(BodyError::Broken(root_cause(&e))),
+        }
+    }
+}
+
+/// The reply text of a complete answer: content and tool-call arguments.
+fn reply_bytes(r: &ChatResponse) -> usize {
+    r.text.len()
+        + r.tool_calls
+            .iter()
+            .map(|c| c.arguments.len())
+            .sum::<usize>()
 }
 
 impl LlmClient {
@@ -562,8 +615,11 @@ impl LlmClient {
         let status = resp.status().as_u16();
         if status >= 400 {
             let wait = retry::server_delay(resp.headers());
-            let text = match tokio::time::timeout(s.timeout, resp.text()).await {
-                Ok(Ok(t)) => t,
+            let mut resp = resp;
+            let text = match tokio::time::timeout(s.timeout, read_capped(&mut resp, ERROR_BODY_MAX))
+                .await
+            {
+                Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
                 _ => String::new(),
             };
             return Err((classify_error(status, &text), wait));
@@ -572,9 +628,24 @@ impl LlmClient {
     }
 
     /// Read a whole (non-streaming) answer.
-    async fn read_whole(&self, resp: reqwest::Response) -> Result<ChatResponse, Failure> {
+    /// Read a whole (non-streaming) answer, at most [`raw_cap`] bytes of body and
+    /// `max_reply_bytes` of text.
+    async fn read_whole(&self, mut resp: reqwest::Response) -> Result<ChatResponse, Failure> {
         let s = &self.settings;
-        let text = match tokio::time::timeout(s.timeout, resp.text()).await {
+        let too_large = || {
+            (
+                LlmError::ReplyTooLarge {
+                    limit: s.max_reply_bytes,
+                },
+                None,
+            )
+        };
+        let body = match tokio::time::timeout(
+            s.timeout,
+            read_capped(&mut resp, raw_cap(s.max_reply_bytes)),
+        )
+        .await
+        {
             Err(_) => {
                 return Err((
                     LlmError::Timeout {
@@ -584,20 +655,27 @@ impl LlmClient {
                     None,
                 ));
             }
-            Ok(Err(e)) => return Err((LlmError::Truncated(root_cause(&e)), None)),
-            Ok(Ok(t)) => t,
+            Ok(Err(BodyError::TooLarge)) => return Err(too_large()),
+            Ok(Err(BodyError::Broken(why))) => return Err((LlmError::Truncated(why), None)),
+            Ok(Ok(b)) => b,
         };
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        drop(resp);
+        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
             (
                 LlmError::Decode(format!("response body is not JSON: {e}")),
                 None,
             )
         })?;
+        drop(body);
         let r = match s.provider {
             Provider::Openai => openai::parse_full(&v),
             Provider::Anthropic => anthropic::parse_full(&v),
         };
-        r.map_err(|e| (e, None))
+        let r = r.map_err(|e| (e, None))?;
+        if reply_bytes(&r) as u64 > s.max_reply_bytes {
+            return Err(too_large());
+        }
+        Ok(r)
     }
 
     /// Read a streamed answer, passing deltas to `sink`; a stream that stalls, breaks or ends
@@ -611,6 +689,14 @@ impl LlmClient {
         let mut asm: Box<dyn Assembler> = match s.provider {
             Provider::Openai => Box::new(openai::StreamAssembler::default()),
             Provider::Anthropic => Box::new(anthropic::StreamAssembler::default()),
+        };
+        let too_large = || {
+            (
+                LlmError::ReplyTooLarge {
+                    limit: s.max_reply_bytes,
+                },
+                None,
+            )
         };
         let mut decoder = sse::Decoder::default();
         let mut stream = resp.bytes_stream();
@@ -640,15 +726,26 @@ impl LlmClient {
                     done = true;
                     break;
                 }
+                if asm.reply_bytes() as u64 > s.max_reply_bytes {
+                    return Err(too_large());
+                }
+            }
+            // One event that never ends (no blank line, no newline) is held whole: cap it too.
+            if decoder.pending_bytes() > raw_cap(s.max_reply_bytes) {
+                return Err(too_large());
             }
         }
         if !done {
-            if let Some(ev) = decoder.finish()
-                && asm.event(&ev, sink).map_err(|e| (e, None))?
-            {
-                return Ok(asm.finish());
+            let complete = match decoder.finish() {
+                Some(ev) => asm.event(&ev, sink).map_err(|e| (e, None))?,
+                None => false,
+            };
+            if asm.reply_bytes() as u64 > s.max_reply_bytes {
+                return Err(too_large());
             }
-            return Err((LlmError::Truncated(asm.missing()), None));
+            if !complete {
+                return Err((LlmError::Truncated(asm.missing()), None));
+            }
         }
         Ok(asm.finish())
     }

@@ -123,6 +123,8 @@ pub(super) struct StreamAssembler {
     r: ChatResponse,
     calls: Vec<ToolCall>,
     finished: bool,
+    /// Bytes of reasoning streamed (`reasoning_content` / `reasoning`); counted, not kept.
+    reasoning_bytes: usize,
 }
 
 impl Assembler for StreamAssembler {
@@ -167,6 +169,9 @@ impl Assembler for StreamAssembler {
             if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
                 self.r.text.push_str(t);
                 sink(Delta::Text(t.to_string()));
+            }
+            for k in ["reasoning_content", "reasoning"] {
+                self.reasoning_bytes += delta[k].as_str().map_or(0, str::len);
             }
             for tc in delta["tool_calls"].as_array().into_iter().flatten() {
                 let idx = tc["index"]
@@ -215,6 +220,12 @@ impl Assembler for StreamAssembler {
             })
             .collect();
         r
+    }
+
+    fn reply_bytes(&self) -> usize {
+        self.r.text.len()
+            + self.calls.iter().map(|c| c.arguments.len()).sum::<usize>()
+            + self.reasoning_bytes
     }
 
     fn missing(&self) -> String {

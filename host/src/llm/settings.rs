@@ -63,6 +63,22 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Output token limit when nothing sets one.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// First-byte timeout, seconds.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
+/// Connect timeout, seconds.
+pub const DEFAULT_CONNECT_TIMEOUT_SECS: u64 = 10;
+/// Idle timeout of a stream, seconds.
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 60;
+/// Retries after the first attempt.
+pub const DEFAULT_MAX_RETRIES: u32 = 4;
+/// Retries of a broken stream.
+pub const DEFAULT_STREAM_MAX_RETRIES: u32 = 5;
+/// The most text one model reply may carry (content, tool-call arguments and reasoning
+/// together): 4 MiB.
+pub const DEFAULT_MAX_REPLY_BYTES: u64 = 4 << 20;
+
 /// `[llm]` as written in a configuration file; every field optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +113,9 @@ pub struct LlmConfig {
     pub idle_timeout_secs: Option<u64>,
     /// Use streaming (default true).
     pub stream: Option<bool>,
+    /// The most text one reply may carry, in bytes (content, tool-call arguments and
+    /// reasoning together; default 4 MiB). Past it the request fails and is not retried.
+    pub max_reply_bytes: Option<u64>,
 }
 
 impl LlmConfig {
@@ -120,7 +139,8 @@ impl LlmConfig {
             max_retries,
             stream_max_retries,
             idle_timeout_secs,
-            stream
+            stream,
+            max_reply_bytes
         );
     }
 }
@@ -171,6 +191,8 @@ pub struct LlmSettings {
     pub retry_base: Duration,
     /// Use streaming.
     pub stream: bool,
+    /// The most text one reply may carry, in bytes (see [`LlmConfig::max_reply_bytes`]).
+    pub max_reply_bytes: u64,
 }
 
 /// A setting is missing or malformed.
@@ -187,6 +209,8 @@ pub struct LlmFlags {
     pub base_url: Option<String>,
     /// `--model`.
     pub model: Option<String>,
+    /// `--max-reply-bytes`.
+    pub max_reply_bytes: Option<u64>,
 }
 
 impl LlmSettings {
@@ -265,21 +289,48 @@ impl LlmSettings {
                 None => Some(0.0),
             }
         };
+        let max_reply_bytes = match flags.max_reply_bytes {
+            Some(n) => n,
+            None => match env("KILN_MAX_REPLY_BYTES") {
+                Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                    SettingsError(format!(
+                        "KILN_MAX_REPLY_BYTES={v:?} is not a number of bytes"
+                    ))
+                })?,
+                None => config.max_reply_bytes.unwrap_or(DEFAULT_MAX_REPLY_BYTES),
+            },
+        };
+        if max_reply_bytes == 0 {
+            return Err(SettingsError(
+                "max_reply_bytes must be greater than zero".into(),
+            ));
+        }
         Ok(LlmSettings {
             provider,
             base_url,
             model,
             api_key,
-            max_tokens: config.max_tokens.unwrap_or(4096),
-            connect_timeout: Duration::from_secs(config.connect_timeout_secs.unwrap_or(10)),
-            timeout: Duration::from_secs(config.timeout_secs.unwrap_or(120)),
-            idle_timeout: Duration::from_secs(config.idle_timeout_secs.unwrap_or(60)),
+            max_tokens: config.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            connect_timeout: Duration::from_secs(
+                config
+                    .connect_timeout_secs
+                    .unwrap_or(DEFAULT_CONNECT_TIMEOUT_SECS),
+            ),
+            timeout: Duration::from_secs(config.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS)),
+            idle_timeout: Duration::from_secs(
+                config
+                    .idle_timeout_secs
+                    .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECS),
+            ),
             temperature,
             disable_thinking: config.disable_thinking.unwrap_or(false),
-            max_retries: config.max_retries.unwrap_or(4),
-            stream_max_retries: config.stream_max_retries.unwrap_or(5),
+            max_retries: config.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+            stream_max_retries: config
+                .stream_max_retries
+                .unwrap_or(DEFAULT_STREAM_MAX_RETRIES),
             retry_base: Duration::from_millis(500),
             stream: config.stream.unwrap_or(true),
+            max_reply_bytes,
         })
     }
 

@@ -52,6 +52,11 @@ impl Decoder {
         out
     }
 
+    /// Bytes held for an event not complete yet (its `data:` lines and the partial line).
+    pub fn pending_bytes(&self) -> usize {
+        self.buf.len() + self.data.iter().map(String::len).sum::<usize>()
+    }
+
     /// At end of stream: the last event if it was not terminated by a blank line.
     pub fn finish(&mut self) -> Option<Event> {
         if !self.buf.is_empty() {

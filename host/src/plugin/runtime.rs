@@ -46,6 +46,9 @@ pub struct Checked {
     kind: PluginKind,
     contract: String,
     source: Source,
+    /// Hex sha256 of the bytes compiled, for a component read from a file (a user's grants
+    /// bind to the bytes they named: `Config::grant_for`).
+    sha256: Option<String>,
     /// How it was loaded.
     pub info: LoadInfo,
 }
@@ -174,11 +177,19 @@ impl Runtime {
                 message: format!("edit formats are pure and may not import `{name}`"),
             });
         }
+        let sha256 = match &source {
+            Source::File(_) => {
+                use sha2::{Digest, Sha256};
+                Some(hex::encode(Sha256::digest(bytes)))
+            }
+            Source::Builtin => None,
+        };
         Ok(Checked {
             component,
             kind,
             contract,
             source,
+            sha256,
             info,
         })
     }
@@ -191,6 +202,7 @@ impl Runtime {
         config: &crate::config::Config,
     ) -> Result<Plugin, PluginError> {
         let source_name = checked.source.to_string();
+        let sha256 = checked.sha256.clone().unwrap_or_default();
         let link_err = |e: wasmtime::Error| PluginError::Link {
             source_name: source_name.clone(),
             message: format!("{e:#}"),
@@ -230,7 +242,17 @@ impl Runtime {
             source_name: source_name.clone(),
             message,
         })?;
-        let mut grant = config.plugin(&manifest.name);
+        let component = match &plugin.source {
+            Source::File(path) => crate::config::Component::File {
+                path,
+                sha256: &sha256,
+            },
+            Source::Builtin => crate::config::Component::Builtin,
+        };
+        let (mut grant, unbound) = config.grant_for(&manifest.name, component);
+        if let Some(why) = unbound {
+            eprintln!("kiln: warning: {}", crate::terminal::printable(&why));
+        }
         if plugin.source == Source::Builtin && grant.fs.is_none() {
             grant.fs = builtin::default_grant(&manifest.name).fs;
         }

@@ -1,0 +1,205 @@
+//! What an untrusted workspace `kiln.toml` can and cannot do (an allowlist of fields), grants
+//! in the user's configuration bound to the component the user named, and where trust
+//! records live (the user's state directory).
+
+use crate::mock_llm::{MockLlm, openai_text};
+use crate::support::{Run, Workspace, wasm};
+use std::process::Command;
+
+/// `kiln ARGS` with `user_config` as the user's configuration and no `KILN_YES`.
+fn untrusted(ws: &Workspace, args: &[&str], user_config: Option<&str>) -> Run {
+    let mut cmd = ws.command(args);
+    cmd.env_remove("KILN_YES");
+    with_user_config(ws, &mut cmd, user_config);
+    Run(cmd.output().unwrap())
+}
+
+fn with_user_config(ws: &Workspace, cmd: &mut Command, user_config: Option<&str>) {
+    if let Some(text) = user_config {
+        let path = ws.path().join("user-config.toml");
+        std::fs::write(&path, text).unwrap();
+        cmd.env("KILN_CONFIG", path);
+    }
+}
+
+fn limits(r: &Run) -> serde_json::Value {
+    r.expect_code(0);
+    r.json()["granted"]["limits"].clone()
+}
+
+#[test]
+fn untrusted_limits_only_lower_hole_4() {
+    let ws = Workspace::new();
+    let inspect = ["plugin", "inspect", "command", "--json"];
+    let user = "[plugins.command]\ntimeout_ms = 20000\n";
+    let before = limits(&untrusted(&ws, &inspect, Some(user)));
+    assert_eq!(before["timeout_ms"], 20000, "{before}");
+    ws.write(
+        "kiln.toml",
+        "[plugins.command]\nmemory_mib = 8192\ntimeout_ms = 4000000000\noutput_bytes = 1000\n",
+    );
+    let r = untrusted(&ws, &inspect, Some(user));
+    let after = limits(&r);
+    // Raising memory and time is ignored (the default, the user's value); lowering applies.
+    assert_eq!(after["memory_mib"], before["memory_mib"], "{after}");
+    assert_eq!(after["timeout_ms"], 20000, "{after}");
+    assert_eq!(after["output_bytes"], 1000, "{after}");
+    let err = r.stderr();
+    assert!(
+        err.contains("is not trusted yet")
+            && err.contains("plugins.command.memory_mib (raises")
+            && err.contains("plugins.command.timeout_ms (raises 20000 to 4000000000)"),
+        "{err}"
+    );
+    // Trusted, the file raises them.
+    let mut cmd = ws.command(&inspect);
+    with_user_config(&ws, &mut cmd, Some(user));
+    let trusted = limits(&Run(cmd.output().unwrap()));
+    assert_eq!(trusted["timeout_ms"], 4_000_000_000u64, "{trusted}");
+}
+
+#[test]
+fn an_allowlisted_field_applies_untrusted_and_an_unlisted_one_is_ignored() {
+    let ws = Workspace::new();
+    ws.write(
+        "main.c",
+        "int main(void) {\n    int x = 1\n    return x;\n}\n",
+    );
+    ws.write(
+        "kiln.toml",
+        "[fix]\nprompt = \"PROJECT-RULE-42: keep functions short\"\n\n[llm]\nmodel = \"expensive-model\"\n",
+    );
+    let mock = MockLlm::start(vec![openai_text(
+        "<<<<<<< SEARCH\n    int x = 1\n=======\n    int x = 1;\n>>>>>>> REPLACE\n",
+    )]);
+    let base = format!("{}/v1", mock.url);
+    let r = untrusted(
+        &ws,
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--json",
+            "--cmd",
+            "gcc -fsyntax-only {file}",
+            "--file",
+            "main.c",
+        ],
+        Some("[llm]\nmodel = \"user-model\"\n"),
+    );
+    r.expect_code(0);
+    let body = &mock.recorded()[0].body;
+    // `[llm] model` changes cost: the user's model is asked, not the repository's.
+    assert_eq!(body["model"], "user-model");
+    // `[fix] prompt` is on the allowlist: it reaches the model.
+    assert!(
+        body.to_string().contains("PROJECT-RULE-42"),
+        "{}",
+        &body.to_string()[..600.min(body.to_string().len())]
+    );
+    let err = r.stderr();
+    assert!(
+        err.contains("is not trusted yet") && err.contains("llm.model"),
+        "{err}"
+    );
+    assert!(!err.contains("fix.prompt"), "{err}");
+}
+
+#[test]
+fn a_workspace_path_for_a_plugin_the_user_granted_gets_none_of_its_grants_hole_7() {
+    let ws = Workspace::new();
+    ws.write("inside.txt", "inside\n");
+    let mine = wasm("kiln_test_escape");
+    let user = format!("[plugins.escape]\npath = {mine:?}\nfs = [\".\"]\n");
+    // The repository's component (here the same code, under its own path).
+    std::fs::copy(&mine, ws.root().join("evil.wasm")).unwrap();
+    ws.write("kiln.toml", "[plugins.escape]\npath = \"evil.wasm\"\n");
+    let read = [
+        "tool",
+        "call",
+        "escape.read",
+        "--args",
+        r#"{"path":"/workspace/inside.txt"}"#,
+        "--json",
+    ];
+    // Untrusted: the path is ignored, the user's component runs with the user's grant, and
+    // `kiln trust --check` says the file needs trust because of the path.
+    let r = untrusted(&ws, &read, Some(&user));
+    r.expect_code(0);
+    assert_eq!(r.json()["result"]["content"], "inside\n");
+    assert!(r.stderr().contains("plugins.escape.path"), "{}", r.stderr());
+    let check = untrusted(&ws, &["trust", "--check", "--json"], Some(&user));
+    check.expect_code(1);
+    let j = check.json();
+    assert_eq!(j["trust"], "untrusted", "{j}");
+    assert!(
+        j["ignored"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i.as_str().unwrap().starts_with("plugins.escape.path")),
+        "{j}"
+    );
+    // Trusted (--yes): the repository's component runs, without the user's grants, and the
+    // warning names the plugin and both components.
+    let mut cmd = ws.command(&read);
+    with_user_config(&ws, &mut cmd, Some(&user));
+    let r = Run(cmd.output().unwrap());
+    assert_ne!(r.code(), 0, "{}", r.stdout());
+    assert!(!r.stdout().contains("inside\\n"), "{}", r.stdout());
+    let err = r.stderr();
+    assert!(
+        err.contains("plugin `escape`: the grants in your configuration do not apply")
+            && err.contains("evil.wasm")
+            && err.contains(mine.to_str().unwrap()),
+        "{err}"
+    );
+}
+
+#[test]
+fn trust_records_live_in_the_users_state_directory() {
+    let ws = Workspace::new();
+    ws.write("kiln.toml", "[plugins.escape]\nfs = [\".\"]\n");
+    let state = ws.path().join("state");
+    let run = |args: &[&str], state: &std::path::Path| {
+        let mut cmd = ws.command(args);
+        cmd.env_remove("KILN_YES").env("XDG_STATE_HOME", state);
+        Run(cmd.output().unwrap())
+    };
+    run(&["trust", "--check"], &state).expect_code(1);
+    let r = run(&["trust", "--json"], &state);
+    r.expect_code(0);
+    let record = std::path::PathBuf::from(r.json()["record"].as_str().unwrap());
+    assert_eq!(record.parent().unwrap(), state.join("kiln/trust"));
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap(),
+        ws.read("kiln.toml")
+    );
+    assert!(!ws.path().join("trusted").exists());
+    run(&["trust", "--check"], &state).expect_code(0);
+    // Without XDG_STATE_HOME: ~/.local/state/kiln/trust.
+    let mut cmd = ws.command(&["trust"]);
+    cmd.env_remove("KILN_YES");
+    assert!(cmd.output().unwrap().status.success());
+    assert_eq!(
+        std::fs::read_dir(ws.path().join(".local/state/kiln/trust"))
+            .unwrap()
+            .count(),
+        1
+    );
+    // A record where an older kiln kept it (beside the user's configuration) is not read,
+    // only mentioned.
+    use sha2::{Digest, Sha256};
+    let root = ws.root().canonicalize().unwrap();
+    let key = &hex::encode(Sha256::digest(root.as_os_str().as_encoded_bytes()))[..32];
+    let old = ws.path().join("trusted").join(format!("{key}.toml"));
+    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+    std::fs::write(&old, ws.read("kiln.toml")).unwrap();
+    let r = run(&["trust", "--check"], &ws.path().join("fresh-state"));
+    r.expect_code(1);
+    assert!(
+        r.stderr().contains("trust record of an older kiln") && r.stderr().contains(key),
+        "{}",
+        r.stderr()
+    );
+}
