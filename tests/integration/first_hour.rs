@@ -295,3 +295,104 @@ fn a_target_too_big_for_the_format_names_the_setting_before_the_model_is_paid() 
     assert!(mock.recorded().is_empty(), "the model was asked");
     assert!(loops(&ws).is_empty());
 }
+
+/// A fix run whose model answers with one edit to `main.c`; `NO_COLOR` and a terminal as set.
+fn fix_on_terminal(ws: &Workspace, no_color: bool) -> String {
+    ws.write("main.c", "int main(void) {\n    return 0\n}\n");
+    let mock = MockLlm::start(vec![openai_text(
+        "<<<<<<< SEARCH\n    return 0\n=======\n    return 0;\n>>>>>>> REPLACE\n",
+    )]);
+    let kiln = env!("CARGO_BIN_EXE_kiln");
+    let line = format!(
+        "{kiln} fix --base-url {}/v1 --model m --cmd 'gcc -fsyntax-only {{file}}' --file main.c",
+        mock.url
+    );
+    // `script` gives kiln a terminal on stdout and stderr; the environment is the tests'
+    // clean one.
+    let mut env = ws.command(&[]);
+    env.env("OPENAI_API_KEY", "sk-t").env("TERM", "dumb");
+    if no_color {
+        env.env("NO_COLOR", "1");
+    }
+    let out = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(ws.root())
+        .env_clear()
+        .envs(env.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_terminal_shows_the_first_diagnostics_and_a_colored_diff_unless_no_color() {
+    let ws = Workspace::new();
+    let shown = fix_on_terminal(&ws, false);
+    assert!(shown.contains("main.c:2:"), "the first diagnostic: {shown}");
+    assert!(
+        shown.contains("\u{1b}[31m-    return 0\u{1b}[0m")
+            && shown.contains("\u{1b}[32m+    return 0;\u{1b}[0m"),
+        "{shown:?}"
+    );
+    let ws = Workspace::new();
+    let plain = fix_on_terminal(&ws, true);
+    assert!(plain.contains("+    return 0;"), "{plain}");
+    assert!(!plain.contains("\u{1b}[3"), "{plain:?}");
+    // Not a terminal: no colors either, and the diff is still shown.
+    let ws = Workspace::new();
+    ws.write("main.c", "int main(void) {\n    return 0\n}\n");
+    let mock = MockLlm::start(vec![openai_text(
+        "<<<<<<< SEARCH\n    return 0\n=======\n    return 0;\n>>>>>>> REPLACE\n",
+    )]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            "gcc -fsyntax-only {file}",
+            "--file",
+            "main.c",
+        ],
+        &[("OPENAI_API_KEY", "sk-t")],
+    );
+    r.expect_code(0);
+    assert!(r.stderr().contains("+    return 0;"), "{}", r.stderr());
+    assert!(!r.stderr().contains('\u{1b}'), "{:?}", r.stderr());
+}
+
+#[test]
+fn a_refused_edit_says_the_runner_was_not_run_again() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![openai_text(
+        "<<<<<<< SEARCH\nnot in the file\n=======\ny\n>>>>>>> REPLACE\n",
+    )]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            "false",
+            "--file",
+            "a.txt",
+            "--max-iters",
+            "1",
+        ],
+        &[("OPENAI_API_KEY", "sk-t")],
+    );
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("[1] runner not re-run (no edit applied): still failed"),
+        "{}",
+        r.stderr()
+    );
+}

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 /// Where event lines go.
 pub(crate) struct EventLog {
     console: bool,
+    /// Diffs in color: stderr is a terminal and `NO_COLOR` is not set.
+    color: bool,
     file: Option<(PathBuf, std::fs::File)>,
     /// Streamed text on stderr that did not end with a newline yet.
     mid_line: bool,
@@ -21,6 +23,7 @@ impl EventLog {
     pub fn new(console: bool, file: Option<(PathBuf, std::fs::File)>) -> EventLog {
         EventLog {
             console,
+            color: console && crate::terminal::colors_on_stderr(),
             file,
             mid_line: false,
             pending: String::new(),
@@ -31,6 +34,13 @@ impl EventLog {
     pub fn event(&mut self, e: &Event) {
         match e {
             Event::TextDelta { text } => self.text(text),
+            Event::EditDiff { .. } if self.color => {
+                if let Some(diff) = e.human() {
+                    self.end_text();
+                    eprintln!("{}", crate::terminal::color_diff(&diff));
+                    self.write_file(&diff);
+                }
+            }
             _ => {
                 if let Some(line) = e.human() {
                     self.line(&line);

@@ -42,11 +42,28 @@ impl Event {
                 exit_code,
                 errors,
                 duration_ms,
-            } => format!(
-                "[{iteration}] runner: {} (exit {exit_code}, {}, {duration_ms} ms)",
-                if *ok { "passed" } else { "failed" },
-                count(*errors, "error", "errors")
-            ),
+                fresh,
+                first,
+            } => {
+                let verdict = if *ok { "passed" } else { "failed" };
+                let mut s = if *fresh {
+                    format!(
+                        "[{iteration}] runner: {verdict} (exit {exit_code}, {}, {duration_ms} ms)",
+                        count(*errors, "error", "errors")
+                    )
+                } else {
+                    format!(
+                        "[{iteration}] runner not re-run (no edit applied): still {verdict} (exit {exit_code}, {})",
+                        count(*errors, "error", "errors")
+                    )
+                };
+                if !*ok && *fresh {
+                    for d in first {
+                        s.push_str(&format!("\n      {d}"));
+                    }
+                }
+                s
+            }
             Event::LlmRequest {
                 iteration,
                 prompt_chars,
@@ -89,6 +106,7 @@ impl Event {
                     error.lines().next().unwrap_or("")
                 )
             }
+            Event::EditDiff { diff, .. } => diff.trim_end().to_string(),
             Event::LoopIteration { .. } => return None,
             Event::LoopSucceeded { loop_id, iters } => {
                 format!(

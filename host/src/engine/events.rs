@@ -38,6 +38,11 @@ pub enum Event {
         errors: usize,
         /// Run time.
         duration_ms: u64,
+        /// False when no edit applied, so the runner was not run again and this is the
+        /// previous result.
+        fresh: bool,
+        /// The first few diagnostics, one line each (`file:line:col: severity: message`).
+        first: Vec<String>,
     },
     /// A request went to the model.
     #[serde(rename = "llm.request")]
@@ -84,6 +89,16 @@ pub enum Event {
         failure: String,
         /// Message given to the model.
         error: String,
+    },
+    /// What an applied response changed in one file, as a unified diff.
+    #[serde(rename = "edit.diff")]
+    EditDiff {
+        /// Iteration.
+        iteration: u32,
+        /// Path.
+        path: String,
+        /// The unified diff (`---`/`+++` headers, `@@` hunks, 3 lines of context).
+        diff: String,
     },
     /// An iteration ended.
     #[serde(rename = "loop.iteration")]
@@ -269,6 +284,7 @@ impl Event {
             Event::LlmResponse { .. } => "llm.response",
             Event::EditApplied { .. } => "edit.applied",
             Event::EditFailed { .. } => "edit.failed",
+            Event::EditDiff { .. } => "edit.diff",
             Event::LoopIteration { .. } => "loop.iteration",
             Event::LoopSucceeded { .. } => "loop.succeeded",
             Event::LoopFailed { .. } => "loop.failed",

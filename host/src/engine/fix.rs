@@ -23,6 +23,8 @@ use std::time::Instant;
 pub const STAGNATION_WINDOW: usize = 3;
 /// Consecutive iterations without an applied edit that stop the loop.
 pub const NO_EDITS_WINDOW: u32 = 3;
+/// Diagnostics a person is shown of a failed check (all of them go to the model).
+const FIRST_DIAGNOSTICS: usize = 3;
 /// Rounds of history tool calls allowed within one iteration.
 const MAX_TOOL_ROUNDS: usize = 3;
 
@@ -400,6 +402,15 @@ fn refuse_over_limits(ws: &Workspace, targets: &[String], format: &Plugin) -> Re
     Ok(())
 }
 
+/// A unified diff of one file (3 lines of context).
+fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{path}"), &format!("b/{path}"))
+        .to_string()
+}
+
 /// A guess at what non-UTF-8 bytes are, for the message.
 fn likely_encoding(bytes: &[u8]) -> &'static str {
     if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
@@ -420,7 +431,7 @@ impl Fix<'_> {
             Ok(r) => r,
             Err(stop) => return Ok(stop),
         };
-        self.record_check(run, &result);
+        self.record_check(run, &result, true);
         loop {
             if result.0.ok {
                 let it = self.iteration;
@@ -490,7 +501,7 @@ impl Fix<'_> {
                 Err(stop) => return Ok(Err(stop)),
             };
         }
-        self.record_check(run, &result);
+        self.record_check(run, &result, applied > 0);
         self.record_iteration(run, &result, Some(&answer), applied, &report.edits);
         if result.0.ok {
             return Ok(Ok(result));
@@ -565,7 +576,7 @@ impl Fix<'_> {
     }
 
     /// Emit `runner.finished` (and store iteration 0, which has no LLM call).
-    fn record_check(&self, run: &mut Run<'_>, result: &Checked) {
+    fn record_check(&self, run: &mut Run<'_>, result: &Checked, fresh: bool) {
         let r = &result.0;
         if self.iteration == 0 {
             let _ = run
@@ -582,6 +593,13 @@ impl Fix<'_> {
                 .filter(|d| matches!(d.severity, Severity::Error))
                 .count(),
             duration_ms: r.duration_ms,
+            fresh,
+            first: r
+                .diagnostics
+                .iter()
+                .take(FIRST_DIAGNOSTICS)
+                .map(crate::plugin::diagnostic_line)
+                .collect(),
         });
     }
 
@@ -691,6 +709,13 @@ impl Fix<'_> {
         answer: &Answer,
     ) -> Result<edit::EditReport, edit::EditError> {
         let iteration = self.iteration;
+        // The targets as they were, for the diff a person is shown of what changed.
+        let before: BTreeMap<&str, Option<String>> = self
+            .opts
+            .targets
+            .iter()
+            .map(|t| (t.as_str(), self.ws.read(t).ok().flatten()))
+            .collect();
         let options = ApplyOptions {
             dry_run: false,
             shown: answer.shown.clone(),
@@ -732,6 +757,21 @@ impl Fix<'_> {
                     error: err.clone(),
                 }),
                 _ => {}
+            }
+        }
+        for path in report.written.iter().chain(&report.deleted) {
+            let old = before
+                .get(path.as_str())
+                .cloned()
+                .flatten()
+                .unwrap_or_default();
+            let new = self.ws.read(path).ok().flatten().unwrap_or_default();
+            if old != new {
+                run.emit(Event::EditDiff {
+                    iteration,
+                    path: path.clone(),
+                    diff: unified_diff(path, &old, &new),
+                });
             }
         }
         Ok(report)

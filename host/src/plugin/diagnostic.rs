@@ -19,3 +19,20 @@ pub fn diagnostic_json(d: &Diagnostic) -> serde_json::Value {
         "code": d.code, "message": d.message,
     })
 }
+
+/// One line for a person: `file:line:col: severity: message` (parts that are unknown left out).
+pub fn diagnostic_line(d: &Diagnostic) -> String {
+    let mut at = d.file.clone();
+    if d.line > 0 {
+        at.push_str(&format!(":{}", d.line));
+        if d.column > 0 {
+            at.push_str(&format!(":{}", d.column));
+        }
+    }
+    let first = d.message.lines().next().unwrap_or("");
+    if at.is_empty() {
+        format!("{}: {first}", severity_name(d.severity))
+    } else {
+        format!("{at}: {}: {first}", severity_name(d.severity))
+    }
+}

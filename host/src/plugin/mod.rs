@@ -30,7 +30,7 @@ pub use bindings::types::Error as PluginCallError;
 pub use bindings::types::{Diagnostic, Manifest, Severity};
 pub use capability::Effective;
 pub use contract::{CONTRACT_VERSION, contract_compatible};
-pub use diagnostic::{diagnostic_json, severity_name};
+pub use diagnostic::{diagnostic_json, diagnostic_line, severity_name};
 pub use error::{PluginError, call_error_parts, describe_call_error};
 pub use host_impl::{State, set_log_level};
 pub use instance::{HeldInstance, Plugin};
