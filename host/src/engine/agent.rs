@@ -69,6 +69,9 @@ pub struct AgentOptions {
     pub only_tools: Option<Vec<String>>,
     /// Programs `run_cmd` may run in this run, checked by the host on top of the grant.
     pub command_allowlist: Option<Vec<String>>,
+    /// Where the programs `run_cmd` starts may write (the review phase: nowhere), enforced by
+    /// the kernel whatever the host's argument checks let through.
+    pub program_writes: crate::plugin::confine::Writes,
     /// The run's kind in the store (`agent`, `loop-execute`, `loop-review`).
     pub kind: String,
     /// The run that started this one (exempt from the overlap guard).
@@ -88,6 +91,7 @@ impl AgentOptions {
             external: self.external.clone(),
             only: self.only_tools.clone(),
             command_allowlist: self.command_allowlist.clone(),
+            program_writes: self.program_writes,
         }
     }
 }
@@ -114,6 +118,7 @@ impl Default for AgentOptions {
             system_prompt: None,
             only_tools: None,
             command_allowlist: None,
+            program_writes: crate::plugin::confine::Writes::default(),
             kind: "agent".into(),
             parent: None,
         }
