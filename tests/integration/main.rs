@@ -14,6 +14,7 @@ mod escapes;
 mod fix;
 mod hardening;
 mod journal;
+mod kernel;
 mod languages;
 mod llm;
 mod loop_attacks;

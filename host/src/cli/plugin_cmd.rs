@@ -170,7 +170,7 @@ fn confinement(p: &Plugin, workspace: &Path) -> Value {
         read.push(json!({ "path": "<the program's installation>", "what": "the directory of the program run (links resolved), its prefix's lib/share, a pyenv/rbenv root for a shim, rustup's toolchains for a rustup proxy" }));
         let ns = crate::plugin::confine::describe(e.net, e.require_confinement);
         let descendants = if ns["boundaries"]["descendants"]["state"] == "enforced" {
-            "every descendant ends with the call: it runs in a PID namespace of its own, and the kernel kills what is left when the program exits"
+            "every descendant is killed when the call ends: the call runs in a PID namespace of its own, and the kernel kills what is left when the program exits"
         } else {
             "every descendant (setsid and double-forked ones too) is frozen and killed when the call ends, until none is left (no PID namespace here)"
         };

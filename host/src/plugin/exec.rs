@@ -336,6 +336,10 @@ mod tests {
     use super::*;
 
     fn spawn(ws: &Path, script: &str) -> Spawn {
+        spawn_writing(ws, script, confine::Writes::WorkspaceAndGrants)
+    }
+
+    fn spawn_writing(ws: &Path, script: &str, writes: confine::Writes) -> Spawn {
         Spawn {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],
@@ -349,12 +353,33 @@ mod tests {
                 program: Path::new("/bin/sh"),
                 read: &[],
                 write: &[],
-                writes: confine::Writes::WorkspaceAndGrants,
+                writes,
                 net: false,
                 require: false,
             })
             .unwrap(),
         }
+    }
+
+    /// The review phase's programs write nowhere, whatever their arguments: the kernel says no
+    /// (no host-side argument check runs on this path).
+    #[tokio::test]
+    async fn a_program_that_may_write_nowhere_cannot_write_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        std::fs::write(ws.join("kept.txt"), "kept\n").unwrap();
+        let f = run(spawn_writing(
+            ws,
+            "cat kept.txt; echo x > new.txt; echo y >> kept.txt; echo t > \"$TMPDIR/t\"; rm -f kept.txt; echo done",
+            confine::Writes::Nowhere,
+        ))
+        .await
+        .unwrap();
+        let err = String::from_utf8_lossy(&f.stderr);
+        assert_eq!(String::from_utf8_lossy(&f.stdout), "kept\ndone\n", "{err}");
+        assert_eq!(err.matches("Permission denied").count(), 4, "{err}");
+        assert!(!ws.join("new.txt").exists());
+        assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "kept\n");
     }
 
     fn alive(pid: i32) -> bool {
