@@ -103,7 +103,10 @@ done"#,
     let res = result(&r);
     let (out, err) = (text(&res["stdout"]), text(&res["stderr"]));
     assert!(out.contains("reached kiln"), "kiln is an ancestor: {out}");
-    assert!(!out.contains("environ=0") && !out.contains("mem=0"), "{out}");
+    assert!(
+        !out.contains("environ=0") && !out.contains("mem=0"),
+        "{out}"
+    );
     assert!(err.contains("Permission denied"), "{err}");
     assert!(!out.contains("OPENAI_API_KEY") && !err.contains(SECRET));
 }

@@ -109,7 +109,14 @@ fn runner_cargo_builds_with_the_registry_cache_but_never_writes_cargo_config_or_
     );
     let r = ws.kiln(
         &[
-            "check", "--runner", "cargo", "--mode", "test", "--file", "src/lib.rs", "--json",
+            "check",
+            "--runner",
+            "cargo",
+            "--mode",
+            "test",
+            "--file",
+            "src/lib.rs",
+            "--json",
         ],
         &[
             ("CARGO_HOME", cargo_home.to_str().unwrap()),
@@ -119,11 +126,15 @@ fn runner_cargo_builds_with_the_registry_cache_but_never_writes_cargo_config_or_
     );
     let j = r.json();
     assert_eq!(
-        j["ok"], true,
+        j["ok"],
+        true,
         "cargo test failed inside kiln: {j}\n{}",
         r.stderr()
     );
-    assert!(!cargo_home.join("config.toml").exists(), "config.toml planted");
+    assert!(
+        !cargo_home.join("config.toml").exists(),
+        "config.toml planted"
+    );
     assert!(!cargo_home.join("bin/cargo-evil").exists(), "bin/ planted");
 }
 
@@ -202,11 +213,7 @@ fn alive_with(marker: &str) -> Vec<i32> {
 /// exits, none calling setsid. The program itself returns at once.
 fn fork_chain(env: &[(&str, &str)]) {
     let (ws, _) = with_home_secret();
-    let marker = format!(
-        "kiln-chain-{}-{}",
-        std::process::id(),
-        env.len()
-    );
+    let marker = format!("kiln-chain-{}-{}", std::process::id(), env.len());
     ws.write(
         "chain.py",
         "import os, sys, time\nif os.fork() > 0:\n    sys.exit(0)\nwhile True:\n    time.sleep(0.001)\n    if os.fork() > 0:\n        os._exit(0)\n",
@@ -284,8 +291,14 @@ fn review_commands_cannot_read_outside_the_workspace_whatever_their_arguments() 
     let mock = MockLlm::start(vec![
         final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- more\n"),
         openai_calls(&[
-            ("run_cmd", r#"{"command":"grep","args":["--deref","s3cret","."]}"#),
-            ("run_cmd", r#"{"command":"find","args":["-files0-from","starts.bin"]}"#),
+            (
+                "run_cmd",
+                r#"{"command":"grep","args":["--deref","s3cret","."]}"#,
+            ),
+            (
+                "run_cmd",
+                r#"{"command":"find","args":["-files0-from","starts.bin"]}"#,
+            ),
         ]),
         review("looked", "", &["more"]),
     ]);
@@ -294,10 +307,53 @@ fn review_commands_cannot_read_outside_the_workspace_whatever_their_arguments() 
     assert_eq!(results.len(), 2, "{results:?}\n{}", r.stderr());
     for out in &results {
         assert!(!out.contains(SECRET), "read outside: {out}");
-        assert!(
-            !out.contains(".ssh-like-secret"),
-            "listed $HOME: {out}"
-        );
+        assert!(!out.contains(".ssh-like-secret"), "listed $HOME: {out}");
     }
     assert!(results[1].contains("Permission denied"), "{}", results[1]);
+}
+
+#[test]
+fn inspect_names_each_boundary_and_a_missing_mechanism_refuses_under_require_confinement() {
+    let ws = Workspace::new();
+    ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nexec = [{ program = \"sh\", args = [\"-c\", \"*\"] }]\n",
+    );
+    let plugin = crate::support::wasm("kiln_test_escape");
+    let inspect = |env: &[(&str, &str)]| {
+        let r = ws.kiln(
+            &["plugin", "inspect", plugin.to_str().unwrap(), "--json"],
+            env,
+        );
+        r.expect_code(0);
+        r.json()["confinement"]["programs"]["landlock"]["boundaries"].clone()
+    };
+    let b = inspect(&[]);
+    assert_eq!(b["reads"]["held_by"], "Landlock read rules", "{b}");
+    assert!(
+        b["network"]["held_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("seccomp filter"),
+        "{b}"
+    );
+    assert_eq!(b["network"]["state"], "enforced", "{b}");
+    assert_eq!(b["descendants"]["held_by"], "a PID namespace per call", "{b}");
+    let b = inspect(&[("KILN_TEST_NO_PIDNS", "1"), ("KILN_TEST_NO_SECCOMP", "1")]);
+    assert_eq!(b["descendants"]["state"], "partial", "{b}");
+    assert_eq!(b["network"]["state"], "partial", "{b}");
+
+    // Without PID namespaces, `require_confinement` refuses to run the program.
+    ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nexec = [{ program = \"sh\", args = [\"-c\", \"*\"] }]\n[sandbox]\nrequire_confinement = true\n",
+    );
+    let r = ws.escape_tool(
+        "exec",
+        r#"{"program":"sh","args":["-c","echo ran > ran.txt"]}"#,
+        &[("KILN_TEST_NO_PIDNS", "1")],
+    );
+    let msg = crate::support::error_of(&r, "denied");
+    assert!(msg.contains("PID namespace"), "{msg}");
+    assert!(!ws.root().join("ran.txt").exists());
 }

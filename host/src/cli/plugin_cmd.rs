@@ -422,7 +422,11 @@ fn print_confinement(c: &Value) {
         } else {
             ""
         };
-        println!("      read    {} ({}){missing}", s(&r["path"]), s(&r["what"]));
+        println!(
+            "      read    {} ({}){missing}",
+            s(&r["path"]),
+            s(&r["what"])
+        );
     }
     if !shown_system.is_empty() {
         println!("      read    {} (system)", shown_system.join(", "));

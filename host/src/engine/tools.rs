@@ -1123,8 +1123,7 @@ pub(crate) async fn run_hook(cmd: &str, input: &Value, workspace: &Path) -> (boo
         return (true, String::new(), String::new());
     }
     let stdin = Some(input.to_string().into_bytes());
-    match crate::plugin::run_host_program(&words, stdin, workspace, HOOK_TIMEOUT, HOOK_OUTPUT)
-        .await
+    match crate::plugin::run_host_program(&words, stdin, workspace, HOOK_TIMEOUT, HOOK_OUTPUT).await
     {
         Ok(f) if f.timed_out => (
             false,

@@ -2,13 +2,13 @@
 //! edit format, tool), each on a fresh instance under the plugin's deadline and checked against
 //! its output cap.
 
+use super::Effective;
+use super::confine::Writes;
 use super::instance::Pre;
 use super::{
     AppliedFile, ApplyFailure, FileEdit, FormatInfo, Manifest, ParseError, Plugin, PluginCallError,
     PluginError, PluginKind, RunRequest, RunResult, ToolSpec, bindings::runner,
 };
-use super::Effective;
-use super::confine::Writes;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,13 @@ use std::time::Duration;
 /// Run one call on a fresh instance, under the deadline, mapping traps to `PluginError`.
 macro_rules! invoke {
     ($self:ident, $variant:ident, $getter:ident, |$g:ident, $store:ident| $call:expr) => {
-        invoke!($self, $variant, $getter, $self.effective.clone(), |$g, $store| $call)
+        invoke!(
+            $self,
+            $variant,
+            $getter,
+            $self.effective.clone(),
+            |$g, $store| $call
+        )
     };
     ($self:ident, $variant:ident, $getter:ident, $effective:expr, |$g:ident, $store:ident| $call:expr) => {{
         let Pre::$variant(pre) = &$self.pre else {
@@ -149,15 +155,15 @@ impl Plugin {
         arguments: &str,
         writes: Writes,
     ) -> Result<Result<String, PluginCallError>, PluginError> {
-        let effective = if writes == self.effective.writes || self.effective.writes == Writes::Nowhere
-        {
-            self.effective.clone()
-        } else {
-            Arc::new(Effective {
-                writes,
-                ..(*self.effective).clone()
-            })
-        };
+        let effective =
+            if writes == self.effective.writes || self.effective.writes == Writes::Nowhere {
+                self.effective.clone()
+            } else {
+                Arc::new(Effective {
+                    writes,
+                    ..(*self.effective).clone()
+                })
+            };
         let out = invoke!(self, Tool, kiln_plugin_tool, effective, |g, s| g
             .call_call(s, name, arguments))?;
         if let Ok(text) = &out {

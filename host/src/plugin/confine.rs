@@ -107,7 +107,7 @@ impl Landlock {
     pub fn gaps(&self, net: bool) -> Vec<String> {
         if let Some(why) = &self.missing {
             return vec![format!(
-                "no confinement at all ({why}): programs can write anywhere you can, use the network and read kiln's environment"
+                "no confinement at all ({why}): programs can read and write anywhere you can, use the network and read kiln's environment"
             )];
         }
         let mut gaps = Vec::new();
@@ -307,14 +307,15 @@ impl Confinement {
             .prefix("kiln-exec-")
             .tempdir()
             .map_err(|e| Refusal::Failed(format!("cannot create the call's temp dir: {e}")))?;
-        let ruleset = if ll.missing.is_none() {
-            let (read, write) = paths(policy, tmp.path());
-            Some(ruleset(&read, &write, policy.net).map_err(|e| {
-                Refusal::Failed(format!("cannot build the Landlock ruleset: {e}"))
-            })?)
-        } else {
-            None
-        };
+        let ruleset =
+            if ll.missing.is_none() {
+                let (read, write) = paths(policy, tmp.path());
+                Some(ruleset(&read, &write, policy.net).map_err(|e| {
+                    Refusal::Failed(format!("cannot build the Landlock ruleset: {e}"))
+                })?)
+            } else {
+                None
+            };
         let filter = if policy.net {
             None
         } else {
@@ -615,6 +616,32 @@ mod tests {
             missing: None,
         };
         assert!(v7.gaps(false).is_empty() && v7.scoped());
+    }
+
+    #[test]
+    fn a_program_outside_the_system_keeps_its_installation_readable_and_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        // A pyenv shim: the manager's root.
+        std::fs::create_dir_all(home.join(".pyenv/shims")).unwrap();
+        std::fs::write(home.join(".pyenv/shims/python3"), "#!/bin/sh\n").unwrap();
+        let roots = install_roots(&home.join(".pyenv/shims/python3"));
+        assert_eq!(roots, [home.join(".pyenv"), home.join(".pyenv/shims")]);
+        // A rustup proxy found as `cargo`: its bin directory and rustup's toolchains, never
+        // CARGO_HOME itself.
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+        std::fs::write(home.join(".cargo/bin/rustup"), "").unwrap();
+        std::os::unix::fs::symlink("rustup", home.join(".cargo/bin/cargo")).unwrap();
+        let roots = install_roots(&home.join(".cargo/bin/cargo"));
+        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
+        assert!(
+            roots.iter().any(|r| r.ends_with("toolchains")),
+            "{roots:?}"
+        );
+        assert!(!roots.contains(&home.join(".cargo")), "{roots:?}");
+        assert!(!roots.iter().any(|r| r == home), "{roots:?}");
+        // A system program adds nothing.
+        assert!(install_roots(Path::new("/bin/sh")).is_empty());
     }
 
     #[test]

@@ -379,7 +379,10 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&f.stdout), "kept\ndone\n", "{err}");
         assert_eq!(err.matches("Permission denied").count(), 4, "{err}");
         assert!(!ws.join("new.txt").exists());
-        assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "kept\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("kept.txt")).unwrap(),
+            "kept\n"
+        );
     }
 
     fn alive(pid: i32) -> bool {

@@ -45,8 +45,7 @@ impl PidNs {
     pub fn current() -> &'static PidNs {
         static CURRENT: OnceLock<PidNs> = OnceLock::new();
         CURRENT.get_or_init(|| {
-            if cfg!(debug_assertions) && std::env::var_os(TEST_NO_PIDNS).is_some_and(|v| v == "1")
-            {
+            if cfg!(debug_assertions) && std::env::var_os(TEST_NO_PIDNS).is_some_and(|v| v == "1") {
                 return PidNs {
                     missing: Some(format!("turned off by {TEST_NO_PIDNS}=1 (debug build)")),
                 };
@@ -72,7 +71,11 @@ fn probe() -> Option<String> {
         let pid = libc::fork();
         if pid == 0 {
             let rc = libc::unshare(libc::CLONE_NEWPID);
-            libc::_exit(if rc == 0 { 0 } else { *libc::__errno_location() & 0x7f });
+            libc::_exit(if rc == 0 {
+                0
+            } else {
+                *libc::__errno_location() & 0x7f
+            });
         }
         if pid < 0 {
             return Some(format!("cannot probe: {}", std::io::Error::last_os_error()));
@@ -134,7 +137,13 @@ pub unsafe fn enter_pid_ns() -> std::io::Result<()> {
         }
         // PID 1 of the namespace: ends when the process that spawned it does (kiln killed it).
         libc::close(fds[0]);
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         let program = libc::fork();
         if program < 0 {
             return Err(err());

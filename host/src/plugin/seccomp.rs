@@ -46,9 +46,7 @@ impl NetFilter {
 /// `EFAULT` when it does, `EINVAL` when it does not.
 fn available() -> Result<(), String> {
     if cfg!(debug_assertions) && std::env::var_os(TEST_NO_SECCOMP).is_some_and(|v| v == "1") {
-        return Err(format!(
-            "turned off by {TEST_NO_SECCOMP}=1 (debug build)"
-        ));
+        return Err(format!("turned off by {TEST_NO_SECCOMP}=1 (debug build)"));
     }
     // SAFETY: a null filter pointer is never dereferenced: the kernel checks the mode first and
     // fails reading the filter (EFAULT) without installing anything.
