@@ -107,6 +107,16 @@ fn runner_cargo_builds_with_the_registry_cache_but_never_writes_cargo_config_or_
         real_cargo.join("bin").display(),
         std::env::var("PATH").unwrap()
     );
+    // The toolchain this test runs with (rust-toolchain.toml), not rustup's default.
+    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_default();
+    let mut env = vec![
+        ("CARGO_HOME", cargo_home.to_str().unwrap()),
+        ("RUSTUP_HOME", rustup.to_str().unwrap()),
+        ("PATH", &path),
+    ];
+    if !toolchain.is_empty() {
+        env.push(("RUSTUP_TOOLCHAIN", &toolchain));
+    }
     let r = ws.kiln(
         &[
             "check",
@@ -118,11 +128,7 @@ fn runner_cargo_builds_with_the_registry_cache_but_never_writes_cargo_config_or_
             "src/lib.rs",
             "--json",
         ],
-        &[
-            ("CARGO_HOME", cargo_home.to_str().unwrap()),
-            ("RUSTUP_HOME", rustup.to_str().unwrap()),
-            ("PATH", &path),
-        ],
+        &env,
     );
     let j = r.json();
     assert_eq!(
@@ -338,7 +344,10 @@ fn inspect_names_each_boundary_and_a_missing_mechanism_refuses_under_require_con
         "{b}"
     );
     assert_eq!(b["network"]["state"], "enforced", "{b}");
-    assert_eq!(b["descendants"]["held_by"], "a PID namespace per call", "{b}");
+    assert_eq!(
+        b["descendants"]["held_by"], "a PID namespace per call",
+        "{b}"
+    );
     let b = inspect(&[("KILN_TEST_NO_PIDNS", "1"), ("KILN_TEST_NO_SECCOMP", "1")]);
     assert_eq!(b["descendants"]["state"], "partial", "{b}");
     assert_eq!(b["network"]["state"], "partial", "{b}");

@@ -634,10 +634,7 @@ mod tests {
         std::os::unix::fs::symlink("rustup", home.join(".cargo/bin/cargo")).unwrap();
         let roots = install_roots(&home.join(".cargo/bin/cargo"));
         assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
-        assert!(
-            roots.iter().any(|r| r.ends_with("toolchains")),
-            "{roots:?}"
-        );
+        assert!(roots.iter().any(|r| r.ends_with("toolchains")), "{roots:?}");
         assert!(!roots.contains(&home.join(".cargo")), "{roots:?}");
         assert!(!roots.iter().any(|r| r == home), "{roots:?}");
         // A system program adds nothing.
