@@ -229,13 +229,23 @@ fn fork_chain(env: &[(&str, &str)]) {
     r.expect_code(0);
     std::thread::sleep(Duration::from_millis(300));
     let left = alive_with(&marker);
-    // Clean up after a failure, so one broken run does not load the machine.
+    // Clean up after a failure, so one broken run does not load the machine: by process group
+    // (the chain never leaves its group, and killing a group is atomic against fork).
     let until = Instant::now() + Duration::from_secs(5);
     while !alive_with(&marker).is_empty() && Instant::now() < until {
         for pid in alive_with(&marker) {
-            // SAFETY: signals a process of this test's own chain.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let pgrp = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(2))
+                .and_then(|g| g.parse::<i32>().ok());
+            // SAFETY: signals this test's own chain (its group, else the process).
             unsafe {
-                libc::kill(pid, libc::SIGKILL);
+                match pgrp {
+                    Some(g) if g > 1 => libc::kill(-g, libc::SIGKILL),
+                    _ => libc::kill(pid, libc::SIGKILL),
+                };
             }
         }
     }
@@ -365,4 +375,41 @@ fn inspect_names_each_boundary_and_a_missing_mechanism_refuses_under_require_con
     let msg = crate::support::error_of(&r, "denied");
     assert!(msg.contains("PID namespace"), "{msg}");
     assert!(!ws.root().join("ran.txt").exists());
+}
+
+/// kiln killed outright (SIGKILL, no clean-up of its own) mid-call: the call's processes end
+/// with it, the PID namespace's waiting process sees kiln's lifeline close and ends the
+/// namespace.
+#[test]
+fn a_call_ends_with_kiln_even_when_kiln_is_killed() {
+    let (ws, _) = with_home_secret();
+    let marker = format!("kiln-orphan-{}", std::process::id());
+    ws.write(
+        "stay.py",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    open('started', 'w').close()\nwhile True:\n    time.sleep(1)\n",
+    );
+    let cmd = format!("python3 stay.py {marker}");
+    let mut kiln = ws.spawn_kiln(&["check", "--cmd", &cmd, "--file", "a.txt", "--json"]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while !ws.root().join("started").exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        ws.root().join("started").exists(),
+        "the program did not start"
+    );
+    kiln.kill().unwrap();
+    kiln.wait().unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while !alive_with(&marker).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = alive_with(&marker);
+    for pid in &left {
+        // SAFETY: signals this test's own processes.
+        unsafe {
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    assert!(left.is_empty(), "outlived kiln: {left:?}");
 }

@@ -285,6 +285,7 @@ pub struct Child {
     ruleset: Option<RawFd>,
     filter: Option<(usize, u16)>,
     pid_ns: bool,
+    lifeline: RawFd,
 }
 
 impl Confinement {
@@ -347,6 +348,7 @@ impl Confinement {
             ruleset: self.ruleset.as_ref().map(|f| f.as_raw_fd()),
             filter: self.filter,
             pid_ns: self.pid_ns,
+            lifeline: if self.pid_ns { reap::lifeline() } else { -1 },
         }
     }
 }
@@ -573,7 +575,7 @@ pub unsafe fn enter(child: Child) -> std::io::Result<()> {
         }
         if child.pid_ns {
             // Needs CAP_SYS_ADMIN: before the capabilities are dropped.
-            reap::enter_pid_ns()?;
+            reap::enter_pid_ns(child.lifeline)?;
         }
         drop_caps()?;
         if let Some(fd) = child.ruleset

@@ -104,16 +104,31 @@ fn probe() -> Option<String> {
     }
 }
 
+/// The read end of a pipe whose write end only kiln holds (close-on-exec, and closed by the
+/// processes that wait in a call): it reads end-of-file once kiln is gone, however it died.
+pub fn lifeline() -> libc::c_int {
+    static LIFELINE: OnceLock<libc::c_int> = OnceLock::new();
+    *LIFELINE.get_or_init(|| {
+        let mut fds = [-1; 2];
+        // SAFETY: creates two descriptors that stay open for the life of the process.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return -1;
+        }
+        fds[0]
+    })
+}
+
 /// In the child, between fork and exec: enter a new PID namespace. The calling process (the
 /// one kiln waits for) forks the namespace's init and only waits for it, then exits as the
 /// program did; init forks the program's process and reaps orphans until the program exits,
-/// then exits, and the kernel kills whatever is left in the namespace. Returns in the
-/// program's process only.
+/// then exits, and the kernel kills whatever is left in the namespace. When kiln dies first
+/// (`lifeline` reads end-of-file), the waiting process kills init, which ends the namespace too.
+/// Returns in the program's process only.
 ///
 /// # Safety
 /// Async-signal-safe system calls only, no allocation (runs after `fork` in a copy of a
 /// multi-threaded process). Never returns in the two waiting processes.
-pub unsafe fn enter_pid_ns() -> std::io::Result<()> {
+pub unsafe fn enter_pid_ns(lifeline: libc::c_int) -> std::io::Result<()> {
     let err = std::io::Error::last_os_error;
     // SAFETY: system calls on this process and on descriptors it just created.
     unsafe {
@@ -132,8 +147,8 @@ pub unsafe fn enter_pid_ns() -> std::io::Result<()> {
             libc::close(fds[1]);
             // Hold none of kiln's descriptors (another call's pipes, the exec error pipe whose
             // end tells kiln the program started) while waiting.
-            close_all_but(fds[0]);
-            outer(init, fds[0]);
+            close_all_but(&[fds[0], lifeline]);
+            outer(init, fds[0], lifeline);
         }
         // PID 1 of the namespace: ends when the process that spawned it does (kiln killed it).
         libc::close(fds[0]);
@@ -149,7 +164,7 @@ pub unsafe fn enter_pid_ns() -> std::io::Result<()> {
             return Err(err());
         }
         if program > 0 {
-            close_all_but(fds[1]);
+            close_all_but(&[fds[1]]);
             init_loop(program, fds[1]);
         }
         libc::close(fds[1]);
@@ -157,20 +172,32 @@ pub unsafe fn enter_pid_ns() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Close every descriptor but `keep` (standard streams included).
+/// Close every descriptor but those in `keep` (standard streams included; negative entries
+/// are ignored).
 ///
 /// # Safety
 /// System calls only.
-unsafe fn close_all_but(keep: libc::c_int) {
+unsafe fn close_all_but(keep: &[libc::c_int]) {
+    let mut kept = [-1; 2];
+    for (slot, &k) in kept.iter_mut().zip(keep) {
+        *slot = k;
+    }
+    if kept[0] > kept[1] {
+        kept.swap(0, 1);
+    }
     // SAFETY: closing descriptors of this process.
     unsafe {
-        let below = if keep > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32)
-        } else {
-            0
-        };
-        let above = libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
-        if below != 0 || above != 0 {
+        let mut from: libc::c_int = 0;
+        let mut failed = false;
+        for &k in kept.iter().filter(|&&k| k >= 0) {
+            if k > from {
+                failed |=
+                    libc::syscall(libc::SYS_close_range, from as u32, (k - 1) as u32, 0u32) != 0;
+            }
+            from = k + 1;
+        }
+        failed |= libc::syscall(libc::SYS_close_range, from as u32, u32::MAX, 0u32) != 0;
+        if failed {
             // Kernels before 5.9: one by one, up to the descriptor limit.
             let mut lim = libc::rlimit {
                 rlim_cur: 0,
@@ -181,21 +208,48 @@ unsafe fn close_all_but(keep: libc::c_int) {
             } else {
                 1024
             };
-            for fd in (0..max).filter(|&fd| fd != keep) {
+            for fd in (0..max).filter(|fd| !kept.contains(fd)) {
                 libc::close(fd);
             }
         }
     }
 }
 
-/// The spawned process: wait for the namespace's init, then end as the program did (its wait
-/// status comes through `status_fd`; without it, as init did).
+/// The spawned process: wait for the namespace's init (killing it if kiln dies meanwhile), then
+/// end as the program did (its wait status comes through `status_fd`; without it, as init did).
 ///
 /// # Safety
 /// System calls only; never returns.
-unsafe fn outer(init: libc::pid_t, status_fd: libc::c_int) -> ! {
-    // SAFETY: waiting for this process's child, reading into stack memory, exiting.
+unsafe fn outer(init: libc::pid_t, status_fd: libc::c_int, lifeline: libc::c_int) -> ! {
+    // SAFETY: polling descriptors of this process, signalling and waiting for its own child,
+    // reading into stack memory, exiting.
     unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, init, 0) as libc::c_int;
+        if pidfd >= 0 && lifeline >= 0 {
+            let mut fds = [
+                libc::pollfd {
+                    fd: pidfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: lifeline,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            loop {
+                let n = libc::poll(fds.as_mut_ptr(), 2, -1);
+                if n < 0 && *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
+                if n > 0 && fds[1].revents != 0 {
+                    // kiln is gone: end the call's namespace with it.
+                    libc::kill(init, libc::SIGKILL);
+                }
+                break;
+            }
+        }
         let mut st = 0;
         while libc::waitpid(init, &mut st, 0) != init {
             if *libc::__errno_location() != libc::EINTR {
@@ -397,7 +451,6 @@ impl Drop for Call {
 struct Proc {
     pid: i32,
     ppid: i32,
-    pgrp: i32,
     sid: i32,
     zombie: bool,
 }
@@ -422,12 +475,11 @@ fn parse_stat(pid: i32, stat: &str) -> Option<Proc> {
     let mut f = rest.split_whitespace();
     let state = f.next()?;
     let ppid = f.next()?.parse().ok()?;
-    let pgrp = f.next()?.parse().ok()?;
+    let _pgrp = f.next()?;
     let sid = f.next()?.parse().ok()?;
     Some(Proc {
         pid,
         ppid,
-        pgrp,
         sid,
         zombie: state == "Z" || state == "X",
     })
@@ -497,21 +549,24 @@ fn sweep(sid: Option<i32>, strays: bool, children: &BTreeSet<i32>) {
     let marked = |pid: i32| self_marked || no_new_privs(pid);
     let mut seen: HashSet<i32> = HashSet::new();
     let mut quiet_since = Instant::now();
+    // Once anything of the call was found, a few scans in a row must find nothing: a chain can
+    // slip through one scan (the parent gone before it was read, the child born after).
+    let mut empty_rounds = 0;
     loop {
+        if let Some(sid) = sid {
+            // The call's process group (its id is the session's, held while in use; a pid is
+            // not handed out again before the pid space wraps). Atomic against fork.
+            // SAFETY: sends a signal; ESRCH when the group is gone.
+            unsafe {
+                libc::kill(-sid, libc::SIGKILL);
+            }
+        }
         let procs = scan();
         let t = targets(&procs, me, my_sid, sid, strays, children, &marked);
         let live: Vec<&Proc> = procs
             .iter()
             .filter(|p| t.contains(&p.pid) && !p.zombie)
             .collect();
-        if let Some(sid) = sid
-            && live.iter().any(|p| p.pgrp == sid)
-        {
-            // SAFETY: the group is the call's (its id is the session's, held while in use).
-            unsafe {
-                libc::kill(-sid, libc::SIGKILL);
-            }
-        }
         for p in &live {
             if seen.insert(p.pid) {
                 quiet_since = Instant::now();
@@ -542,7 +597,9 @@ fn sweep(sid: Option<i32>, strays: bool, children: &BTreeSet<i32>) {
                 pending = true;
             }
         }
-        if !pending || quiet_since.elapsed() > SWEEP_LIMIT {
+        empty_rounds = if pending { 0 } else { empty_rounds + 1 };
+        let settled = seen.is_empty() || empty_rounds >= 3;
+        if (!pending && settled) || quiet_since.elapsed() > SWEEP_LIMIT {
             break;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -557,7 +614,6 @@ mod tests {
         Proc {
             pid,
             ppid,
-            pgrp: sid,
             sid,
             zombie: false,
         }
