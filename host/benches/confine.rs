@@ -24,9 +24,10 @@ fn ms(d: Duration) -> f64 {
 
 async fn once(words: &[&str], ws: &Path) -> Duration {
     let start = Instant::now();
-    let f = kiln::plugin::run_host_program(words, None, ws, Duration::from_secs(120), 1 << 20)
-        .await
-        .expect("run");
+    let f =
+        kiln::plugin::run_host_program(words, None, ws, Duration::from_secs(120), 1 << 20, false)
+            .await
+            .expect("run");
     let took = start.elapsed();
     assert_eq!(
         f.exit_code,

@@ -413,3 +413,43 @@ fn a_call_ends_with_kiln_even_when_kiln_is_killed() {
     }
     assert!(left.is_empty(), "outlived kiln: {left:?}");
 }
+
+/// `require_confinement` holds for hooks too: with a mechanism missing the hook is not run, and
+/// a before-tool hook that could not run denies the call.
+#[test]
+fn require_confinement_refuses_a_hook_the_kernel_cannot_confine() {
+    let (ws, _) = with_home_secret();
+    ws.write(
+        "hook.sh",
+        "#!/bin/sh\necho ran > ran.txt\necho '{\"decision\":\"allow\"}'\n",
+    );
+    ws.write(
+        "kiln.toml",
+        "[agent.hooks]\nbefore_tool = \"sh hook.sh\"\n[sandbox]\nrequire_confinement = true\n",
+    );
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("read_file", r#"{"path":"a.txt"}"#)]),
+        crate::mock_llm::openai_text("done"),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+            "--prompt",
+            "go",
+        ],
+        &[("KILN_TEST_NO_PIDNS", "1")],
+    );
+    r.expect_code(0);
+    assert!(!ws.root().join("ran.txt").exists(), "the hook ran");
+    let res = tool_contents(&mock, 1);
+    assert!(
+        res[0].contains("denied by the before-tool hook") && res[0].contains("require_confinement"),
+        "{res:?}"
+    );
+}

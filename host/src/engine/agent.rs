@@ -72,6 +72,8 @@ pub struct AgentOptions {
     /// Where the programs `run_cmd` starts may write (the review phase: nowhere), enforced by
     /// the kernel whatever the host's argument checks let through.
     pub program_writes: crate::plugin::confine::Writes,
+    /// Refuse to run hooks the kernel cannot fully confine (`[sandbox] require_confinement`).
+    pub require_confinement: bool,
     /// The run's kind in the store (`agent`, `loop-execute`, `loop-review`).
     pub kind: String,
     /// The run that started this one (exempt from the overlap guard).
@@ -92,6 +94,7 @@ impl AgentOptions {
             only: self.only_tools.clone(),
             command_allowlist: self.command_allowlist.clone(),
             program_writes: self.program_writes,
+            require_confinement: self.require_confinement,
         }
     }
 }
@@ -119,6 +122,7 @@ impl Default for AgentOptions {
             only_tools: None,
             command_allowlist: None,
             program_writes: crate::plugin::confine::Writes::default(),
+            require_confinement: false,
             kind: "agent".into(),
             parent: None,
         }
@@ -463,7 +467,8 @@ impl Agent<'_, '_> {
         }
         if let Some(h) = &self.opts.hooks.before_llm {
             let input = json!({ "turn": turn, "messages": self.messages });
-            let (ok, out, _) = run_hook(h, &input, run.workspace).await;
+            let (ok, out, _) =
+                run_hook(h, &input, run.workspace, self.opts.require_confinement).await;
             let rewritten = serde_json::from_str::<Value>(out.trim())
                 .ok()
                 .and_then(|v| v.get("messages").cloned())
@@ -502,7 +507,7 @@ impl Agent<'_, '_> {
         };
         if let Some(h) = &self.opts.hooks.after_llm {
             let input = json!({ "turn": turn, "text": resp.text, "tool_calls": resp.tool_calls, "usage": resp.usage });
-            run_hook(h, &input, run.workspace).await;
+            run_hook(h, &input, run.workspace, self.opts.require_confinement).await;
         }
         Think::Answer(resp)
     }

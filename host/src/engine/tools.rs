@@ -96,6 +96,8 @@ pub struct ToolSettings {
     pub command_allowlist: Option<Vec<String>>,
     /// Where the programs `run_cmd` starts may write (the review phase: nowhere).
     pub program_writes: crate::plugin::confine::Writes,
+    /// Refuse to run hooks the kernel cannot fully confine (`[sandbox] require_confinement`).
+    pub require_confinement: bool,
 }
 
 impl Default for ToolSettings {
@@ -111,6 +113,7 @@ impl Default for ToolSettings {
             only: None,
             command_allowlist: None,
             program_writes: crate::plugin::confine::Writes::default(),
+            require_confinement: false,
         }
     }
 }
@@ -493,7 +496,7 @@ impl<'r> Toolbox<'r> {
     ) -> Result<(), crate::store::StoreError> {
         if let Some(h) = &s.hooks.after_tool {
             let input = json!({ "tool": c.name, "arguments": c.arguments, "result": out.text, "is_error": out.is_error });
-            run_hook(h, &input, run.workspace).await;
+            run_hook(h, &input, run.workspace, s.require_confinement).await;
         }
         run.store.record_tool_call(
             run.id,
@@ -1058,7 +1061,7 @@ async fn before_tool(s: &ToolSettings, workspace: &Path, c: &ToolCall) -> Result
         return Ok(c.arguments.clone());
     };
     let input = json!({ "tool": c.name, "arguments": serde_json::from_str::<Value>(&c.arguments).unwrap_or(Value::Null) });
-    let (ok, out, err) = run_hook(h, &input, workspace).await;
+    let (ok, out, err) = run_hook(h, &input, workspace, s.require_confinement).await;
     let decision: Value = serde_json::from_str(out.trim()).unwrap_or(Value::Null);
     if !ok || decision["decision"] == "deny" {
         let reason = decision["reason"]
@@ -1115,7 +1118,12 @@ pub(crate) async fn plugin_call_writing(
 /// on the same confined path as every program kiln runs (`plugin::run_host_program`): it
 /// reads the workspace and the system, writes the workspace, has no network and only `PATH`
 /// and `HOME`, and whatever it starts ends with it.
-pub(crate) async fn run_hook(cmd: &str, input: &Value, workspace: &Path) -> (bool, String, String) {
+pub(crate) async fn run_hook(
+    cmd: &str,
+    input: &Value,
+    workspace: &Path,
+    require_confinement: bool,
+) -> (bool, String, String) {
     const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
     const HOOK_OUTPUT: usize = 1 << 20;
     let words: Vec<&str> = cmd.split_whitespace().collect();
@@ -1123,7 +1131,15 @@ pub(crate) async fn run_hook(cmd: &str, input: &Value, workspace: &Path) -> (boo
         return (true, String::new(), String::new());
     }
     let stdin = Some(input.to_string().into_bytes());
-    match crate::plugin::run_host_program(&words, stdin, workspace, HOOK_TIMEOUT, HOOK_OUTPUT).await
+    match crate::plugin::run_host_program(
+        &words,
+        stdin,
+        workspace,
+        HOOK_TIMEOUT,
+        HOOK_OUTPUT,
+        require_confinement,
+    )
+    .await
     {
         Ok(f) if f.timed_out => (
             false,

@@ -293,6 +293,7 @@ pub async fn run_host_program(
     workspace: &Path,
     timeout: Duration,
     cap: usize,
+    require: bool,
 ) -> Result<Finished, HostProgramError> {
     let (program, args) = words.split_first().ok_or(HostProgramError::Empty)?;
     // The user configured the command: an absolute path is taken as written.
@@ -313,7 +314,7 @@ pub async fn run_host_program(
         write: &[],
         writes: confine::Writes::WorkspaceAndGrants,
         net: false,
-        require: false,
+        require,
     })
     .map_err(|r| match r {
         confine::Refusal::Denied(m) | confine::Refusal::Failed(m) => HostProgramError::Refused(m),
