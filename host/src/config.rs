@@ -112,6 +112,9 @@ pub struct PluginConfig {
     /// Paths outside the workspace that programs this plugin runs may write (absolute, or
     /// starting with `~/`), for example a build tool's cache. Enforced with Landlock.
     pub write: Option<Vec<String>>,
+    /// Paths outside the workspace that programs this plugin runs may read (absolute, or
+    /// starting with `~/`), besides the system and toolchain directories. Enforced with Landlock.
+    pub read: Option<Vec<String>>,
     /// Programs this plugin runs may use the network (TCP). Default: no.
     pub net: Option<bool>,
     /// A user plugin may take a built-in's name only when it says so: `replaces = "NAME"`.
@@ -133,6 +136,7 @@ impl PluginConfig {
             timeout_ms,
             output_bytes,
             write,
+            read,
             net,
             replaces
         );
@@ -1088,6 +1092,13 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
             )));
         }
     }
+    for r in pc.read.iter().flatten() {
+        if !(r.starts_with('/') || r.starts_with("~/")) {
+            return Err(invalid(format!(
+                "plugins.{name}.read: `{r}` must be an absolute path or start with `~/` (the workspace is always readable)"
+            )));
+        }
+    }
     if pc.memory_mib == Some(0) || pc.timeout_ms == Some(0) {
         return Err(invalid(format!(
             "plugins.{name}: limits must be greater than zero"
@@ -1120,7 +1131,10 @@ fn validate_mcp_server(path: &Path, name: &str, s: &McpServerConfig) -> Result<(
 
 /// Grants implied by naming a runner on the command line (DESIGN §3: naming it is consent for
 /// the build it runs): `--runner command --cmd "prog ..."` grants `prog`; `--runner cargo`
-/// grants `cargo`, the variables rustup and cargo need, and writing CARGO_HOME.
+/// grants `cargo`, the variables rustup and cargo need, writing cargo's caches
+/// (`CARGO_HOME/registry`, `CARGO_HOME/git` and its lock and cache-tracking files) and reading
+/// its installed tools and configuration. Never writing `config.toml`, credentials or `bin/`:
+/// a build script that could would run its code in the user's next plain `cargo`.
 pub fn grant_runner_consent(
     config: &mut Config,
     runner: &str,
@@ -1139,14 +1153,34 @@ pub fn grant_runner_consent(
             program: "cargo".into(),
             args: vec!["*".into()],
         });
-        // cargo keeps its registry cache and lock files in CARGO_HOME: programs may write it.
         let cargo_home = std::env::var("CARGO_HOME")
             .ok()
             .filter(|h| Path::new(h).is_absolute())
             .unwrap_or_else(|| "~/.cargo".to_string());
-        let write = pc.write.get_or_insert_with(Vec::new);
-        if !write.contains(&cargo_home) {
-            write.push(cargo_home);
+        let under = |names: &[&str]| -> Vec<String> {
+            names
+                .iter()
+                .map(|n| format!("{}/{n}", cargo_home.trim_end_matches('/')))
+                .collect()
+        };
+        // The caches, and the lock and cache-tracking files cargo keeps beside them (files
+        // only: no new file can be created in CARGO_HOME itself).
+        let write = under(&[
+            "registry",
+            "git",
+            ".package-cache",
+            ".package-cache-mutate",
+            ".global-cache",
+        ]);
+        // Tools installed there and the configuration cargo reads (never the credentials).
+        let read = under(&["bin", "config.toml", "config"]);
+        for (list, add) in [(&mut pc.write, write), (&mut pc.read, read)] {
+            let list = list.get_or_insert_with(Vec::new);
+            for p in add {
+                if !list.contains(&p) {
+                    list.push(p);
+                }
+            }
         }
         let env = pc.env.get_or_insert_with(Vec::new);
         for v in [
@@ -1281,7 +1315,7 @@ mod tests {
     }
 
     #[test]
-    fn write_grants_are_absolute_or_home_and_cargo_consent_writes_cargo_home() {
+    fn write_grants_are_absolute_or_home_and_cargo_consent_writes_only_its_caches() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("kiln.toml");
         std::fs::write(&ws, "[plugins.command]\nwrite = [\"target\"]\n").unwrap();
@@ -1296,8 +1330,25 @@ mod tests {
 
         let mut c = Config::default();
         grant_runner_consent(&mut c, "cargo", None).unwrap();
-        let expected = std::env::var("CARGO_HOME").unwrap_or_else(|_| "~/.cargo".into());
-        assert_eq!(c.plugin("cargo").write, Some(vec![expected]));
+        let home = std::env::var("CARGO_HOME").unwrap_or_else(|_| "~/.cargo".into());
+        let pc = c.plugin("cargo");
+        let write = pc.write.unwrap();
+        assert_eq!(
+            write,
+            [
+                "registry",
+                "git",
+                ".package-cache",
+                ".package-cache-mutate",
+                ".global-cache"
+            ]
+            .map(|n| format!("{home}/{n}"))
+        );
+        assert!(
+            !write.contains(&home) && !write.iter().any(|w| w.ends_with("/bin")),
+            "never CARGO_HOME itself, its config or bin/: {write:?}"
+        );
+        assert_eq!(pc.read.unwrap()[0], format!("{home}/bin"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod first_hour;
 mod fix;
 mod hardening;
 mod journal;
+mod kernel;
 mod languages;
 mod llm;
 mod loop_attacks;

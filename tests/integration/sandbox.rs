@@ -245,7 +245,8 @@ fn exec_timeout_kills_the_whole_process_group() {
     let r = call(
         &ws,
         "exec",
-        r#"{"program":"sh","args":["-c","sleep 30 & echo $! > bg.pid; wait"],"timeout_ms":500}"#,
+        // `$!` would be the PID namespace's number: the child writes the pid kiln's /proc knows.
+        r#"{"program":"sh","args":["-c","sh -c 'read -r p _ < /proc/self/stat; echo $p > bg.pid; exec sleep 30' & wait"],"timeout_ms":500}"#,
     );
     r.expect_code(0);
     assert_eq!(r.json()["result"]["timed_out"], true);

@@ -222,6 +222,7 @@ fn agent_options(
         default_format: args.format.clone(),
         compile_cmd: test_command,
         protected: config.protected(),
+        require_confinement: config.sandbox.require_confinement == Some(true),
         external: external.clone(),
         ..Default::default()
     }

@@ -121,6 +121,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
             hooks: config.agent.hooks.clone().unwrap_or_default(),
             default_format: args.format.clone(),
             protected: config.protected(),
+            require_confinement: config.sandbox.require_confinement == Some(true),
             ..Default::default()
         },
         granted_commands: granted,

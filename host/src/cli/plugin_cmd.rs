@@ -169,14 +169,33 @@ fn confinement(p: &Plugin, workspace: &Path) -> Value {
         for d in crate::plugin::confine::DEVICES {
             write.push(json!({ "path": d, "what": "device", "exists": Path::new(d).exists() }));
         }
+        let mut read = vec![
+            json!({ "path": workspace, "what": "the workspace" }),
+            json!({ "path": "$TMPDIR", "what": "the call's temp dir" }),
+        ];
+        for d in crate::plugin::confine::SYSTEM_READ {
+            if Path::new(d).exists() {
+                read.push(json!({ "path": d, "what": "system" }));
+            }
+        }
+        for r in &e.read {
+            read.push(json!({ "path": r, "what": "granted (read)", "exists": r.exists() }));
+        }
+        read.push(json!({ "path": "<the program's installation>", "what": "the directory of the program run (links resolved), its prefix's lib/share, a pyenv/rbenv root for a shim, rustup's toolchains for a rustup proxy" }));
+        let ns = crate::plugin::confine::describe(e.net, e.require_confinement);
+        let descendants = if ns["boundaries"]["descendants"]["state"] == "enforced" {
+            "every descendant is killed when the call ends: the call runs in a PID namespace of its own, and the kernel kills what is left when the program exits"
+        } else {
+            "every descendant (setsid and double-forked ones too) is frozen and killed when the call ends, until none is left (no PID namespace here)"
+        };
         json!({
             "checked_by_host": "program and arguments against the exec grant, cwd inside the workspace, environment: PATH, HOME, TMPDIR and granted variables only",
-            "landlock": crate::plugin::confine::describe(e.net, e.require_confinement),
-            "read": "everywhere",
+            "landlock": ns,
+            "read": read,
             "write": write,
             "net": e.net,
             "kiln": "its memory and /proc/<kiln>/environ are out of reach (Landlock ptrace scoping; capabilities that would step around it, such as CAP_SYS_ADMIN, CAP_PERFMON and CAP_SYS_PTRACE, are dropped)",
-            "descendants": "every descendant (setsid and double-forked ones too) is killed when the call ends",
+            "descendants": descendants,
         })
     };
     json!({
@@ -391,7 +410,7 @@ fn print_confinement(c: &Value) {
     );
     if ll["state"] == "missing" {
         println!(
-            "      NOT confined: {}; they can write anywhere you can, use the network and read kiln's environment ({})",
+            "      NOT confined: {}; they can read and write anywhere you can, use the network and read kiln's environment ({})",
             s(&ll["missing"]),
             s(&ll["on_gaps"])
         );
@@ -406,7 +425,27 @@ fn print_confinement(c: &Value) {
     for g in ll["gaps"].as_array().into_iter().flatten() {
         println!("      not enforced: {} ({})", s(g), s(&ll["on_gaps"]));
     }
-    println!("      read    {}", s(&p["read"]));
+    let mut shown_system = Vec::new();
+    for r in p["read"].as_array().into_iter().flatten() {
+        if r["what"] == "system" {
+            shown_system.push(s(&r["path"]));
+            continue;
+        }
+        let missing = if r["exists"] == false {
+            " [does not exist]"
+        } else {
+            ""
+        };
+        println!(
+            "      read    {} ({}){missing}",
+            s(&r["path"]),
+            s(&r["what"])
+        );
+    }
+    if !shown_system.is_empty() {
+        println!("      read    {} (system)", shown_system.join(", "));
+    }
+    println!("      read    nothing else: not the rest of $HOME, not other users' files");
     let mut devices = Vec::new();
     for w in p["write"].as_array().into_iter().flatten() {
         if w["what"] == "device" {
@@ -430,9 +469,22 @@ fn print_confinement(c: &Value) {
     if p["net"] == true {
         println!("      net     TCP allowed (granted: net = true)");
     } else {
-        println!("      net     TCP bind/connect denied (grant with `net = true`)");
+        println!(
+            "      net     no socket but AF_UNIX can be created (seccomp), TCP bind/connect denied (grant with `net = true`)"
+        );
     }
     println!("      kiln    {}", s(&p["kiln"]));
+    for (name, b) in ll["boundaries"].as_object().into_iter().flatten() {
+        let why = b["why"]
+            .as_str()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default();
+        println!(
+            "      {name:<12} held by {} [{}{why}]",
+            s(&b["held_by"]),
+            s(&b["state"])
+        );
+    }
     if ll["scoped_signals_and_sockets"] == true {
         println!("      scope   signals and abstract UNIX sockets stay inside the sandbox");
     }

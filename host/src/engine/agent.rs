@@ -69,6 +69,11 @@ pub struct AgentOptions {
     pub only_tools: Option<Vec<String>>,
     /// Programs `run_cmd` may run in this run, checked by the host on top of the grant.
     pub command_allowlist: Option<Vec<String>>,
+    /// Where the programs `run_cmd` starts may write (the review phase: nowhere), enforced by
+    /// the kernel whatever the host's argument checks let through.
+    pub program_writes: crate::plugin::confine::Writes,
+    /// Refuse to run hooks the kernel cannot fully confine (`[sandbox] require_confinement`).
+    pub require_confinement: bool,
     /// The run's kind in the store (`agent`, `loop-execute`, `loop-review`).
     pub kind: String,
     /// The run that started this one (exempt from the overlap guard).
@@ -88,6 +93,8 @@ impl AgentOptions {
             external: self.external.clone(),
             only: self.only_tools.clone(),
             command_allowlist: self.command_allowlist.clone(),
+            program_writes: self.program_writes,
+            require_confinement: self.require_confinement,
         }
     }
 }
@@ -114,6 +121,8 @@ impl Default for AgentOptions {
             system_prompt: None,
             only_tools: None,
             command_allowlist: None,
+            program_writes: crate::plugin::confine::Writes::default(),
+            require_confinement: false,
             kind: "agent".into(),
             parent: None,
         }
@@ -458,7 +467,8 @@ impl Agent<'_, '_> {
         }
         if let Some(h) = &self.opts.hooks.before_llm {
             let input = json!({ "turn": turn, "messages": self.messages });
-            let (ok, out, _) = run_hook(h, &input, run.workspace).await;
+            let (ok, out, _) =
+                run_hook(h, &input, run.workspace, self.opts.require_confinement).await;
             let rewritten = serde_json::from_str::<Value>(out.trim())
                 .ok()
                 .and_then(|v| v.get("messages").cloned())
@@ -497,7 +507,7 @@ impl Agent<'_, '_> {
         };
         if let Some(h) = &self.opts.hooks.after_llm {
             let input = json!({ "turn": turn, "text": resp.text, "tool_calls": resp.tool_calls, "usage": resp.usage });
-            run_hook(h, &input, run.workspace).await;
+            run_hook(h, &input, run.workspace, self.opts.require_confinement).await;
         }
         Think::Answer(resp)
     }

@@ -806,6 +806,8 @@ impl LoopState<'_, '_> {
                 .to_vec(),
             ),
             command_allowlist: Some(REVIEW_COMMANDS.map(String::from).to_vec()),
+            // The kernel holds what the argument checks only defend: the review writes nowhere.
+            program_writes: crate::plugin::confine::Writes::Nowhere,
             kind: "loop-review".into(),
             parent: Some(parent),
             ..self.opts.agent.clone()

@@ -94,6 +94,10 @@ pub struct ToolSettings {
     /// Programs `run_cmd` may run in this loop, checked by the host before the plugin's own
     /// grant (the review phase's narrow list); `None`: the grant alone decides.
     pub command_allowlist: Option<Vec<String>>,
+    /// Where the programs `run_cmd` starts may write (the review phase: nowhere).
+    pub program_writes: crate::plugin::confine::Writes,
+    /// Refuse to run hooks the kernel cannot fully confine (`[sandbox] require_confinement`).
+    pub require_confinement: bool,
 }
 
 impl Default for ToolSettings {
@@ -108,6 +112,8 @@ impl Default for ToolSettings {
             external: crate::mcp::ExternalTools::default(),
             only: None,
             command_allowlist: None,
+            program_writes: crate::plugin::confine::Writes::default(),
+            require_confinement: false,
         }
     }
 }
@@ -490,7 +496,7 @@ impl<'r> Toolbox<'r> {
     ) -> Result<(), crate::store::StoreError> {
         if let Some(h) = &s.hooks.after_tool {
             let input = json!({ "tool": c.name, "arguments": c.arguments, "result": out.text, "is_error": out.is_error });
-            run_hook(h, &input, run.workspace).await;
+            run_hook(h, &input, run.workspace, s.require_confinement).await;
         }
         run.store.record_tool_call(
             run.id,
@@ -548,7 +554,7 @@ impl<'r> Toolbox<'r> {
                 {
                     return (denied, true);
                 }
-                plugin_call(p, name, args, s.timeout).await
+                plugin_call_writing(p, name, args, s.timeout, s.program_writes).await
             }
             Imp::AstRefactor(p) => {
                 let (text, is_error, written) =
@@ -1055,7 +1061,7 @@ async fn before_tool(s: &ToolSettings, workspace: &Path, c: &ToolCall) -> Result
         return Ok(c.arguments.clone());
     };
     let input = json!({ "tool": c.name, "arguments": serde_json::from_str::<Value>(&c.arguments).unwrap_or(Value::Null) });
-    let (ok, out, err) = run_hook(h, &input, workspace).await;
+    let (ok, out, err) = run_hook(h, &input, workspace, s.require_confinement).await;
     let decision: Value = serde_json::from_str(out.trim()).unwrap_or(Value::Null);
     if !ok || decision["decision"] == "deny" {
         let reason = decision["reason"]
@@ -1085,7 +1091,18 @@ pub(crate) async fn plugin_call(
     args: &str,
     timeout: Duration,
 ) -> (String, bool) {
-    match tokio::time::timeout(timeout, p.tool_call(name, args)).await {
+    plugin_call_writing(p, name, args, timeout, p.effective.writes).await
+}
+
+/// [`plugin_call`] with the programs it starts writing only where `writes` says.
+pub(crate) async fn plugin_call_writing(
+    p: &Plugin,
+    name: &str,
+    args: &str,
+    timeout: Duration,
+    writes: crate::plugin::confine::Writes,
+) -> (String, bool) {
+    match tokio::time::timeout(timeout, p.tool_call_writing(name, args, writes)).await {
         Err(_) => (
             format!("tool `{name}` timed out after {} s", timeout.as_secs_f64()),
             true,
@@ -1097,41 +1114,47 @@ pub(crate) async fn plugin_call(
     }
 }
 
-/// Run a hook command with `input` on stdin; returns (exit ok, stdout, stderr).
-pub(crate) async fn run_hook(cmd: &str, input: &Value, workspace: &Path) -> (bool, String, String) {
-    let mut words = cmd.split_whitespace();
-    let Some(program) = words.next() else {
+/// Run a hook command with `input` on stdin; returns (exit ok, stdout, stderr). A hook runs
+/// on the same confined path as every program kiln runs (`plugin::run_host_program`): it
+/// reads the workspace and the system, writes the workspace, has no network and only `PATH`
+/// and `HOME`, and whatever it starts ends with it.
+pub(crate) async fn run_hook(
+    cmd: &str,
+    input: &Value,
+    workspace: &Path,
+    require_confinement: bool,
+) -> (bool, String, String) {
+    const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+    const HOOK_OUTPUT: usize = 1 << 20;
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    if words.is_empty() {
         return (true, String::new(), String::new());
-    };
-    let child = tokio::process::Command::new(program)
-        .args(words)
-        .current_dir(workspace)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn();
-    let Ok(mut child) = child else {
-        return (
-            false,
-            String::new(),
-            format!("hook `{cmd}` could not be started"),
-        );
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        use tokio::io::AsyncWriteExt;
-        let _ = stdin.write_all(input.to_string().as_bytes()).await;
     }
-    match tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await {
-        Ok(Ok(out)) => (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ),
-        _ => (
+    let stdin = Some(input.to_string().into_bytes());
+    match crate::plugin::run_host_program(
+        &words,
+        stdin,
+        workspace,
+        HOOK_TIMEOUT,
+        HOOK_OUTPUT,
+        require_confinement,
+    )
+    .await
+    {
+        Ok(f) if f.timed_out => (
             false,
             String::new(),
             format!("hook `{cmd}` did not finish in 30 s"),
+        ),
+        Ok(f) => (
+            f.exit_code == Some(0),
+            String::from_utf8_lossy(&f.stdout).into_owned(),
+            String::from_utf8_lossy(&f.stderr).into_owned(),
+        ),
+        Err(e) => (
+            false,
+            String::new(),
+            format!("hook `{cmd}` could not be started: {e}"),
         ),
     }
 }

@@ -2,21 +2,33 @@
 //! edit format, tool), each on a fresh instance under the plugin's deadline and checked against
 //! its output cap.
 
+use super::Effective;
+use super::confine::Writes;
 use super::instance::Pre;
 use super::{
     AppliedFile, ApplyFailure, FileEdit, FormatInfo, Manifest, ParseError, Plugin, PluginCallError,
     PluginError, PluginKind, RunRequest, RunResult, ToolSpec, bindings::runner,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Run one call on a fresh instance, under the deadline, mapping traps to `PluginError`.
 macro_rules! invoke {
-    ($self:ident, $variant:ident, $getter:ident, |$g:ident, $store:ident| $call:expr) => {{
+    ($self:ident, $variant:ident, $getter:ident, |$g:ident, $store:ident| $call:expr) => {
+        invoke!(
+            $self,
+            $variant,
+            $getter,
+            $self.effective.clone(),
+            |$g, $store| $call
+        )
+    };
+    ($self:ident, $variant:ident, $getter:ident, $effective:expr, |$g:ident, $store:ident| $call:expr) => {{
         let Pre::$variant(pre) = &$self.pre else {
             return Err($self.wrong_kind(PluginKind::$variant));
         };
-        let (mut store, stderr) = $self.new_store()?;
+        let (mut store, stderr) = $self.new_store($effective)?;
         let limit = Duration::from_millis($self.effective.limits.timeout_ms as u64)
             + Duration::from_millis(250);
         let res = tokio::time::timeout(limit, async {
@@ -130,7 +142,29 @@ impl Plugin {
         name: &str,
         arguments: &str,
     ) -> Result<Result<String, PluginCallError>, PluginError> {
-        let out = invoke!(self, Tool, kiln_plugin_tool, |g, s| g
+        self.tool_call_writing(name, arguments, self.effective.writes)
+            .await
+    }
+
+    /// Tool: call one tool, the programs it starts writing only where `writes` says (the
+    /// review phase: [`Writes::Nowhere`]). It can only narrow: a plugin whose grant writes
+    /// nowhere stays so.
+    pub async fn tool_call_writing(
+        &self,
+        name: &str,
+        arguments: &str,
+        writes: Writes,
+    ) -> Result<Result<String, PluginCallError>, PluginError> {
+        let effective =
+            if writes == self.effective.writes || self.effective.writes == Writes::Nowhere {
+                self.effective.clone()
+            } else {
+                Arc::new(Effective {
+                    writes,
+                    ..(*self.effective).clone()
+                })
+            };
+        let out = invoke!(self, Tool, kiln_plugin_tool, effective, |g, s| g
             .call_call(s, name, arguments))?;
         if let Ok(text) = &out {
             self.cap(text.len())?;

@@ -76,7 +76,12 @@ pub struct Effective {
     /// Paths outside the workspace that programs may write (the grant's `write`, `~/`
     /// expanded); a manifest cannot ask for any. Enforced with Landlock (`confine`).
     pub write: Vec<PathBuf>,
-    /// Programs may use TCP (the grant's `net`).
+    /// Paths outside the workspace that programs may read (the grant's `read`, `~/`
+    /// expanded); a manifest cannot ask for any. Enforced with Landlock (`confine`).
+    pub read: Vec<PathBuf>,
+    /// Where programs may write: the workspace and grants, or (the review phase) nowhere.
+    pub writes: super::confine::Writes,
+    /// Programs may use the network (the grant's `net`).
     pub net: bool,
     /// Refuse to run programs that Landlock cannot fully confine (`[sandbox]
     /// require_confinement`).
@@ -240,13 +245,16 @@ impl Effective {
                 DEFAULT_OUTPUT_BYTES,
             ),
         };
-        let write = grant
-            .write
-            .iter()
-            .flatten()
-            .map(|p| super::confine::expand_home(p))
-            .filter(|p| p.is_absolute())
-            .collect();
+        let outside = |paths: &Option<Vec<String>>| -> Vec<PathBuf> {
+            paths
+                .iter()
+                .flatten()
+                .map(|p| super::confine::expand_home(p))
+                .filter(|p| p.is_absolute())
+                .collect()
+        };
+        let write = outside(&grant.write);
+        let read = outside(&grant.read);
         Effective {
             fs,
             exec_requested,
@@ -255,6 +263,8 @@ impl Effective {
             env_requested,
             limits,
             write,
+            read,
+            writes: super::confine::Writes::default(),
             net: grant.net == Some(true),
             require_confinement: false,
         }
@@ -274,6 +284,8 @@ impl Effective {
                 output_bytes: DEFAULT_OUTPUT_BYTES,
             },
             write: Vec::new(),
+            read: Vec::new(),
+            writes: super::confine::Writes::default(),
             net: false,
             require_confinement: false,
         }

@@ -1,10 +1,13 @@
-//! Confinement of the programs plugins run (the `exec` import) with Landlock: reads and
-//! execution everywhere; writes only to the workspace, the call's own temp dir (`TMPDIR`), the
-//! paths the grant lists (`write = [...]`) and a few device files; TCP bind/connect only with
-//! `net = true`; no signals or abstract UNIX sockets outside the sandbox. Landlock also denies
-//! ptrace-class access to processes outside the sandbox, so kiln's memory and
-//! `/proc/<kiln>/environ` are out of reach. The ruleset is built in kiln; the child applies it
-//! between fork and exec with async-signal-safe system calls only (kiln is multi-threaded).
+//! Confinement of the programs kiln runs (plugins' `exec`, hooks, the review phase's
+//! commands), held by the kernel. Landlock: reads and execution only in the workspace, the
+//! call's temp dir, the system directories, the program's own installation and granted `read`
+//! paths; writes only to the workspace, the temp dir, granted `write` paths and a few device
+//! files (the review phase: nowhere); TCP bind/connect only with `net = true`; no signals or
+//! abstract UNIX sockets outside the sandbox, and ptrace-class access to kiln denied. Without
+//! `net` a seccomp filter (`seccomp`) also lets only `AF_UNIX` sockets be created. Each call
+//! runs in a PID namespace of its own where the kernel allows it (`reap`). Everything is built
+//! in kiln; the child applies it between fork and exec with async-signal-safe system calls
+//! only (kiln is multi-threaded).
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, RulesetAttr, RulesetCreatedAttr, Scope,
@@ -14,6 +17,9 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::reap;
+use super::seccomp::NetFilter;
 
 /// The Landlock ABI kiln's rules are written and tested for; newer kernels enforce the same,
 /// older ones the subset they know (see [`Landlock::gaps`]).
@@ -101,7 +107,7 @@ impl Landlock {
     pub fn gaps(&self, net: bool) -> Vec<String> {
         if let Some(why) = &self.missing {
             return vec![format!(
-                "no confinement at all ({why}): programs can write anywhere you can, use the network and read kiln's environment"
+                "no confinement at all ({why}): programs can read and write anywhere you can, use the network and read kiln's environment"
             )];
         }
         let mut gaps = Vec::new();
@@ -126,16 +132,54 @@ impl Landlock {
     }
 }
 
-/// The Landlock status of a plugin's programs, as `kiln plugin inspect` shows it.
+/// The kernel mechanisms that hold the boundaries of programs, and what is missing here for a
+/// grant with or without `net`: each entry names the boundary that is not held.
+pub fn gaps(net: bool) -> Vec<String> {
+    let mut gaps = Landlock::current().gaps(net);
+    if !net && let Some(why) = NetFilter::current().missing() {
+        gaps.push(format!(
+            "denying UDP, MPTCP and raw sockets ({why}; only Landlock's TCP rules hold)"
+        ));
+    }
+    if let Some(why) = reap::PidNs::current().missing() {
+        gaps.push(format!(
+            "a PID namespace per call ({why}): descendants are frozen and killed by a /proc sweep instead"
+        ));
+    }
+    gaps
+}
+
+/// The status of every boundary of a plugin's programs and what holds it, as `kiln plugin
+/// inspect` shows it.
 pub fn describe(net: bool, require: bool) -> serde_json::Value {
     let ll = Landlock::current();
-    let gaps = ll.gaps(net);
+    let gaps = gaps(net);
     let state = if ll.missing.is_some() {
         "missing"
     } else if gaps.is_empty() {
         "enforced"
     } else {
         "partial"
+    };
+    let held = |missing: Option<&str>, by: &str| match missing {
+        None => serde_json::json!({ "held_by": by, "state": "enforced" }),
+        Some(why) => serde_json::json!({ "held_by": by, "state": "missing", "why": why }),
+    };
+    let ll_missing = ll.missing.as_deref();
+    let seccomp = NetFilter::current().missing();
+    let pidns = reap::PidNs::current().missing();
+    let network = if net {
+        serde_json::json!({ "held_by": "granted: net = true", "state": "open" })
+    } else {
+        serde_json::json!({
+            "held_by": "seccomp filter (socket/socketpair: AF_UNIX only; no io_uring) and Landlock TCP rules",
+            "state": match (seccomp, ll_missing.is_some() || ll.abi < NET_ABI) {
+                (None, false) => "enforced",
+                (Some(_), true) => "missing",
+                _ => "partial",
+            },
+            "seccomp": seccomp.unwrap_or("enforced"),
+        })
     };
     serde_json::json!({
         "state": state,
@@ -144,6 +188,20 @@ pub fn describe(net: bool, require: bool) -> serde_json::Value {
         "gaps": gaps,
         "scoped_signals_and_sockets": ll.scoped(),
         "on_gaps": if require { "refuse to run (require_confinement)" } else { "warn once and run" },
+        "boundaries": {
+            "reads": held(ll_missing, "Landlock read rules"),
+            "writes": held(ll_missing, "Landlock write rules"),
+            "network": network,
+            "descendants": match pidns {
+                None => serde_json::json!({ "held_by": "a PID namespace per call", "state": "enforced" }),
+                Some(why) => serde_json::json!({
+                    "held_by": "freeze-and-kill of the call's processes until none is left",
+                    "state": "partial",
+                    "why": why,
+                }),
+            },
+            "kiln": held(ll_missing, "Landlock ptrace scoping and dropped capabilities"),
+        },
     })
 }
 
@@ -162,30 +220,85 @@ pub fn expand_home(p: &str) -> PathBuf {
     }
 }
 
-/// The confinement of one exec call: its temp dir (removed when this is dropped) and the
-/// Landlock ruleset the child applies to itself.
+/// Where the programs of a call may write. A type, not a flag: the review phase asks for
+/// [`Writes::Nowhere`] and nothing on the way can widen it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Writes {
+    /// The workspace, the call's temp dir and the grant's `write` paths.
+    #[default]
+    WorkspaceAndGrants,
+    /// Nothing but the device files: the workspace and the temp dir are read-only.
+    Nowhere,
+}
+
+/// System directories every program may read and execute from.
+pub const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix/store",
+    "/proc",
+    "/sys/devices/system/cpu",
+    "/sys/fs/cgroup",
+];
+
+/// What one call's programs may reach.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// The workspace (readable; writable unless `writes` is [`Writes::Nowhere`]).
+    pub workspace: &'a Path,
+    /// The program, as resolved: the installation it comes from stays readable.
+    pub program: &'a Path,
+    /// Granted read paths outside the workspace (absolute).
+    pub read: &'a [PathBuf],
+    /// Granted write paths outside the workspace (absolute).
+    pub write: &'a [PathBuf],
+    /// Where writes may go.
+    pub writes: Writes,
+    /// TCP, UDP and every other socket family allowed.
+    pub net: bool,
+    /// Refuse rather than run with a gap (`[sandbox] require_confinement`).
+    pub require: bool,
+}
+
+/// The confinement of one exec call: its temp dir (removed when this is dropped), the Landlock
+/// ruleset and the other mechanisms the child applies to itself.
 #[derive(Debug)]
 pub struct Confinement {
     tmp: tempfile::TempDir,
     ruleset: Option<OwnedFd>,
+    filter: Option<(usize, u16)>,
+    pid_ns: bool,
+}
+
+/// What the child applies between fork and exec (plain values: it allocates nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Child {
+    cwd: RawFd,
+    ruleset: Option<RawFd>,
+    filter: Option<(usize, u16)>,
+    pid_ns: bool,
+    lifeline: RawFd,
 }
 
 impl Confinement {
     /// Create the call's temp dir and build the ruleset. `Err(refusal)` when the program may
     /// not run: confinement is required (`[sandbox] require_confinement`) but not complete here,
     /// or the ruleset could not be built.
-    pub fn prepare(
-        workspace: &Path,
-        write: &[PathBuf],
-        net: bool,
-        require: bool,
-    ) -> Result<Confinement, Refusal> {
+    pub fn prepare(policy: &Policy<'_>) -> Result<Confinement, Refusal> {
         let ll = Landlock::current();
-        let gaps = ll.gaps(net);
+        let gaps = gaps(policy.net);
         if !gaps.is_empty() {
-            if require {
+            if policy.require {
                 return Err(Refusal::Denied(format!(
-                    "[sandbox] require_confinement is set, but Landlock cannot confine this program: {}; the program was not run",
+                    "[sandbox] require_confinement is set, but the kernel cannot confine this program: {}; the program was not run",
                     gaps.join("; ")
                 )));
             }
@@ -197,15 +310,24 @@ impl Confinement {
             .map_err(|e| Refusal::Failed(format!("cannot create the call's temp dir: {e}")))?;
         let ruleset =
             if ll.missing.is_none() {
-                let mut writable = vec![workspace.to_path_buf(), tmp.path().to_path_buf()];
-                writable.extend(write.iter().cloned());
-                Some(ruleset(&writable, net).map_err(|e| {
+                let (read, write) = paths(policy, tmp.path());
+                Some(ruleset(&read, &write, policy.net).map_err(|e| {
                     Refusal::Failed(format!("cannot build the Landlock ruleset: {e}"))
                 })?)
             } else {
                 None
             };
-        Ok(Confinement { tmp, ruleset })
+        let filter = if policy.net {
+            None
+        } else {
+            NetFilter::current().raw()
+        };
+        Ok(Confinement {
+            tmp,
+            ruleset,
+            filter,
+            pid_ns: reap::PidNs::current().available(),
+        })
     }
 
     /// The call's temp dir (the child's `TMPDIR`).
@@ -213,10 +335,90 @@ impl Confinement {
         self.tmp.path()
     }
 
-    /// The raw ruleset descriptor for [`enter`]; `None` when Landlock is missing.
-    pub fn ruleset_fd(&self) -> Option<RawFd> {
-        self.ruleset.as_ref().map(|f| f.as_raw_fd())
+    /// The call runs in a PID namespace of its own: when its direct child has been waited for,
+    /// every process of the call is gone.
+    pub fn pid_ns(&self) -> bool {
+        self.pid_ns
     }
+
+    /// What the child applies for [`enter`], entering `cwd`; `self` must outlive the spawn.
+    pub fn child(&self, cwd: RawFd) -> Child {
+        Child {
+            cwd,
+            ruleset: self.ruleset.as_ref().map(|f| f.as_raw_fd()),
+            filter: self.filter,
+            pid_ns: self.pid_ns,
+            lifeline: if self.pid_ns { reap::lifeline() } else { -1 },
+        }
+    }
+}
+
+/// The paths a call's programs may read and those they may write (all of them readable too).
+fn paths(policy: &Policy<'_>, tmp: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
+    read.extend(policy.read.iter().cloned());
+    read.extend(install_roots(policy.program));
+    if policy.net {
+        // Name resolution where /etc/resolv.conf links to systemd-resolved's stub file.
+        read.push("/run/systemd/resolve".into());
+    }
+    let mut write = Vec::new();
+    match policy.writes {
+        Writes::WorkspaceAndGrants => {
+            write.push(policy.workspace.to_path_buf());
+            write.push(tmp.to_path_buf());
+            write.extend(policy.write.iter().cloned());
+        }
+        Writes::Nowhere => {
+            read.push(policy.workspace.to_path_buf());
+            read.push(tmp.to_path_buf());
+        }
+    }
+    (read, write)
+}
+
+/// The installation a program comes from, when it is not a system directory: its own
+/// directory and, for a `prefix/bin/prog`, the prefix's `lib`, `libexec`, `share` and
+/// `include`; with symbolic links resolved (`~/.cargo/bin/cargo -> rustup`). A pyenv or rbenv
+/// shim (`root/shims/prog`) makes the manager's root readable; a rustup proxy its toolchains
+/// and settings. Nothing else of `$HOME` is.
+pub fn install_roots(program: &Path) -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    let real = std::fs::canonicalize(program).ok();
+    for p in std::iter::once(program).chain(real.as_deref()) {
+        let Some(dir) = p.parent() else { continue };
+        if SYSTEM_READ.iter().any(|s| dir.starts_with(s)) {
+            continue;
+        }
+        roots.push(dir.to_path_buf());
+        match dir.file_name().and_then(|n| n.to_str()) {
+            Some("bin") => {
+                if let Some(prefix) = dir.parent() {
+                    for sub in ["lib", "lib64", "libexec", "share", "include"] {
+                        roots.push(prefix.join(sub));
+                    }
+                }
+            }
+            Some("shims") => roots.extend(dir.parent().map(Path::to_path_buf)),
+            _ => {}
+        }
+    }
+    if real
+        .as_deref()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "rustup")
+    {
+        let rustup_home = std::env::var_os("RUSTUP_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| expand_home("~/.rustup"));
+        roots.push(rustup_home.join("toolchains"));
+        roots.push(rustup_home.join("settings.toml"));
+        roots.push(rustup_home.join("update-hashes"));
+    }
+    roots.sort();
+    roots.dedup();
+    roots
 }
 
 /// Why a program may not run.
@@ -238,13 +440,17 @@ fn warn_once(gaps: &[String]) {
     }
 }
 
-fn ruleset(writable: &[PathBuf], net: bool) -> Result<OwnedFd, String> {
-    build(writable, net)
+fn ruleset(read: &[PathBuf], write: &[PathBuf], net: bool) -> Result<OwnedFd, String> {
+    build(read, write, net)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| "the kernel returned no ruleset".to_string())
 }
 
-fn build(writable: &[PathBuf], net: bool) -> Result<Option<OwnedFd>, landlock::RulesetError> {
+fn build(
+    read: &[PathBuf],
+    write: &[PathBuf],
+    net: bool,
+) -> Result<Option<OwnedFd>, landlock::RulesetError> {
     let abi = TARGET_ABI;
     let mut rs = landlock::Ruleset::default().handle_access(AccessFs::from_all(abi))?;
     if !net {
@@ -256,9 +462,10 @@ fn build(writable: &[PathBuf], net: bool) -> Result<Option<OwnedFd>, landlock::R
     let created = rs
         .scope(Scope::from_all(abi))?
         .create()?
-        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
-        // Paths that do not exist are skipped (nothing to write there).
-        .add_rules(path_beneath_rules(writable, AccessFs::from_all(abi)))?
+        // Paths that do not exist are skipped (nothing to reach there); a rule on a file
+        // carries only the rights that apply to files.
+        .add_rules(path_beneath_rules(read, AccessFs::from_read(abi)))?
+        .add_rules(path_beneath_rules(write, AccessFs::from_all(abi)))?
         .add_rules(path_beneath_rules(DEVICES, device))?;
     Ok(created.into())
 }
@@ -347,28 +554,37 @@ unsafe fn drop_caps() -> std::io::Result<()> {
 }
 
 /// In the child, between fork and exec: start a new session (so the call's processes can be
-/// found and killed, and none can join kiln's), enter the checked cwd by its descriptor, drop
-/// the capabilities that would step around the sandbox, set `no_new_privs` and apply the
-/// ruleset.
+/// found and killed, and none can join kiln's), enter the checked cwd by its descriptor, set
+/// `no_new_privs`, enter a PID namespace of the call's own (the process that returns from here
+/// is the program's, below the namespace's init), drop the capabilities that would step around
+/// the sandbox, apply the Landlock ruleset and, without `net`, the seccomp filter.
 ///
 /// # Safety
 /// Runs after `fork` in a copy of a multi-threaded process: it only makes async-signal-safe
-/// system calls and allocates nothing. `cwd` and `ruleset` must be open descriptors.
-pub unsafe fn enter(cwd: RawFd, ruleset: Option<RawFd>) -> std::io::Result<()> {
+/// system calls and allocates nothing. The descriptors in `child` must be open, and the
+/// [`Confinement`] it came from alive.
+pub unsafe fn enter(child: Child) -> std::io::Result<()> {
     // SAFETY: plain system calls on descriptors the caller keeps open across the fork.
     unsafe {
-        if libc::setsid() < 0 || libc::fchdir(cwd) != 0 {
+        if libc::setsid() < 0 || libc::fchdir(child.cwd) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        drop_caps()?;
         // Always: no setuid gains, and the mark `reap` recognises the call's descendants by.
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if let Some(fd) = ruleset
+        if child.pid_ns {
+            // Needs CAP_SYS_ADMIN: before the capabilities are dropped.
+            reap::enter_pid_ns(child.lifeline)?;
+        }
+        drop_caps()?;
+        if let Some(fd) = child.ruleset
             && libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0
         {
             return Err(std::io::Error::last_os_error());
+        }
+        if let Some(raw) = child.filter {
+            super::seccomp::install(raw)?;
         }
     }
     Ok(())
@@ -402,6 +618,29 @@ mod tests {
             missing: None,
         };
         assert!(v7.gaps(false).is_empty() && v7.scoped());
+    }
+
+    #[test]
+    fn a_program_outside_the_system_keeps_its_installation_readable_and_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        // A pyenv shim: the manager's root.
+        std::fs::create_dir_all(home.join(".pyenv/shims")).unwrap();
+        std::fs::write(home.join(".pyenv/shims/python3"), "#!/bin/sh\n").unwrap();
+        let roots = install_roots(&home.join(".pyenv/shims/python3"));
+        assert_eq!(roots, [home.join(".pyenv"), home.join(".pyenv/shims")]);
+        // A rustup proxy found as `cargo`: its bin directory and rustup's toolchains, never
+        // CARGO_HOME itself.
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+        std::fs::write(home.join(".cargo/bin/rustup"), "").unwrap();
+        std::os::unix::fs::symlink("rustup", home.join(".cargo/bin/cargo")).unwrap();
+        let roots = install_roots(&home.join(".cargo/bin/cargo"));
+        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
+        assert!(roots.iter().any(|r| r.ends_with("toolchains")), "{roots:?}");
+        assert!(!roots.contains(&home.join(".cargo")), "{roots:?}");
+        assert!(!roots.iter().any(|r| r == home), "{roots:?}");
+        // A system program adds nothing.
+        assert!(install_roots(Path::new("/bin/sh")).is_empty());
     }
 
     #[test]

@@ -198,14 +198,14 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let cwd_fd = cwd.as_fd().as_raw_fd();
-    let ruleset_fd = confinement.ruleset_fd();
+    let child = confinement.child(cwd.as_fd().as_raw_fd());
     // SAFETY: `enter` makes only async-signal-safe system calls and allocates nothing; `cwd` and
-    // `confinement` (which own both descriptors) live until after the spawn.
+    // `confinement` (which own the descriptors and the filter `child` names) live until after
+    // the spawn.
     unsafe {
-        cmd.pre_exec(move || confine::enter(cwd_fd, ruleset_fd));
+        cmd.pre_exec(move || confine::enter(child));
     }
-    let mut call = reap::Call::begin();
+    let mut call = reap::Call::begin(confinement.pid_ns());
     let mut child = cmd.spawn()?;
     drop(cwd);
     if let Some(pid) = child.id() {
@@ -232,7 +232,11 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         }
     };
     let (exit_code, timed_out) = match status {
-        Some(status) => (status?.code(), false),
+        Some(status) => {
+            let status = status?;
+            call.exited();
+            (status.code(), false)
+        }
         None => {
             kill_all(&call).await;
             let _ = child.wait().await;
@@ -262,11 +266,81 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     })
 }
 
+/// Why a program kiln starts itself (a hook) did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum HostProgramError {
+    /// The command line is empty.
+    #[error("the command is empty")]
+    Empty,
+    /// The program or the workspace could not be found or opened.
+    #[error("{0}")]
+    NotFound(String),
+    /// The confinement refused or failed.
+    #[error("{0}")]
+    Refused(String),
+    /// Spawning failed.
+    #[error("could not start it: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Run a program kiln starts on its own behalf (an `[agent.hooks]` command): the same path as a
+/// plugin's program with nothing granted. It reads what every program reads, writes the
+/// workspace and its temp dir, has no network and no variables but `PATH` and `HOME`, and
+/// everything it starts ends with it.
+pub async fn run_host_program(
+    words: &[&str],
+    stdin: Option<Vec<u8>>,
+    workspace: &Path,
+    timeout: Duration,
+    cap: usize,
+    require: bool,
+) -> Result<Finished, HostProgramError> {
+    let (program, args) = words.split_first().ok_or(HostProgramError::Empty)?;
+    // The user configured the command: an absolute path is taken as written.
+    let program = if Path::new(program).is_absolute() && is_executable(Path::new(program)) {
+        PathBuf::from(program)
+    } else {
+        resolve_program(program, workspace).map_err(HostProgramError::NotFound)?
+    };
+    let cwd = open_cwd(None, workspace).map_err(HostProgramError::NotFound)?;
+    let env = ["PATH", "HOME"]
+        .iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect();
+    let confinement = confine::Confinement::prepare(&confine::Policy {
+        workspace,
+        program: &program,
+        read: &[],
+        write: &[],
+        writes: confine::Writes::WorkspaceAndGrants,
+        net: false,
+        require,
+    })
+    .map_err(|r| match r {
+        confine::Refusal::Denied(m) | confine::Refusal::Failed(m) => HostProgramError::Refused(m),
+    })?;
+    Ok(run(Spawn {
+        program,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env,
+        cwd,
+        stdin,
+        timeout,
+        cap,
+        confinement,
+    })
+    .await?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn spawn(ws: &Path, script: &str) -> Spawn {
+        spawn_writing(ws, script, confine::Writes::WorkspaceAndGrants)
+    }
+
+    fn spawn_writing(ws: &Path, script: &str, writes: confine::Writes) -> Spawn {
         Spawn {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],
@@ -275,8 +349,41 @@ mod tests {
             stdin: None,
             timeout: Duration::from_secs(30),
             cap: 1 << 20,
-            confinement: confine::Confinement::prepare(ws, &[], false, false).unwrap(),
+            confinement: confine::Confinement::prepare(&confine::Policy {
+                workspace: ws,
+                program: Path::new("/bin/sh"),
+                read: &[],
+                write: &[],
+                writes,
+                net: false,
+                require: false,
+            })
+            .unwrap(),
         }
+    }
+
+    /// The review phase's programs write nowhere, whatever their arguments: the kernel says no
+    /// (no host-side argument check runs on this path).
+    #[tokio::test]
+    async fn a_program_that_may_write_nowhere_cannot_write_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        std::fs::write(ws.join("kept.txt"), "kept\n").unwrap();
+        let f = run(spawn_writing(
+            ws,
+            "cat kept.txt; echo x > new.txt; echo y >> kept.txt; echo t > \"$TMPDIR/t\"; rm -f kept.txt; echo done",
+            confine::Writes::Nowhere,
+        ))
+        .await
+        .unwrap();
+        let err = String::from_utf8_lossy(&f.stderr);
+        assert_eq!(String::from_utf8_lossy(&f.stdout), "kept\ndone\n", "{err}");
+        assert_eq!(err.matches("Permission denied").count(), 4, "{err}");
+        assert!(!ws.join("new.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(ws.join("kept.txt")).unwrap(),
+            "kept\n"
+        );
     }
 
     fn alive(pid: i32) -> bool {
@@ -297,36 +404,59 @@ mod tests {
             .unwrap()
     }
 
+    /// A shell line writing the writer's pid as kiln sees it (`$$` is the namespace's number;
+    /// `/proc` is kiln's) to `file`.
+    fn host_pid(file: &str) -> String {
+        format!("read -r p _ < /proc/self/stat; echo $p > {file}")
+    }
+
     // One test, so no other test's call is in flight meanwhile (the tracker is per process).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn strays_wait_for_the_last_call_and_cancelled_calls_leave_nothing() {
+    async fn strays_end_with_their_call_and_cancelled_calls_leave_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
-        // While another call runs, a setsid'd orphan cannot be told from that call's, so it
-        // survives until the last running call ends.
         let other = tokio::spawn(run(spawn(ws, "sleep 1.5")));
         tokio::time::sleep(Duration::from_millis(200)).await;
         let a = run(spawn(
             ws,
-            "setsid sh -c 'echo $$ > d.pid; exec sleep 60' </dev/null >/dev/null 2>&1 & \
-             while [ ! -s d.pid ]; do sleep 0.02; done",
+            &format!(
+                "setsid sh -c '{}; exec sleep 60' </dev/null >/dev/null 2>&1 & \
+                 while [ ! -s d.pid ]; do sleep 0.02; done",
+                host_pid("d.pid")
+            ),
         ))
         .await
         .unwrap();
         assert_eq!(a.exit_code, Some(0));
         let daemon = pid_in(&ws.join("d.pid"));
-        assert!(alive(daemon), "killed while another call was running");
+        if reap::PidNs::current().available() {
+            // In a PID namespace the daemon ends with its own call, whatever else runs.
+            assert!(!alive(daemon), "the daemon {daemon} outlived its call");
+        } else {
+            // A setsid'd orphan cannot be told from another running call's, so it survives
+            // until the last running call ends.
+            assert!(alive(daemon), "killed while another call was running");
+        }
         other.await.unwrap().unwrap();
         assert!(!alive(daemon), "the last call to end kills the stray");
 
         // A call whose future is dropped (the plugin call was cancelled) kills its processes.
         let cancelled = tokio::time::timeout(
             Duration::from_millis(500),
-            run(spawn(ws, "sleep 60 & echo $! > bg.pid; wait")),
+            run(spawn(
+                ws,
+                &format!("sh -c '{}; exec sleep 60' & wait", host_pid("bg.pid")),
+            )),
         )
         .await;
         assert!(cancelled.is_err());
         let bg = pid_in(&ws.join("bg.pid"));
         assert!(!alive(bg), "the cancelled call's child {bg} survived");
+
+        // The program's exit code and death by a signal come through the namespace's init.
+        let code = run(spawn(ws, "exit 7")).await.unwrap();
+        assert_eq!(code.exit_code, Some(7));
+        let killed = run(spawn(ws, "kill -9 $$")).await.unwrap();
+        assert_eq!(killed.exit_code, None);
     }
 }

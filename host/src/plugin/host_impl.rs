@@ -3,7 +3,7 @@
 
 use super::bindings::{exec, log, types};
 use super::capability::Effective;
-use super::confine::{Confinement, Refusal};
+use super::confine::{Confinement, Policy, Refusal};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -280,17 +280,23 @@ impl State {
             cap = cap.min(c as usize);
         }
         let e = &self.effective;
-        let confinement =
-            Confinement::prepare(&self.workspace, &e.write, e.net, e.require_confinement).map_err(
-                |r| match r {
-                    Refusal::Denied(why) => {
-                        types::Error::Denied(format!("running `{}`: {why}", cmd.program))
-                    }
-                    Refusal::Failed(why) => {
-                        types::Error::Failed(format!("running `{}`: {why}", cmd.program))
-                    }
-                },
-            )?;
+        let confinement = Confinement::prepare(&Policy {
+            workspace: &self.workspace,
+            program: &program,
+            read: &e.read,
+            write: &e.write,
+            writes: e.writes,
+            net: e.net,
+            require: e.require_confinement,
+        })
+        .map_err(|r| match r {
+            Refusal::Denied(why) => {
+                types::Error::Denied(format!("running `{}`: {why}", cmd.program))
+            }
+            Refusal::Failed(why) => {
+                types::Error::Failed(format!("running `{}`: {why}", cmd.program))
+            }
+        })?;
         Ok(super::exec::Spawn {
             program,
             args: cmd.args.clone(),

@@ -54,10 +54,13 @@ pub struct HeldInstance {
 }
 
 impl Plugin {
-    pub(super) fn new_store(&self) -> Result<(Store<State>, MemoryOutputPipe), PluginError> {
+    /// A fresh store for one call under `effective` (the plugin's own, or a narrowed copy).
+    pub(super) fn new_store(
+        &self,
+        effective: Arc<Effective>,
+    ) -> Result<(Store<State>, MemoryOutputPipe), PluginError> {
         let stderr = MemoryOutputPipe::new(STDERR_KEEP);
-        let wasi = self
-            .effective
+        let wasi = effective
             .wasi_ctx(&self.root, stderr.clone())
             .map_err(|e| PluginError::Sandbox {
                 plugin: self.name.clone(),
@@ -65,7 +68,7 @@ impl Plugin {
             })?;
         let state = State::new(
             Arc::from(self.name.as_str()),
-            self.effective.clone(),
+            effective,
             self.workspace.clone(),
             wasi,
         );
@@ -176,7 +179,7 @@ impl Plugin {
     /// Instantiate and keep an idle instance alive (for measuring memory per instance).
     #[doc(hidden)]
     pub async fn hold_instance(&self) -> Result<HeldInstance, PluginError> {
-        let (mut store, stderr) = self.new_store()?;
+        let (mut store, stderr) = self.new_store(self.effective.clone())?;
         let res = match &self.pre {
             Pre::Runner(p) => p.instance_pre().instantiate_async(&mut store).await,
             Pre::EditFormat(p) => p.instance_pre().instantiate_async(&mut store).await,

@@ -7,7 +7,8 @@
 //! world, manifest name), `kind` (plugin kind and source), `instance` (the loaded plugin and its
 //! per-call store), `calls` (one method per world function), `error` (what can go wrong),
 //! `diagnostic` (severity names and JSON); `bindings`, `host_impl`, `capability`, `confine`,
-//! `exec`, `reap`, `cache`, `registry` and `builtin` as before.
+//! `exec`, `reap`, `seccomp` (the network filter of programs), `cache`, `registry` and
+//! `builtin` as before.
 
 pub mod bindings;
 pub mod builtin;
@@ -25,6 +26,7 @@ mod kind;
 mod reap;
 mod registry;
 mod runtime;
+mod seccomp;
 
 pub use bindings::types::Error as PluginCallError;
 pub use bindings::types::{Diagnostic, Manifest, Severity};
@@ -32,6 +34,7 @@ pub use capability::Effective;
 pub use contract::{CONTRACT_VERSION, contract_compatible};
 pub use diagnostic::{diagnostic_json, diagnostic_line, severity_name};
 pub use error::{PluginError, call_error_parts, describe_call_error};
+pub use exec::{Finished, HostProgramError, run_host_program};
 pub use host_impl::{State, set_log_level};
 pub use instance::{HeldInstance, Plugin};
 pub use kind::{PluginKind, Source};

@@ -1,7 +1,16 @@
-//! The descendants of the programs plugins run. Each program starts in a session of its own;
-//! kiln is a child subreaper, so a descendant that double-forks or calls `setsid` is re-parented
-//! to kiln rather than to init. When a call ends, every process of its session, everything
-//! below them and the stray orphans re-parented to kiln are killed and reaped, found via `/proc`.
+//! The descendants of the programs kiln runs, and how they end with their call.
+//!
+//! Where the kernel allows it (root, or `CAP_SYS_ADMIN`), every call runs in a PID namespace of
+//! its own ([`enter_pid_ns`]): the spawned process waits for the namespace's init, which runs
+//! the program as its child and exits with it, and the kernel then kills everything left in
+//! the namespace, a fork chain included. Nothing of the call can leave it.
+//!
+//! Elsewhere each program starts in a session of its own; kiln is a child subreaper, so a
+//! descendant that double-forks or calls `setsid` is re-parented to kiln rather than to init.
+//! When a call ends its process group is killed (atomic against fork), and every process of its
+//! session, everything below them and the stray orphans re-parented to kiln are stopped, then
+//! killed, found via `/proc`, again and again until none is left: a sweep gives up waiting only
+//! once no new process has appeared for a while.
 //!
 //! A process of the call's session is the call's: Linux keeps a session id allocated while any
 //! process uses it, so no unrelated process can have it. An orphan that left the session
@@ -12,12 +21,310 @@
 //! itself runs with `no_new_privs`, when the mark tells nothing).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long a sweep waits for killed processes to die (a process in uninterruptible sleep can
-/// take a while; it is reaped by a later sweep).
+/// How long a sweep waits for killed processes to die once no new process has appeared (a
+/// process in uninterruptible sleep can take a while; it is reaped by a later sweep). A process
+/// that forks keeps the sweep going: the limit only starts when the call's processes stop
+/// multiplying.
 const SWEEP_LIMIT: Duration = Duration::from_secs(2);
+
+/// Test hook: in debug builds only, `KILN_TEST_NO_PIDNS=1` makes kiln behave as on a kernel
+/// that gives it no PID namespaces. Release builds ignore it.
+const TEST_NO_PIDNS: &str = "KILN_TEST_NO_PIDNS";
+
+/// Whether calls can get PID namespaces of their own here.
+#[derive(Debug)]
+pub struct PidNs {
+    missing: Option<String>,
+}
+
+impl PidNs {
+    /// Probe once per process: a forked child tries `unshare(CLONE_NEWPID)` and exits.
+    pub fn current() -> &'static PidNs {
+        static CURRENT: OnceLock<PidNs> = OnceLock::new();
+        CURRENT.get_or_init(|| {
+            if cfg!(debug_assertions) && std::env::var_os(TEST_NO_PIDNS).is_some_and(|v| v == "1") {
+                return PidNs {
+                    missing: Some(format!("turned off by {TEST_NO_PIDNS}=1 (debug build)")),
+                };
+            }
+            PidNs { missing: probe() }
+        })
+    }
+
+    /// Calls run in PID namespaces.
+    pub fn available(&self) -> bool {
+        self.missing.is_none()
+    }
+
+    /// Why not, when they cannot.
+    pub fn missing(&self) -> Option<&str> {
+        self.missing.as_deref()
+    }
+}
+
+fn probe() -> Option<String> {
+    // SAFETY: the child makes two system calls and exits; the parent waits for that child only.
+    let errno = unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            let rc = libc::unshare(libc::CLONE_NEWPID);
+            libc::_exit(if rc == 0 {
+                0
+            } else {
+                *libc::__errno_location() & 0x7f
+            });
+        }
+        if pid < 0 {
+            return Some(format!("cannot probe: {}", std::io::Error::last_os_error()));
+        }
+        let mut st = 0;
+        while libc::waitpid(pid, &mut st, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                return Some("cannot probe: waitpid failed".into());
+            }
+        }
+        if libc::WIFEXITED(st) {
+            libc::WEXITSTATUS(st)
+        } else {
+            libc::EINVAL
+        }
+    };
+    match errno {
+        0 => None,
+        libc::EPERM => Some(
+            "creating a PID namespace needs CAP_SYS_ADMIN (run as root, or allow unprivileged user namespaces)".into(),
+        ),
+        e => Some(format!(
+            "this kernel gives no PID namespaces: {}",
+            std::io::Error::from_raw_os_error(e)
+        )),
+    }
+}
+
+/// The read end of a pipe whose write end only kiln holds (close-on-exec, and closed by the
+/// processes that wait in a call): it reads end-of-file once kiln is gone, however it died.
+pub fn lifeline() -> libc::c_int {
+    static LIFELINE: OnceLock<libc::c_int> = OnceLock::new();
+    *LIFELINE.get_or_init(|| {
+        let mut fds = [-1; 2];
+        // SAFETY: creates two descriptors that stay open for the life of the process.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return -1;
+        }
+        fds[0]
+    })
+}
+
+/// In the child, between fork and exec: enter a new PID namespace. The calling process (the
+/// one kiln waits for) forks the namespace's init and only waits for it, then exits as the
+/// program did; init forks the program's process and reaps orphans until the program exits,
+/// then exits, and the kernel kills whatever is left in the namespace. When kiln dies first
+/// (`lifeline` reads end-of-file), the waiting process kills init, which ends the namespace too.
+/// Returns in the program's process only.
+///
+/// # Safety
+/// Async-signal-safe system calls only, no allocation (runs after `fork` in a copy of a
+/// multi-threaded process). Never returns in the two waiting processes.
+pub unsafe fn enter_pid_ns(lifeline: libc::c_int) -> std::io::Result<()> {
+    let err = std::io::Error::last_os_error;
+    // SAFETY: system calls on this process and on descriptors it just created.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWPID) != 0 {
+            return Err(err());
+        }
+        let mut fds = [-1; 2];
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(err());
+        }
+        let init = libc::fork();
+        if init < 0 {
+            return Err(err());
+        }
+        if init > 0 {
+            libc::close(fds[1]);
+            // Hold none of kiln's descriptors (another call's pipes, the exec error pipe whose
+            // end tells kiln the program started) while waiting.
+            close_all_but(&[fds[0], lifeline]);
+            outer(init, fds[0], lifeline);
+        }
+        // PID 1 of the namespace: ends when the process that spawned it does (kiln killed it).
+        libc::close(fds[0]);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let program = libc::fork();
+        if program < 0 {
+            return Err(err());
+        }
+        if program > 0 {
+            close_all_but(&[fds[1]]);
+            init_loop(program, fds[1]);
+        }
+        libc::close(fds[1]);
+    }
+    Ok(())
+}
+
+/// Close every descriptor but those in `keep` (standard streams included; negative entries
+/// are ignored).
+///
+/// # Safety
+/// System calls only.
+unsafe fn close_all_but(keep: &[libc::c_int]) {
+    let mut kept = [-1; 2];
+    for (slot, &k) in kept.iter_mut().zip(keep) {
+        *slot = k;
+    }
+    if kept[0] > kept[1] {
+        kept.swap(0, 1);
+    }
+    // SAFETY: closing descriptors of this process.
+    unsafe {
+        let mut from: libc::c_int = 0;
+        let mut failed = false;
+        for &k in kept.iter().filter(|&&k| k >= 0) {
+            if k > from {
+                failed |=
+                    libc::syscall(libc::SYS_close_range, from as u32, (k - 1) as u32, 0u32) != 0;
+            }
+            from = k + 1;
+        }
+        failed |= libc::syscall(libc::SYS_close_range, from as u32, u32::MAX, 0u32) != 0;
+        if failed {
+            // Kernels before 5.9: one by one, up to the descriptor limit.
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur.min(1 << 16) as libc::c_int
+            } else {
+                1024
+            };
+            for fd in (0..max).filter(|fd| !kept.contains(fd)) {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// The spawned process: wait for the namespace's init (killing it if kiln dies meanwhile), then
+/// end as the program did (its wait status comes through `status_fd`; without it, as init did).
+///
+/// # Safety
+/// System calls only; never returns.
+unsafe fn outer(init: libc::pid_t, status_fd: libc::c_int, lifeline: libc::c_int) -> ! {
+    // SAFETY: polling descriptors of this process, signalling and waiting for its own child,
+    // reading into stack memory, exiting.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, init, 0) as libc::c_int;
+        if pidfd >= 0 && lifeline >= 0 {
+            let mut fds = [
+                libc::pollfd {
+                    fd: pidfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: lifeline,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            loop {
+                let n = libc::poll(fds.as_mut_ptr(), 2, -1);
+                if n < 0 && *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
+                if n > 0 && fds[1].revents != 0 {
+                    // kiln is gone: end the call's namespace with it.
+                    libc::kill(init, libc::SIGKILL);
+                }
+                break;
+            }
+        }
+        let mut st = 0;
+        while libc::waitpid(init, &mut st, 0) != init {
+            if *libc::__errno_location() != libc::EINTR {
+                libc::_exit(127);
+            }
+        }
+        let mut program: libc::c_int = 0;
+        let n = libc::read(
+            status_fd,
+            (&mut program as *mut libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>(),
+        );
+        if n == std::mem::size_of::<libc::c_int>() as isize {
+            st = program;
+        }
+        exit_as(st)
+    }
+}
+
+/// PID 1 of the namespace: reap every child (orphans are re-parented here) until the program
+/// exits; pass its wait status on and exit, which ends the namespace.
+///
+/// # Safety
+/// System calls only; never returns.
+unsafe fn init_loop(program: libc::pid_t, status_fd: libc::c_int) -> ! {
+    // SAFETY: waiting for children, writing stack memory to a pipe, exiting.
+    unsafe {
+        loop {
+            let mut st = 0;
+            let pid = libc::waitpid(-1, &mut st, libc::__WALL);
+            if pid == program {
+                libc::write(
+                    status_fd,
+                    (&st as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>(),
+                );
+                libc::_exit(0);
+            }
+            if pid < 0 && *libc::__errno_location() == libc::ECHILD {
+                libc::_exit(127);
+            }
+        }
+    }
+}
+
+/// Exit with wait status `st`: the same code, or death by the same signal (no core dump).
+///
+/// # Safety
+/// System calls only; never returns.
+unsafe fn exit_as(st: libc::c_int) -> ! {
+    // SAFETY: changes this process's own limits, signal disposition and mask, then ends it.
+    unsafe {
+        if libc::WIFSIGNALED(st) {
+            let sig = libc::WTERMSIG(st);
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &act, std::ptr::null_mut());
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(if libc::WIFEXITED(st) {
+            libc::WEXITSTATUS(st)
+        } else {
+            127
+        })
+    }
+}
 
 #[derive(Default)]
 struct Tracker {
@@ -57,17 +364,31 @@ pub struct Call {
     /// The direct child's pid, which is also its session id.
     pid: Option<i32>,
     finished: bool,
+    /// The call runs in a PID namespace of its own.
+    pid_ns: bool,
+    /// The direct child was waited for: in a PID namespace, nothing of the call is left.
+    exited: bool,
 }
 
 impl Call {
-    /// Announce a call before spawning (so no sweep takes its child for a stray).
-    pub fn begin() -> Call {
+    /// Announce a call before spawning (so no sweep takes its child for a stray); `pid_ns`
+    /// when its program runs in a PID namespace of its own.
+    pub fn begin(pid_ns: bool) -> Call {
         become_subreaper();
         tracker().in_flight += 1;
         Call {
             pid: None,
             finished: false,
+            pid_ns,
+            exited: false,
         }
+    }
+
+    /// The direct child exited and was waited for. In a PID namespace that means every
+    /// process of the call is gone (the namespace's init exited before it, and the kernel does
+    /// not let init finish exiting while anything of its namespace is alive).
+    pub fn exited(&mut self) {
+        self.exited = true;
     }
 
     /// The direct child was spawned.
@@ -101,8 +422,16 @@ impl Call {
         self.finished = true;
         let mut t = tracker();
         t.in_flight -= 1;
+        if self.pid_ns && self.exited {
+            // Nothing left, and nothing could have left the namespace: no sweep to make.
+            if let Some(pid) = self.pid {
+                t.children.remove(&pid);
+            }
+            return;
+        }
         // The lock is held through the sweep: no call can spawn (and look like a stray) meanwhile.
-        let strays = t.in_flight == 0;
+        // With PID namespaces no process leaves its call, so there are no strays to look for.
+        let strays = t.in_flight == 0 && !self.pid_ns;
         sweep(self.pid, strays, &t.children);
         if let Some(pid) = self.pid {
             t.children.remove(&pid);
@@ -205,8 +534,11 @@ fn targets(
     t
 }
 
-/// Kill the targets, reap those that are kiln's children (never a call's direct child: tokio
-/// reaps those), and repeat until none is left or the limit passes.
+/// Kill the targets and reap those that are kiln's children (never a call's direct child:
+/// tokio reaps those), again and again until none is left. Each round first kills the call's
+/// process group (the kernel applies that atomically against fork), then stops every target
+/// found (a stopped process cannot fork) and kills it. The sweep gives up only once no new
+/// process has appeared for [`SWEEP_LIMIT`]: a chain that keeps forking keeps it going.
 fn sweep(sid: Option<i32>, strays: bool, children: &BTreeSet<i32>) {
     if sid.is_none() && !strays {
         return;
@@ -215,37 +547,62 @@ fn sweep(sid: Option<i32>, strays: bool, children: &BTreeSet<i32>) {
     let (me, my_sid) = unsafe { (libc::getpid(), libc::getsid(0)) };
     let self_marked = no_new_privs(me);
     let marked = |pid: i32| self_marked || no_new_privs(pid);
-    let start = Instant::now();
+    let mut seen: HashSet<i32> = HashSet::new();
+    let mut quiet_since = Instant::now();
+    // Once anything of the call was found, a few scans in a row must find nothing: a chain can
+    // slip through one scan (the parent gone before it was read, the child born after).
+    let mut empty_rounds = 0;
     loop {
+        if let Some(sid) = sid {
+            // The call's process group (its id is the session's, held while in use; a pid is
+            // not handed out again before the pid space wraps). Atomic against fork.
+            // SAFETY: sends a signal; ESRCH when the group is gone.
+            unsafe {
+                libc::kill(-sid, libc::SIGKILL);
+            }
+        }
         let procs = scan();
         let t = targets(&procs, me, my_sid, sid, strays, children, &marked);
-        let mut pending = false;
-        for p in procs.iter().filter(|p| t.contains(&p.pid)) {
-            if p.zombie {
-                if p.ppid == me {
-                    if !children.contains(&p.pid) {
-                        // SAFETY: reaps one known child without blocking.
-                        unsafe {
-                            libc::waitpid(p.pid, std::ptr::null_mut(), libc::WNOHANG);
-                        }
+        let live: Vec<&Proc> = procs
+            .iter()
+            .filter(|p| t.contains(&p.pid) && !p.zombie)
+            .collect();
+        for p in &live {
+            if seen.insert(p.pid) {
+                quiet_since = Instant::now();
+            }
+            // SAFETY: a process found above; a pid that exited since is still held as a
+            // session member or kiln's child, or is gone (ESRCH).
+            unsafe {
+                libc::kill(p.pid, libc::SIGSTOP);
+            }
+        }
+        for p in &live {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(p.pid, libc::SIGKILL);
+            }
+        }
+        let mut pending = !live.is_empty();
+        for p in procs.iter().filter(|p| t.contains(&p.pid) && p.zombie) {
+            if p.ppid == me {
+                if !children.contains(&p.pid) {
+                    // SAFETY: reaps one known child without blocking.
+                    unsafe {
+                        libc::waitpid(p.pid, std::ptr::null_mut(), libc::WNOHANG);
                     }
-                } else if t.contains(&p.ppid) {
-                    // Re-parented to kiln once its parent (being killed) is gone.
-                    pending = true;
                 }
-            } else {
-                // SAFETY: sends a signal to a process found above; a pid that exited since is
-                // still held as a session member or kiln's child, or is gone (ESRCH).
-                unsafe {
-                    libc::kill(p.pid, libc::SIGKILL);
-                }
+            } else if t.contains(&p.ppid) {
+                // Re-parented to kiln once its parent (being killed) is gone.
                 pending = true;
             }
         }
-        if !pending || start.elapsed() > SWEEP_LIMIT {
+        empty_rounds = if pending { 0 } else { empty_rounds + 1 };
+        let settled = seen.is_empty() || empty_rounds >= 3;
+        if (!pending && settled) || quiet_since.elapsed() > SWEEP_LIMIT {
             break;
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

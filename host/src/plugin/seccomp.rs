@@ -1,0 +1,221 @@
+//! The network filter of the programs kiln runs without `net`: a seccomp-BPF program (compiled
+//! by `seccompiler`, once, in kiln) that lets `socket(2)` and `socketpair(2)` create `AF_UNIX`
+//! sockets only (so no TCP, UDP, MPTCP, raw, packet or netlink sockets) and refuses
+//! `io_uring_setup(2)` (an io_uring can open sockets of its own). The child installs it between
+//! fork and exec, after `no_new_privs`, with one `prctl` on memory built beforehand.
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, sock_filter,
+};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// Test hook: in debug builds only, `KILN_TEST_NO_SECCOMP=1` makes kiln behave as on a kernel
+/// without seccomp filters. Release builds ignore it.
+const TEST_NO_SECCOMP: &str = "KILN_TEST_NO_SECCOMP";
+
+/// The compiled filter, or why this kernel or architecture has none.
+pub struct NetFilter {
+    program: Result<BpfProgram, String>,
+}
+
+impl NetFilter {
+    /// Build once per process.
+    pub fn current() -> &'static NetFilter {
+        static CURRENT: OnceLock<NetFilter> = OnceLock::new();
+        CURRENT.get_or_init(|| NetFilter {
+            program: available().and_then(|()| compile()),
+        })
+    }
+
+    /// Why there is no filter, if there is none.
+    pub fn missing(&self) -> Option<&str> {
+        self.program.as_ref().err().map(String::as_str)
+    }
+
+    /// The filter as the child installs it: the address and length of its instructions (they
+    /// live as long as the process).
+    pub fn raw(&self) -> Option<(usize, u16)> {
+        let p = self.program.as_ref().ok()?;
+        Some((p.as_ptr() as usize, p.len() as u16))
+    }
+}
+
+/// Whether the kernel takes seccomp filters: `PR_SET_SECCOMP` with a null filter fails with
+/// `EFAULT` when it does, `EINVAL` when it does not.
+fn available() -> Result<(), String> {
+    if cfg!(debug_assertions) && std::env::var_os(TEST_NO_SECCOMP).is_some_and(|v| v == "1") {
+        return Err(format!("turned off by {TEST_NO_SECCOMP}=1 (debug build)"));
+    }
+    // SAFETY: a null filter pointer is never dereferenced: the kernel checks the mode first and
+    // fails reading the filter (EFAULT) without installing anything.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            0usize,
+            0,
+            0,
+        )
+    };
+    let e = std::io::Error::last_os_error();
+    match (rc, e.raw_os_error()) {
+        (-1, Some(libc::EFAULT)) => Ok(()),
+        _ => Err(format!(
+            "this kernel takes no seccomp filters (CONFIG_SECCOMP_FILTER): {e}"
+        )),
+    }
+}
+
+fn compile() -> Result<BpfProgram, String> {
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|_| format!("no seccomp filter for {}", std::env::consts::ARCH))?;
+    let not_unix = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        Ok(vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )?])?])
+    };
+    let build = || -> Result<BpfProgram, seccompiler::BackendError> {
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        rules.insert(libc::SYS_socket, not_unix()?);
+        rules.insert(libc::SYS_socketpair, not_unix()?);
+        // An empty rule list matches every call.
+        rules.insert(libc::SYS_io_uring_setup, Vec::new());
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EACCES as u32),
+            arch,
+        )?;
+        filter.try_into()
+    };
+    let mut program = build().map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
+    guard_x32(&mut program)?;
+    Ok(program)
+}
+
+/// On x86-64 the x32 ABI reaches the same system calls under numbers with bit 30 set, which
+/// the rules above do not name: refuse every x32 call (no program kiln runs uses that ABI).
+/// The block goes right after seccompiler's architecture check (3 instructions, which kill a
+/// process calling through another ABI, such as i386's `int 0x80`).
+fn guard_x32(program: &mut BpfProgram) -> Result<(), String> {
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JGE_K: u16 = 0x35;
+    const BPF_RET_K: u16 = 0x06;
+    let kill = program
+        .get(2)
+        .is_some_and(|i| i.code == BPF_RET_K && i.k == libc::SECCOMP_RET_KILL_PROCESS);
+    if !kill {
+        return Err("the seccomp filter does not start with an architecture check".into());
+    }
+    if std::env::consts::ARCH != "x86_64" {
+        return Ok(());
+    }
+    let errno = libc::SECCOMP_RET_ERRNO | libc::EACCES as u32;
+    let block = [
+        // seccomp_data.nr is at offset 0.
+        sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: BPF_JGE_K,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: errno,
+        },
+    ];
+    program.splice(3..3, block);
+    Ok(())
+}
+
+/// In the child, between fork and exec (after `no_new_privs`): install the filter.
+///
+/// # Safety
+/// `raw` comes from [`NetFilter::raw`] (instructions that live as long as the process). Makes
+/// one system call on stack memory; allocates nothing.
+pub unsafe fn install(raw: (usize, u16)) -> std::io::Result<()> {
+    #[repr(C)]
+    struct SockFprog {
+        len: libc::c_ushort,
+        filter: *const sock_filter,
+    }
+    let prog = SockFprog {
+        len: raw.1,
+        filter: raw.0 as *const sock_filter,
+    };
+    // SAFETY: `prog` points at a live, well-formed filter (see above).
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            &prog as *const SockFprog as usize,
+            0,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_refuses_every_socket_family_but_unix() {
+        let f = NetFilter::current();
+        assert!(f.missing().is_none(), "{:?}", f.missing());
+        // Run the filter in a forked child and report what socket() returned.
+        let probe = |domain: i32, ty: i32, proto: i32| -> i32 {
+            // SAFETY: the child only makes system calls and exits.
+            unsafe {
+                let pid = libc::fork();
+                if pid == 0 {
+                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                    if install(f.raw().unwrap()).is_err() {
+                        libc::_exit(100);
+                    }
+                    let fd = libc::socket(domain, ty, proto);
+                    let code = if fd >= 0 {
+                        0
+                    } else {
+                        *libc::__errno_location()
+                    };
+                    libc::_exit(code);
+                }
+                let mut st = 0;
+                libc::waitpid(pid, &mut st, 0);
+                libc::WEXITSTATUS(st)
+            }
+        };
+        assert_eq!(probe(libc::AF_UNIX, libc::SOCK_STREAM, 0), 0);
+        for (d, t, p) in [
+            (libc::AF_INET, libc::SOCK_STREAM, 0),
+            (libc::AF_INET, libc::SOCK_DGRAM, 0),
+            (libc::AF_INET, libc::SOCK_STREAM, 262), // MPTCP
+            (libc::AF_INET6, libc::SOCK_DGRAM, 0),
+            (libc::AF_INET, libc::SOCK_RAW, 1),
+            (libc::AF_NETLINK, libc::SOCK_RAW, 0),
+            (libc::AF_PACKET, libc::SOCK_RAW, 0),
+        ] {
+            assert_eq!(probe(d, t, p), libc::EACCES, "socket({d}, {t}, {p})");
+        }
+    }
+}
