@@ -554,7 +554,7 @@ fn an_oversized_return_says_output_limit_exceeded() {
         let err = r.stderr();
         assert!(
             err.contains(&format!(
-                "plugin `escape`: output limit exceeded ({bytes} > 1024 bytes)"
+                "plugin `escape`: output limit exceeded ({bytes} > 1024 bytes; raise it with `[plugins.escape] output_bytes`"
             )) && !err.contains("crashed"),
             "{err}"
         );

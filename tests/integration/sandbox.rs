@@ -233,7 +233,7 @@ fn hundreds_of_mib_of_output_are_capped() {
     r.expect_code(2);
     assert!(
         r.stderr()
-            .contains("plugin `escape`: output limit exceeded (8388608 > 1048576 bytes)"),
+            .contains("plugin `escape`: output limit exceeded (8388608 > 1048576 bytes; raise"),
         "{}",
         r.stderr()
     );
