@@ -10,5 +10,6 @@ pub mod llm;
 pub mod mcp;
 pub mod path;
 pub mod plugin;
+pub mod state_dir;
 pub mod store;
 pub mod terminal;

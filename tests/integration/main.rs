@@ -23,3 +23,4 @@ mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;
+mod writer;
