@@ -138,23 +138,24 @@ fn write_file_never_writes_through_a_directory_swapped_for_a_link() {
     let ws = Workspace::new();
     std::fs::create_dir_all(ws.root().join(".git/hooks")).unwrap();
     std::fs::create_dir_all(ws.root().join("d/hooks")).unwrap();
+    ws.write("task.md", "Write the hook.\n");
     let mock = MockLlm::start(vec![
         call(
             "write_file",
             json!({ "path": "d/hooks/pre-commit", "content": "#!/bin/sh\necho owned\n" }),
         ),
-        openai_text("done"),
+        final_answer("STATUS: COMPLETE"),
     ]);
     let base = format!("{}/v1", mock.url);
     let mut cmd = ws.command(&[
-        "agent",
+        "loop",
         "--base-url",
         &base,
         "--model",
         "test-model",
         "--json",
-        "-p",
-        "write the hook",
+        "--task",
+        "task.md",
     ]);
     // Step 1 of the commit is the journal (a new file has no backup): pause there.
     cmd.env("KILN_TEST_APPLY_PAUSE", "1:1500")
@@ -173,7 +174,13 @@ fn write_file_never_writes_through_a_directory_swapped_for_a_link() {
             break;
         }
     }
-    assert!(seen.contains("apply paused"), "{seen}");
+    if !seen.contains("apply paused") {
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "no pause: {seen}\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     std::fs::rename(ws.root().join("d"), ws.root().join("d.real")).unwrap();
     std::os::unix::fs::symlink(".git", ws.root().join("d")).unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
@@ -268,7 +275,8 @@ const WRITES: &[&str] = &[
     "create_dir",
     "hard_link",
     "fs::copy",
-    "symlink(",
+    "fs::symlink(",
+    "symlinkat",
     "set_permissions",
     "O_CREAT",
     "O_WRONLY",
