@@ -165,7 +165,12 @@ fn check_identity(dir: &Dir, path: &Path, id: &Identity) -> Result<(), StateDirE
             Ok(found) if found == *id => Ok(()),
             Ok(found) => Err(StateDirError::Mismatch {
                 path: path.to_path_buf(),
-                other: format!("{} (device {}, inode {})", found.path.display(), found.dev, found.ino),
+                other: format!(
+                    "{} (device {}, inode {})",
+                    found.path.display(),
+                    found.dev,
+                    found.ino
+                ),
             }),
             Err(e) => Err(io(std::io::Error::other(e))),
         },

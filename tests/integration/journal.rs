@@ -353,7 +353,9 @@ fn the_next_start_says_what_it_recovered() {
     // The journal of the interrupted apply is in kiln's state directory, not the workspace.
     assert!(!ws.root().join(".kiln/journal").exists());
     let files = state_journals(&ws);
-    let journals = files.iter().filter(|p| p.extension().is_some_and(|e| e == "json"));
+    let journals = files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"));
     // The journal and a backup of each of the two files.
     assert_eq!((journals.count(), files.len()), (1, 3), "{files:?}");
     // Read-only commands leave it alone.
@@ -426,7 +428,11 @@ fn state_journals(ws: &Workspace) -> Vec<std::path::PathBuf> {
         let j = s.unwrap().path().join("journal");
         for e in std::fs::read_dir(j).into_iter().flatten() {
             let p = e.unwrap().path();
-            if p.file_name().unwrap().to_string_lossy().starts_with("apply-") {
+            if p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("apply-")
+            {
                 out.push(p);
             }
         }

@@ -48,7 +48,10 @@ fn plant_journal(ws: &Workspace) {
 /// `.kiln/journal/apply-*.json`. The journal is named in a warning and not replayed.
 #[test]
 fn a_journal_shipped_in_the_workspace_is_reported_never_replayed() {
-    for args in [&["check", "--cmd", "true", "--files", "a.txt"][..], &["mcp"]] {
+    for args in [
+        &["check", "--cmd", "true", "--files", "a.txt"][..],
+        &["mcp"],
+    ] {
         let ws = Workspace::new();
         plant_journal(&ws);
         let r = ws.kiln(args, &[]);
@@ -93,7 +96,8 @@ fn a_fix_loop_may_not_move_its_target_to_another_file() {
     assert!(!ws.root().join(".envrc").exists(), "{}", r.stdout());
     assert_eq!(ws.read("a.txt"), "a\n");
     assert!(
-        r.stdout().contains(".envrc is not a file this loop may change"),
+        r.stdout()
+            .contains(".envrc is not a file this loop may change"),
         "{}",
         r.stdout()
     );
@@ -176,10 +180,7 @@ fn write_file_never_writes_through_a_directory_swapped_for_a_link() {
     }
     if !seen.contains("apply paused") {
         let out = child.wait_with_output().unwrap();
-        panic!(
-            "no pause: {seen}\n{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        panic!("no pause: {seen}\n{}", String::from_utf8_lossy(&out.stdout));
     }
     std::fs::rename(ws.root().join("d"), ws.root().join("d.real")).unwrap();
     std::os::unix::fs::symlink(".git", ws.root().join("d")).unwrap();
@@ -247,12 +248,18 @@ const ALLOWED: &[(&str, &str)] = &[
         "edit/journal.rs",
         "the writer's journal: the workspace through the writer's handle, its own files in kiln's state directory",
     ),
-    ("state_dir.rs", "kiln's state directory, outside the workspace"),
+    (
+        "state_dir.rs",
+        "kiln's state directory, outside the workspace",
+    ),
     (
         "store/mod.rs",
         "the store: .kiln/kiln.db and .kiln/logs, opened without following links",
     ),
-    ("plugin/cache.rs", "the compile cache, outside the workspace"),
+    (
+        "plugin/cache.rs",
+        "the compile cache, outside the workspace",
+    ),
     ("config.rs", "the user's configuration and trust records"),
     (
         "cli/scaffold.rs",
@@ -308,11 +315,7 @@ fn only_the_writer_writes_the_workspace() {
     assert!(files.len() > 20, "{files:?}");
     let mut found = Vec::new();
     for f in files {
-        let rel = f
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
         if ALLOWED.iter().any(|(m, _)| *m == rel) || rel.starts_with("cli/templates/") {
             continue;
         }

@@ -419,7 +419,11 @@ const SIMULATED_KILL: &str = "simulated kill";
 /// Commit `changes` under the journal. Runs on a blocking-capable thread when called from a
 /// multi-threaded runtime (fsync may take a while); either way it has no await point, so a
 /// cancelled caller cannot stop it half-way.
-pub(in crate::edit) fn commit(ws: &Beneath, state: &Dir, changes: &[Change<'_>]) -> Result<(), EditError> {
+pub(in crate::edit) fn commit(
+    ws: &Beneath,
+    state: &Dir,
+    changes: &[Change<'_>],
+) -> Result<(), EditError> {
     let multi = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if multi {
@@ -1106,7 +1110,10 @@ fn workspace_journals(ws: &Beneath) -> Vec<String> {
 
 /// [`recover_workspace`] for an open workspace and its journal directory (`None`: there is
 /// none, so nothing to recover but stale temporary files, which wait for one).
-pub(in crate::edit) fn recover(ws: &Beneath, state: Option<&Dir>) -> Result<RecoveryReport, EditError> {
+pub(in crate::edit) fn recover(
+    ws: &Beneath,
+    state: Option<&Dir>,
+) -> Result<RecoveryReport, EditError> {
     let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
     let Some(state) = state else {
         return Ok(RecoveryReport::default());
@@ -1258,8 +1265,7 @@ mod tests {
     fn ws() -> (tempfile::TempDir, W) {
         let t = tempfile::tempdir().unwrap();
         let state_dir = tempfile::tempdir().unwrap();
-        let state =
-            Dir::open_ambient_dir(state_dir.path(), cap_std::ambient_authority()).unwrap();
+        let state = Dir::open_ambient_dir(state_dir.path(), cap_std::ambient_authority()).unwrap();
         let b = Beneath::open(t.path()).unwrap();
         (
             t,
@@ -1466,7 +1472,11 @@ mod tests {
         let total = names.len();
         let journal_at = names.iter().position(|n| n == "journal written").unwrap();
         assert!(state(t.path(), &files, true));
-        assert!(leftovers(t.path(), &d).is_empty(), "{:?}", leftovers(t.path(), &d));
+        assert!(
+            leftovers(t.path(), &d).is_empty(),
+            "{:?}",
+            leftovers(t.path(), &d)
+        );
         assert!(!t.path().join("new/dir").exists() || t.path().join("new/dir/c.txt").exists());
         assert!(total >= 14, "{total} steps");
         let mut forward = 0;
@@ -1485,7 +1495,11 @@ mod tests {
                 // after it was removed: nothing to tell.
                 assert!(report.recovered.is_empty(), "{report:?}");
                 assert!(state(t.path(), &files, stop == total - 1), "stop {stop}");
-                assert!(leftovers(t.path(), &d).is_empty(), "{:?}", leftovers(t.path(), &d));
+                assert!(
+                    leftovers(t.path(), &d).is_empty(),
+                    "{:?}",
+                    leftovers(t.path(), &d)
+                );
                 continue;
             }
             assert_eq!(report.recovered.len(), 1, "stop {stop}");
@@ -1560,7 +1574,11 @@ mod tests {
             std::fs::read_to_string(t.path().join("src/a.rs")).unwrap(),
             "new"
         );
-        assert!(leftovers(t.path(), &d).is_empty(), "{:?}", leftovers(t.path(), &d));
+        assert!(
+            leftovers(t.path(), &d).is_empty(),
+            "{:?}",
+            leftovers(t.path(), &d)
+        );
     }
 
     #[test]
@@ -1636,7 +1654,11 @@ mod tests {
             msg.contains("rolled back") && msg.contains("a.txt (restored)"),
             "{msg}"
         );
-        assert!(leftovers(t.path(), &d).is_empty(), "{:?}", leftovers(t.path(), &d));
+        assert!(
+            leftovers(t.path(), &d).is_empty(),
+            "{:?}",
+            leftovers(t.path(), &d)
+        );
     }
 
     #[test]
@@ -1697,7 +1719,10 @@ mod tests {
         std::fs::write(sp.join("apply-1-2-3.json"), serde_json::to_vec(&j).unwrap()).unwrap();
         std::fs::write(sp.join("apply-1-2-3.1"), "evil").unwrap();
         let report = recover(&d.b, Some(&d.state)).unwrap();
-        assert!(!t.path().join(".git/hooks/pre-commit").exists(), "{report:?}");
+        assert!(
+            !t.path().join(".git/hooks/pre-commit").exists(),
+            "{report:?}"
+        );
     }
 
     #[test]

@@ -171,7 +171,12 @@ impl Beneath {
     pub(in crate::edit) fn read(&self, rel: &str) -> std::io::Result<Vec<u8>> {
         use std::io::Read;
         let (dir, name) = self.parent(rel, false)?;
-        let mut f = openat(&dir, &name, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)?;
+        let mut f = openat(
+            &dir,
+            &name,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+            0,
+        )?;
         let t = f.metadata()?.file_type();
         if !t.is_file() {
             return Err(std::io::Error::other("not a regular file"));
@@ -408,7 +413,11 @@ impl<'w> Writer<'w> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let tmp = match Path::new(&full).parent() {
-            Some(p) => p.join(format!(".{name}{}{}", journal::TEMP_MARK, std::process::id())),
+            Some(p) => p.join(format!(
+                ".{name}{}{}",
+                journal::TEMP_MARK,
+                std::process::id()
+            )),
             None => PathBuf::from(&name),
         };
         let tmp = tmp.to_string_lossy().into_owned();
@@ -444,7 +453,8 @@ pub(in crate::edit) fn journal_dir(root: &Path, create: bool) -> Result<Option<D
         path: "kiln's state directory".into(),
         message: e.to_string(),
     };
-    let Some(state) = crate::state_dir::WorkspaceState::open(root, create).map_err(state_err)? else {
+    let Some(state) = crate::state_dir::WorkspaceState::open(root, create).map_err(state_err)?
+    else {
         return Ok(None);
     };
     state.subdir("journal", create).map_err(state_err)
