@@ -281,7 +281,7 @@ impl RecoveryReport {
         }
         for d in &self.damaged {
             out.push(format!(
-                "the edit journal {d} cannot be read; it was renamed to {d}.damaged and the files it names were left as they are"
+                "the edit journal {d} in kiln's state directory cannot be read; it was renamed to {d}.damaged and the files it names were left as they are"
             ));
         }
         for j in &self.ignored {
@@ -1166,7 +1166,7 @@ fn recover_locked(ws: &Beneath, state: &Dir) -> Result<RecoveryReport, EditError
             Ok(j) => j,
             Err(_) => {
                 let _ = state.rename(name, state, format!("{name}.damaged"));
-                report.damaged.push(format!("{jpath}/{name}"));
+                report.damaged.push(name.clone());
                 continue;
             }
         };

@@ -453,9 +453,12 @@ pub(in crate::edit) fn journal_dir(root: &Path, create: bool) -> Result<Option<D
         path: "kiln's state directory".into(),
         message: e.to_string(),
     };
-    let Some(state) = crate::state_dir::WorkspaceState::open(root, create).map_err(state_err)?
-    else {
-        return Ok(None);
+    let state = match crate::state_dir::WorkspaceState::open(root, create) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(None),
+        // Nowhere to look, so nothing kiln wrote there to recover.
+        Err(crate::state_dir::StateDirError::NoHome) if !create => return Ok(None),
+        Err(e) => return Err(state_err(e)),
     };
     state.subdir("journal", create).map_err(state_err)
 }
