@@ -79,9 +79,16 @@ impl Workspace {
         &self.root
     }
 
-    /// The workspace as a cap-std directory.
-    pub fn dir(&self) -> &Dir {
+    /// The workspace as a cap-std directory, for reading: it never leaves this module, so
+    /// the only way to write the workspace is the [`writer::Writer`].
+    pub(in crate::edit) fn dir(&self) -> &Dir {
         &self.dir
+    }
+
+    /// Check files named by a model or a user before they become program arguments
+    /// ([`crate::path::target_arguments`]).
+    pub fn target_arguments(&self, targets: &[String]) -> Result<Vec<String>, String> {
+        crate::path::target_arguments(&self.dir, targets)
     }
 
     /// Read a file as text; `None` when it does not exist. Paths leaving the workspace

@@ -244,7 +244,8 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         ));
     }
     let ws = Workspace::open(workspace)?;
-    crate::path::target_arguments(ws.dir(), &opts.targets).map_err(FixError::Usage)?;
+    ws.target_arguments(&opts.targets)
+        .map_err(FixError::Usage)?;
     let info = format.format_describe().await?;
     if opts.targets.len() > 1 && !info.multi_file {
         return Err(FixError::Usage(format!(
