@@ -530,3 +530,63 @@ fn lexical(path: &Path) -> PathBuf {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_link_is_followed_at_any_component() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::write(root.join("real.txt"), "real\n").unwrap();
+        std::os::unix::fs::symlink(".git", root.join("g")).unwrap();
+        std::os::unix::fs::symlink("real.txt", root.join("l.txt")).unwrap();
+        let b = Beneath::open(root).unwrap();
+        let err = b.create_new("g/hooks/pre-commit").unwrap_err();
+        assert!(err.to_string().contains("g is a symbolic link"), "{err}");
+        assert!(b.create_new("l.txt").is_err());
+        assert!(b.read("l.txt").is_err());
+        assert!(b.rename("real.txt", "g/hooks/x").is_err());
+        assert!(b.open_append("l.txt").is_err());
+        assert!(!root.join(".git/hooks/pre-commit").exists());
+        assert!(!root.join(".git/hooks/x").exists());
+        assert_eq!(
+            std::fs::read_to_string(root.join("real.txt")).unwrap(),
+            "real\n"
+        );
+        // New directories are made on the way, for real.
+        b.create_new("new/dir/f.txt").unwrap();
+        assert!(root.join("new/dir/f.txt").is_file());
+    }
+
+    #[test]
+    fn the_writer_refuses_protected_paths_non_targets_and_links() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("a.txt"), "a\n").unwrap();
+        std::os::unix::fs::symlink("a.txt", t.path().join("l.txt")).unwrap();
+        let ws = Workspace::open(t.path()).unwrap();
+        let protected = Protected::new(&["*.pem".into()]);
+        let targets = ["./a.txt".to_string()];
+        let w = Writer::new(&ws, &protected, &targets);
+        assert_eq!(w.refuse("a.txt"), None);
+        let why = w.refuse(".envrc").unwrap();
+        assert!(
+            why.contains(".envrc is not a file this loop may change"),
+            "{why}"
+        );
+        let any = Writer::new(&ws, &protected, &[]);
+        assert_eq!(any.refuse("new/b.txt"), None);
+        for (path, says) in [
+            ("kiln.toml", "protected"),
+            ("x/.git/config", "protected"),
+            ("k.pem", "protected"),
+            ("l.txt", "symbolic link"),
+            ("../x", ".."),
+        ] {
+            let why = any.refuse(path).unwrap_or_default();
+            assert!(why.contains(says), "{path}: {why}");
+        }
+    }
+}
