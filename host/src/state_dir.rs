@@ -61,6 +61,26 @@ pub fn base() -> Result<PathBuf, StateDirError> {
     }
 }
 
+/// Where kiln's state directory lies inside the workspace at `root`, relative to it, when it
+/// does (a workspace that is `$HOME` itself, or holds `XDG_STATE_HOME`): the writer refuses
+/// that path like a protected one, so no edit can plant a journal there.
+pub fn inside(root: &Path) -> Option<PathBuf> {
+    let base = base().ok()?;
+    let root = root.canonicalize().ok()?;
+    // The longest part of `base` that exists, resolved, with the rest appended.
+    let mut existing = base.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        rest.push(existing.file_name()?.to_os_string());
+        existing = existing.parent()?;
+    }
+    let mut resolved = existing.canonicalize().ok()?;
+    for part in rest.into_iter().rev() {
+        resolved.push(part);
+    }
+    resolved.strip_prefix(&root).ok().map(Path::to_path_buf)
+}
+
 /// What identifies a workspace: its canonical path, device and inode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {

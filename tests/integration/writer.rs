@@ -238,6 +238,42 @@ async fn mcp_apply_edit_never_writes_through_a_link_to_git() {
     let _ = s.cancel().await;
 }
 
+/// A workspace that holds kiln's state directory (one run in `$HOME`, or with
+/// `XDG_STATE_HOME` inside it): no edit may write there, so none can plant a journal for the
+/// next start to replay.
+#[test]
+fn no_edit_reaches_a_state_directory_inside_the_workspace() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    let state = ws.root().join("st");
+    std::fs::create_dir_all(&state).unwrap();
+    let patch = "*** Begin Patch\n*** Add File: st/kiln/planted.json\n+{}\n*** End Patch\n";
+    let mut cmd = ws.command(&["edit", "apply", "--format", "apply-patch"]);
+    cmd.env("XDG_STATE_HOME", &state)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(patch.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("kiln's own state directory"), "{all}");
+    assert!(!state.join("kiln/planted.json").exists());
+}
+
 /// Modules that may create, write, rename or remove files, each with why it is not a write
 /// to a workspace on anyone's behalf (or is the writer). Everything else must not: a new
 /// file that writes the workspace fails this test until its writes go through

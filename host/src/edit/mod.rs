@@ -47,6 +47,8 @@ pub struct Workspace {
     root: PathBuf,
     dir: Dir,
     beneath: writer::Beneath,
+    /// kiln's state directory, workspace-relative, when it lies inside the workspace.
+    state_inside: Option<PathBuf>,
 }
 
 /// A short fingerprint of a file's content, used for stale-read checks.
@@ -71,6 +73,7 @@ impl Workspace {
             root: root.to_path_buf(),
             dir,
             beneath,
+            state_inside: crate::state_dir::inside(root),
         })
     }
 

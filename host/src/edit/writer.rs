@@ -328,6 +328,14 @@ impl<'w> Writer<'w> {
                 "{rel} is protected ({why}); edits may not touch it"
             ));
         }
+        if let Some(state) = &self.ws.state_inside
+            && !state.as_os_str().is_empty()
+            && crate::path::normalize(rel).starts_with(state)
+        {
+            return Some(format!(
+                "{rel} is protected (it is in kiln's own state directory); edits may not touch it"
+            ));
+        }
         if !self.targets.is_empty() && !self.is_target(rel) {
             return Some(format!(
                 "{rel} is not a file this loop may change (its files: {})",
