@@ -238,6 +238,60 @@ async fn mcp_apply_edit_never_writes_through_a_link_to_git() {
     let _ = s.cancel().await;
 }
 
+/// The same race through MCP `apply_edit` (an IDE's client): `d/` is a real directory when
+/// the edit is checked, a link to `.git` by the time its file is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_apply_edit_never_writes_through_a_directory_swapped_for_a_link() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use tokio::io::AsyncBufReadExt;
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.root().join(".git/hooks")).unwrap();
+    std::fs::create_dir_all(ws.root().join("d/hooks")).unwrap();
+    let mut cmd = ws.command(&["mcp"]);
+    cmd.env("KILN_TEST_APPLY_PAUSE", "1:1500");
+    let (transport, stderr) =
+        rmcp::transport::TokioChildProcess::builder(tokio::process::Command::from(cmd))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+    let root = ws.root();
+    let swapper = tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.starts_with("kiln-test: apply paused") {
+                std::fs::rename(root.join("d"), root.join("d.real")).unwrap();
+                std::os::unix::fs::symlink(".git", root.join("d")).unwrap();
+                return true;
+            }
+        }
+        false
+    });
+    let s = ().serve(transport).await.unwrap();
+    let patch = "*** Begin Patch\n*** Add File: d/hooks/pre-commit\n+#!/bin/sh\n*** End Patch\n";
+    let mut p = CallToolRequestParams::new("apply_edit".to_string());
+    p.arguments = json!({ "response": patch, "format": "apply-patch" })
+        .as_object()
+        .cloned();
+    let r = s.peer().call_tool(p).await.unwrap();
+    let _ = s.cancel().await;
+    assert!(swapper.await.unwrap(), "the apply never paused");
+    let text: String = r
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    assert!(
+        !ws.root().join(".git/hooks/pre-commit").exists(),
+        "written through the link: {text}"
+    );
+    assert_eq!(r.is_error, Some(true), "{text}");
+    assert!(text.contains("symbolic link"), "{text}");
+}
+
 /// A workspace that holds kiln's state directory (one run in `$HOME`, or with
 /// `XDG_STATE_HOME` inside it): no edit may write there, so none can plant a journal for the
 /// next start to replay.
