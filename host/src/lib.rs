@@ -10,6 +10,7 @@ pub mod llm;
 pub mod mcp;
 pub mod path;
 pub mod plugin;
+pub mod state_dir;
 pub mod store;
 pub mod suggest;
 pub mod terminal;

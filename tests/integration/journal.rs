@@ -77,10 +77,12 @@ fn kill9(child: &mut Child) {
     child.wait().unwrap();
 }
 
-/// Every `.NAME.kiln-tmp-*` file and every journal file left in the workspace.
+/// Every `.NAME.kiln-tmp-*` file and every journal file left in the workspace `root`, and
+/// every journal file or backup left in kiln's state directory beside it.
 fn leftovers(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
+    let state = root.parent().unwrap().join("state");
+    let mut stack = vec![root.to_path_buf(), state];
     while let Some(d) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else {
             continue;
@@ -88,7 +90,12 @@ fn leftovers(root: &Path) -> Vec<String> {
         for e in entries {
             let e = e.unwrap();
             let name = e.file_name().to_string_lossy().into_owned();
-            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .unwrap_or(&e.path())
+                .display()
+                .to_string();
             if e.file_type().unwrap().is_dir() {
                 if rel.starts_with(".kiln/journal/apply-") {
                     out.push(rel.clone());
@@ -343,6 +350,14 @@ fn the_next_start_says_what_it_recovered() {
         (ws.read("a.txt"), ws.read("b.txt")),
         ("A\n".into(), "b\n".into())
     );
+    // The journal of the interrupted apply is in kiln's state directory, not the workspace.
+    assert!(!ws.root().join(".kiln/journal").exists());
+    let files = state_journals(&ws);
+    let journals = files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"));
+    // The journal and a backup of each of the two files.
+    assert_eq!((journals.count(), files.len()), (1, 3), "{files:?}");
     // Read-only commands leave it alone.
     ws.kiln(&["history"], &[]).expect_code(0);
     assert_eq!(ws.read("b.txt"), "b\n");
@@ -355,6 +370,7 @@ fn the_next_start_says_what_it_recovered() {
         (ws.read("a.txt"), ws.read("b.txt")),
         ("A\n".into(), "B\n".into())
     );
+    assert!(state_journals(&ws).is_empty());
     // Said once.
     let stderr = next_start(&ws, &["a.txt"]);
     assert!(!stderr.contains("rolled"), "{stderr}");
@@ -384,7 +400,7 @@ fn stale_temporary_files_of_a_killed_run_are_removed_at_start() {
 }
 
 #[test]
-fn a_symlinked_kiln_directory_is_refused() {
+fn a_symlinked_kiln_directory_redirects_nothing() {
     let ws = Workspace::new();
     ws.write("a.txt", "a\n");
     let elsewhere = ws.path().join("elsewhere");
@@ -394,10 +410,34 @@ fn a_symlinked_kiln_directory_is_refused() {
         &["edit", "apply", "--files", "a.txt"],
         "<<<<<<< SEARCH\na\n=======\nA\n>>>>>>> REPLACE\n",
     );
-    assert_ne!(r.code(), 0);
-    assert!(r.stderr().contains("symbolic link"), "{}", r.stderr());
-    assert_eq!(ws.read("a.txt"), "a\n");
+    // The journal lives in kiln's state directory: the apply is whole, and nothing reaches
+    // the directory `.kiln` points to.
+    r.expect_code(0);
+    assert_eq!(ws.read("a.txt"), "A\n");
     assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+    assert!(state_journals(&ws).is_empty());
+}
+
+/// The journal files (`apply-*`) in kiln's state directory for any workspace.
+fn state_journals(ws: &Workspace) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(spaces) = std::fs::read_dir(ws.state_home().join("kiln/workspaces")) else {
+        return out;
+    };
+    for s in spaces {
+        let j = s.unwrap().path().join("journal");
+        for e in std::fs::read_dir(j).into_iter().flatten() {
+            let p = e.unwrap().path();
+            if p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("apply-")
+            {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 #[test]

@@ -26,3 +26,4 @@ mod runner;
 mod runtime;
 mod sandbox;
 mod trust;
+mod writer;

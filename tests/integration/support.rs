@@ -44,6 +44,11 @@ impl Workspace {
         p
     }
 
+    /// `XDG_STATE_HOME` of the kiln processes: beside the workspace, not in it.
+    pub fn state_home(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
     pub fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.root().join(rel)).unwrap()
     }
@@ -57,6 +62,8 @@ impl Workspace {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", self.path())
+            // kiln's own state (edit journal, trust records) outside the workspace.
+            .env("XDG_STATE_HOME", self.state_home())
             .env("KILN_CACHE_DIR", shared_cache())
             .env("KILN_CONFIG", self.path().join("no-user-config.toml"))
             // The tests' kiln.toml files are written by the tests themselves; trust is tested

@@ -144,83 +144,20 @@ pub(crate) fn env_flag(name: &str) -> Option<bool> {
 }
 
 /// Open the log file for appending: `.kiln/logs/<name>` (as kiln's other logs: no symlink
-/// followed) when `path` is `None`, else `path` (relative to the current directory). A path
-/// inside the workspace may not pass through a symlink there nor be a protected file
-/// (`kiln.toml`, `.git/`, `[sandbox] protect`); the file itself is never a symlink or FIFO.
+/// followed) when `path` is `None`, else `path` (relative to the current directory) through
+/// the workspace's one writer ([`crate::edit::writer::open_log`]): inside the workspace no
+/// link at any component, no protected file (`kiln.toml`, `.git/`, `[sandbox] protect`), a
+/// regular file only.
 pub(crate) fn open_log_file(
     workspace: &Path,
     path: Option<&Path>,
     default_name: &str,
     protected: &crate::path::Protected,
 ) -> anyhow::Result<(PathBuf, std::fs::File)> {
-    use anyhow::Context;
     let Some(path) = path else {
         let f = crate::store::open_log(workspace, default_name)?;
         return Ok((workspace.join(".kiln/logs").join(default_name), f));
     };
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .context("cannot determine the current directory")?
-            .join(path)
-    };
-    let abs = lexical(&abs);
-    if let Ok(rel) = abs.strip_prefix(workspace) {
-        let rel_text = rel.to_string_lossy();
-        let parts: Vec<_> = rel.components().collect();
-        if parts.len() == 3 && rel.starts_with(".kiln/logs") {
-            let name = parts[2].as_os_str().to_string_lossy().into_owned();
-            return Ok((abs, crate::store::open_log(workspace, &name)?));
-        }
-        if let Some(why) = protected.why(&rel_text) {
-            anyhow::bail!("refusing to write the log to {}: {why}", abs.display());
-        }
-        let mut at = workspace.to_path_buf();
-        for c in rel.components() {
-            at.push(c);
-            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
-                anyhow::bail!(
-                    "refusing to write the log through the symbolic link {} (it could lead outside the workspace)",
-                    at.display()
-                );
-            }
-        }
-    }
-    let f = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&abs)
-            .with_context(|| format!("cannot open the log file {}", abs.display()))?
-    };
-    if !f
-        .metadata()
-        .with_context(|| format!("cannot open the log file {}", abs.display()))?
-        .is_file()
-    {
-        anyhow::bail!(
-            "refusing to write the log to {}: it is not a regular file",
-            abs.display()
-        );
-    }
-    Ok((abs, f))
-}
-
-/// `path` with `.` and `..` resolved lexically (no symlink is followed).
-fn lexical(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
+    crate::edit::writer::open_log(workspace, path, protected)
+        .map_err(|e| anyhow::anyhow!("refusing to write the log to {}: {e}", path.display()))
 }

@@ -1,29 +1,36 @@
 //! The intent journal that makes a multi-file apply all-or-nothing even when kiln is killed
-//! (SIGKILL, power loss): before the first rename, `.kiln/journal/apply-<id>.json` records every
-//! path of the apply, its temporary file, the content hashes before and after, and a backup of
-//! each file that is overwritten or deleted (`.kiln/journal/apply-<id>.<step>`: a hard link to
-//! the old file, or a copy where linking fails). Journal and backups are fsync'd (files and
-//! directory) before anything in the workspace changes; the journal is removed only after the
-//! last directory fsync. On the next start, [`recover`] rolls an unfinished journal forward
-//! (every temporary file present and whole, checked by hash) or back (otherwise, from the
-//! backups), removes stale `.NAME.kiln-tmp-*` files and says what it did.
+//! (SIGKILL, power loss): before the first rename, `apply-<id>.json` in the workspace's journal
+//! directory records every path of the apply, its temporary file, the content hashes before
+//! and after, and a backup of each file that is overwritten or deleted (`apply-<id>.<step>`: a
+//! hard link to the old file, or a copy where linking fails, as it does across file systems).
+//! Journal and backups are fsync'd (files and directory) before anything in the workspace
+//! changes; the journal is removed only after the last directory fsync. On the next start,
+//! [`recover_workspace`] rolls an unfinished journal forward (every temporary file present and
+//! whole, checked by hash) or back (otherwise, from the backups), removes stale
+//! `.NAME.kiln-tmp-*` files and says what it did.
+//!
+//! The journal directory is kiln's own, outside the workspace: `journal/` in the workspace's
+//! state directory ([`crate::state_dir`]), so a repository cannot plant a journal for kiln to
+//! replay. A journal found in a workspace's `.kiln/journal/` (an older kiln's, or planted) is
+//! reported and never replayed. Every change to the workspace, recovery included, goes through
+//! the writer's [`Beneath`] handle: no link is followed at any component.
 //!
 //! fsync discipline, as SQLite and git do it: backups fsync'd; journal written, fsync'd, renamed
 //! into place; journal directory fsync'd (once, for journal and backups); temporary files
 //! written and fsync'd; renames; directories fsync'd; removals; directories fsync'd; journal
 //! removed; journal directory fsync'd; backups removed.
 //!
-//! One apply at a time per workspace: an apply holds an exclusive lock on
-//! `.kiln/journal/lock` from before its journal is written until after it is removed, and
-//! recovery takes the same lock, so it never touches the journal or the temporary files of an
-//! apply that is still running in another process. `.kiln` and `.kiln/journal` are opened
-//! without following symbolic links.
+//! One apply at a time per workspace: an apply holds an exclusive lock on `journal/lock` from
+//! before its journal is written until after it is removed, and recovery takes the same lock,
+//! so it never touches the journal or the temporary files of an apply that is still running in
+//! another process.
 //!
 //! A Ctrl-C cannot cut a commit in two: the commit is synchronous (no await point inside, so a
 //! cancelled future is dropped before or after it, never during it), and commands without a
 //! loop to cancel exit on Ctrl-C only once no commit is running ([`exit_on_interrupt`]).
 
 use super::EditError;
+use super::writer::Beneath;
 use cap_std::fs::{Dir, OpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -35,10 +42,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// What marks a temporary file of an apply: `.NAME.kiln-tmp-<apply id>-<step>`.
 pub const TEMP_MARK: &str = ".kiln-tmp-";
-/// kiln's state directory, relative to the workspace.
-const STATE_DIR: &str = ".kiln";
-/// The journal directory inside [`STATE_DIR`].
-const JOURNAL_DIR: &str = "journal";
+/// How the journal directory is named in messages.
+const JOURNAL_SHOWN: &str = "journal";
 /// The lock file inside the journal directory.
 const LOCK: &str = "lock";
 /// The journal format version.
@@ -64,7 +69,7 @@ pub(crate) enum Change<'a> {
     },
 }
 
-/// The journal of one apply, as written to `.kiln/journal/apply-<id>.json`.
+/// The journal of one apply, as written to `apply-<id>.json` in the journal directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Journal {
     /// Format version.
@@ -96,7 +101,7 @@ pub enum Step {
         before: Option<String>,
         /// SHA-256 of the new content.
         after: String,
-        /// The backup of the old content: `.kiln/journal/apply-<id>.<backup>`.
+        /// The backup of the old content: `apply-<id>.<backup>` in the journal directory.
         backup: Option<String>,
     },
     /// `path` is deleted.
@@ -105,7 +110,7 @@ pub enum Step {
         path: String,
         /// SHA-256 of the content before (`None`: the file did not exist).
         before: Option<String>,
-        /// The backup of the old content: `.kiln/journal/apply-<id>.<backup>`.
+        /// The backup of the old content: `apply-<id>.<backup>` in the journal directory.
         backup: Option<String>,
     },
 }
@@ -233,7 +238,7 @@ impl Recovered {
         }
         if !self.errors.is_empty() {
             m.push_str(&format!(
-                "\n  not finished ({}); the journal .kiln/journal/apply-{}.json is kept and kiln tries again at its next start",
+                "\n  not finished ({}); the journal apply-{}.json in kiln's state directory is kept and kiln tries again at its next start",
                 self.errors.join("; "),
                 self.id
             ));
@@ -251,12 +256,17 @@ pub struct RecoveryReport {
     pub removed_temps: Vec<String>,
     /// Journals that could not be read (renamed to `*.damaged`, left for the user).
     pub damaged: Vec<String>,
+    /// Journals found in the workspace's own `.kiln/journal/`: reported, never replayed.
+    pub ignored: Vec<String>,
 }
 
 impl RecoveryReport {
     /// True when there was nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.recovered.is_empty() && self.removed_temps.is_empty() && self.damaged.is_empty()
+        self.recovered.is_empty()
+            && self.removed_temps.is_empty()
+            && self.damaged.is_empty()
+            && self.ignored.is_empty()
     }
 
     /// One message per finding, for stderr.
@@ -271,7 +281,12 @@ impl RecoveryReport {
         }
         for d in &self.damaged {
             out.push(format!(
-                "the edit journal {d} cannot be read; it was renamed to {d}.damaged and the files it names were left as they are"
+                "the edit journal {d} in kiln's state directory cannot be read; it was renamed to {d}.damaged and the files it names were left as they are"
+            ));
+        }
+        for j in &self.ignored {
+            out.push(format!(
+                "{j} in the workspace was not replayed: kiln keeps its edit journals in its own state directory, and one inside a workspace may have been put there by the repository; if an older kiln was interrupted, check the files it names by hand, then remove .kiln/journal/"
             ));
         }
         out
@@ -337,76 +352,16 @@ fn sync_dir(dir: &Dir) -> std::io::Result<()> {
 }
 
 /// fsync the directory holding `rel` (the workspace root when it has no parent).
-fn sync_parent(ws: &Dir, rel: &str) -> std::io::Result<()> {
-    match parent_of(rel) {
-        Some(p) => sync_dir(&ws.open_dir(p)?),
-        None => sync_dir(ws),
-    }
+fn sync_parent(ws: &Beneath, rel: &str) -> std::io::Result<()> {
+    sync_dir(&ws.dir_at(parent_of(rel))?)
 }
 
-/// Open the directory `name` inside `parent` without following a symbolic link (creating it
-/// when `create`). `Ok(None)`: it does not exist and `create` is false.
-fn open_dir_nofollow(parent: &Dir, name: &str, create: bool) -> std::io::Result<Option<Dir>> {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    let c_name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
-    for attempt in 0..2 {
-        // SAFETY: openat with a valid directory fd and a NUL-terminated name; the returned fd
-        // is owned by the File built from it below.
-        let fd = unsafe {
-            libc::openat(
-                parent.as_raw_fd(),
-                c_name.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: fd is a fresh descriptor we own.
-            let file = unsafe { std::fs::File::from_raw_fd(fd) };
-            return Ok(Some(Dir::from_std_file(file)));
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() == ErrorKind::NotFound && create && attempt == 0 {
-            match parent.create_dir(name) {
-                Ok(()) => {
-                    sync_dir(parent)?;
-                }
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-            continue;
-        }
-        if err.kind() == ErrorKind::NotFound {
-            return Ok(None);
-        }
-        if parent
-            .symlink_metadata(name)
-            .is_ok_and(|m| m.file_type().is_symlink())
-        {
-            return Err(std::io::Error::other(format!(
-                "{name} is a symbolic link; kiln keeps its state only in a real directory (remove the link)"
-            )));
-        }
-        return Err(err);
-    }
-    Ok(None)
-}
-
-/// `.kiln/journal`, opened without following links.
-fn state_dir(ws: &Dir, create: bool) -> Result<Option<Dir>, EditError> {
-    let kiln = open_dir_nofollow(ws, STATE_DIR, create).map_err(|e| io_err(STATE_DIR, &e))?;
-    let Some(kiln) = kiln else {
-        return Ok(None);
-    };
-    let jpath = format!("{STATE_DIR}/{JOURNAL_DIR}");
-    open_dir_nofollow(&kiln, JOURNAL_DIR, create).map_err(|e| io_err(jpath, &e))
-}
-
-/// The exclusive lock on `.kiln/journal/lock`, released when dropped (or when the process
+/// The exclusive lock on `journal/lock`, released when dropped (or when the process
 /// dies).
 struct Lock(#[allow(dead_code)] std::fs::File);
 
 fn lock(state: &Dir) -> Result<Lock, EditError> {
-    let path = format!("{STATE_DIR}/{JOURNAL_DIR}/{LOCK}");
+    let path = format!("{JOURNAL_SHOWN}/{LOCK}");
     let file = state
         .open_with(LOCK, OpenOptions::new().read(true).write(true).create(true))
         .map_err(|e| io_err(&path, &e))?
@@ -464,20 +419,25 @@ const SIMULATED_KILL: &str = "simulated kill";
 /// Commit `changes` under the journal. Runs on a blocking-capable thread when called from a
 /// multi-threaded runtime (fsync may take a while); either way it has no await point, so a
 /// cancelled caller cannot stop it half-way.
-pub(crate) fn commit(ws: &Dir, changes: &[Change<'_>]) -> Result<(), EditError> {
+pub(in crate::edit) fn commit(
+    ws: &Beneath,
+    state: &Dir,
+    changes: &[Change<'_>],
+) -> Result<(), EditError> {
     let multi = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if multi {
-        tokio::task::block_in_place(|| commit_with(ws, changes, &mut test_pause))
+        tokio::task::block_in_place(|| commit_with(ws, state, changes, &mut test_pause))
     } else {
-        commit_with(ws, changes, &mut test_pause)
+        commit_with(ws, state, changes, &mut test_pause)
     }
 }
 
 /// [`commit`], with `step` called after every step; when it returns false the commit stops
 /// right there, leaving everything as a killed process would (for tests).
-pub(crate) fn commit_with(
-    ws: &Dir,
+pub(in crate::edit) fn commit_with(
+    ws: &Beneath,
+    state: &Dir,
     changes: &[Change<'_>],
     step: &mut dyn FnMut(&str) -> bool,
 ) -> Result<(), EditError> {
@@ -486,14 +446,10 @@ pub(crate) fn commit_with(
     }
     each_path_once(changes)?;
     let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
-    let state = state_dir(ws, true)?.ok_or_else(|| EditError::Io {
-        path: STATE_DIR.into(),
-        message: "cannot be created".into(),
-    })?;
-    let _lock = lock(&state)?;
+    let _lock = lock(state)?;
     // A journal left by a process that was killed (when the command did not recover at its
     // start, as an embedder may not): finish it first, so this plan's files are whole.
-    let mut earlier = recover_locked(ws, &state)?;
+    let mut earlier = recover_locked(ws, state)?;
     remove_stale_temps(ws, changes, &mut earlier.removed_temps);
     for m in earlier.messages() {
         eprintln!("warning: {m}");
@@ -516,12 +472,12 @@ pub(crate) fn commit_with(
     // Backups first, beside the journal, so that the journal's directory fsync makes both
     // durable. A failure before the journal exists leaves nothing behind.
     let name = format!("apply-{id}.json");
-    let written = make_backups(ws, &state, &journal, changes, step)
-        .and_then(|()| write_journal(&state, &name, &journal));
+    let written = make_backups(ws, state, &journal, changes, step)
+        .and_then(|()| write_journal(state, &name, &journal));
     if let Err(e) = written {
         if !is_simulated(&e) {
             let _ = state.remove_file(format!("{name}.part"));
-            remove_backups(&state, &id);
+            remove_backups(state, &id);
         }
         return Err(e);
     }
@@ -531,13 +487,13 @@ pub(crate) fn commit_with(
     // Everything else up to the first rename: directories, temporary files. A failure here
     // leaves the workspace as it was.
     if let Err(e) = prepare(ws, &journal, changes, step) {
-        return Err(undo(ws, &state, &journal, e));
+        return Err(undo(ws, state, &journal, e));
     }
     let applied = rename_and_remove(ws, &journal, step);
     if let Err(e) = applied {
-        return Err(undo(ws, &state, &journal, e));
+        return Err(undo(ws, state, &journal, e));
     }
-    finish_journal(&state, &id)?;
+    finish_journal(state, &id)?;
     if !step("journal removed") {
         return Err(simulated());
     }
@@ -565,7 +521,7 @@ fn each_path_once(changes: &[Change<'_>]) -> Result<(), EditError> {
 /// Remove stale temporary files beside the files about to be written (an older kiln's, or a
 /// journal's that was lost), recording them in `removed`: under the lock, none can belong to
 /// a running apply.
-fn remove_stale_temps(ws: &Dir, changes: &[Change<'_>], removed: &mut Vec<String>) {
+fn remove_stale_temps(ws: &Beneath, changes: &[Change<'_>], removed: &mut Vec<String>) {
     let dirs: BTreeSet<Option<&Path>> = changes
         .iter()
         .map(|c| match *c {
@@ -583,7 +539,7 @@ fn remove_stale_temps(ws: &Dir, changes: &[Change<'_>], removed: &mut Vec<String
 
 /// The journal's plan for `changes` of commit `id`: one step per change, and the directories
 /// the writes will create (parents first).
-fn plan(ws: &Dir, changes: &[Change<'_>], id: &str) -> (Vec<Step>, Vec<String>) {
+fn plan(ws: &Beneath, changes: &[Change<'_>], id: &str) -> (Vec<Step>, Vec<String>) {
     let mut steps = Vec::new();
     let mut created_dirs: Vec<String> = Vec::new();
     for (i, c) in changes.iter().enumerate() {
@@ -594,7 +550,7 @@ fn plan(ws: &Dir, changes: &[Change<'_>], id: &str) -> (Vec<Step>, Vec<String>) 
                     for part in parent.components() {
                         prefix.push(part);
                         let d = prefix.to_string_lossy().into_owned();
-                        if !created_dirs.contains(&d) && ws.symlink_metadata(&prefix).is_err() {
+                        if !created_dirs.contains(&d) && !matches!(ws.file_type(&d), Ok(Some(_))) {
                             created_dirs.push(d);
                         }
                     }
@@ -619,14 +575,14 @@ fn plan(ws: &Dir, changes: &[Change<'_>], id: &str) -> (Vec<Step>, Vec<String>) 
 
 /// The renames and removals of a journal's steps, then their directories' fsyncs.
 fn rename_and_remove(
-    ws: &Dir,
+    ws: &Beneath,
     journal: &Journal,
     step: &mut dyn FnMut(&str) -> bool,
 ) -> Result<(), EditError> {
     let mut dirs: BTreeSet<Option<PathBuf>> = BTreeSet::new();
     for s in &journal.steps {
         if let Step::Write { path, tmp, .. } = s {
-            ws.rename(tmp, ws, path)
+            ws.rename(tmp, path)
                 .map_err(|e| io_err(path.as_str(), &e))?;
             dirs.insert(parent_of(path).map(Path::to_path_buf));
             if !step(&format!("renamed {tmp} to {path}")) {
@@ -650,7 +606,7 @@ fn rename_and_remove(
 
 /// After a failure inside a commit (not a simulated kill): roll the apply back; the journal
 /// stays when that fails too, for the next start.
-fn undo(ws: &Dir, state: &Dir, journal: &Journal, e: EditError) -> EditError {
+fn undo(ws: &Beneath, state: &Dir, journal: &Journal, e: EditError) -> EditError {
     if is_simulated(&e) {
         return e;
     }
@@ -680,7 +636,7 @@ fn is_simulated(e: &EditError) -> bool {
 }
 
 fn sync_dirs(
-    ws: &Dir,
+    ws: &Beneath,
     dirs: &mut BTreeSet<Option<PathBuf>>,
     step: &mut dyn FnMut(&str) -> bool,
 ) -> Result<(), EditError> {
@@ -689,11 +645,9 @@ fn sync_dirs(
             .as_ref()
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|| ".".into());
-        match &d {
-            Some(p) => ws.open_dir(p).and_then(|d| sync_dir(&d)),
-            None => sync_dir(ws),
-        }
-        .map_err(|e| io_err(shown.as_str(), &e))?;
+        ws.dir_at(d.as_deref())
+            .and_then(|d| sync_dir(&d))
+            .map_err(|e| io_err(shown.as_str(), &e))?;
         if !step(&format!("fsync'd directory {shown}")) {
             return Err(simulated());
         }
@@ -703,7 +657,7 @@ fn sync_dirs(
 
 /// Write the journal to `NAME.part`, fsync it, rename it to `NAME`, fsync the directory.
 fn write_journal(state: &Dir, name: &str, journal: &Journal) -> Result<(), EditError> {
-    let path = format!("{STATE_DIR}/{JOURNAL_DIR}/{name}");
+    let path = format!("{JOURNAL_SHOWN}/{name}");
     let io = |e: std::io::Error| io_err(&path, &e);
     let part = format!("{name}.part");
     let text = serde_json::to_vec_pretty(journal)
@@ -722,7 +676,7 @@ fn write_journal(state: &Dir, name: &str, journal: &Journal) -> Result<(), EditE
 /// Remove the journal, fsync its directory, then remove the backups.
 fn finish_journal(state: &Dir, id: &str) -> Result<(), EditError> {
     let name = format!("apply-{id}.json");
-    let path = format!("{STATE_DIR}/{JOURNAL_DIR}/{name}");
+    let path = format!("{JOURNAL_SHOWN}/{name}");
     match state.remove_file(&name) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -758,7 +712,7 @@ fn remove_backups(state: &Dir, id: &str) {
 
 /// A backup of every file that is overwritten or deleted, each fsync'd.
 fn make_backups(
-    ws: &Dir,
+    ws: &Beneath,
     state: &Dir,
     journal: &Journal,
     changes: &[Change<'_>],
@@ -784,7 +738,7 @@ fn make_backups(
 
 /// New directories and temporary files, each fsync'd.
 fn prepare(
-    ws: &Dir,
+    ws: &Beneath,
     journal: &Journal,
     changes: &[Change<'_>],
     step: &mut dyn FnMut(&str) -> bool,
@@ -802,12 +756,10 @@ fn prepare(
             continue;
         };
         let io = |e: std::io::Error| io_err(path.as_str(), &e);
-        let mut f = ws
-            .open_with(tmp, OpenOptions::new().write(true).create_new(true))
-            .map_err(io)?;
+        let mut f = ws.create_new(tmp).map_err(io)?;
         f.write_all(text.as_bytes()).map_err(io)?;
-        if let Ok(meta) = ws.metadata(path) {
-            let _ = f.set_permissions(meta.permissions());
+        if let Some(mode) = ws.mode(path) {
+            set_mode(&f, mode);
         }
         f.sync_all().map_err(io)?;
         if !step(&format!("wrote and fsync'd {tmp}")) {
@@ -815,6 +767,14 @@ fn prepare(
         }
     }
     Ok(())
+}
+
+/// Give the open file `f` the permission bits `mode` (best effort: the content matters).
+fn set_mode(f: &impl std::os::fd::AsRawFd, mode: u32) {
+    // SAFETY: fchmod on a valid open descriptor.
+    unsafe {
+        libc::fchmod(f.as_raw_fd(), (mode & 0o7777) as libc::mode_t);
+    }
 }
 
 fn change_before<'a>(c: &Change<'a>) -> Option<&'a str> {
@@ -827,14 +787,14 @@ fn change_before<'a>(c: &Change<'a>) -> Option<&'a str> {
 /// old content to the link), checked against the content the plan was made from, or a copy of
 /// that content when the file cannot be linked. fsync'd either way.
 fn write_backup(
-    ws: &Dir,
+    ws: &Beneath,
     bdir: &Dir,
     path: &str,
     name: &str,
     before: &str,
 ) -> Result<(), EditError> {
     let io = |e: std::io::Error| io_err(path, &e);
-    if !NO_LINKS.load(Ordering::Relaxed) && ws.hard_link(path, bdir, name).is_ok() {
+    if !NO_LINKS.load(Ordering::Relaxed) && ws.hard_link_to(path, bdir, name).is_ok() {
         let f = bdir.open(name).map_err(io)?;
         if bdir.read(name).map_err(io)? != before.as_bytes() {
             let _ = bdir.remove_file(name);
@@ -849,8 +809,8 @@ fn write_backup(
         .open_with(name, OpenOptions::new().write(true).create_new(true))
         .map_err(io)?;
     f.write_all(before.as_bytes()).map_err(io)?;
-    if let Ok(meta) = ws.metadata(path) {
-        let _ = f.set_permissions(meta.permissions());
+    if let Some(mode) = ws.mode(path) {
+        set_mode(&f, mode);
     }
     f.sync_all().map_err(io)
 }
@@ -858,8 +818,22 @@ fn write_backup(
 /// Backups are copies, never hard links (for tests of the fallback).
 static NO_LINKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// What `rel` holds now, never following a symbolic link at its end and never reading
-/// anything but a regular file.
+/// What the workspace's `rel` holds now, never following a symbolic link at any component
+/// and never reading anything but a regular file.
+fn observe_ws(ws: &Beneath, rel: &str) -> Seen {
+    match ws.file_type(rel) {
+        Ok(None) => Seen::Absent,
+        Ok(Some(t)) if t.is_file() => match ws.read(rel) {
+            Ok(bytes) => Seen::File(sha256(&bytes)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Seen::Absent,
+            Err(_) => Seen::Other,
+        },
+        _ => Seen::Other,
+    }
+}
+
+/// What `rel` in kiln's own directory `dir` holds now, never following a symbolic link at its
+/// end and never reading anything but a regular file.
 fn observe(dir: &Dir, rel: &str) -> Seen {
     match dir.symlink_metadata(rel) {
         Err(e) if e.kind() == ErrorKind::NotFound => Seen::Absent,
@@ -876,7 +850,7 @@ fn observe(dir: &Dir, rel: &str) -> Seen {
 /// Complete an unfinished journal in `direction`. Idempotent: a recovery that is itself
 /// interrupted is finished by the next one (each action moves a file to the state the
 /// direction wants, and the decision does not change on the way).
-fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
+fn roll(ws: &Beneath, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
     let mut out = Recovered {
         id: j.id.clone(),
         pid: j.pid,
@@ -905,10 +879,7 @@ fn roll(ws: &Dir, state: &Dir, j: &Journal, direction: Direction) -> Recovered {
         }
     }
     for d in dirs {
-        let r = match &d {
-            Some(p) => ws.open_dir(p).and_then(|d| sync_dir(&d)),
-            None => sync_dir(ws),
-        };
+        let r = ws.dir_at(d.as_deref()).and_then(|d| sync_dir(&d));
         if let Err(e) = r
             && e.kind() != ErrorKind::NotFound
         {
@@ -940,9 +911,9 @@ fn skip_changed(out: &mut Recovered, path: &str) {
 }
 
 /// Finish one step of a journal: the file gets its new content (or is deleted).
-fn roll_forward(ws: &Dir, s: &Step, out: &mut Recovered) {
+fn roll_forward(ws: &Beneath, s: &Step, out: &mut Recovered) {
     let path = s.path();
-    let now = observe(ws, path);
+    let now = observe_ws(ws, path);
     match s {
         Step::Write {
             tmp, before, after, ..
@@ -950,8 +921,8 @@ fn roll_forward(ws: &Dir, s: &Step, out: &mut Recovered) {
             if now.is(Some(after)) {
                 remove_if_present(ws, tmp, &mut out.errors);
                 note(out, path, "new content");
-            } else if now.is(before.as_deref()) && observe(ws, tmp).is(Some(after)) {
-                match ws.rename(tmp, ws, path) {
+            } else if now.is(before.as_deref()) && observe_ws(ws, tmp).is(Some(after)) {
+                match ws.rename(tmp, path) {
                     Ok(()) => note(out, path, "new content"),
                     Err(e) => out.errors.push(format!("{path}: {e}")),
                 }
@@ -977,9 +948,9 @@ fn roll_forward(ws: &Dir, s: &Step, out: &mut Recovered) {
 
 /// Undo one step of journal `id`: the file gets its old content back (from the backup in
 /// `state`), or is removed when it was new.
-fn roll_back(ws: &Dir, state: &Dir, id: &str, s: &Step, out: &mut Recovered) {
+fn roll_back(ws: &Beneath, state: &Dir, id: &str, s: &Step, out: &mut Recovered) {
     let path = s.path();
-    let now = observe(ws, path);
+    let now = observe_ws(ws, path);
     match s {
         Step::Write {
             tmp, before, after, ..
@@ -1013,7 +984,7 @@ fn roll_back(ws: &Dir, state: &Dir, id: &str, s: &Step, out: &mut Recovered) {
     }
 }
 
-fn remove_if_present(ws: &Dir, rel: &str, errors: &mut Vec<String>) {
+fn remove_if_present(ws: &Beneath, rel: &str, errors: &mut Vec<String>) {
     match ws.remove_file(rel) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -1023,7 +994,7 @@ fn remove_if_present(ws: &Dir, rel: &str, errors: &mut Vec<String>) {
 
 /// Put a step's backup back in place (checked by hash), by rename (or a copy through a
 /// fsync'd temporary file when the backup lives on another file system).
-fn restore(ws: &Dir, bdir: &Dir, id: &str, s: &Step, hash: &str, out: &mut Recovered) {
+fn restore(ws: &Beneath, bdir: &Dir, id: &str, s: &Step, hash: &str, out: &mut Recovered) {
     let path = s.path().to_string();
     let backup = &backup_file(id, s.backup().unwrap_or_default());
     if s.backup().is_none() || !observe(bdir, backup).is(Some(hash)) {
@@ -1034,26 +1005,21 @@ fn restore(ws: &Dir, bdir: &Dir, id: &str, s: &Step, hash: &str, out: &mut Recov
         });
         return;
     };
-    if let Some(parent) = parent_of(&path)
-        && let Err(e) = ws.create_dir_all(parent)
-    {
-        out.errors.push(format!("{path}: {e}"));
-        return;
-    }
-    let r = match bdir.rename(backup, ws, &path) {
+    // The backup is renamed into place (parent directories made again, never through a
+    // link), or copied through a fsync'd temporary file when it lives on another file system.
+    let r = match ws.rename_from(bdir, backup, &path) {
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => (|| {
             let bytes = bdir.read(backup)?;
             let tmp = temp_path(&path, "restore", 0);
-            let mut f = ws.open_with(
-                &tmp,
-                OpenOptions::new().write(true).create(true).truncate(true),
-            )?;
+            let _ = ws.remove_file(&tmp);
+            let mut f = ws.create_new(&tmp)?;
             f.write_all(&bytes)?;
             if let Ok(meta) = bdir.metadata(backup) {
-                let _ = f.set_permissions(meta.permissions());
+                use cap_std::fs::PermissionsExt;
+                set_mode(&f, meta.permissions().mode());
             }
             f.sync_all()?;
-            ws.rename(&tmp, ws, &path)
+            ws.rename(&tmp, &path)
         })(),
         r => r,
     };
@@ -1105,40 +1071,65 @@ fn validate(j: &Journal) -> Result<(), String> {
     Ok(())
 }
 
-/// Finish or undo every unfinished apply of the workspace `root` and remove stale temporary
-/// files. Call it at the start of every command that reads or writes workspace files; it
-/// creates nothing when there is nothing to recover, and waits for an apply running in
-/// another kiln process to end rather than touching it.
+/// Finish or undo every unfinished apply of the workspace `root` (its journals in kiln's state
+/// directory), report journals left in the workspace's own `.kiln/journal/` without replaying
+/// them, and remove stale temporary files. Call it at the start of every command that reads or
+/// writes workspace files; it creates nothing when there is nothing to recover, and waits for
+/// an apply running in another kiln process to end rather than touching it.
 pub fn recover_workspace(root: &Path) -> Result<RecoveryReport, EditError> {
-    let ws = Dir::open_ambient_dir(root, cap_std::ambient_authority()).map_err(|source| {
-        EditError::Workspace {
-            path: root.to_path_buf(),
-            source,
-        }
+    let ws = Beneath::open(root).map_err(|source| EditError::Workspace {
+        path: root.to_path_buf(),
+        source,
     })?;
-    recover(&ws)
+    let ignored = workspace_journals(&ws);
+    let temps = !find_temps(&ws, None).is_empty();
+    let state = super::writer::journal_dir(root, temps)?;
+    let mut report = recover(&ws, state.as_ref())?;
+    report.ignored = ignored;
+    Ok(report)
 }
 
-/// [`recover_workspace`] for an open workspace directory.
-pub fn recover(ws: &Dir) -> Result<RecoveryReport, EditError> {
+/// Journals in the workspace's own `.kiln/journal/` (an older kiln's, or planted by the
+/// repository): named, never read.
+fn workspace_journals(ws: &Beneath) -> Vec<String> {
+    let Ok(dir) = ws.dir_at(Some(Path::new(".kiln/journal"))) else {
+        return Vec::new();
+    };
+    let Ok(entries) = dir.entries() else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("apply-") && n.ends_with(".json"))
+        .map(|n| format!(".kiln/journal/{n}"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// [`recover_workspace`] for an open workspace and its journal directory (`None`: there is
+/// none, so nothing to recover but stale temporary files, which wait for one).
+pub(in crate::edit) fn recover(
+    ws: &Beneath,
+    state: Option<&Dir>,
+) -> Result<RecoveryReport, EditError> {
     let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
-    let root_temps = find_temps(ws, None);
-    let state = state_dir(ws, !root_temps.is_empty())?;
     let Some(state) = state else {
         return Ok(RecoveryReport::default());
     };
-    let _lock = lock(&state)?;
-    recover_locked(ws, &state)
+    let _lock = lock(state)?;
+    recover_locked(ws, state)
 }
 
 /// Recovery under the lock: journals, partial journals, orphaned backups, then stale
 /// temporary files in the workspace root and in every directory an unfinished apply touched.
-fn recover_locked(ws: &Dir, state: &Dir) -> Result<RecoveryReport, EditError> {
+fn recover_locked(ws: &Beneath, state: &Dir) -> Result<RecoveryReport, EditError> {
     let mut report = RecoveryReport::default();
-    let jpath = format!("{STATE_DIR}/{JOURNAL_DIR}");
+    let jpath = JOURNAL_SHOWN;
     let mut names: Vec<String> = state
         .entries()
-        .map_err(|e| io_err(&jpath, &e))?
+        .map_err(|e| io_err(jpath, &e))?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("apply-"))
@@ -1175,16 +1166,16 @@ fn recover_locked(ws: &Dir, state: &Dir) -> Result<RecoveryReport, EditError> {
             Ok(j) => j,
             Err(_) => {
                 let _ = state.rename(name, state, format!("{name}.damaged"));
-                report.damaged.push(format!("{jpath}/{name}"));
+                report.damaged.push(name.clone());
                 continue;
             }
         };
-        let target: Vec<Seen> = j.steps.iter().map(|s| observe(ws, s.path())).collect();
+        let target: Vec<Seen> = j.steps.iter().map(|s| observe_ws(ws, s.path())).collect();
         let temp: Vec<Seen> = j
             .steps
             .iter()
             .map(|s| match s {
-                Step::Write { tmp, .. } => observe(ws, tmp),
+                Step::Write { tmp, .. } => observe_ws(ws, tmp),
                 Step::Remove { .. } => Seen::Absent,
             })
             .collect();
@@ -1222,11 +1213,8 @@ fn recover_locked(ws: &Dir, state: &Dir) -> Result<RecoveryReport, EditError> {
 
 /// Regular files named `.NAME.kiln-tmp-*` directly in `dir` (workspace-relative; `None` is
 /// the root).
-fn find_temps(ws: &Dir, dir: Option<&Path>) -> Vec<String> {
-    let entries = match dir {
-        Some(d) => ws.read_dir(d),
-        None => ws.entries(),
-    };
+fn find_temps(ws: &Beneath, dir: Option<&Path>) -> Vec<String> {
+    let entries = ws.dir_at(dir).and_then(|d| d.entries());
     let Ok(entries) = entries else {
         return Vec::new();
     };
@@ -1267,10 +1255,26 @@ pub fn exit_on_interrupt() {
 mod tests {
     use super::*;
 
-    fn ws() -> (tempfile::TempDir, Dir) {
+    /// A workspace and its journal directory (kiln's state directory, elsewhere).
+    struct W {
+        b: Beneath,
+        state: Dir,
+        state_dir: tempfile::TempDir,
+    }
+
+    fn ws() -> (tempfile::TempDir, W) {
         let t = tempfile::tempdir().unwrap();
-        let d = Dir::open_ambient_dir(t.path(), cap_std::ambient_authority()).unwrap();
-        (t, d)
+        let state_dir = tempfile::tempdir().unwrap();
+        let state = Dir::open_ambient_dir(state_dir.path(), cap_std::ambient_authority()).unwrap();
+        let b = Beneath::open(t.path()).unwrap();
+        (
+            t,
+            W {
+                b,
+                state,
+                state_dir,
+            },
+        )
     }
 
     fn h(s: &str) -> String {
@@ -1435,9 +1439,9 @@ mod tests {
         })
     }
 
-    fn leftovers(root: &Path) -> Vec<String> {
+    fn leftovers(root: &Path, w: &W) -> Vec<String> {
         let mut out = Vec::new();
-        let mut stack = vec![root.to_path_buf()];
+        let mut stack = vec![root.to_path_buf(), w.state_dir.path().to_path_buf()];
         while let Some(d) = stack.pop() {
             for e in std::fs::read_dir(&d).unwrap() {
                 let e = e.unwrap();
@@ -1450,12 +1454,6 @@ mod tests {
                     out.push(e.path().display().to_string());
                 }
             }
-            if d != root
-                && d.starts_with(root.join(".kiln/journal"))
-                && std::fs::read_dir(&d).unwrap().next().is_none()
-            {
-                out.push(format!("{} (empty backup dir)", d.display()));
-            }
         }
         out
     }
@@ -1466,7 +1464,7 @@ mod tests {
         let (t, d) = ws();
         let files = scenario(t.path());
         let mut names = Vec::new();
-        commit_with(&d, &changes(&files), &mut |what| {
+        commit_with(&d.b, &d.state, &changes(&files), &mut |what| {
             names.push(what.to_string());
             true
         })
@@ -1474,7 +1472,11 @@ mod tests {
         let total = names.len();
         let journal_at = names.iter().position(|n| n == "journal written").unwrap();
         assert!(state(t.path(), &files, true));
-        assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+        assert!(
+            leftovers(t.path(), &d).is_empty(),
+            "{:?}",
+            leftovers(t.path(), &d)
+        );
         assert!(!t.path().join("new/dir").exists() || t.path().join("new/dir/c.txt").exists());
         assert!(total >= 14, "{total} steps");
         let mut forward = 0;
@@ -1482,18 +1484,22 @@ mod tests {
             let (t, d) = ws();
             let files = scenario(t.path());
             let mut n = 0;
-            let r = commit_with(&d, &changes(&files), &mut |_| {
+            let r = commit_with(&d.b, &d.state, &changes(&files), &mut |_| {
                 n += 1;
                 n <= stop
             });
             assert!(is_simulated(&r.unwrap_err()), "stop {stop}");
-            let report = recover(&d).unwrap();
+            let report = recover(&d.b, Some(&d.state)).unwrap();
             if stop < journal_at || stop == total - 1 {
                 // Stopped before the journal existed (only backups, removed quietly), or
                 // after it was removed: nothing to tell.
                 assert!(report.recovered.is_empty(), "{report:?}");
                 assert!(state(t.path(), &files, stop == total - 1), "stop {stop}");
-                assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+                assert!(
+                    leftovers(t.path(), &d).is_empty(),
+                    "{:?}",
+                    leftovers(t.path(), &d)
+                );
                 continue;
             }
             assert_eq!(report.recovered.len(), 1, "stop {stop}");
@@ -1510,12 +1516,12 @@ mod tests {
                 }
             }
             assert!(
-                leftovers(t.path()).is_empty(),
+                leftovers(t.path(), &d).is_empty(),
                 "stop {stop}: {:?}",
-                leftovers(t.path())
+                leftovers(t.path(), &d)
             );
             // A second recovery has nothing to do.
-            assert!(recover(&d).unwrap().is_empty());
+            assert!(recover(&d.b, Some(&d.state)).unwrap().is_empty());
         }
         // Stopped after the journal and before the last temporary file: back; later: forward.
         assert!(forward > 0 && forward < total);
@@ -1526,12 +1532,12 @@ mod tests {
         NO_LINKS.store(true, Ordering::Relaxed);
         let (t, d) = ws();
         let files = scenario(t.path());
-        let _ = commit_with(&d, &changes(&files), &mut |what| {
+        let _ = commit_with(&d.b, &d.state, &changes(&files), &mut |what| {
             !what.starts_with("renamed")
         });
         NO_LINKS.store(false, Ordering::Relaxed);
         // The backup of a.txt is a copy, not a second name of the old file.
-        let backup = std::fs::read_dir(t.path().join(".kiln/journal"))
+        let backup = std::fs::read_dir(d.state_dir.path())
             .unwrap()
             .map(|e| e.unwrap().path())
             .find(|p| p.to_string_lossy().ends_with(".0"))
@@ -1539,12 +1545,12 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         assert_eq!(std::fs::metadata(backup).unwrap().nlink(), 1);
         // Lose b's temporary file: back, from the copies.
-        let tmp_b = find_temps(&d, Some(Path::new("sub")));
+        let tmp_b = find_temps(&d.b, Some(Path::new("sub")));
         std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
-        let report = recover(&d).unwrap();
+        let report = recover(&d.b, Some(&d.state)).unwrap();
         assert_eq!(report.recovered[0].direction, Direction::Back);
         assert!(state(t.path(), &files, false));
-        assert!(leftovers(t.path()).is_empty());
+        assert!(leftovers(t.path(), &d).is_empty());
     }
 
     #[test]
@@ -1554,7 +1560,8 @@ mod tests {
         std::fs::write(t.path().join("src/a.rs"), "old").unwrap();
         std::fs::write(t.path().join("src/.a.rs.kiln-tmp-777"), "partial").unwrap();
         commit_with(
-            &d,
+            &d.b,
+            &d.state,
             &[Change::Write {
                 path: "src/a.rs",
                 text: "new",
@@ -1567,7 +1574,11 @@ mod tests {
             std::fs::read_to_string(t.path().join("src/a.rs")).unwrap(),
             "new"
         );
-        assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+        assert!(
+            leftovers(t.path(), &d).is_empty(),
+            "{:?}",
+            leftovers(t.path(), &d)
+        );
     }
 
     #[test]
@@ -1576,11 +1587,11 @@ mod tests {
         let (t, d) = ws();
         let files = scenario(t.path());
         let mut n = 0;
-        let _ = commit_with(&d, &changes(&files), &mut |what| {
+        let _ = commit_with(&d.b, &d.state, &changes(&files), &mut |what| {
             n += 1;
             !what.starts_with("renamed")
         });
-        let state_d = state_dir(&d, false).unwrap().unwrap();
+        let state_d = d.state.try_clone().unwrap();
         let name = state_d
             .entries()
             .unwrap()
@@ -1590,12 +1601,12 @@ mod tests {
         let j: Journal = serde_json::from_slice(&state_d.read(&name).unwrap()).unwrap();
         // A partial roll-forward: only the second file.
         if let Step::Write { tmp, path, .. } = &j.steps[1] {
-            d.rename(tmp, &d, path).unwrap();
+            d.b.rename(tmp, path).unwrap();
         }
-        let report = recover(&d).unwrap();
+        let report = recover(&d.b, Some(&d.state)).unwrap();
         assert_eq!(report.recovered[0].direction, Direction::Forward);
         assert!(state(t.path(), &files, true));
-        assert!(leftovers(t.path()).is_empty());
+        assert!(leftovers(t.path(), &d).is_empty());
     }
 
     #[test]
@@ -1603,10 +1614,10 @@ mod tests {
         let (t, d) = ws();
         let files = scenario(t.path());
         // Stop after the first rename, then lose the second temporary file: back.
-        let _ = commit_with(&d, &changes(&files), &mut |what| {
+        let _ = commit_with(&d.b, &d.state, &changes(&files), &mut |what| {
             !what.starts_with("renamed")
         });
-        let tmp_b = find_temps(&d, Some(Path::new("sub")));
+        let tmp_b = find_temps(&d.b, Some(Path::new("sub")));
         assert_eq!(tmp_b.len(), 1);
         std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
         assert_eq!(
@@ -1615,7 +1626,7 @@ mod tests {
         );
         // The user edits a file the apply had not reached yet... and one it had not either.
         std::fs::write(t.path().join("gone.txt"), "user's\n").unwrap();
-        let report = recover(&d).unwrap();
+        let report = recover(&d.b, Some(&d.state)).unwrap();
         let rec = &report.recovered[0];
         assert_eq!(rec.direction, Direction::Back);
         assert_eq!(
@@ -1643,7 +1654,11 @@ mod tests {
             msg.contains("rolled back") && msg.contains("a.txt (restored)"),
             "{msg}"
         );
-        assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+        assert!(
+            leftovers(t.path(), &d).is_empty(),
+            "{:?}",
+            leftovers(t.path(), &d)
+        );
     }
 
     #[test]
@@ -1652,7 +1667,7 @@ mod tests {
         std::fs::write(t.path().join(".a.rs.kiln-tmp-4242"), "x").unwrap();
         std::fs::write(t.path().join("a.rs"), "keep").unwrap();
         std::fs::write(t.path().join(".hidden"), "keep").unwrap();
-        let report = recover(&d).unwrap();
+        let report = recover(&d.b, Some(&d.state)).unwrap();
         assert_eq!(
             report.removed_temps,
             vec![".a.rs.kiln-tmp-4242".to_string()]
@@ -1660,33 +1675,53 @@ mod tests {
         assert!(t.path().join("a.rs").exists() && t.path().join(".hidden").exists());
         // Nothing to do: nothing is created.
         let (t, d) = ws();
-        assert!(recover(&d).unwrap().is_empty());
+        assert!(recover(&d.b, Some(&d.state)).unwrap().is_empty());
         assert!(!t.path().join(".kiln").exists());
     }
 
     #[test]
-    fn a_symlinked_state_directory_is_refused() {
+    fn nothing_is_written_through_a_link_in_the_workspace() {
         let (t, d) = ws();
-        let elsewhere = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(elsewhere.path(), t.path().join(".kiln")).unwrap();
-        std::fs::write(t.path().join("a"), "old").unwrap();
+        std::fs::create_dir_all(t.path().join(".git/hooks")).unwrap();
+        std::os::unix::fs::symlink(".git", t.path().join("g")).unwrap();
         let err = commit_with(
-            &d,
+            &d.b,
+            &d.state,
             &[Change::Write {
-                path: "a",
-                text: "new",
-                before: Some("old"),
+                path: "g/hooks/pre-commit",
+                text: "#!/bin/sh\necho owned\n",
+                before: None,
             }],
             &mut |_| true,
         )
         .unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
-        assert_eq!(std::fs::read_to_string(t.path().join("a")).unwrap(), "old");
+        assert!(!t.path().join(".git/hooks/pre-commit").exists());
+        // A journal naming a path through the link: its roll-back does not restore through it.
+        let j = Journal {
+            kiln_journal: VERSION,
+            id: "1-2-3".into(),
+            pid: 1,
+            started_ms: 0,
+            created_dirs: vec![],
+            // A write whose temporary file is missing: rolled back, which would restore the
+            // "deleted" hook from its backup.
+            steps: vec![
+                write_step("a", None, "x"),
+                Step::Remove {
+                    path: "g/hooks/pre-commit".into(),
+                    before: Some(h("evil")),
+                    backup: Some("1".into()),
+                },
+            ],
+        };
+        let sp = d.state_dir.path();
+        std::fs::write(sp.join("apply-1-2-3.json"), serde_json::to_vec(&j).unwrap()).unwrap();
+        std::fs::write(sp.join("apply-1-2-3.1"), "evil").unwrap();
+        let report = recover(&d.b, Some(&d.state)).unwrap();
         assert!(
-            std::fs::read_dir(elsewhere.path())
-                .unwrap()
-                .next()
-                .is_none()
+            !t.path().join(".git/hooks/pre-commit").exists(),
+            "{report:?}"
         );
     }
 
@@ -1694,7 +1729,8 @@ mod tests {
     fn a_path_changed_twice_is_refused_before_anything_is_written() {
         let (t, d) = ws();
         let err = commit_with(
-            &d,
+            &d.b,
+            &d.state,
             &[
                 Change::Write {
                     path: "x",
@@ -1716,9 +1752,9 @@ mod tests {
 
     #[test]
     fn a_damaged_journal_is_set_aside() {
-        let (t, d) = ws();
-        std::fs::create_dir_all(t.path().join(".kiln/journal")).unwrap();
-        std::fs::write(t.path().join(".kiln/journal/apply-1-2-3.json"), "{").unwrap();
+        let (_t, d) = ws();
+        let sp = d.state_dir.path().to_path_buf();
+        std::fs::write(sp.join("apply-1-2-3.json"), "{").unwrap();
         // A journal naming a protected path is damaged too.
         let j = Journal {
             kiln_journal: VERSION,
@@ -1732,18 +1768,10 @@ mod tests {
                 backup: None,
             }],
         };
-        std::fs::write(
-            t.path().join(".kiln/journal/apply-4-5-6.json"),
-            serde_json::to_vec(&j).unwrap(),
-        )
-        .unwrap();
-        let report = recover(&d).unwrap();
+        std::fs::write(sp.join("apply-4-5-6.json"), serde_json::to_vec(&j).unwrap()).unwrap();
+        let report = recover(&d.b, Some(&d.state)).unwrap();
         assert_eq!(report.damaged.len(), 2);
-        assert!(
-            t.path()
-                .join(".kiln/journal/apply-1-2-3.json.damaged")
-                .exists()
-        );
-        assert!(recover(&d).unwrap().is_empty());
+        assert!(sp.join("apply-1-2-3.json.damaged").exists());
+        assert!(recover(&d.b, Some(&d.state)).unwrap().is_empty());
     }
 }

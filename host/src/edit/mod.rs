@@ -2,10 +2,12 @@
 //! a path an LLM invents cannot leave it), stale-read checks, and applying a whole LLM response
 //! atomically: every file's edits are validated in memory first, then all files are written
 //! (temporary file + rename) or none, under an intent journal ([`journal`]) that makes the
-//! apply all-or-nothing even when kiln is killed half-way.
+//! apply all-or-nothing even when kiln is killed half-way. Every write goes through the one
+//! [`writer::Writer`].
 
 pub mod journal;
 pub mod refactor;
+pub mod writer;
 
 use crate::plugin::{EditKind, EditStatus, FailureKind, FileEdit, Plugin, PluginError};
 use cap_std::ambient_authority;
@@ -27,6 +29,17 @@ pub enum EditError {
         /// Why.
         source: std::io::Error,
     },
+    /// A file is not UTF-8 text (kiln edits text only).
+    #[error(
+        "{path} is not UTF-8 text ({looks_like}); kiln edits UTF-8 files only. Convert it first (for example `iconv -f {} -t UTF-8`), or leave it out",
+        if looks_like.contains("UTF-16") { "UTF-16" } else { "LATIN1" }
+    )]
+    NotText {
+        /// Workspace-relative path.
+        path: String,
+        /// What the bytes most likely are.
+        looks_like: &'static str,
+    },
     /// A file could not be read or written.
     #[error("{path}: {message}")]
     Io {
@@ -44,6 +57,9 @@ pub enum EditError {
 pub struct Workspace {
     root: PathBuf,
     dir: Dir,
+    beneath: writer::Beneath,
+    /// kiln's state directory, workspace-relative, when it lies inside the workspace.
+    state_inside: Option<PathBuf>,
 }
 
 /// A short fingerprint of a file's content, used for stale-read checks.
@@ -60,9 +76,15 @@ impl Workspace {
                 source,
             }
         })?;
+        let beneath = writer::Beneath::open(root).map_err(|source| EditError::Workspace {
+            path: root.to_path_buf(),
+            source,
+        })?;
         Ok(Workspace {
             root: root.to_path_buf(),
             dir,
+            beneath,
+            state_inside: crate::state_dir::inside(root),
         })
     }
 
@@ -71,9 +93,16 @@ impl Workspace {
         &self.root
     }
 
-    /// The workspace as a cap-std directory.
-    pub fn dir(&self) -> &Dir {
+    /// The workspace as a cap-std directory, for reading: it never leaves this module, so
+    /// the only way to write the workspace is the [`writer::Writer`].
+    pub(in crate::edit) fn dir(&self) -> &Dir {
         &self.dir
+    }
+
+    /// Check files named by a model or a user before they become program arguments
+    /// ([`crate::path::target_arguments`]).
+    pub fn target_arguments(&self, targets: &[String]) -> Result<Vec<String>, String> {
+        crate::path::target_arguments(&self.dir, targets)
     }
 
     /// Read a file as text; `None` when it does not exist. Paths leaving the workspace
@@ -112,51 +141,37 @@ impl Workspace {
         file.read_to_end(&mut bytes).map_err(io)?;
         String::from_utf8(bytes)
             .map(Some)
-            .map_err(|_| EditError::Io {
+            .map_err(|e| EditError::NotText {
                 path: rel.into(),
-                message: "is not UTF-8 text".into(),
+                looks_like: looks_like(e.as_bytes()),
             })
+    }
+
+    /// The size of a regular file, when it is one (links are not followed).
+    pub fn size(&self, rel: &str) -> Option<u64> {
+        let m = self.dir.symlink_metadata(rel).ok()?;
+        m.is_file().then(|| m.len())
     }
 
     /// Why `rel` may not be written by an edit: a protected path, a path through a symbolic
     /// link (`src -> .git` would write `.git/` under another name), or something that is not a
-    /// regular file. `None` when it may be created or replaced.
+    /// regular file. `None` when it may be created or replaced. The [`writer::Writer`]'s check.
     pub fn refuse_write(&self, rel: &str, protected: &crate::path::Protected) -> Option<String> {
-        if let Err(why) = crate::path::check_relative(rel) {
-            return Some(format!("the path {why}"));
-        }
-        if let Some(why) = protected.why(rel) {
-            return Some(format!(
-                "{rel} is protected ({why}); edits may not touch it"
-            ));
-        }
-        let norm = crate::path::normalize(rel);
-        let mut prefix = PathBuf::new();
-        let count = norm.components().count();
-        for (i, part) in norm.components().enumerate() {
-            prefix.push(part);
-            let meta = match self.dir.symlink_metadata(&prefix) {
-                Ok(m) => m,
-                Err(_) => return None,
-            };
-            let shown = prefix.display();
-            if meta.file_type().is_symlink() {
-                return Some(format!(
-                    "{shown} is a symbolic link; edits go to real files only, never through a link (it could lead outside the workspace or to a protected path)"
-                ));
-            }
-            if i + 1 == count && !meta.is_file() {
-                return Some(format!(
-                    "{shown} is {}, not a regular file; only regular files are read or edited",
-                    describe_type(&meta.file_type())
-                ));
-            }
-        }
-        None
+        writer::Writer::new(self, protected, &[]).refuse(rel)
+    }
+
+    /// The one writer of this workspace, refusing `protected` paths and, unless `targets` is
+    /// empty, every path that is not a target.
+    pub fn writer<'w>(
+        &'w self,
+        protected: &'w crate::path::Protected,
+        targets: &'w [String],
+    ) -> writer::Writer<'w> {
+        writer::Writer::new(self, protected, targets)
     }
 }
 
-fn describe_io(e: &std::io::Error) -> String {
+pub(crate) fn describe_io(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::PermissionDenied => {
             format!("permission denied or outside the workspace ({e})")
@@ -166,7 +181,7 @@ fn describe_io(e: &std::io::Error) -> String {
 }
 
 /// What a non-regular file is, for messages.
-fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
+pub(crate) fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
     use cap_std::fs::FileTypeExt;
     if t.is_dir() {
         "a directory"
@@ -385,7 +400,7 @@ pub async fn apply_edits(
     if opts.dry_run {
         return Ok(report);
     }
-    commit_plan(ws, &plan, &mut report)?;
+    commit_plan(&ws.writer(&opts.protected, targets), &plan, &mut report)?;
     Ok(report)
 }
 
@@ -419,23 +434,12 @@ fn group_allowed(
 ) -> (Vec<(String, Vec<usize>)>, bool) {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     let mut failed = false;
+    let writer = ws.writer(&opts.protected, targets);
     for (i, e) in edits.iter().enumerate() {
-        let policy = ws
-            .refuse_write(&e.path, &opts.protected)
-            .or_else(|| {
-                (!targets.is_empty() && !targets.contains(&e.path)).then(|| {
-                    format!(
-                        "{} is not one of the files you may change ({})",
-                        e.path,
-                        targets.join(", ")
-                    )
-                })
-            })
-            .or_else(|| {
-                e.new_path
-                    .as_deref()
-                    .and_then(|d| ws.refuse_write(d, &opts.protected))
-            });
+        // The source and the Move-to destination alike: protected, targets, links.
+        let policy = writer
+            .refuse(&e.path)
+            .or_else(|| e.new_path.as_deref().and_then(|d| writer.refuse(d)));
         if let Some(message) = policy {
             fail_edits(report, &[i], "policy", &message);
             failed = true;
@@ -549,7 +553,11 @@ fn move_refusal(
 /// Commit `plan` under the journal: writes first (temporary file + rename each), then moves'
 /// removals and deletions; all or nothing, even if kiln is killed half-way. Records the
 /// written and deleted paths in `report`.
-fn commit_plan(ws: &Workspace, plan: &[Planned], report: &mut EditReport) -> Result<(), EditError> {
+fn commit_plan(
+    writer: &writer::Writer<'_>,
+    plan: &[Planned],
+    report: &mut EditReport,
+) -> Result<(), EditError> {
     let mut changes: Vec<journal::Change<'_>> = Vec::new();
     for p in plan {
         let dest = p.move_to.as_deref().unwrap_or(&p.path);
@@ -577,8 +585,7 @@ fn commit_plan(ws: &Workspace, plan: &[Planned], report: &mut EditReport) -> Res
             report.deleted.push(p.path.clone());
         }
     }
-    journal::commit(ws.dir(), &changes)?;
-    Ok(())
+    writer.commit(&changes)
 }
 
 /// An edit response applied as a tool's result: `(text for the model, is_error, files
@@ -658,5 +665,18 @@ fn report_as_tool_result(
                 (report.feedback().unwrap_or(text), true, Vec::new())
             }
         }
+    }
+}
+
+/// A guess at what non-UTF-8 bytes are, for the message.
+fn looks_like(bytes: &[u8]) -> &'static str {
+    if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
+        "it looks like UTF-16"
+    } else if bytes.contains(&0) {
+        "it looks like a binary file"
+    } else if bytes.iter().any(|b| (0x80..0xA0).contains(b)) {
+        "it looks like Windows-1252"
+    } else {
+        "it looks like Latin-1 (ISO-8859-1)"
     }
 }

@@ -167,7 +167,7 @@ pub fn apply_files(
             before: Some(before.as_str()),
         })
         .collect();
-    journal::commit(ws.dir(), &changes)?;
+    ws.writer(protected, &[]).commit(&changes)?;
     let diff = plan
         .iter()
         .map(|(f, before)| unified_diff(&f.path, before, &f.new_text))

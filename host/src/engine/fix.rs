@@ -275,7 +275,8 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         ));
     }
     let ws = Workspace::open(workspace)?;
-    crate::path::target_arguments(ws.dir(), &opts.targets).map_err(FixError::Usage)?;
+    ws.target_arguments(&opts.targets)
+        .map_err(FixError::Usage)?;
     let info = format.format_describe().await?;
     if opts.targets.len() > 1 && !info.multi_file {
         return Err(FixError::Usage(format!(
@@ -344,27 +345,9 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
 /// file and what it most likely is.
 fn refuse_non_text(ws: &Workspace, targets: &[String]) -> Result<(), FixError> {
     for t in targets {
-        // `read` opens regular files only (never waits on a FIFO); the bytes are read again
-        // only to say what the file looks like.
-        match ws.read(t) {
-            Err(edit::EditError::Io { message, .. }) if message == "is not UTF-8 text" => {}
-            _ => continue,
+        if let Err(e @ edit::EditError::NotText { .. }) = ws.read(t) {
+            return Err(FixError::Usage(e.to_string()));
         }
-        let Ok(bytes) = ws.dir().read(t) else {
-            continue;
-        };
-        if std::str::from_utf8(&bytes).is_ok() {
-            continue;
-        }
-        return Err(FixError::Usage(format!(
-            "{t} is not UTF-8 text ({}); kiln edits UTF-8 files only. Convert it first (for example `iconv -f {} -t UTF-8`), or leave it out of the targets",
-            likely_encoding(&bytes),
-            if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
-                "UTF-16"
-            } else {
-                "LATIN1"
-            }
-        )));
     }
     Ok(())
 }
@@ -376,10 +359,9 @@ fn refuse_over_limits(ws: &Workspace, targets: &[String], format: &Plugin) -> Re
     let limits = format.effective.limits;
     let name = &format.name;
     for t in targets {
-        let Ok(meta) = ws.dir().metadata(t) else {
+        let Some(size) = ws.size(t) else {
             continue;
         };
-        let size = meta.len();
         let (field, needed, have) = if size > u64::from(limits.output_bytes) {
             (
                 "output_bytes",
@@ -411,18 +393,6 @@ fn unified_diff(path: &str, old: &str, new: &str) -> String {
         .to_string()
 }
 
-/// A guess at what non-UTF-8 bytes are, for the message.
-fn likely_encoding(bytes: &[u8]) -> &'static str {
-    if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
-        "it looks like UTF-16"
-    } else if bytes.contains(&0) {
-        "it looks like a binary file"
-    } else if bytes.iter().any(|b| (0x80..0xA0).contains(b)) {
-        "it looks like Windows-1252"
-    } else {
-        "it looks like Latin-1 (ISO-8859-1)"
-    }
-}
 
 impl Fix<'_> {
     /// Check, then ask–apply–check until a stop.

@@ -532,19 +532,11 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
         cancel,
         on_event,
     };
-    // Opened before the run's row exists: a log that cannot be opened is refused without
-    // leaving a run behind.
+    // Opened before the run's row exists, and through the one writer when it lies in the
+    // workspace: a `loop.log` the repository ships as a link is refused, not followed, and
+    // leaves no run behind.
     let phase_log = match &opts.log_path {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|source| LoopError::Artifact {
-                    path: p.display().to_string(),
-                    source,
-                })?,
-        ),
+        Some(p) => Some(crate::edit::writer::open_log(workspace, p, &opts.agent.protected)?.1),
         None => None,
     };
     let mut run = Run::begin(deps, &new)?;
@@ -1018,63 +1010,32 @@ fn submitted_review(review: &AgentResult) -> Option<Value> {
         .and_then(|c| serde_json::from_str::<Value>(&c.arguments).ok())
 }
 
-/// `.kiln/loop/`, opened beneath the workspace's handle (a link out of it is refused); each
-/// file is written to a temporary name and renamed, so a reader never sees half a file.
+/// `.kiln/loop/`, written through the workspace's one writer (its privileged artifact
+/// write: no link followed at any component); each file is written to a temporary name and
+/// renamed, so a reader never sees half a file.
 struct Artifacts {
-    dir: cap_std::fs::Dir,
+    ws: Workspace,
 }
 
 impl Artifacts {
     fn open(workspace: &Path) -> Result<Artifacts, LoopError> {
-        let err = |source| LoopError::Artifact {
-            path: ARTIFACT_DIR.into(),
-            source,
-        };
-        let root = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
-            .map_err(err)?;
-        // Each level is a real directory: cap-std follows a link that stays inside the
-        // workspace, so a planted `.kiln -> src` or `.kiln/loop -> ../src` would put the
-        // artifacts (and replace files) there.
-        let mut dir = root;
-        for part in ARTIFACT_DIR.split('/') {
-            match dir.symlink_metadata(part) {
-                Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
-                    return Err(err(std::io::Error::other(format!(
-                        "{part} is not a directory (a symbolic link?); kiln writes its artifacts only to a real {ARTIFACT_DIR}/"
-                    ))));
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    dir.create_dir(part).map_err(err)?
-                }
-                Err(e) => return Err(err(e)),
-            }
-            dir = dir.open_dir(part).map_err(err)?;
-        }
-        Ok(Artifacts { dir })
+        Ok(Artifacts {
+            ws: Workspace::open(workspace)?,
+        })
     }
 
     fn write(&self, name: &str, text: &str) -> Result<(), LoopError> {
-        let err = |source| LoopError::Artifact {
-            path: format!("{ARTIFACT_DIR}/{name}"),
-            source,
-        };
-        let tmp = format!(".{name}.kiln-tmp-{}", std::process::id());
-        {
-            use std::io::Write;
-            // A leftover (or planted) file or link of that name is removed, never followed.
-            let _ = self.dir.remove_file(&tmp);
-            let mut f = self
-                .dir
-                .open_with(
-                    &tmp,
-                    cap_std::fs::OpenOptions::new().write(true).create_new(true),
-                )
-                .map_err(err)?;
-            f.write_all(text.as_bytes()).map_err(err)?;
-            f.sync_all().map_err(err)?;
-        }
-        self.dir.rename(&tmp, &self.dir, name).map_err(err)
+        let rel = ARTIFACT_DIR
+            .strip_prefix(".kiln/")
+            .expect("the artifacts live in .kiln/");
+        let protected = crate::path::Protected::default();
+        self.ws
+            .writer(&protected, &[])
+            .write_artifact(&format!("{rel}/{name}"), text)
+            .map_err(|e| LoopError::Artifact {
+                path: format!("{ARTIFACT_DIR}/{name}"),
+                source: std::io::Error::other(e.to_string()),
+            })
     }
 
     fn write_toml<T: Serialize>(&self, name: &str, value: &T) -> Result<(), LoopError> {
@@ -1134,6 +1095,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("precious.txt"), "precious\n").unwrap();
         let a = Artifacts::open(dir.path()).unwrap();
+        std::fs::create_dir_all(dir.path().join(ARTIFACT_DIR)).unwrap();
         let planted = dir.path().join(format!(
             ".kiln/loop/.state.toml.kiln-tmp-{}",
             std::process::id()

@@ -188,14 +188,8 @@ impl ExternalServer {
             }
         }
         // Its stderr goes to a log file, never to kiln's stdout or the terminal's event stream.
-        let log_dir = workspace.join(".kiln").join("logs");
-        let stderr = std::fs::create_dir_all(&log_dir)
-            .and_then(|_| {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log_dir.join(format!("mcp-{name}.log")))
-            })
+        // `.kiln/logs/`, opened as kiln's other logs are: no link followed.
+        let stderr = crate::store::open_log(workspace, &format!("mcp-{name}.log"))
             .map(std::process::Stdio::from)
             .unwrap_or_else(|_| std::process::Stdio::null());
         let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)

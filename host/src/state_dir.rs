@@ -1,0 +1,285 @@
+//! kiln's own state outside any repository: `$XDG_STATE_HOME/kiln/` (else
+//! `~/.local/state/kiln/`), with one directory per workspace, so nothing a repository ships
+//! can steer it. The edit journal and its backups live there (`journal/`); trust records and
+//! undo backups are meant to as well.
+//!
+//! A workspace is known by its identity, not only its path: its directory is
+//! `workspaces/<key>`, where `<key>` is the first 16 bytes (hex) of the SHA-256 of the
+//! workspace root's canonical path, its device and its inode number. A different directory
+//! later created at the same path (a fresh clone after `rm -rf`) gets another key, so it never
+//! inherits the journal or the trust of the one before. `workspace.json` inside records the
+//! canonical path, device and inode for a person looking around, and is checked on every open.
+//!
+//! Every directory kiln creates here is mode 0700. The base directory is the user's own and is
+//! used as found; below it, each level is opened without following a symbolic link.
+
+use cap_std::fs::Dir;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+/// Why kiln's state directory for a workspace cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    /// Neither `XDG_STATE_HOME` (absolute) nor `HOME` is set.
+    #[error(
+        "cannot find kiln's state directory: set XDG_STATE_HOME or HOME (kiln keeps its edit journal and trust records there)"
+    )]
+    NoHome,
+    /// A file system operation failed.
+    #[error("kiln's state directory {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `workspace.json` names another workspace.
+    #[error(
+        "kiln's state directory {path} belongs to another workspace ({other}); remove it if that workspace is gone"
+    )]
+    Mismatch {
+        /// The state directory.
+        path: PathBuf,
+        /// The workspace it records.
+        other: String,
+    },
+}
+
+/// `$XDG_STATE_HOME/kiln` when `XDG_STATE_HOME` is an absolute path, else
+/// `$HOME/.local/state/kiln`.
+pub fn base() -> Result<PathBuf, StateDirError> {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from)
+        && x.is_absolute()
+    {
+        return Ok(x.join("kiln"));
+    }
+    match std::env::var_os("HOME").map(PathBuf::from) {
+        Some(h) if h.is_absolute() => Ok(h.join(".local/state/kiln")),
+        _ => Err(StateDirError::NoHome),
+    }
+}
+
+/// Where kiln's state directory lies inside the workspace at `root`, relative to it, when it
+/// does (a workspace that is `$HOME` itself, or holds `XDG_STATE_HOME`): the writer refuses
+/// that path like a protected one, so no edit can plant a journal there.
+pub fn inside(root: &Path) -> Option<PathBuf> {
+    let base = base().ok()?;
+    let root = root.canonicalize().ok()?;
+    // The longest part of `base` that exists, resolved, with the rest appended.
+    let mut existing = base.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        rest.push(existing.file_name()?.to_os_string());
+        existing = existing.parent()?;
+    }
+    let mut resolved = existing.canonicalize().ok()?;
+    for part in rest.into_iter().rev() {
+        resolved.push(part);
+    }
+    resolved.strip_prefix(&root).ok().map(Path::to_path_buf)
+}
+
+/// What identifies a workspace: its canonical path, device and inode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The canonical path of the workspace root.
+    pub path: PathBuf,
+    /// `st_dev` of the root.
+    pub dev: u64,
+    /// `st_ino` of the root.
+    pub ino: u64,
+}
+
+impl Identity {
+    /// The identity of the workspace at `root`.
+    pub fn of(root: &Path) -> Result<Identity, StateDirError> {
+        use std::os::unix::fs::MetadataExt;
+        let io = |source| StateDirError::Io {
+            path: root.to_path_buf(),
+            source,
+        };
+        let path = root.canonicalize().map_err(io)?;
+        let meta = std::fs::metadata(&path).map_err(io)?;
+        Ok(Identity {
+            path,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// The name of the workspace's state directory under `workspaces/`.
+    pub fn key(&self) -> String {
+        use std::os::unix::ffi::OsStrExt;
+        let mut h = Sha256::new();
+        h.update(self.path.as_os_str().as_bytes());
+        h.update(b"\0");
+        h.update(self.dev.to_le_bytes());
+        h.update(self.ino.to_le_bytes());
+        hex::encode(&h.finalize()[..16])
+    }
+}
+
+/// kiln's state directory for one workspace, open.
+pub struct WorkspaceState {
+    path: PathBuf,
+    dir: Dir,
+}
+
+impl WorkspaceState {
+    /// The state directory of the workspace at `root`: created (with `workspace.json`) when
+    /// `create`, else `Ok(None)` when it does not exist yet.
+    pub fn open(root: &Path, create: bool) -> Result<Option<WorkspaceState>, StateDirError> {
+        let id = Identity::of(root)?;
+        let base = base()?;
+        let path = base.join("workspaces").join(id.key());
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| StateDirError::Io { path: p, source }
+        };
+        if create {
+            create_private_all(&base.join("workspaces")).map_err(io(&base))?;
+        }
+        let workspaces = match open_real_dir(&base.join("workspaces")) {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) => return Err(io(&base)(e)),
+        };
+        let Some(dir) = subdir_of(&workspaces, &id.key(), create).map_err(io(&path))? else {
+            return Ok(None);
+        };
+        check_identity(&dir, &path, &id)?;
+        Ok(Some(WorkspaceState { path, dir }))
+    }
+
+    /// The directory's path (for messages).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory, open.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// The subdirectory `name` (one component), opened without following a link; created
+    /// (mode 0700) when `create`, else `Ok(None)` when missing.
+    pub fn subdir(&self, name: &str, create: bool) -> Result<Option<Dir>, StateDirError> {
+        subdir_of(&self.dir, name, create).map_err(|source| StateDirError::Io {
+            path: self.path.join(name),
+            source,
+        })
+    }
+}
+
+/// `workspace.json` of a state directory: written when missing, else it must name `id`.
+fn check_identity(dir: &Dir, path: &Path, id: &Identity) -> Result<(), StateDirError> {
+    const NAME: &str = "workspace.json";
+    let io = |source| StateDirError::Io {
+        path: path.join(NAME),
+        source,
+    };
+    match dir.read(NAME) {
+        Ok(bytes) => match serde_json::from_slice::<Identity>(&bytes) {
+            Ok(found) if found == *id => Ok(()),
+            Ok(found) => Err(StateDirError::Mismatch {
+                path: path.to_path_buf(),
+                other: format!(
+                    "{} (device {}, inode {})",
+                    found.path.display(),
+                    found.dev,
+                    found.ino
+                ),
+            }),
+            Err(e) => Err(io(std::io::Error::other(e))),
+        },
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            use std::io::Write;
+            let text = serde_json::to_vec_pretty(id).map_err(|e| io(std::io::Error::other(e)))?;
+            let tmp = format!(".{NAME}.{}", std::process::id());
+            let mut f = dir.create(&tmp).map_err(io)?;
+            f.write_all(&text).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            dir.rename(&tmp, dir, NAME).map_err(io)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// Create `path` and its missing parents, each new one mode 0700.
+fn create_private_all(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// Open the directory at `path` (its last component not a link).
+fn open_real_dir(path: &Path) -> std::io::Result<Dir> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)?;
+    Ok(Dir::from_std_file(f))
+}
+
+/// The directory `name` inside `parent`, not followed when it is a link; created (0700) when
+/// missing and `create`.
+fn subdir_of(parent: &Dir, name: &str, create: bool) -> std::io::Result<Option<Dir>> {
+    use cap_std::fs::DirBuilderExt;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let c_name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    for attempt in 0..2 {
+        // SAFETY: openat with a valid directory fd and a NUL-terminated name; the fd returned
+        // is owned by the File built from it.
+        let fd = unsafe {
+            libc::openat(
+                parent.as_raw_fd(),
+                c_name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a fresh descriptor we own.
+            let f = unsafe { std::fs::File::from_raw_fd(fd) };
+            return Ok(Some(Dir::from_std_file(f)));
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != ErrorKind::NotFound {
+            return Err(err);
+        }
+        if !create || attempt > 0 {
+            return Ok(None);
+        }
+        let mut b = cap_std::fs::DirBuilder::new();
+        b.mode(0o700);
+        match parent.create_dir_with(name, &b) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_directory_at_the_same_path_is_another_workspace() {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let a = Identity::of(&ws).unwrap();
+        // Keep the first inode alive so the new directory cannot reuse its number.
+        std::fs::rename(&ws, t.path().join("old")).unwrap();
+        std::fs::create_dir(&ws).unwrap();
+        let b = Identity::of(&ws).unwrap();
+        assert_eq!(a.path, b.path);
+        assert_ne!(a.key(), b.key());
+    }
+}
