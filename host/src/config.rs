@@ -979,16 +979,7 @@ fn read_text(path: &Path) -> Result<String, ConfigError> {
 /// kiln's directory in the user's state directory: `$XDG_STATE_HOME/kiln` (an absolute
 /// `XDG_STATE_HOME`), else `~/.local/state/kiln`. Outside every workspace.
 fn user_state_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|h| h.is_absolute())
-                .map(|h| h.join(".local").join("state"))
-        })?;
-    Some(base.join("kiln"))
+    crate::state_dir::base().ok()
 }
 
 /// Where trusted copies of workspace `kiln.toml` files are kept: `trust/` in kiln's state

@@ -316,6 +316,6 @@ fn an_untrusted_kiln_toml_grants_nothing_until_kiln_trust() {
     yes.env_remove("KILN_YES");
     crate::support::Run(yes.output().unwrap()).expect_code(0);
     // The trust record lives outside the workspace.
-    assert!(ws.path().join(".local/state/kiln/trust").is_dir());
+    assert!(ws.state_home().join("kiln/trust").is_dir());
     assert!(!ws.root().join(".kiln/trusted").exists());
 }

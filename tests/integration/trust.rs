@@ -179,7 +179,7 @@ fn trust_records_live_in_the_users_state_directory() {
     run(&["trust", "--check"], &state).expect_code(0);
     // Without XDG_STATE_HOME: ~/.local/state/kiln/trust.
     let mut cmd = ws.command(&["trust"]);
-    cmd.env_remove("KILN_YES");
+    cmd.env_remove("KILN_YES").env_remove("XDG_STATE_HOME");
     assert!(cmd.output().unwrap().status.success());
     assert_eq!(
         std::fs::read_dir(ws.path().join(".local/state/kiln/trust"))
