@@ -44,6 +44,40 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// Whether stderr shows colors: it is a terminal and `NO_COLOR` is unset or empty
+/// (<https://no-color.org>).
+pub fn colors_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A unified diff (already made printable) with added lines green, removed lines red and
+/// hunk headers cyan.
+pub fn color_diff(diff: &str) -> String {
+    let mut out = String::with_capacity(diff.len() + 64);
+    for line in diff.lines() {
+        let code = if line.starts_with("+++") || line.starts_with("---") {
+            "1"
+        } else if line.starts_with('+') {
+            "32"
+        } else if line.starts_with('-') {
+            "31"
+        } else if line.starts_with("@@") {
+            "36"
+        } else {
+            ""
+        };
+        if code.is_empty() {
+            out.push_str(line);
+        } else {
+            out.push_str(&format!("\u{1b}[{code}m{line}\u{1b}[0m"));
+        }
+        out.push('\n');
+    }
+    out.pop();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::{color_diff, count, printable};
@@ -77,38 +111,4 @@ mod tests {
         assert_eq!(printable("admin\u{202e}txt.exe"), "admin\\u{202e}txt.exe");
         assert_eq!(printable("naïve ✓"), "naïve ✓");
     }
-}
-
-/// Whether stderr shows colors: it is a terminal and `NO_COLOR` is unset or empty
-/// (<https://no-color.org>).
-pub fn colors_on_stderr() -> bool {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
-/// A unified diff (already made printable) with added lines green, removed lines red and
-/// hunk headers cyan.
-pub fn color_diff(diff: &str) -> String {
-    let mut out = String::with_capacity(diff.len() + 64);
-    for line in diff.lines() {
-        let code = if line.starts_with("+++") || line.starts_with("---") {
-            "1"
-        } else if line.starts_with('+') {
-            "32"
-        } else if line.starts_with('-') {
-            "31"
-        } else if line.starts_with("@@") {
-            "36"
-        } else {
-            ""
-        };
-        if code.is_empty() {
-            out.push_str(line);
-        } else {
-            out.push_str(&format!("\u{1b}[{code}m{line}\u{1b}[0m"));
-        }
-        out.push('\n');
-    }
-    out.pop();
-    out
 }

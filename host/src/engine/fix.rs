@@ -393,7 +393,6 @@ fn unified_diff(path: &str, old: &str, new: &str) -> String {
         .to_string()
 }
 
-
 impl Fix<'_> {
     /// Check, then ask–apply–check until a stop.
     async fn drive(&mut self, run: &mut Run<'_>) -> Result<Stop, FixError> {
