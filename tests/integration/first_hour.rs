@@ -396,3 +396,51 @@ fn a_refused_edit_says_the_runner_was_not_run_again() {
         r.stderr()
     );
 }
+
+#[test]
+fn a_read_only_workspace_gets_one_clear_message() {
+    // A read-only mount in a mount namespace of its own (kiln's tests run as root, like its
+    // PID-namespace tests).
+    let ws = Workspace::new();
+    let mnt = ws.path().join("ro");
+    std::fs::create_dir(&mnt).unwrap();
+    let kiln = env!("CARGO_BIN_EXE_kiln");
+    let script = format!(
+        "mount -t tmpfs tmpfs {m} && printf 'x = 1\\n' > {m}/a.py && mount -o remount,ro {m} && \
+         printf '<<<<<<< SEARCH\\nx = 1\\n=======\\nx = 2\\n>>>>>>> REPLACE\\n' | {kiln} -C {m} edit apply --format search-replace --files a.py; echo \"exit $?\"; \
+         {kiln} -C {m} check --cmd true --file a.py; echo \"exit $?\"; \
+         {kiln} -C {m} fix --cmd false --file a.py --replay /dev/null; echo \"exit $?\"",
+        m = mnt.display()
+    );
+    let mut cmd = ws.command(&[]);
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env_clear()
+        .envs(
+            cmd.env("X", "1")
+                .get_envs()
+                .filter_map(|(k, v)| Some((k, v?))),
+        )
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("exit 1"), "{all}");
+    assert!(
+        all.contains("(the file system refused it; the response itself was not judged)")
+            && !all.contains("the response does not apply"),
+        "{all}"
+    );
+    let fix = all
+        .lines()
+        .find(|l| l.contains("cannot create"))
+        .expect(&all);
+    assert_eq!(fix.matches("Read-only file system").count(), 1, "{all}");
+    assert!(
+        all.contains("the workspace is on a read-only file system"),
+        "{all}"
+    );
+}

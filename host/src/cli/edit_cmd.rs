@@ -156,8 +156,16 @@ async fn apply(
             return Err(e.into());
         }
         Err(e) => {
+            // A file that cannot be read or written (a read-only file system, permissions)
+            // is the file system's fault, not the response's: said once, as such.
+            let fs_fault = matches!(e, EditError::Io { .. });
             if json {
                 print_json(&json!({ "ok": false, "error": e.to_string() }));
+            } else if fs_fault {
+                eprintln!(
+                    "nothing written: {} (the file system refused it; the response itself was not judged)",
+                    crate::terminal::printable(&e.to_string())
+                );
             } else {
                 println!("refused: {}", crate::terminal::printable(&e.to_string()));
                 eprintln!("nothing written: the response does not apply");

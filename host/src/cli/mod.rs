@@ -218,7 +218,7 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Error) => ExitCode::from(2),
         Ok(Outcome::Interrupted) => ExitCode::from(130),
         Err(e) => {
-            eprintln!("error: {}", crate::terminal::printable(&format!("{e:#}")));
+            eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
             ExitCode::from(2)
         }
     }
@@ -276,6 +276,32 @@ fn recover_interrupted_edits(workspace: &std::path::Path) {
         }
         Err(e) => eprintln!("warning: cannot check for an interrupted edit: {e}"),
     }
+}
+
+/// An error and its causes on one line, each cause said once (a message that already
+/// quotes its cause, "cannot create X: Read-only file system", is not followed by it again),
+/// with a hint for a read-only file system.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&c);
+        }
+    }
+    let read_only = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::EROFS))
+    }) || text.contains("(os error 30)");
+    if read_only {
+        text.push_str(
+            "\n  the workspace is on a read-only file system: kiln writes its store in .kiln/ and the files it edits there; run it on a writable copy",
+        );
+    }
+    text
 }
 
 /// Print a value as one line of JSON on stdout.
