@@ -453,3 +453,35 @@ fn require_confinement_refuses_a_hook_the_kernel_cannot_confine() {
         "{res:?}"
     );
 }
+
+#[test]
+fn a_descriptor_kiln_inherited_never_reaches_the_program() {
+    let (ws, secret) = with_home_secret();
+    // A descriptor of the secret without close-on-exec, as a careless parent leaves it.
+    let path = std::ffi::CString::new(secret.to_str().unwrap()).unwrap();
+    // SAFETY: opens a file; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+    assert!(fd > 2);
+    let r = check(&ws, &format!("sh -c 'cat <&{fd}; ls /proc/self/fd'"), &[]);
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+    let out = output(&r);
+    assert!(
+        !out.contains(SECRET),
+        "the inherited descriptor was read: {out}"
+    );
+}
+
+#[test]
+fn a_program_keeps_no_capability_but_dac_override() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    let r = check(&ws, "grep -E ^Cap(Eff|Prm|Bnd) /proc/self/status", &[]);
+    let out = output(&r);
+    for line in out.lines() {
+        let hex = line.split_whitespace().last().unwrap();
+        let caps = u64::from_str_radix(hex, 16).unwrap();
+        assert_eq!(caps & !0b10, 0, "{line}");
+    }
+    assert_eq!(out.lines().count(), 3, "{out}");
+}

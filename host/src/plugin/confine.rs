@@ -393,7 +393,14 @@ pub fn install_roots(program: &Path) -> Vec<PathBuf> {
         roots.push(dir.to_path_buf());
         match dir.file_name().and_then(|n| n.to_str()) {
             Some("bin") => {
-                if let Some(prefix) = dir.parent() {
+                // `~/bin` and `~/.local/bin` are not installations: their prefix is the home
+                // directory (or `~/.local`, where `share/` holds keyrings and app data).
+                let home = std::env::var_os("HOME").map(PathBuf::from);
+                let personal = |p: &Path| {
+                    home.as_deref()
+                        .is_some_and(|h| p == h || p == h.join(".local"))
+                };
+                if let Some(prefix) = dir.parent().filter(|p| !personal(p)) {
                     for sub in ["lib", "lib64", "libexec", "share", "include"] {
                         roots.push(prefix.join(sub));
                     }
@@ -470,26 +477,20 @@ fn build(
     Ok(created.into())
 }
 
-/// Capabilities a program never keeps (they matter when kiln runs as root): with them a
-/// program could step around Landlock (`CAP_SYS_ADMIN` and `CAP_PERFMON` let it read
-/// `/proc/<kiln>/environ` despite ptrace scoping), read kiln's memory (`CAP_SYS_PTRACE`,
-/// `CAP_SYS_RAWIO`), change the kernel (`CAP_SYS_MODULE`, `CAP_BPF`, `CAP_MAC_*`, `CAP_SYS_BOOT`)
-/// or reach the network past the TCP rules (`CAP_NET_RAW`, `CAP_NET_ADMIN`).
-const DROPPED_CAPS: &[u32] = &[
-    12, // CAP_NET_ADMIN
-    13, // CAP_NET_RAW
-    16, // CAP_SYS_MODULE
-    17, // CAP_SYS_RAWIO
-    19, // CAP_SYS_PTRACE
-    21, // CAP_SYS_ADMIN
-    22, // CAP_SYS_BOOT
-    32, // CAP_MAC_OVERRIDE
-    33, // CAP_MAC_ADMIN
-    34, // CAP_SYSLOG
-    38, // CAP_PERFMON
-    39, // CAP_BPF
-    40, // CAP_CHECKPOINT_RESTORE
+/// The only capability a program keeps (it matters when kiln runs as root): overriding file
+/// permission bits, so a root kiln can still build a workspace owned by another user. Every
+/// other one is dropped: an allowlist, so a capability nobody thought of is gone too. Without
+/// them a program cannot step around Landlock (`CAP_SYS_ADMIN`, `CAP_PERFMON`,
+/// `CAP_DAC_READ_SEARCH` for `open_by_handle_at`), read kiln's memory (`CAP_SYS_PTRACE`),
+/// change files it may not write through their metadata (`CAP_CHOWN`, `CAP_FOWNER`,
+/// `CAP_SETFCAP`, `CAP_LINUX_IMMUTABLE`), make device nodes (`CAP_MKNOD`), set the clock or
+/// reach the network past the filter (`CAP_NET_RAW`, `CAP_NET_ADMIN`).
+const KEPT_CAPS: &[u32] = &[
+    1, // CAP_DAC_OVERRIDE
 ];
+/// The highest capability number kiln knows of (`CAP_CHECKPOINT_RESTORE`); a kernel that
+/// knows more caps drops them from the bounding set too (see [`drop_caps`]).
+const LAST_CAP: u32 = 40;
 
 #[repr(C)]
 struct CapHeader {
@@ -505,7 +506,7 @@ struct CapData {
     inheritable: u32,
 }
 
-/// Remove [`DROPPED_CAPS`] from the bounding, ambient, inheritable, permitted and effective
+/// Remove every capability but [`KEPT_CAPS`] from the bounding, ambient, inheritable, permitted and effective
 /// sets, so the program does not get them back at exec. Async-signal-safe (system calls only).
 ///
 /// # Safety
@@ -514,7 +515,7 @@ unsafe fn drop_caps() -> std::io::Result<()> {
     const VERSION_3: u32 = 0x2008_0522;
     // SAFETY: prctl and capget/capset with pointers to live stack memory of the right layout.
     unsafe {
-        for &cap in DROPPED_CAPS {
+        for cap in (0..=LAST_CAP + 23).filter(|c| !KEPT_CAPS.contains(c)) {
             // Fails without CAP_SETPCAP (then the cap cannot be regained anyway: no_new_privs)
             // or for a cap this kernel does not know; both are fine.
             libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
@@ -539,7 +540,7 @@ unsafe fn drop_caps() -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
         let mut held = false;
-        for &cap in DROPPED_CAPS {
+        for cap in (0..64u32).filter(|c| !KEPT_CAPS.contains(c)) {
             let (i, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
             held |= (data[i].permitted | data[i].inheritable) & bit != 0;
             data[i].effective &= !bit;
@@ -586,8 +587,44 @@ pub unsafe fn enter(child: Child) -> std::io::Result<()> {
         if let Some(raw) = child.filter {
             super::seccomp::install(raw)?;
         }
+        // No descriptor kiln inherited (a secret file its parent opened, another process's
+        // pipe) reaches the program: everything past the standard streams closes at exec.
+        cloexec_from(3);
     }
     Ok(())
+}
+
+/// Mark every descriptor from `first` on close-on-exec (`close_range` with
+/// `CLOSE_RANGE_CLOEXEC`, Linux 5.11; one by one before that).
+///
+/// # Safety
+/// System calls only.
+unsafe fn cloexec_from(first: libc::c_int) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: changes flags of this process's descriptors only.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        ) == 0
+        {
+            return;
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 16) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in first..max {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 #[cfg(test)]

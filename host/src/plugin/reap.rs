@@ -70,7 +70,7 @@ fn probe() -> Option<String> {
     let errno = unsafe {
         let pid = libc::fork();
         if pid == 0 {
-            let rc = libc::unshare(libc::CLONE_NEWPID);
+            let rc = libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWIPC);
             libc::_exit(if rc == 0 {
                 0
             } else {
@@ -132,7 +132,7 @@ pub unsafe fn enter_pid_ns(lifeline: libc::c_int) -> std::io::Result<()> {
     let err = std::io::Error::last_os_error;
     // SAFETY: system calls on this process and on descriptors it just created.
     unsafe {
-        if libc::unshare(libc::CLONE_NEWPID) != 0 {
+        if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWIPC) != 0 {
             return Err(err());
         }
         let mut fds = [-1; 2];
