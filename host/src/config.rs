@@ -1512,6 +1512,40 @@ command = "notes"
     }
 
     #[test]
+    fn an_untrusted_budget_only_lowers_or_adds_a_cap() {
+        let ws = Path::new("/w/kiln.toml");
+        let mut c = Config::default();
+        c.layer_text(
+            Path::new("/u/config.toml"),
+            "[budget]\nmax_cost_usd = 2.0\n",
+            Layer::User,
+        )
+        .unwrap();
+        let text = "[budget]\nmax_cost_usd = 5.0\nmax_tokens = 1000\n";
+        let ignored = c.layer_text(ws, text, UNTRUSTED).unwrap();
+        // The raise is ignored; a cap the user did not set is added.
+        assert_eq!(c.budget.max_cost_usd, Some(2.0));
+        assert_eq!(c.budget.max_tokens, Some(1000));
+        assert!(
+            ignored.iter().any(|i| i == "budget.max_cost_usd (raises 2 to 5)"),
+            "{ignored:?}"
+        );
+        let text = "[budget]\nmax_cost_usd = 0.5\nmax_tokens = 5000\n";
+        c.layer_text(ws, text, UNTRUSTED).unwrap();
+        assert_eq!(c.budget.max_cost_usd, Some(0.5));
+        assert_eq!(c.budget.max_tokens, Some(1000));
+        // A trusted file sets it like the user's; a negative amount names the key.
+        c.layer_text(ws, "[budget]\nmax_tokens = 9000\n", TRUSTED)
+            .unwrap();
+        assert_eq!(c.budget.max_tokens, Some(9000));
+        let err = c
+            .layer_text(ws, "[budget]\nmax_cost_usd = -1\n", TRUSTED)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("budget.max_cost_usd"), "{err}");
+    }
+
+    #[test]
     fn an_untrusted_file_applies_only_the_allowlist() {
         let mut c = user();
         let ignored = c

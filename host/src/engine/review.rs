@@ -5,7 +5,7 @@
 //! what is pending and whether something blocks. Pending items are carried into the next
 //! round. Artifacts under `.kiln/loop/` (run.toml, state.toml, execution.toml, review.toml,
 //! review_output.toml) are written atomically, so a killed run leaves them readable.
-//! Stop reasons: `complete`, `review_clean`, `blocked`, `max_loops`, `error`, `cancelled`.
+//! Stop reasons: `complete`, `review_clean`, `blocked`, `max_loops`, `error`, `cancelled`, `budget`.
 
 use super::agent::{AgentDeps, AgentError, AgentOptions, run_agent};
 use super::events::Event;
