@@ -1527,7 +1527,9 @@ command = "notes"
         assert_eq!(c.budget.max_cost_usd, Some(2.0));
         assert_eq!(c.budget.max_tokens, Some(1000));
         assert!(
-            ignored.iter().any(|i| i == "budget.max_cost_usd (raises 2 to 5)"),
+            ignored
+                .iter()
+                .any(|i| i == "budget.max_cost_usd (raises 2 to 5)"),
             "{ignored:?}"
         );
         let text = "[budget]\nmax_cost_usd = 0.5\nmax_tokens = 5000\n";

@@ -18,7 +18,9 @@ fn loops(ws: &Workspace) -> Vec<LoopRow> {
 /// A streamed answer (text, or one tool call) whose usage reports `prompt` input tokens.
 fn answer(prompt: u64, tool: Option<(&str, Value)>) -> Reply {
     let delta = match tool {
-        Some((name, args)) => json!({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":name,"arguments":args.to_string()}}]}),
+        Some((name, args)) => {
+            json!({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":name,"arguments":args.to_string()}}]})
+        }
         None => json!({"role":"assistant","content":"I changed nothing."}),
     };
     let mut parts = openai_events(&[
@@ -166,6 +168,9 @@ fn max_tokens_stops_a_loop_and_its_parent_row_says_budget() {
     let res = last_event(&r, "loop.run.result");
     assert_eq!(res["stop_reason"], "budget", "{res}");
     let rows = loops(&ws);
-    let parent = rows.iter().find(|l| l.kind == "loop").expect("the loop row");
+    let parent = rows
+        .iter()
+        .find(|l| l.kind == "loop")
+        .expect("the loop row");
     assert_eq!(parent.stop_reason.as_deref(), Some("budget"), "{rows:?}");
 }

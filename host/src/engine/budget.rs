@@ -125,7 +125,10 @@ mod tests {
         // 1600 chars ≈ 400 in, 100 out: 1000 ≤ 1000; one more char passes it.
         assert!(b.check(&spent, &req(1600)).is_ok());
         let e = b.check(&spent, &req(1604)).unwrap_err().to_string();
-        assert!(e.contains("--max-tokens 1000") && e.contains("500 spent"), "{e}");
+        assert!(
+            e.contains("--max-tokens 1000") && e.contains("500 spent"),
+            "{e}"
+        );
     }
 
     #[test]
