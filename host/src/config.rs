@@ -165,6 +165,20 @@ struct File {
     /// `[pricing."MODEL"]`: USD per million tokens, for the cost kiln reports.
     #[serde(default)]
     pricing: Option<BTreeMap<String, crate::llm::pricing::Price>>,
+    /// `[budget]`: spend caps of `kiln fix`, `agent` and `loop`.
+    #[serde(default)]
+    budget: Option<BudgetConfig>,
+}
+
+/// `[budget]`: what one `kiln fix`, `agent` or `loop` may spend on model requests (the
+/// `--max-cost` and `--max-tokens` flags win). An untrusted workspace file may only lower it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// USD over every request of the run (needs a known price for the model).
+    pub max_cost_usd: Option<f64>,
+    /// Tokens over every request of the run (input, cached, cache writes and output).
+    pub max_tokens: Option<u64>,
 }
 
 /// `[mcp]`: MCP servers whose tools `kiln agent` offers to the model. They run outside kiln's
@@ -255,6 +269,8 @@ pub struct Config {
     pub mcp: McpConfig,
     /// `[pricing]`, by model name (a later file's entry for the same model wins).
     pub pricing: BTreeMap<String, crate::llm::pricing::Price>,
+    /// `[budget]`, merged (a later file's value replaces; an untrusted one only lowers).
+    pub budget: BudgetConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
@@ -303,7 +319,8 @@ pub enum Component<'a> {
 /// seen, or that changed since the user ran `kiln trust`, applies only an allowlist of fields
 /// that can neither widen access nor raise limits or cost (`UntrustedFile`: limits that
 /// lower the effective value, `[sandbox]` protections, `[fix]` prompt/format/max_iters that
-/// lower, a few `[llm]` sampling settings and lowered `[llm]` limits) until it is trusted again;
+/// lower, a few `[llm]` sampling settings, lowered `[llm]` limits and a lowered `[budget]`)
+/// until it is trusted again;
 /// every other field is ignored and named in the warning.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Trust {
@@ -523,6 +540,9 @@ impl Config {
             }
         }
         self.apply_pricing(path, file.pricing.unwrap_or_default())?;
+        if let Some(b) = file.budget {
+            self.apply_budget(path, b)?;
+        }
         if let Some(fix) = file.fix {
             if fix.prompt.is_some() {
                 self.fix.prompt = fix.prompt;
@@ -558,6 +578,24 @@ impl Config {
         }
         if sandbox.require_confinement == Some(true) {
             self.sandbox.require_confinement = Some(true);
+        }
+        Ok(())
+    }
+
+    fn apply_budget(&mut self, path: &Path, b: BudgetConfig) -> Result<(), ConfigError> {
+        if let Some(c) = b.max_cost_usd {
+            if !(c.is_finite() && c >= 0.0) {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "budget.max_cost_usd: {c} is not an amount; give USD (a number, 0 or more)"
+                    ),
+                });
+            }
+            self.budget.max_cost_usd = Some(c);
+        }
+        if b.max_tokens.is_some() {
+            self.budget.max_tokens = b.max_tokens;
         }
         Ok(())
     }
@@ -704,6 +742,17 @@ struct UntrustedFile {
     fix: Option<UntrustedFix>,
     #[serde(default)]
     sandbox: Option<UntrustedSandbox>,
+    #[serde(default)]
+    budget: Option<UntrustedBudget>,
+    #[serde(flatten)]
+    other: Other,
+}
+
+/// `[budget]` untrusted: caps that lower what applies (or add one where none applies).
+#[derive(Debug, Default, Deserialize)]
+struct UntrustedBudget {
+    max_cost_usd: Option<f64>,
+    max_tokens: Option<u64>,
     #[serde(flatten)]
     other: Other,
 }
@@ -847,6 +896,30 @@ impl UntrustedFile {
             file.sandbox = Some(SandboxConfig {
                 protect: sandbox.protect,
                 require_confinement: sandbox.require_confinement.filter(|r| *r),
+            });
+        }
+        if let Some(budget) = self.budget {
+            other_keys("budget", &budget.other, 0, &mut ignored);
+            let have = config.budget;
+            file.budget = Some(BudgetConfig {
+                max_cost_usd: match have.max_cost_usd {
+                    Some(c) => lower_only(
+                        "budget.max_cost_usd".into(),
+                        budget.max_cost_usd,
+                        c,
+                        &mut ignored,
+                    ),
+                    None => budget.max_cost_usd,
+                },
+                max_tokens: match have.max_tokens {
+                    Some(t) => lower_only(
+                        "budget.max_tokens".into(),
+                        budget.max_tokens,
+                        t,
+                        &mut ignored,
+                    ),
+                    None => budget.max_tokens,
+                },
             });
         }
         (file, ignored)
@@ -1436,6 +1509,42 @@ command = "notes"
         )
         .unwrap();
         c
+    }
+
+    #[test]
+    fn an_untrusted_budget_only_lowers_or_adds_a_cap() {
+        let ws = Path::new("/w/kiln.toml");
+        let mut c = Config::default();
+        c.layer_text(
+            Path::new("/u/config.toml"),
+            "[budget]\nmax_cost_usd = 2.0\n",
+            Layer::User,
+        )
+        .unwrap();
+        let text = "[budget]\nmax_cost_usd = 5.0\nmax_tokens = 1000\n";
+        let ignored = c.layer_text(ws, text, UNTRUSTED).unwrap();
+        // The raise is ignored; a cap the user did not set is added.
+        assert_eq!(c.budget.max_cost_usd, Some(2.0));
+        assert_eq!(c.budget.max_tokens, Some(1000));
+        assert!(
+            ignored
+                .iter()
+                .any(|i| i == "budget.max_cost_usd (raises 2 to 5)"),
+            "{ignored:?}"
+        );
+        let text = "[budget]\nmax_cost_usd = 0.5\nmax_tokens = 5000\n";
+        c.layer_text(ws, text, UNTRUSTED).unwrap();
+        assert_eq!(c.budget.max_cost_usd, Some(0.5));
+        assert_eq!(c.budget.max_tokens, Some(1000));
+        // A trusted file sets it like the user's; a negative amount names the key.
+        c.layer_text(ws, "[budget]\nmax_tokens = 9000\n", TRUSTED)
+            .unwrap();
+        assert_eq!(c.budget.max_tokens, Some(9000));
+        let err = c
+            .layer_text(ws, "[budget]\nmax_cost_usd = -1\n", TRUSTED)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("budget.max_cost_usd"), "{err}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod support;
 mod agent;
 mod agent_cli;
 mod agent_policy;
+mod budget;
 mod cli;
 mod confine;
 mod edit;

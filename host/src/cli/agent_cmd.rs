@@ -85,6 +85,8 @@ pub(crate) struct AgentArgs {
     json: bool,
     #[command(flatten)]
     llm: LlmArgs,
+    #[command(flatten)]
+    budget: super::common::BudgetArgs,
 }
 
 /// Project files that imply a test command when none is given, in order of preference.
@@ -271,6 +273,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         }
         None => ModelSource::live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
     };
+    args.budget.apply(&config, &mut model)?;
     let (test_command, test_source) = test_command_for(ctx, &args, &config, &extra_args)?;
     if let Some(cmd) = &test_command {
         crate::config::grant_test_command(&mut config, cmd).map_err(|e| anyhow::anyhow!(e))?;

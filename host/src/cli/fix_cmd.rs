@@ -44,6 +44,8 @@ pub(crate) struct FixArgs {
     json: bool,
     #[command(flatten)]
     llm: LlmArgs,
+    #[command(flatten)]
+    budget: super::common::BudgetArgs,
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
@@ -75,6 +77,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
             None => args.llm.settings(&config)?,
         })?),
     };
+    args.budget.apply(&config, &mut model)?;
     let format_name = args
         .format
         .clone()

@@ -47,6 +47,8 @@ pub(crate) struct LoopArgs {
     json: bool,
     #[command(flatten)]
     llm: LlmArgs,
+    #[command(flatten)]
+    budget: super::common::BudgetArgs,
 }
 
 /// The task file as a workspace-relative path; a file outside the workspace (through `..`,
@@ -109,6 +111,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
         }
         None => ModelSource::live(LlmClient::new(args.llm.settings_with_key(&config)?)?),
     };
+    args.budget.apply(&config, &mut model)?;
     let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;
     let mut store = Store::open(&ctx.workspace)?;

@@ -494,6 +494,10 @@ impl Agent<'_, '_> {
         let resp = match run.ask(turn, &req, true).await {
             Ok(r) => r,
             Err(AskError::Cancelled) => return Think::Stop(StopReason::Cancelled),
+            Err(AskError::Budget(e)) => {
+                self.content = e.to_string();
+                return Think::Stop(StopReason::Budget);
+            }
             Err(AskError::Model(LlmError::ContextOverflow { message })) => {
                 return self.overflowed(run, message);
             }

@@ -618,6 +618,9 @@ impl Fix<'_> {
                         format!("the model call failed: {e}"),
                     )));
                 }
+                Err(AskError::Budget(e)) => {
+                    return Ok(Err((StopReason::Budget, e.to_string())));
+                }
             };
             usage += resp.usage;
             run.emit(Event::LlmResponse {

@@ -2,6 +2,7 @@
 //! cancellation) and one tool dispatcher (`tools`), emitting one typed event stream.
 
 pub mod agent;
+pub mod budget;
 pub mod events;
 pub mod fix;
 pub(crate) mod history;

@@ -132,6 +132,7 @@ pub enum Source {
 pub struct ModelSource {
     source: Source,
     spent: Usage,
+    budget: super::budget::Budget,
 }
 
 impl ModelSource {
@@ -140,6 +141,7 @@ impl ModelSource {
         ModelSource {
             source: Source::Live(client),
             spent: Usage::default(),
+            budget: Default::default(),
         }
     }
 
@@ -148,6 +150,7 @@ impl ModelSource {
         ModelSource {
             source: Source::Replay(replay),
             spent: Usage::default(),
+            budget: Default::default(),
         }
     }
 
@@ -162,6 +165,24 @@ impl ModelSource {
     /// Tokens of every answer so far.
     pub fn spent(&self) -> Usage {
         self.spent
+    }
+
+    /// Cap what every later request may spend, counting what was spent so far. A request that
+    /// names no output limit is assumed to spend the settings' `max_tokens` (a replay: the
+    /// budget's own estimate).
+    pub fn set_budget(&mut self, mut budget: super::budget::Budget) {
+        if let Source::Live(c) = &self.source {
+            budget.output_estimate = u64::from(c.settings().max_tokens);
+        }
+        if budget.output_estimate == 0 {
+            budget.output_estimate = super::budget::DEFAULT_OUTPUT_ESTIMATE;
+        }
+        self.budget = budget;
+    }
+
+    /// Refuse `req` when it would pass the budget (see [`super::budget::Budget::check`]).
+    pub fn check_budget(&self, req: &ChatRequest) -> Result<(), super::budget::BudgetExceeded> {
+        self.budget.check(&self.spent, req)
     }
 
     /// Get the next answer.

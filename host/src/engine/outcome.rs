@@ -39,6 +39,8 @@ pub enum StopReason {
     ReviewClean,
     /// loop: the round limit.
     MaxLoops,
+    /// The next model request would pass `--max-cost` / `--max-tokens` (`[budget]`).
+    Budget,
 }
 
 impl StopReason {
@@ -60,6 +62,7 @@ impl StopReason {
             StopReason::ContextExceeded => "context_exceeded",
             StopReason::ReviewClean => "review_clean",
             StopReason::MaxLoops => "max_loops",
+            StopReason::Budget => "budget",
         }
     }
 
@@ -134,7 +137,7 @@ pub struct FixOutcome {
     /// Multi-file mode: absolute paths of the files written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modified_files: Option<Vec<String>>,
-    /// On failure: `max_iters`, `stagnation`, `no_edits_applied`, `blocked`, `cancelled`, `error`.
+    /// On failure: `max_iters`, `stagnation`, `no_edits_applied`, `blocked`, `cancelled`, `error`, `budget`.
     pub failure_reason: Option<StopReason>,
     /// On failure: the last error output.
     pub last_error: Option<String>,

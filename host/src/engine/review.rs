@@ -5,7 +5,7 @@
 //! what is pending and whether something blocks. Pending items are carried into the next
 //! round. Artifacts under `.kiln/loop/` (run.toml, state.toml, execution.toml, review.toml,
 //! review_output.toml) are written atomically, so a killed run leaves them readable.
-//! Stop reasons: `complete`, `review_clean`, `blocked`, `max_loops`, `error`, `cancelled`.
+//! Stop reasons: `complete`, `review_clean`, `blocked`, `max_loops`, `error`, `cancelled`, `budget`.
 
 use super::agent::{AgentDeps, AgentError, AgentOptions, run_agent};
 use super::events::Event;
@@ -605,7 +605,7 @@ impl LoopState<'_, '_> {
             self.rounds.push(summary.clone());
             self.summary = exec.content.clone();
             match exec.stop_reason {
-                StopReason::Cancelled | StopReason::Error => {
+                StopReason::Cancelled | StopReason::Error | StopReason::Budget => {
                     self.loops_completed = round - 1;
                     return Ok(exec.stop_reason);
                 }
@@ -619,7 +619,7 @@ impl LoopState<'_, '_> {
             self.pending = extract_pending_items(&exec.content);
             let review = self.phase(run, round, Phase::Review).await?;
             match review.stop_reason {
-                StopReason::Cancelled | StopReason::Error => {
+                StopReason::Cancelled | StopReason::Error | StopReason::Budget => {
                     self.loops_completed = round - 1;
                     return Ok(review.stop_reason);
                 }

@@ -1,6 +1,7 @@
 //! The run core every loop shares: a run's lifecycle in the store (begin, finish), its numbered
 //! event stream (stored and sent to the caller), the one "ask the model" step (streaming text,
-//! retries shown as they happen, cancellation, every call recorded, tokens counted), and
+//! retries shown as they happen, cancellation, every call recorded, tokens counted, the budget
+//! checked before each request), and
 //! cancellation. The fix loop, the agent and the execute/review loop are policies on top.
 
 use super::events::Event;
@@ -32,6 +33,8 @@ pub enum AskError {
     Cancelled,
     /// The transport or the model failed (already recorded in the store).
     Model(LlmError),
+    /// The request would pass the budget: it was not sent.
+    Budget(super::budget::BudgetExceeded),
 }
 
 /// One run of a loop: its row in the store, its events, its model.
@@ -121,6 +124,12 @@ impl<'a> Run<'a> {
         req: &ChatRequest,
         live_text: bool,
     ) -> Result<ChatResponse, AskError> {
+        if let Err(e) = self.model.check_budget(req) {
+            self.emit(Event::Error {
+                message: e.to_string(),
+            });
+            return Err(AskError::Budget(e));
+        }
         let mut cancel = self.cancel.clone();
         let Run {
             id,

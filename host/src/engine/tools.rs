@@ -671,6 +671,7 @@ impl<'r> Toolbox<'r> {
             let answer = match tokio::time::timeout(s.timeout, run.ask(0, &req, false)).await {
                 Err(_) => return ("generate_patch timed out".into(), true),
                 Ok(Err(super::run::AskError::Cancelled)) => return ("cancelled".into(), true),
+                Ok(Err(super::run::AskError::Budget(e))) => return (e.to_string(), true),
                 Ok(Err(super::run::AskError::Model(e))) => {
                     return (format!("the model call failed: {e}"), true);
                 }
@@ -1040,6 +1041,7 @@ async fn evaluate_work(
     match tokio::time::timeout(s.timeout, run.ask(0, &req, false)).await {
         Err(_) => ("evaluate_work timed out".into(), true),
         Ok(Err(super::run::AskError::Cancelled)) => ("cancelled".into(), true),
+        Ok(Err(super::run::AskError::Budget(e))) => (e.to_string(), true),
         Ok(Err(super::run::AskError::Model(e))) => (format!("the reviewer call failed: {e}"), true),
         Ok(Ok(r)) => {
             let text = r.text.trim();
