@@ -444,3 +444,88 @@ fn a_read_only_workspace_gets_one_clear_message() {
         "{all}"
     );
 }
+
+#[test]
+fn a_streaming_request_answered_with_one_json_body_is_taken_as_it_is() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![crate::mock_llm::Reply::json(
+        200,
+        serde_json::json!({
+            "choices": [{
+                "message": {
+                    "role": "assistant",
+                    "content": "<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n"
+                },
+                "finish_reason": "stop"
+            }],
+            "usage": { "prompt_tokens": 10, "completion_tokens": 5 }
+        }),
+    )]);
+    let r = fix(&ws, &mock, &["--cmd", "grep -q y a.txt", "--file", "a.txt"]);
+    r.expect_code(0);
+    assert_eq!(ws.read("a.txt"), "y\n");
+    assert_eq!(mock.recorded().len(), 1, "retried: {}", r.stdout());
+    // The request did ask for a stream.
+    assert_eq!(mock.recorded()[0].body["stream"], true);
+}
+
+#[test]
+fn a_refused_connection_fails_at_once_naming_the_url() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--cmd",
+            "false",
+            "--file",
+            "a.txt",
+        ],
+        &[("OPENAI_API_KEY", "sk-r")],
+    );
+    let err = r.stderr();
+    assert!(
+        err.contains(&format!("nothing answers at http://127.0.0.1:{port}/v1"))
+            && err.contains("connection refused"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("retry"),
+        "a refused connection was retried: {err}"
+    );
+}
+
+#[test]
+fn a_cold_plugin_cache_says_it_is_compiling() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let cache = ws.path().join("cold-cache");
+    let cache = cache.to_str().unwrap();
+    let run = || {
+        ws.kiln(
+            &["check", "--cmd", "true", "--file", "a.txt"],
+            &[("KILN_CACHE_DIR", cache)],
+        )
+    };
+    let r = run();
+    r.expect_code(0);
+    assert!(
+        r.stderr()
+            .contains("kiln: compiling 1 built-in plugin (first run; cached afterwards)"),
+        "{}",
+        r.stderr()
+    );
+    let r = run();
+    assert!(!r.stderr().contains("compiling"), "{}", r.stderr());
+}
