@@ -285,11 +285,15 @@ fn a_target_too_big_for_the_format_names_the_setting_before_the_model_is_paid() 
     let line = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n";
     ws.write("big.txt", &line.repeat(5 << 20 >> 6));
     let mock = MockLlm::start(vec![openai_text("no")]);
-    let r = fix(&ws, &mock, &["--cmd", "false", "--file", "big.txt"]);
+    let r = fix(
+        &ws,
+        &mock,
+        &["--cmd", "false", "--file", "big.txt", "--format", "whole"],
+    );
     r.expect_code(2);
     let err = r.stderr();
     assert!(
-        err.contains("[plugins.search-replace]") && err.contains("output_bytes = 8388608"),
+        err.contains("[plugins.whole]") && err.contains("output_bytes = 8388608"),
         "{err}"
     );
     assert!(mock.recorded().is_empty(), "the model was asked");
@@ -528,4 +532,29 @@ fn a_cold_plugin_cache_says_it_is_compiling() {
     );
     let r = run();
     assert!(!r.stderr().contains("compiling"), "{}", r.stderr());
+}
+
+#[test]
+fn a_search_replace_on_a_big_file_costs_the_edit_not_the_file() {
+    // 24 MiB: six times the default output cap, and past what the default memory limit
+    // allows the format to hold whole; the edit goes through a window around its one match.
+    let ws = Workspace::new();
+    let mut text = String::with_capacity(24 << 20);
+    for i in 0..(24 << 20) / 32 {
+        text.push_str(&format!("{{\"id\": {i:>10}, \"v\": \"xxxx\"}},\n"));
+    }
+    ws.write("gen.json", &text);
+    let mock = MockLlm::start(vec![openai_text(
+        "<<<<<<< SEARCH\n{\"id\":     400000, \"v\": \"xxxx\"},\n=======\n{\"id\":     400000, \"v\": \"done\"},\n>>>>>>> REPLACE\n",
+    )]);
+    let r = fix(
+        &ws,
+        &mock,
+        &["--cmd", "grep -q done gen.json", "--file", "gen.json"],
+    );
+    r.expect_code(0);
+    let after = std::fs::read_to_string(ws.root().join("gen.json")).unwrap();
+    assert_eq!(after.len(), text.len());
+    assert!(after.contains("{\"id\":     400000, \"v\": \"done\"},\n"));
+    assert_eq!(after.matches("done").count(), 1);
 }

@@ -7,6 +7,7 @@
 
 pub mod journal;
 pub mod refactor;
+mod window;
 pub mod writer;
 
 use crate::plugin::{EditKind, EditStatus, FailureKind, FileEdit, Plugin, PluginError};
@@ -484,10 +485,19 @@ async fn plan_file(
         return Ok(None);
     }
     let file_edits: Vec<FileEdit> = idx.iter().map(|&i| edits[i].clone()).collect();
-    let applied = match format
-        .format_apply(path, original.as_deref(), &file_edits)
-        .await?
-    {
+    let windowed = match original.as_deref() {
+        Some(text) => window::apply(format, path, text, &file_edits).await,
+        None => None,
+    };
+    let result = match windowed {
+        Some(r) => r,
+        None => {
+            format
+                .format_apply(path, original.as_deref(), &file_edits)
+                .await
+        }
+    };
+    let applied = match result? {
         Ok(applied) => applied,
         Err(f) => {
             let i = idx[(f.index as usize).min(idx.len() - 1)];

@@ -287,7 +287,11 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
     let log = crate::store::open_log(workspace, "fix-loop.log")?;
     let instructions = format.format_instructions(opts.targets.len() > 1).await?;
     refuse_non_text(&ws, &opts.targets)?;
-    refuse_over_limits(&ws, &opts.targets, format)?;
+    // A format that returns whole files must fit each target in its limits; the others edit
+    // a big file through a window around each change (`edit::window`).
+    if opts.whole_file_format || format.name == "whole" {
+        refuse_over_limits(&ws, &opts.targets, format)?;
+    }
     let first = first_check(opts, runner, &cancel).await?;
     let new = NewLoop {
         kind: "fix".into(),
@@ -352,7 +356,7 @@ fn refuse_non_text(ws: &Workspace, targets: &[String]) -> Result<(), FixError> {
     Ok(())
 }
 
-/// Refuse, before the model is asked, a target the edit format could not return whole: its
+/// Refuse, before the model is asked, a target a whole-file format could not return: its
 /// new text must fit the format's output cap, and its working copies its memory limit (about
 /// four times the file: the text in, its lines, the text out). The message names the setting.
 fn refuse_over_limits(ws: &Workspace, targets: &[String], format: &Plugin) -> Result<(), FixError> {
