@@ -485,3 +485,28 @@ fn a_program_keeps_no_capability_but_dac_override() {
     }
     assert_eq!(out.lines().count(), 3, "{out}");
 }
+
+#[test]
+fn no_program_can_make_a_file_set_user_id() {
+    // Landlock does not cover chmod: outside the writable paths a root program could make any
+    // binary set-user-ID root. The seccomp filter refuses those mode bits, with `net` or not.
+    let (ws, _) = with_home_secret();
+    let outside = ws.path().join("victim");
+    std::fs::write(&outside, "#!/bin/sh\n").unwrap();
+    ws.write("inside", "#!/bin/sh\n");
+    let r = check(
+        &ws,
+        &format!(
+            "sh -c 'chmod 4755 {} inside; chmod 2755 inside; chmod 755 inside && echo plain-ok'",
+            outside.display()
+        ),
+        &[],
+    );
+    let out = output(&r);
+    assert!(out.contains("plain-ok"), "{out}");
+    use std::os::unix::fs::PermissionsExt;
+    for p in [outside, ws.root().join("inside")] {
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o6000, 0, "{} became {mode:o}: {out}", p.display());
+    }
+}

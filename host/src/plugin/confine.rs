@@ -318,7 +318,7 @@ impl Confinement {
                 None
             };
         let filter = if policy.net {
-            None
+            NetFilter::current().raw_with_net()
         } else {
             NetFilter::current().raw()
         };
@@ -558,7 +558,7 @@ unsafe fn drop_caps() -> std::io::Result<()> {
 /// found and killed, and none can join kiln's), enter the checked cwd by its descriptor, set
 /// `no_new_privs`, enter a PID namespace of the call's own (the process that returns from here
 /// is the program's, below the namespace's init), drop the capabilities that would step around
-/// the sandbox, apply the Landlock ruleset and, without `net`, the seccomp filter.
+/// the sandbox, apply the Landlock ruleset and the seccomp filter (sockets without `net`, modes always).
 ///
 /// # Safety
 /// Runs after `fork` in a copy of a multi-threaded process: it only makes async-signal-safe

@@ -1,7 +1,9 @@
-//! The network filter of the programs kiln runs without `net`: a seccomp-BPF program (compiled
-//! by `seccompiler`, once, in kiln) that lets `socket(2)` and `socketpair(2)` create `AF_UNIX`
-//! sockets only (so no TCP, UDP, MPTCP, raw, packet or netlink sockets) and refuses
-//! `io_uring_setup(2)` (an io_uring can open sockets of its own). The child installs it between
+//! The seccomp filter of the programs kiln runs: a seccomp-BPF program (compiled by
+//! `seccompiler`, once, in kiln) that, without `net`, lets `socket(2)` and `socketpair(2)`
+//! create `AF_UNIX` sockets only (so no TCP, UDP, MPTCP, raw, packet or netlink sockets) and
+//! refuses `io_uring_setup(2)` (an io_uring can open sockets of its own); and, with or without
+//! `net`, refuses a file mode with the set-user-ID or set-group-ID bit in `chmod`, `open` and
+//! their kin (Landlock does not cover `chmod`). The child installs it between
 //! fork and exec, after `no_new_privs`, with one `prctl` on memory built beforehand.
 
 use seccompiler::{
@@ -15,9 +17,11 @@ use std::sync::OnceLock;
 /// without seccomp filters. Release builds ignore it.
 const TEST_NO_SECCOMP: &str = "KILN_TEST_NO_SECCOMP";
 
-/// The compiled filter, or why this kernel or architecture has none.
+/// The compiled filters (without `net`: sockets and modes; with `net`: modes only), or why
+/// this kernel or architecture has none.
 pub struct NetFilter {
     program: Result<BpfProgram, String>,
+    modes_only: Result<BpfProgram, String>,
 }
 
 impl NetFilter {
@@ -25,7 +29,8 @@ impl NetFilter {
     pub fn current() -> &'static NetFilter {
         static CURRENT: OnceLock<NetFilter> = OnceLock::new();
         CURRENT.get_or_init(|| NetFilter {
-            program: available().and_then(|()| compile()),
+            program: available().and_then(|()| compile(true)),
+            modes_only: available().and_then(|()| compile(false)),
         })
     }
 
@@ -35,11 +40,37 @@ impl NetFilter {
     }
 
     /// The filter as the child installs it: the address and length of its instructions (they
-    /// live as long as the process).
+    /// live as long as the process). Without `net` it also holds the socket rules.
     pub fn raw(&self) -> Option<(usize, u16)> {
         let p = self.program.as_ref().ok()?;
         Some((p.as_ptr() as usize, p.len() as u16))
     }
+
+    /// The filter for a program granted `net`: the mode rules only.
+    pub fn raw_with_net(&self) -> Option<(usize, u16)> {
+        let p = self.modes_only.as_ref().ok()?;
+        Some((p.as_ptr() as usize, p.len() as u16))
+    }
+}
+
+/// The system calls that take a file mode, and the index of the mode argument: a mode with
+/// the set-user-ID or set-group-ID bit is refused (Landlock does not cover `chmod`, so a root
+/// program could otherwise make any binary on the system set-user-ID root).
+fn mode_calls() -> Vec<(i64, u8)> {
+    let mut calls = vec![
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        // fchmodat2 (Linux 6.6), the same number on every architecture.
+        (452, 2),
+        (libc::SYS_openat, 3),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        (libc::SYS_chmod, 1),
+        (libc::SYS_open, 2),
+        (libc::SYS_creat, 1),
+    ]);
+    calls
 }
 
 /// Whether the kernel takes seccomp filters: `PR_SET_SECCOMP` with a null filter fails with
@@ -68,7 +99,7 @@ fn available() -> Result<(), String> {
     }
 }
 
-fn compile() -> Result<BpfProgram, String> {
+fn compile(sockets: bool) -> Result<BpfProgram, String> {
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|_| format!("no seccomp filter for {}", std::env::consts::ARCH))?;
@@ -82,10 +113,26 @@ fn compile() -> Result<BpfProgram, String> {
     };
     let build = || -> Result<BpfProgram, seccompiler::BackendError> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-        rules.insert(libc::SYS_socket, not_unix()?);
-        rules.insert(libc::SYS_socketpair, not_unix()?);
-        // An empty rule list matches every call.
-        rules.insert(libc::SYS_io_uring_setup, Vec::new());
+        if sockets {
+            rules.insert(libc::SYS_socket, not_unix()?);
+            rules.insert(libc::SYS_socketpair, not_unix()?);
+            // An empty rule list matches every call.
+            rules.insert(libc::SYS_io_uring_setup, Vec::new());
+        }
+        for (nr, arg) in mode_calls() {
+            let bit = |b: u64| -> Result<SeccompRule, seccompiler::BackendError> {
+                SeccompRule::new(vec![SeccompCondition::new(
+                    arg,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(b),
+                    b,
+                )?])
+            };
+            rules.insert(
+                nr,
+                vec![bit(libc::S_ISUID as u64)?, bit(libc::S_ISGID as u64)?],
+            );
+        }
         let filter = SeccompFilter::new(
             rules,
             SeccompAction::Allow,
@@ -206,6 +253,37 @@ mod tests {
             }
         };
         assert_eq!(probe(libc::AF_UNIX, libc::SOCK_STREAM, 0), 0);
+        // Set-user-ID and set-group-ID modes are refused, with or without `net`; plain ones
+        // pass.
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::ffi::CString::new(dir.path().join("f").to_str().unwrap()).unwrap();
+        std::fs::write(dir.path().join("f"), "").unwrap();
+        for raw in [f.raw().unwrap(), f.raw_with_net().unwrap()] {
+            let chmod = |mode: libc::mode_t| -> i32 {
+                // SAFETY: the child only makes system calls and exits.
+                unsafe {
+                    let pid = libc::fork();
+                    if pid == 0 {
+                        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                        if install(raw).is_err() {
+                            libc::_exit(100);
+                        }
+                        let rc = libc::fchmodat(libc::AT_FDCWD, file.as_ptr(), mode, 0);
+                        libc::_exit(if rc == 0 {
+                            0
+                        } else {
+                            *libc::__errno_location()
+                        });
+                    }
+                    let mut st = 0;
+                    libc::waitpid(pid, &mut st, 0);
+                    libc::WEXITSTATUS(st)
+                }
+            };
+            assert_eq!(chmod(0o755), 0);
+            assert_eq!(chmod(0o4755), libc::EACCES);
+            assert_eq!(chmod(0o2755), libc::EACCES);
+        }
         for (d, t, p) in [
             (libc::AF_INET, libc::SOCK_STREAM, 0),
             (libc::AF_INET, libc::SOCK_DGRAM, 0),
