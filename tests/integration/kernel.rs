@@ -510,3 +510,61 @@ fn no_program_can_make_a_file_set_user_id() {
         assert_eq!(mode & 0o6000, 0, "{} became {mode:o}: {out}", p.display());
     }
 }
+
+#[test]
+fn without_root_descendants_still_end_with_the_call() {
+    // kiln run as `nobody` (the tests run as root) gets its PID namespace through a user
+    // namespace that maps its own ids to themselves.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let kiln = base.join("kiln");
+    std::fs::copy(env!("CARGO_BIN_EXE_kiln"), &kiln).unwrap();
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for p in [
+        base.to_path_buf(),
+        ws.clone(),
+        ws.join("a.txt"),
+        kiln.clone(),
+    ] {
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&kiln)
+        .args([
+            "-C",
+            ws.to_str().unwrap(),
+            "check",
+            "--file",
+            "a.txt",
+            "--json",
+        ])
+        .arg("--cmd")
+        .arg("sh -c '(setsid sleep 79.5 </dev/null >/dev/null 2>&1 &); echo $$'")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", base)
+        .env("XDG_STATE_HOME", base.join("state"))
+        .env("KILN_CACHE_DIR", base.join("cache"))
+        .output()
+        .unwrap();
+    let r = Run(out);
+    let j = r.json();
+    assert_eq!(j["exit_code"], 0, "{j}\n{}", r.stderr());
+    // The program is PID 2 of its own namespace (its init is 1).
+    assert_eq!(
+        j["stdout"].as_str().unwrap().trim(),
+        "2",
+        "{j}\n{}",
+        r.stderr()
+    );
+    let alive = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read_to_string(e.path().join("cmdline"))
+            .is_ok_and(|c| c.ends_with("sleep\u{0}79.5\u{0}"))
+    });
+    assert!(!alive, "the daemon outlived its call");
+}

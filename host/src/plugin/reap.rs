@@ -34,10 +34,14 @@ const SWEEP_LIMIT: Duration = Duration::from_secs(2);
 /// that gives it no PID namespaces. Release builds ignore it.
 const TEST_NO_PIDNS: &str = "KILN_TEST_NO_PIDNS";
 
-/// Whether calls can get PID namespaces of their own here.
+/// Whether calls can get PID namespaces of their own here, and whether they need a user
+/// namespace for it (kiln is not root, but unprivileged user namespaces are allowed).
 #[derive(Debug)]
 pub struct PidNs {
     missing: Option<String>,
+    /// `Some((uid_map, gid_map))`: enter a user namespace first, mapping kiln's own uid and gid
+    /// to themselves (written before the fork: the child allocates nothing).
+    user: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl PidNs {
@@ -48,9 +52,26 @@ impl PidNs {
             if cfg!(debug_assertions) && std::env::var_os(TEST_NO_PIDNS).is_some_and(|v| v == "1") {
                 return PidNs {
                     missing: Some(format!("turned off by {TEST_NO_PIDNS}=1 (debug build)")),
+                    user: None,
                 };
             }
-            PidNs { missing: probe() }
+            match probe(NS) {
+                None => PidNs {
+                    missing: None,
+                    user: None,
+                },
+                // Not root: a user namespace of kiln's own ids gives the PID namespace.
+                Some(why) => match probe(NS | libc::CLONE_NEWUSER) {
+                    None => PidNs {
+                        missing: None,
+                        user: Some(id_maps()),
+                    },
+                    Some(user_why) => PidNs {
+                        missing: Some(format!("{why}; in a user namespace: {user_why}")),
+                        user: None,
+                    },
+                },
+            }
         })
     }
 
@@ -65,12 +86,46 @@ impl PidNs {
     }
 }
 
-fn probe() -> Option<String> {
+/// The namespaces a call gets: its own PIDs and its own SysV IPC.
+const NS: libc::c_int = libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+
+/// `uid_map` and `gid_map` lines mapping kiln's own ids to themselves.
+fn id_maps() -> (Vec<u8>, Vec<u8>) {
+    // SAFETY: getuid and getgid only read this process's ids.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    (
+        format!("{uid} {uid} 1\n").into_bytes(),
+        format!("{gid} {gid} 1\n").into_bytes(),
+    )
+}
+
+/// Write `data` to the file at `path` (a NUL-terminated `/proc/self/...` name).
+///
+/// # Safety
+/// System calls only, on memory the caller keeps alive.
+unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
+    // SAFETY: open, write and close on a live NUL-terminated path and a live buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+fn probe(flags: libc::c_int) -> Option<String> {
     // SAFETY: the child makes two system calls and exits; the parent waits for that child only.
     let errno = unsafe {
         let pid = libc::fork();
         if pid == 0 {
-            let rc = libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWIPC);
+            let rc = libc::unshare(flags);
             libc::_exit(if rc == 0 {
                 0
             } else {
@@ -132,8 +187,22 @@ pub unsafe fn enter_pid_ns(lifeline: libc::c_int) -> std::io::Result<()> {
     let err = std::io::Error::last_os_error;
     // SAFETY: system calls on this process and on descriptors it just created.
     unsafe {
-        if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWIPC) != 0 {
-            return Err(err());
+        match &PidNs::current().user {
+            None => {
+                if libc::unshare(NS) != 0 {
+                    return Err(err());
+                }
+            }
+            Some((uid_map, gid_map)) => {
+                // kiln is not root: a user namespace where its ids map to themselves, which
+                // may then create the PID and IPC namespaces.
+                if libc::unshare(NS | libc::CLONE_NEWUSER) != 0 {
+                    return Err(err());
+                }
+                write_proc(c"/proc/self/setgroups", b"deny")?;
+                write_proc(c"/proc/self/uid_map", uid_map)?;
+                write_proc(c"/proc/self/gid_map", gid_map)?;
+            }
         }
         let mut fds = [-1; 2];
         if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
