@@ -612,15 +612,7 @@ unsafe fn cloexec_from(first: libc::c_int) {
         {
             return;
         }
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur.min(1 << 16) as libc::c_int
-        } else {
-            1024
-        };
+        let max = super::reap::fd_limit();
         for fd in first..max {
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }

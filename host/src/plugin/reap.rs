@@ -241,6 +241,24 @@ pub unsafe fn enter_pid_ns(lifeline: libc::c_int) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The highest descriptor number to visit one by one where `close_range` is missing: the
+/// descriptor limit, at most 65536 (1024 when it cannot be read).
+///
+/// # Safety
+/// One system call on stack memory.
+pub(super) unsafe fn fd_limit() -> libc::c_int {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the live `lim`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur.min(1 << 16) as libc::c_int
+    } else {
+        1024
+    }
+}
+
 /// Close every descriptor but those in `keep` (standard streams included; negative entries
 /// are ignored).
 ///
@@ -268,15 +286,7 @@ unsafe fn close_all_but(keep: &[libc::c_int]) {
         failed |= libc::syscall(libc::SYS_close_range, from as u32, u32::MAX, 0u32) != 0;
         if failed {
             // Kernels before 5.9: one by one, up to the descriptor limit.
-            let mut lim = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                lim.rlim_cur.min(1 << 16) as libc::c_int
-            } else {
-                1024
-            };
+            let max = fd_limit();
             for fd in (0..max).filter(|fd| !kept.contains(fd)) {
                 libc::close(fd);
             }
