@@ -99,7 +99,6 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         lang: args.lang.clone(),
         prompt,
         runner_settings,
-        whole_file_format: format.name == "whole",
         protected: config.protected(),
         ..Default::default()
     };

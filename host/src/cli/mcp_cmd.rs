@@ -10,6 +10,7 @@ use super::llm_cmd::LlmArgs;
 use super::{Ctx, Outcome};
 use crate::config::Config;
 use crate::edit::{self, ApplyOptions, Workspace};
+use crate::engine::tools::compile_loop::{self, CompileLoopSetup};
 use crate::engine::{Event, FixOptions, ModelSource, Replay};
 use crate::llm::LlmClient;
 use crate::plugin::{PluginKind, Registry};
@@ -24,7 +25,6 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -207,7 +207,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
     let model_label = model.as_ref().map_or("-".to_string(), |m| m.label());
     // The plugin tools, named as `kiln tool list` names them, then kiln's own.
     let mut tools: Vec<Offered> = Vec::new();
-    for t in crate::engine::agent::plugin_tools(&registry).await? {
+    for t in crate::engine::tools::plugin_tools(&registry).await? {
         let name = if ["apply_edit", "compile_loop"].contains(&t.def.name.as_str()) {
             format!("{}__{}", t.plugin.name, t.def.name)
         } else {
@@ -384,7 +384,8 @@ async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) 
                 Ok(p) => p,
                 Err(e) => return (e.to_string(), true),
             };
-            crate::engine::agent::plugin_call(plugin, tool, &args.to_string(), timeout).await
+            let out = crate::engine::tools::plugin_call(plugin, tool, &args.to_string(), timeout).await;
+            (out.text().to_string(), out.is_error())
         }
         Target::ApplyEdit => {
             let Some(response) = args["response"].as_str() else {
@@ -490,35 +491,19 @@ async fn compile_loop(
             true,
         );
     };
-    let targets = match crate::engine::fix::compile_loop_targets(args) {
-        Ok(t) => t,
-        Err(e) => return (e, true),
+    let setup = CompileLoopSetup {
+        cmd,
+        format: shared.default_format.clone(),
+        base: FixOptions {
+            max_iters: shared.config.fix.max_iters.unwrap_or(5),
+            prompt: shared.config.fix.prompt.clone(),
+            protected: shared.config.protected(),
+            ..Default::default()
+        },
     };
-    let runner = match shared.registry.get("command", Some(PluginKind::Runner)) {
-        Ok(r) => r,
+    let plan = match compile_loop::plan(&shared.registry, args, setup) {
+        Ok(p) => p,
         Err(e) => return (e.to_string(), true),
-    };
-    let format = match shared
-        .registry
-        .get(&shared.default_format, Some(PluginKind::EditFormat))
-    {
-        Ok(f) => f,
-        Err(e) => return (e.to_string(), true),
-    };
-    let mut settings = BTreeMap::new();
-    settings.insert("cmd".to_string(), cmd);
-    let fix = FixOptions {
-        targets,
-        max_iters: shared.config.fix.max_iters.unwrap_or(5),
-        prompt: args["spec"]
-            .as_str()
-            .map(String::from)
-            .or(shared.config.fix.prompt.clone()),
-        lang: args["lang"].as_str().map(String::from),
-        runner_settings: settings,
-        whole_file_format: format.name == "whole",
-        protected: shared.config.protected(),
-        ..Default::default()
     };
     let mut store = match Store::open(&shared.workspace) {
         Ok(s) => s,
@@ -545,13 +530,13 @@ async fn compile_loop(
             return (why.clone(), true);
         }
     };
-    let (mut on_event, forward) = progress_forwarder(context, fix.max_iters);
+    let (mut on_event, forward) = progress_forwarder(context, plan.fix.max_iters);
     let result = crate::engine::run_fix(
-        &fix,
+        &plan.fix,
         crate::engine::fix::FixDeps {
             workspace: &shared.workspace,
-            runner,
-            format,
+            runner: plan.runner,
+            format: plan.format,
             model,
             store: &mut store,
             cancel: cancel_rx,
@@ -564,11 +549,6 @@ async fn compile_loop(
         let _ = f.await;
     }
     cancel_watch.abort();
-    match result {
-        Ok(outcome) => (
-            serde_json::to_string(&outcome).unwrap_or_default(),
-            !outcome.ok,
-        ),
-        Err(e) => (e.to_string(), true),
-    }
+    let outcome = compile_loop::outcome(&result);
+    (outcome.text().to_string(), outcome.is_error())
 }

@@ -47,7 +47,7 @@ async fn list(ctx: &Ctx, reg: &Registry, json: bool) -> anyhow::Result<Outcome> 
     for e in &errors {
         eprintln!("warning: {e}");
     }
-    let catalog = crate::engine::agent::tool_catalog_with(reg, &external).await;
+    let catalog = crate::engine::tools::tool_catalog_with(reg, &external).await;
     external.shutdown().await;
     let catalog = catalog?;
     if json {
@@ -57,7 +57,7 @@ async fn list(ctx: &Ctx, reg: &Registry, json: bool) -> anyhow::Result<Outcome> 
         return Ok(Outcome::Success);
     }
     let width = catalog.iter().map(|t| t.name.len()).max().unwrap_or(0);
-    let from = |t: &crate::engine::agent::ToolEntry| match (&t.plugin, &t.mcp_server) {
+    let from = |t: &crate::engine::tools::ToolEntry| match (&t.plugin, &t.mcp_server) {
         (Some(p), _) => format!("plugin {p}"),
         (None, Some(s)) => format!("mcp server {s} (external, not sandboxed)"),
         (None, None) => "host (built-in)".to_string(),
@@ -187,7 +187,8 @@ async fn call_external(
     let server = &external.servers[0];
     let known = server.tools.iter().any(|t| t.tool == tool);
     let outcome = if known {
-        Some(server.call(tool, args).await)
+        let out = server.call(tool, args).await;
+        Some((out.text().to_string(), out.is_error()))
     } else {
         None
     };

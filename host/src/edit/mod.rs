@@ -623,6 +623,23 @@ pub async fn write_whole_file(
     opts: &ApplyOptions,
     timeout: std::time::Duration,
 ) -> (String, bool, Vec<String>) {
+    let fut = write_whole(format, ws, path, content, opts);
+    report_as_tool_result(
+        "write_file",
+        tokio::time::timeout(timeout, fut).await,
+        timeout,
+    )
+}
+
+/// [`write_whole_file`]'s report, for a caller that classifies it itself (the agent's
+/// write_file tells a refused write from a failed one by each edit's `failure`).
+pub async fn write_whole(
+    format: &Plugin,
+    ws: &Workspace,
+    path: &str,
+    content: &str,
+    opts: &ApplyOptions,
+) -> Result<EditReport, EditError> {
     // Whether it exists decides the kind; the edit path does the real checks.
     let exists = ws.dir().symlink_metadata(path).is_ok();
     let edit = FileEdit {
@@ -641,12 +658,7 @@ pub async fn write_whole_file(
         dry_run: opts.dry_run,
         ..Default::default()
     };
-    let fut = apply_edits(format, ws, vec![edit], &targets, opts, report);
-    report_as_tool_result(
-        "write_file",
-        tokio::time::timeout(timeout, fut).await,
-        timeout,
-    )
+    apply_edits(format, ws, vec![edit], &targets, opts, report).await
 }
 
 fn report_as_tool_result(

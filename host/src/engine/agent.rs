@@ -6,16 +6,17 @@
 //! `error`, `cancelled`. A manual mode serves models without native tool calling: the model
 //! answers with one JSON decision, and a malformed one is fed back (a bounded number of times).
 
+use super::defaults::DEFAULT_FORMAT;
+use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::model::ModelSource;
-use super::outcome::StopReason;
-pub use super::outcome::{AgentResult, ToolCallRecord};
+use super::outcome::{AgentResult, StopReason, ToolCallRecord};
 use super::run::{AskError, Run, RunDeps};
-pub(crate) use super::tools::plugin_call;
-use super::tools::{CallResult, Changes, Kind, Toolbox, cap, run_hook};
-pub use super::tools::{
-    PluginTool, ToolEntry, ToolSettings, plugin_tools, tool_catalog, tool_catalog_with,
+use super::tools::names::{FINAL_ANSWER, SUBMIT_REVIEW};
+use super::tools::{
+    CallResult, Changes, FinalAnswerArgs, Kind, ToolSettings, Toolbox, Turn, cap, run_hook,
 };
+use crate::config::Hooks;
 use crate::llm::{ChatRequest, LlmError, Message, ToolCall, ToolDef};
 use crate::plugin::Registry;
 use crate::store::{NewLoop, Store};
@@ -24,22 +25,20 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-pub use crate::config::Hooks;
-
-/// Options.
+/// How an agent run is bounded, prompted and offered its tools.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
-    /// Turn cap.
+    /// The most turns (model requests that may call tools) the run takes.
     pub max_steps: u32,
-    /// `write_patch` cap.
+    /// The most calls of writing tools (`write_patch`, `write_file`, `compile_loop`, ...).
     pub max_writes: u32,
-    /// `run_cmd` cap.
+    /// The most calls of tools that run programs (`run_cmd`, MCP tools that may write).
     pub max_commands: u32,
     /// Identical calls allowed before `repeated_call`.
     pub max_repeats: u32,
     /// Run every call in order (no parallel read-only calls).
     pub sequential: bool,
-    /// Per-tool timeout.
+    /// How long one tool call may take before it is reported as timed out.
     pub tool_timeout: Duration,
     /// JSON-decision mode for models without tool calling.
     pub manual: bool,
@@ -49,9 +48,9 @@ pub struct AgentOptions {
     pub context_chars: usize,
     /// Tool result size shown to the model (the full text goes to the store).
     pub result_cap: usize,
-    /// Extra system prompt.
+    /// Text appended to the system prompt (`--system`).
     pub system: Option<String>,
-    /// Hooks.
+    /// Commands run around model and tool calls (`[agent.hooks]`).
     pub hooks: Hooks,
     /// Default edit format of `write_patch`.
     pub default_format: String,
@@ -114,7 +113,7 @@ impl Default for AgentOptions {
             result_cap: 16 * 1024,
             system: None,
             hooks: Hooks::default(),
-            default_format: "search-replace".into(),
+            default_format: DEFAULT_FORMAT.into(),
             compile_cmd: None,
             protected: crate::path::Protected::default(),
             external: crate::mcp::ExternalTools::default(),
@@ -129,35 +128,31 @@ impl Default for AgentOptions {
     }
 }
 
-/// What the loop needs.
+/// What the loop borrows from its caller.
 pub struct AgentDeps<'a> {
     /// Workspace root.
     pub workspace: &'a Path,
     /// Loaded plugins (tool plugins, edit formats, runners).
     pub registry: &'a Registry,
-    /// The model.
+    /// The model (live or replayed), with its token counter and budget.
     pub model: &'a mut ModelSource,
-    /// The store.
+    /// Where the run, its model calls and its tool calls are recorded.
     pub store: &'a mut Store,
-    /// Cancellation.
+    /// Becomes true when the user cancels (Ctrl-C).
     pub cancel: tokio::sync::watch::Receiver<bool>,
-    /// Events.
+    /// Receives every event of the run as it happens.
     pub on_event: &'a mut (dyn FnMut(&Event) + Send),
 }
 
 /// Host errors: never swallowed into a result.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The store failed.
+    /// The store, a plugin (describing its tools) or the workspace failed.
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    /// A plugin failed to describe its tools.
-    #[error(transparent)]
-    Plugin(#[from] crate::plugin::PluginError),
-    /// The workspace could not be opened.
-    #[error(transparent)]
-    Edit(#[from] crate::edit::EditError),
+    Host(#[from] HostError),
 }
+
+from_host_errors!(AgentError);
 
 fn chars(messages: &[Message]) -> usize {
     messages
@@ -276,24 +271,48 @@ fn manual_system(tools: &[ToolDef]) -> String {
     s
 }
 
+/// A manual-mode answer: a tool call or the final answer.
+#[derive(Debug)]
+enum Decision {
+    /// Call a tool (the call's id is set by the turn).
+    Call(ToolCall),
+    /// The task is done: the summary.
+    Final(String),
+}
+
+/// Why a manual-mode answer is not a decision (fed back to the model).
+#[derive(Debug, thiserror::Error)]
+enum DecisionError {
+    /// No `{...}` in the answer.
+    #[error("no JSON object found")]
+    NoObject,
+    /// The object does not parse.
+    #[error("not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The object names no tool and no final answer.
+    #[error("the object has neither `tool` nor `final_answer`")]
+    Neither,
+}
+
 /// Parse a manual-mode decision.
-fn parse_decision(text: &str) -> Result<Result<ToolCall, String>, String> {
-    let start = text.find('{').ok_or("no JSON object found")?;
-    let end = text.rfind('}').ok_or("no JSON object found")?;
-    let v: Value =
-        serde_json::from_str(&text[start..=end]).map_err(|e| format!("not valid JSON: {e}"))?;
-    if let Some(summary) = v.get("final_answer") {
-        return Ok(Err(summary
-            .as_str()
-            .map(String::from)
-            .unwrap_or_else(|| summary.to_string())));
+fn parse_decision(text: &str) -> Result<Decision, DecisionError> {
+    let start = text.find('{').ok_or(DecisionError::NoObject)?;
+    let end = text.rfind('}').ok_or(DecisionError::NoObject)?;
+    let v: Value = serde_json::from_str(text.get(start..=end).ok_or(DecisionError::NoObject)?)?;
+    if let Some(summary) = v.get(FINAL_ANSWER) {
+        return Ok(Decision::Final(
+            summary
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| summary.to_string()),
+        ));
     }
     let name = v
         .get("tool")
         .and_then(Value::as_str)
-        .ok_or("the object has neither `tool` nor `final_answer`")?;
+        .ok_or(DecisionError::Neither)?;
     let args = v.get("arguments").cloned().unwrap_or(json!({}));
-    Ok(Ok(ToolCall {
+    Ok(Decision::Call(ToolCall {
         id: String::new(),
         name: name.to_string(),
         arguments: args.to_string(),
@@ -438,16 +457,14 @@ impl Agent<'_, '_> {
             if let Some(reason) = self.admit(run, &calls) {
                 return Ok(reason);
             }
+            let t = Turn {
+                turn,
+                settings: &self.settings,
+                ws: &self.ws,
+            };
             let Some(results) = self
                 .toolbox
-                .act(
-                    run,
-                    turn,
-                    &calls,
-                    &self.settings,
-                    &self.ws,
-                    &mut self.changes,
-                )
+                .act(run, &t, &calls, &mut self.changes)
                 .await?
             else {
                 return Ok(StopReason::Cancelled);
@@ -467,9 +484,9 @@ impl Agent<'_, '_> {
         }
         if let Some(h) = &self.opts.hooks.before_llm {
             let input = json!({ "turn": turn, "messages": self.messages });
-            let (ok, out, _) =
-                run_hook(h, &input, run.workspace, self.opts.require_confinement).await;
-            let rewritten = serde_json::from_str::<Value>(out.trim())
+            let hook = run_hook(h, &input, run.workspace, self.opts.require_confinement).await;
+            let ok = hook.ok;
+            let rewritten = serde_json::from_str::<Value>(hook.stdout.trim())
                 .ok()
                 .and_then(|v| v.get("messages").cloned())
                 .map(serde_json::from_value::<Vec<Message>>);
@@ -545,17 +562,17 @@ impl Agent<'_, '_> {
                 tool_calls: vec![],
             });
             match parse_decision(&resp.text) {
-                Ok(Ok(mut call)) => {
+                Ok(Decision::Call(mut call)) => {
                     self.parse_failures = 0;
                     call.id = format!("manual_{turn}");
                     vec![call]
                 }
-                Ok(Err(summary)) => {
+                Ok(Decision::Final(summary)) => {
                     self.content = summary;
-                    self.end_turn(run, vec!["final_answer".into()]);
+                    self.end_turn(run, vec![FINAL_ANSWER.into()]);
                     return Err(Some(StopReason::Complete));
                 }
-                Err(why) => return Err(self.malformed(run, why)),
+                Err(why) => return Err(self.malformed(run, why.to_string())),
             }
         } else {
             self.messages.push(Message::Assistant {
@@ -606,18 +623,22 @@ impl Agent<'_, '_> {
     fn admit(&mut self, run: &mut Run<'_>, calls: &[ToolCall]) -> Option<StopReason> {
         let names: Vec<String> = calls.iter().map(|c| c.name.clone()).collect();
         for c in calls {
-            if c.name == "final_answer" || c.name == "submit_review" {
-                let args = serde_json::from_str::<Value>(&c.arguments).unwrap_or(Value::Null);
-                self.content = if c.name == "final_answer" {
-                    args["summary"].as_str().unwrap_or_default().to_string()
+            if c.name == FINAL_ANSWER || c.name == SUBMIT_REVIEW {
+                self.content = if c.name == FINAL_ANSWER {
+                    serde_json::from_str::<FinalAnswerArgs>(&c.arguments)
+                        .unwrap_or_default()
+                        .summary
                 } else {
-                    args.to_string()
+                    serde_json::from_str::<Value>(&c.arguments)
+                        .unwrap_or(Value::Null)
+                        .to_string()
                 };
                 self.records.push(ToolCallRecord {
                     turn: self.turn,
                     name: c.name.clone(),
                     arguments: c.arguments.clone(),
                     ok: true,
+                    status: Default::default(),
                     output: String::new(),
                 });
                 self.end_turn(run, names);
@@ -646,7 +667,7 @@ impl Agent<'_, '_> {
                         return Some(StopReason::MaxWrites);
                     }
                 }
-                Some(Kind::Command) => {
+                Some(Kind::Exec) => {
                     self.commands += 1;
                     if self.commands > self.opts.max_commands {
                         self.content =
@@ -663,27 +684,29 @@ impl Agent<'_, '_> {
     /// Append the results to the conversation (capped; the store has the whole text).
     fn observe(&mut self, run: &mut Run<'_>, calls: &[ToolCall], results: Vec<CallResult>) {
         for (c, r) in calls.iter().zip(results) {
+            let (text, is_error) = (r.outcome.text(), r.outcome.is_error());
             self.records.push(ToolCallRecord {
                 turn: self.turn,
                 name: c.name.clone(),
                 arguments: c.arguments.clone(),
-                ok: !r.is_error,
-                output: r.text.chars().take(2000).collect(),
+                ok: !is_error,
+                status: r.outcome.status(),
+                output: text.chars().take(2000).collect(),
             });
-            let shown = cap(&r.text, self.opts.result_cap);
+            let shown = cap(text, self.opts.result_cap);
             self.messages.push(if self.opts.manual {
                 Message::User {
                     text: format!(
                         "Result of {} ({}):\n{shown}",
                         c.name,
-                        if r.is_error { "error" } else { "ok" }
+                        if is_error { "error" } else { "ok" }
                     ),
                 }
             } else {
                 Message::ToolResult {
                     id: c.id.clone(),
                     content: shown,
-                    is_error: r.is_error,
+                    is_error,
                 }
             });
         }
@@ -737,25 +760,26 @@ mod tests {
 
     #[test]
     fn decisions_parse_or_explain() {
-        let c =
+        let Decision::Call(c) =
             parse_decision("ok: {\"tool\": \"read_files\", \"arguments\": {\"paths\": [\"a\"]}}")
                 .unwrap()
-                .unwrap();
+        else {
+            panic!("a call")
+        };
         assert_eq!(
             (c.name.as_str(), c.arguments.as_str()),
             ("read_files", r#"{"paths":["a"]}"#)
         );
-        assert_eq!(
-            parse_decision(r#"{"final_answer": "done"}"#)
-                .unwrap()
-                .unwrap_err(),
-            "done"
-        );
+        assert!(matches!(
+            parse_decision(r#"{"final_answer": "done"}"#).unwrap(),
+            Decision::Final(s) if s == "done"
+        ));
         assert!(parse_decision("I will read the file").is_err());
         assert!(parse_decision("{\"tool\": ").is_err());
         assert!(
             parse_decision("{\"action\": 1}")
                 .unwrap_err()
+                .to_string()
                 .contains("neither")
         );
     }

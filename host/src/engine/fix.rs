@@ -4,6 +4,8 @@
 //! repeat until success or a stop reason: `success`, `max_iters`, `stagnation`,
 //! `no_edits_applied`, `blocked`, `cancelled`, `error`.
 
+use super::defaults::WHOLE_FORMAT;
+use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::history;
 use super::model::ModelSource;
@@ -11,6 +13,7 @@ use super::outcome::{FixOutcome, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
+use super::tools::names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};
 use crate::store::{IterationRow, NewLoop, Store};
 use serde_json::json;
@@ -49,8 +52,6 @@ pub struct FixOptions {
     pub parent: Option<i64>,
     /// Files longer than this many lines are shown as windows around the diagnostics.
     pub window_threshold: usize,
-    /// The format rewrites whole files (then files are always shown whole).
-    pub whole_file_format: bool,
     /// Paths no edit may touch (`[sandbox] protect` on top of kiln's own files).
     pub protected: crate::path::Protected,
 }
@@ -67,7 +68,6 @@ impl Default for FixOptions {
             output_budget: 8 * 1024,
             parent: None,
             window_threshold: 600,
-            whole_file_format: false,
             protected: crate::path::Protected::default(),
         }
     }
@@ -76,53 +76,16 @@ impl Default for FixOptions {
 /// Errors that prevent a loop from starting (bad input, a running loop, the store).
 #[derive(Debug, thiserror::Error)]
 pub enum FixError {
-    /// Invalid options.
+    /// The options cannot run: no targets, a target that is not text or too big for the
+    /// format, a runner that refuses its settings.
     #[error("{0}")]
     Usage(String),
-    /// Store failure or overlap.
+    /// The store, a plugin or the workspace failed.
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    /// A plugin failed while describing itself.
-    #[error(transparent)]
-    Plugin(#[from] crate::plugin::PluginError),
-    /// The workspace could not be opened.
-    #[error(transparent)]
-    Edit(#[from] crate::edit::EditError),
+    Host(#[from] HostError),
 }
 
-/// The `compile_loop` tool definition (seed 000 schema) an agent can be given.
-pub fn compile_loop_tool() -> ToolDef {
-    ToolDef {
-        name: "compile_loop".into(),
-        description: "Run an autonomous compile-and-fix loop on target files until the build/check passes or a stop reason is reached. Give either target_file or target_files, not both.".into(),
-        parameters: json!({
-            "type": "object",
-            "properties": {
-                "spec": { "type": "string", "description": "What the code should do / what to fix" },
-                "target_file": { "type": "string", "description": "One file to fix (workspace-relative)" },
-                "target_files": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "Several files to fix (multi-file formats only)" },
-                "lang": { "type": "string", "description": "Language hint" }
-            },
-            "required": ["spec"],
-            "additionalProperties": false
-        }),
-    }
-}
-
-/// The target files of a `compile_loop` call (`target_file` or `target_files`, not both).
-pub fn compile_loop_targets(args: &serde_json::Value) -> Result<Vec<String>, String> {
-    match (args.get("target_file"), args.get("target_files")) {
-        (Some(_), Some(_)) => Err("give target_file or target_files, not both".into()),
-        (Some(f), None) => Ok(f.as_str().map(|s| vec![s.to_string()]).unwrap_or_default()),
-        (None, Some(fs)) => Ok(fs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_str().map(String::from))
-            .collect()),
-        (None, None) => Err("target_file or target_files is required".into()),
-    }
-}
+from_host_errors!(FixError);
 
 /// Stop-tool and history tools offered to the model inside the loop.
 fn loop_tools() -> Vec<ToolDef> {
@@ -257,6 +220,36 @@ async fn first_check(
     Ok(Some((r, start.elapsed().as_millis() as u64)))
 }
 
+/// Everything checked before the loop's row exists: the targets, the format's fit, the
+/// first check. Returns the format's instructions, the answers' log and the first check.
+async fn precheck(
+    opts: &FixOptions,
+    ws: &Workspace,
+    runner: &Plugin,
+    format: &Plugin,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> Result<(String, std::fs::File, Option<FirstCheck>), FixError> {
+    ws.target_arguments(&opts.targets)
+        .map_err(FixError::Usage)?;
+    let info = format.format_describe().await?;
+    if opts.targets.len() > 1 && !info.multi_file {
+        return Err(FixError::Usage(format!(
+            "several targets need a multi-file edit format, but `{}` edits one file at a time; use --format search-replace (or udiff, whole, apply-patch)",
+            format.name
+        )));
+    }
+    let log = crate::store::open_log(ws.root(), "fix-loop.log")?;
+    let instructions = format.format_instructions(opts.targets.len() > 1).await?;
+    refuse_non_text(ws, &opts.targets)?;
+    // A format that returns whole files must fit each target in its limits; the others edit
+    // a big file through a window around each change (`edit::window`).
+    if format.name == WHOLE_FORMAT {
+        refuse_over_limits(ws, &opts.targets, format)?;
+    }
+    let first = first_check(opts, runner, cancel).await?;
+    Ok((instructions, log, first))
+}
+
 /// Run the fix loop to its end. Errors are returned only when the loop cannot start; every
 /// end after that (including failures of the model or a plugin) is an outcome with a reason.
 pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome, FixError> {
@@ -275,24 +268,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         ));
     }
     let ws = Workspace::open(workspace)?;
-    ws.target_arguments(&opts.targets)
-        .map_err(FixError::Usage)?;
-    let info = format.format_describe().await?;
-    if opts.targets.len() > 1 && !info.multi_file {
-        return Err(FixError::Usage(format!(
-            "several targets need a multi-file edit format, but `{}` edits one file at a time; use --format search-replace (or udiff, whole, apply-patch)",
-            format.name
-        )));
-    }
-    let log = crate::store::open_log(workspace, "fix-loop.log")?;
-    let instructions = format.format_instructions(opts.targets.len() > 1).await?;
-    refuse_non_text(&ws, &opts.targets)?;
-    // A format that returns whole files must fit each target in its limits; the others edit
-    // a big file through a window around each change (`edit::window`).
-    if opts.whole_file_format || format.name == "whole" {
-        refuse_over_limits(&ws, &opts.targets, format)?;
-    }
-    let first = first_check(opts, runner, &cancel).await?;
+    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel).await?;
     let new = NewLoop {
         kind: "fix".into(),
         runner: runner.name.clone(),
@@ -583,18 +559,12 @@ impl Fix<'_> {
         run: &mut Run<'_>,
         failure: &RunResult,
     ) -> Result<Result<Answer, Stop>, FixError> {
-        let iteration = self.iteration;
         // `shown`: fingerprints of exactly the text the prompt shows; an edit against a file
         // changed since (by the user, while the model was thinking) is refused as stale.
         let insist = self.no_edit_streak + 1 >= NO_EDITS_WINDOW;
-        let (prompt, shown) = build_prompt(
-            self.opts,
-            &self.ws,
-            failure,
-            self.last.as_ref(),
-            insist,
-            &self.opts.targets,
-        )?;
+        let whole = self.format.name == WHOLE_FORMAT;
+        let (prompt, shown) =
+            build_prompt(self.opts, &self.ws, failure, self.last.as_ref(), insist, whole)?;
         let mut req = ChatRequest {
             system: Some(build_system(self.opts, &self.instructions)),
             messages: vec![Message::User {
@@ -606,34 +576,11 @@ impl Fix<'_> {
         let start = Instant::now();
         let mut usage = crate::llm::Usage::default();
         for round in 0.. {
-            run.emit(Event::LlmRequest {
-                iteration,
-                prompt_chars: prompt.len(),
-            });
-            let resp = match run.ask(iteration, &req, false).await {
+            let resp = match self.ask_once(run, &req, prompt.len()).await {
                 Ok(r) => r,
-                Err(AskError::Cancelled) => {
-                    return Ok(Err((StopReason::Cancelled, "cancelled by the user".into())));
-                }
-                Err(AskError::Model(e)) => {
-                    self.last_error = Some(e.to_string());
-                    return Ok(Err((
-                        StopReason::Error,
-                        format!("the model call failed: {e}"),
-                    )));
-                }
-                Err(AskError::Budget(e)) => {
-                    return Ok(Err((StopReason::Budget, e.to_string())));
-                }
+                Err(stop) => return Ok(Err(stop)),
             };
             usage += resp.usage;
-            run.emit(Event::LlmResponse {
-                iteration,
-                latency_ms: resp.latency.as_millis() as u64,
-                input_tokens: resp.usage.input + resp.usage.cached_input,
-                output_tokens: resp.usage.output,
-                tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
-            });
             if let Some(stop) = resp.tool_calls.iter().find(|c| c.name == "loop_stop") {
                 let reason = serde_json::from_str::<serde_json::Value>(&stop.arguments)
                     .ok()
@@ -647,7 +594,7 @@ impl Fix<'_> {
             let history_calls: Vec<_> = resp
                 .tool_calls
                 .iter()
-                .filter(|c| c.name == "get_loops" || c.name == "get_loop_detail")
+                .filter(|c| c.name == GET_LOOPS || c.name == GET_LOOP_DETAIL)
                 .collect();
             if history_calls.is_empty() || !resp.text.trim().is_empty() || round >= MAX_TOOL_ROUNDS
             {
@@ -658,16 +605,17 @@ impl Fix<'_> {
                     usage,
                 }));
             }
-            let mut results = Vec::new();
-            for call in history_calls {
-                let (content, is_error) =
-                    history::answer(run.store, run.id, &call.name, &call.arguments);
-                results.push(Message::ToolResult {
-                    id: call.id.clone(),
-                    content,
-                    is_error,
-                });
-            }
+            let results: Vec<Message> = history_calls
+                .into_iter()
+                .map(|call| {
+                    let out = history::answer(run.store, run.id, &call.name, &call.arguments);
+                    Message::ToolResult {
+                        id: call.id.clone(),
+                        is_error: out.is_error(),
+                        content: out.into_text(),
+                    }
+                })
+                .collect();
             req.messages.push(Message::Assistant {
                 text: resp.text.clone(),
                 tool_calls: resp.tool_calls.clone(),
@@ -675,6 +623,40 @@ impl Fix<'_> {
             req.messages.extend(results);
         }
         unreachable!("the rounds end by returning")
+    }
+
+    /// One model request of an iteration, with its `llm.request` and `llm.response` events;
+    /// a cancellation, a failed call or the budget ends the loop.
+    async fn ask_once(
+        &mut self,
+        run: &mut Run<'_>,
+        req: &ChatRequest,
+        prompt_chars: usize,
+    ) -> Result<crate::llm::ChatResponse, Stop> {
+        let iteration = self.iteration;
+        run.emit(Event::LlmRequest {
+            iteration,
+            prompt_chars,
+        });
+        let resp = match run.ask(iteration, req, false).await {
+            Ok(r) => r,
+            Err(AskError::Cancelled) => {
+                return Err((StopReason::Cancelled, "cancelled by the user".into()));
+            }
+            Err(AskError::Model(e)) => {
+                self.last_error = Some(e.to_string());
+                return Err((StopReason::Error, format!("the model call failed: {e}")));
+            }
+            Err(AskError::Budget(e)) => return Err((StopReason::Budget, e.to_string())),
+        };
+        run.emit(Event::LlmResponse {
+            iteration,
+            latency_ms: resp.latency.as_millis() as u64,
+            input_tokens: resp.usage.input + resp.usage.cached_input,
+            output_tokens: resp.usage.output,
+            tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
+        });
+        Ok(resp)
     }
 
     /// Apply the answer's edits (stale-checked against what the prompt showed) and emit one
@@ -914,22 +896,27 @@ fn build_system(opts: &FixOptions, instructions: &str) -> String {
     s
 }
 
+/// The iteration's prompt: the task, the last attempt, the failure, the current files (a
+/// long file as windows around its diagnostics, unless the format answers with whole files),
+/// and the fingerprints of exactly the file text shown.
 fn build_prompt(
     opts: &FixOptions,
     ws: &Workspace,
     r: &RunResult,
     last: Option<&Attempt>,
     insist: bool,
-    targets: &[String],
+    whole: bool,
 ) -> Result<(String, BTreeMap<String, String>), FixError> {
     let mut p = String::new();
-    let mut shown = BTreeMap::new();
     if let Some(task) = &opts.prompt {
         p.push_str("## Task\n");
         p.push_str(task.trim());
         p.push_str("\n\n");
     }
-    p.push_str(&format!("Files you may change: {}\n\n", targets.join(", ")));
+    p.push_str(&format!(
+        "Files you may change: {}\n\n",
+        opts.targets.join(", ")
+    ));
     if let Some(a) = last {
         p.push_str("## Last attempt\n");
         p.push_str(&a.summary);
@@ -941,7 +928,21 @@ fn build_prompt(
         }
         p.push('\n');
     }
-    p.push_str(&format!("## Current failure (exit code {})\n", r.exit_code));
+    p.push_str(&failure_section(r, opts.output_budget));
+    p.push_str("\n## Current files\n");
+    let threshold = (!whole).then_some(opts.window_threshold);
+    let shown = files_section(&mut p, ws, r, &opts.targets, threshold)?;
+    if insist {
+        p.push_str(
+            "IMPORTANT: your previous answers applied no edit. Reply with at least one edit block, in exactly the format described, whose search text is copied exactly from the current files above, so that it applies.\n",
+        );
+    }
+    Ok((p, shown))
+}
+
+/// The failure as the model is shown it: exit code, diagnostics, the output's tail.
+fn failure_section(r: &RunResult, output_budget: usize) -> String {
+    let mut p = format!("## Current failure (exit code {})\n", r.exit_code);
     if !r.diagnostics.is_empty() {
         p.push_str("Diagnostics:\n");
         for d in r.diagnostics.iter().take(50) {
@@ -963,40 +964,46 @@ fn build_prompt(
     let output = format!("{}{}", r.stderr, r.stdout);
     if !output.trim().is_empty() {
         p.push_str("Output:\n```\n");
-        p.push_str(history::tail(output.trim_end(), opts.output_budget).as_str());
+        p.push_str(history::tail(output.trim_end(), output_budget).as_str());
         p.push_str("\n```\n");
     }
-    p.push_str("\n## Current files\n");
+    p
+}
+
+/// Append the targets' text to `p` (a file over `window_threshold` lines as windows around
+/// its diagnostics; `None`: always whole) and return the fingerprints of what was shown.
+fn files_section(
+    p: &mut String,
+    ws: &Workspace,
+    r: &RunResult,
+    targets: &[String],
+    window_threshold: Option<usize>,
+) -> Result<BTreeMap<String, String>, FixError> {
+    let mut shown = BTreeMap::new();
     for t in targets {
-        match ws.read(t)? {
-            Some(text) => {
-                shown.insert(t.clone(), edit::fingerprint(&text));
-                let lines = text.lines().count();
-                if lines > opts.window_threshold && !opts.whole_file_format {
-                    let at: Vec<u32> = r
-                        .diagnostics
-                        .iter()
-                        .filter(|d| d.file.trim_start_matches("./") == t)
-                        .map(|d| d.line)
-                        .collect();
-                    p.push_str(&format!("{t} ({lines} lines; only the parts around the diagnostics are shown)\n```\n{}```\n\n", window(&text, &at, WINDOW_RADIUS)));
-                } else {
-                    p.push_str(&format!(
-                        "{t}\n```\n{}{}```\n\n",
-                        text,
-                        if text.ends_with('\n') { "" } else { "\n" }
-                    ));
-                }
-            }
-            None => p.push_str(&format!("{t} does not exist yet.\n\n")),
+        let Some(text) = ws.read(t)? else {
+            p.push_str(&format!("{t} does not exist yet.\n\n"));
+            continue;
+        };
+        shown.insert(t.clone(), edit::fingerprint(&text));
+        let lines = text.lines().count();
+        if window_threshold.is_some_and(|n| lines > n) {
+            let at: Vec<u32> = r
+                .diagnostics
+                .iter()
+                .filter(|d| d.file.trim_start_matches("./") == t)
+                .map(|d| d.line)
+                .collect();
+            p.push_str(&format!("{t} ({lines} lines; only the parts around the diagnostics are shown)\n```\n{}```\n\n", window(&text, &at, WINDOW_RADIUS)));
+        } else {
+            p.push_str(&format!(
+                "{t}\n```\n{}{}```\n\n",
+                text,
+                if text.ends_with('\n') { "" } else { "\n" }
+            ));
         }
     }
-    if insist {
-        p.push_str(
-            "IMPORTANT: your previous answers applied no edit. Reply with at least one edit block, in exactly the format described, whose search text is copied exactly from the current files above, so that it applies.\n",
-        );
-    }
-    Ok((p, shown))
+    Ok(shown)
 }
 
 /// Lines shown on each side of a diagnostic when a file is windowed.

@@ -3,6 +3,9 @@
 
 pub mod agent;
 pub mod budget;
+pub mod command_policy;
+pub mod defaults;
+pub mod error;
 pub mod events;
 pub mod fix;
 pub(crate) mod history;
@@ -13,6 +16,7 @@ pub mod run;
 pub mod tools;
 
 pub use events::Event;
-pub use fix::{FixOptions, compile_loop_tool, run_fix};
+pub use fix::{FixOptions, run_fix};
 pub use model::{ModelSource, Replay};
 pub use outcome::{AgentResult, FixOutcome, LoopStatus, StopReason};
+pub use tools::compile_loop_tool;

@@ -152,17 +152,96 @@ pub struct FixOutcome {
     pub usage: Usage,
 }
 
+/// How one tool call ended, as the model is told: its text, and whether it worked, failed,
+/// or was refused before it could have any effect (by a hook, the host's command policy,
+/// the sandbox or the edit policy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolOutcome {
+    /// The call did its job; the text is its result.
+    Ok(String),
+    /// The call ran (or tried to) and failed; the text says why.
+    Failed(String),
+    /// The call was refused and had no effect; the text says by whom and why.
+    Refused(String),
+}
+
+impl ToolOutcome {
+    /// The text the model is shown.
+    pub fn text(&self) -> &str {
+        match self {
+            ToolOutcome::Ok(t) | ToolOutcome::Failed(t) | ToolOutcome::Refused(t) => t,
+        }
+    }
+
+    /// The text, consumed.
+    pub fn into_text(self) -> String {
+        match self {
+            ToolOutcome::Ok(t) | ToolOutcome::Failed(t) | ToolOutcome::Refused(t) => t,
+        }
+    }
+
+    /// Failed or refused: the model sees the result as an error.
+    pub fn is_error(&self) -> bool {
+        !matches!(self, ToolOutcome::Ok(_))
+    }
+
+    /// The outcome without its text.
+    pub fn status(&self) -> CallStatus {
+        match self {
+            ToolOutcome::Ok(_) => CallStatus::Ok,
+            ToolOutcome::Failed(_) => CallStatus::Failed,
+            ToolOutcome::Refused(_) => CallStatus::Refused,
+        }
+    }
+
+    /// `Ok` or `Failed` from a result text and an error flag (tools whose callee reports
+    /// no refusals of its own).
+    pub fn from_flag(text: String, is_error: bool) -> ToolOutcome {
+        if is_error {
+            ToolOutcome::Failed(text)
+        } else {
+            ToolOutcome::Ok(text)
+        }
+    }
+}
+
+/// How one tool call ended, without its text (see [`ToolOutcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CallStatus {
+    /// It did its job.
+    #[default]
+    Ok,
+    /// It failed.
+    Failed,
+    /// It was refused and had no effect.
+    Refused,
+}
+
+/// The `STATUS:` line of an execution report in the execute/review loop (serialised as
+/// `COMPLETE` / `INCOMPLETE`, as the report writes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ReportStatus {
+    /// The execution agent says the task is done (the loop ends without a review).
+    Complete,
+    /// Work remains (a review follows).
+    Incomplete,
+}
+
 /// One tool call as made.
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolCallRecord {
-    /// Turn.
+    /// The agent turn (1-based) in which the call was made.
     pub turn: u32,
-    /// Tool.
+    /// The tool's name as the model called it.
     pub name: String,
     /// Arguments (JSON text).
     pub arguments: String,
     /// It succeeded.
     pub ok: bool,
+    /// How it ended (refusals are told apart from failures by type, for the reviewer).
+    #[serde(skip)]
+    pub status: CallStatus,
     /// The start of what the model was shown (the store has the whole text).
     #[serde(skip)]
     pub output: String,
@@ -214,8 +293,8 @@ pub struct LoopSummary {
     pub tokens: Usage,
     /// The phase's stop reason.
     pub stop_reason: Option<StopReason>,
-    /// `STATUS:` of the execution report.
-    pub status: Option<String>,
+    /// `STATUS:` of the execution report, when it has one.
+    pub status: Option<ReportStatus>,
 }
 
 /// One command an execution phase ran.

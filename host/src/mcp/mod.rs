@@ -5,6 +5,7 @@
 //! lives in `cli::mcp_cmd`.)
 
 use crate::config::McpServerConfig;
+use crate::engine::outcome::ToolOutcome;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ContentBlock, Implementation,
 };
@@ -65,14 +66,46 @@ pub struct ExternalTools {
 
 /// Why a server could not be used.
 #[derive(Debug, thiserror::Error)]
-#[error("MCP server `{name}` ({command}): {message}")]
+#[error("MCP server `{name}` ({command}): {problem}")]
 pub struct McpError {
     /// The server's name.
     pub name: String,
     /// Its command line.
     pub command: String,
     /// What went wrong.
-    pub message: String,
+    pub problem: McpProblem,
+}
+
+/// What went wrong when a server was started.
+#[derive(Debug, thiserror::Error)]
+pub enum McpProblem {
+    /// A bare program name is not on the host's PATH.
+    #[error("`{0}` was not found on PATH")]
+    NotOnPath(String),
+    /// The program could not be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The resolved program.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server did not complete `initialize`.
+    #[error("initialize failed: {0} (see .kiln/logs/mcp-{1}.log)")]
+    Initialize(String, String),
+    /// The server did not answer `tools/list`.
+    #[error("tools/list failed: {0} (see .kiln/logs/mcp-{1}.log)")]
+    ToolsList(String, String),
+    /// The server took longer than the start timeout.
+    #[error(
+        "did not answer initialize and tools/list within {secs} s (see .kiln/logs/mcp-{name}.log)"
+    )]
+    Timeout {
+        /// The timeout.
+        secs: u64,
+        /// The server's name (its log file).
+        name: String,
+    },
 }
 
 /// The wire name of `tool` of server `server`: `server__tool`, with every character the model
@@ -146,7 +179,7 @@ impl ExternalTools {
 
 /// The program to start: a bare name is looked up on the host's PATH (the server itself gets
 /// no PATH unless its `env` names it); a path with `/` is relative to the workspace.
-fn resolve_program(command: &str, workspace: &Path) -> Result<PathBuf, String> {
+fn resolve_program(command: &str, workspace: &Path) -> Result<PathBuf, McpProblem> {
     if command.contains('/') {
         return Ok(workspace.join(command));
     }
@@ -158,7 +191,65 @@ fn resolve_program(command: &str, workspace: &Path) -> Result<PathBuf, String> {
             p.metadata()
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-        .ok_or_else(|| format!("`{command}` was not found on PATH"))
+        .ok_or_else(|| McpProblem::NotOnPath(command.to_string()))
+}
+
+/// The server's process, in the workspace, with only the host variables its `env` names and
+/// its stderr in `.kiln/logs/mcp-NAME.log` (opened as kiln's other logs are: no link followed),
+/// never on kiln's stdout or the terminal's event stream.
+fn spawn(
+    name: &str,
+    cfg: &McpServerConfig,
+    workspace: &Path,
+) -> Result<rmcp::transport::TokioChildProcess, McpProblem> {
+    let program = resolve_program(&cfg.command, workspace)?;
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&cfg.args)
+        .current_dir(workspace)
+        .env_clear()
+        .kill_on_drop(true);
+    for var in &cfg.env {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    let stderr = crate::store::open_log(workspace, &format!("mcp-{name}.log"))
+        .map(std::process::Stdio::from)
+        .unwrap_or_else(|_| std::process::Stdio::null());
+    let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(stderr)
+        .spawn()
+        .map_err(|source| McpProblem::Spawn {
+            program: program.display().to_string(),
+            source,
+        })?;
+    Ok(transport)
+}
+
+/// The listed tools as offered (`SERVER__tool`), and those whose wire name the model APIs
+/// would refuse or that collide.
+fn offered_tools(name: &str, listed: Vec<rmcp::model::Tool>) -> (Vec<ExternalTool>, Vec<String>) {
+    let mut tools = Vec::new();
+    let mut skipped = Vec::new();
+    for t in listed {
+        let wire = wire_name(name, &t.name);
+        if wire.len() > MAX_WIRE_NAME || tools.iter().any(|o: &ExternalTool| o.name == wire) {
+            skipped.push(format!("{name}.{}", t.name));
+            continue;
+        }
+        tools.push(ExternalTool {
+            name: wire,
+            tool: t.name.to_string(),
+            description: t.description.as_deref().unwrap_or("").to_string(),
+            parameters: Value::Object((*t.input_schema).clone()),
+            read_only: t
+                .annotations
+                .as_ref()
+                .and_then(|a| a.read_only_hint)
+                .unwrap_or(false),
+        });
+    }
+    (tools, skipped)
 }
 
 impl ExternalServer {
@@ -167,80 +258,41 @@ impl ExternalServer {
         cfg: &McpServerConfig,
         workspace: &Path,
     ) -> Result<(ExternalServer, Vec<String>), McpError> {
-        let command_line = std::iter::once(cfg.command.as_str())
-            .chain(cfg.args.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let err = |message: String| McpError {
+        let err = |problem: McpProblem| McpError {
             name: name.to_string(),
-            command: command_line.clone(),
-            message,
+            command: std::iter::once(cfg.command.as_str())
+                .chain(cfg.args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+            problem,
         };
-        let program = resolve_program(&cfg.command, workspace).map_err(err)?;
-        let mut cmd = tokio::process::Command::new(&program);
-        cmd.args(&cfg.args)
-            .current_dir(workspace)
-            .env_clear()
-            .kill_on_drop(true);
-        for var in &cfg.env {
-            if let Some(v) = std::env::var_os(var) {
-                cmd.env(var, v);
-            }
-        }
-        // Its stderr goes to a log file, never to kiln's stdout or the terminal's event stream.
-        // `.kiln/logs/`, opened as kiln's other logs are: no link followed.
-        let stderr = crate::store::open_log(workspace, &format!("mcp-{name}.log"))
-            .map(std::process::Stdio::from)
-            .unwrap_or_else(|_| std::process::Stdio::null());
-        let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| err(format!("cannot start {}: {e}", program.display())))?;
+        let transport = spawn(name, cfg, workspace).map_err(err)?;
         let client = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("kiln", env!("CARGO_PKG_VERSION")),
         );
-        let started = tokio::time::timeout(START_TIMEOUT, async {
+        let log = || name.to_string();
+        let (service, listed) = tokio::time::timeout(START_TIMEOUT, async {
             let service = client
                 .serve(transport)
                 .await
-                .map_err(|e| format!("initialize failed: {e}"))?;
+                .map_err(|e| McpProblem::Initialize(e.to_string(), log()))?;
             let tools = service
                 .peer()
                 .list_all_tools()
                 .await
-                .map_err(|e| format!("tools/list failed: {e}"))?;
-            Ok::<_, String>((service, tools))
+                .map_err(|e| McpProblem::ToolsList(e.to_string(), log()))?;
+            Ok::<_, McpProblem>((service, tools))
         })
         .await
         .map_err(|_| {
-            err(format!(
-                "did not answer initialize and tools/list within {} s (see .kiln/logs/mcp-{name}.log)",
-                START_TIMEOUT.as_secs()
-            ))
+            err(McpProblem::Timeout {
+                secs: START_TIMEOUT.as_secs(),
+                name: log(),
+            })
         })?
-        .map_err(|m| err(format!("{m} (see .kiln/logs/mcp-{name}.log)")))?;
-        let (service, listed) = started;
-        let mut tools = Vec::new();
-        let mut skipped = Vec::new();
-        for t in listed {
-            let wire = wire_name(name, &t.name);
-            if wire.len() > MAX_WIRE_NAME || tools.iter().any(|o: &ExternalTool| o.name == wire) {
-                skipped.push(format!("{name}.{}", t.name));
-                continue;
-            }
-            tools.push(ExternalTool {
-                name: wire,
-                tool: t.name.to_string(),
-                description: t.description.as_deref().unwrap_or("").to_string(),
-                parameters: Value::Object((*t.input_schema).clone()),
-                read_only: t
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.read_only_hint)
-                    .unwrap_or(false),
-            });
-        }
+        .map_err(err)?;
+        let (tools, skipped) = offered_tools(name, listed);
         Ok((
             ExternalServer {
                 name: name.to_string(),
@@ -252,13 +304,14 @@ impl ExternalServer {
         ))
     }
 
-    /// Call `tool` (the server's own name) with `arguments`; returns the text for the model and
-    /// whether it is an error. Dropping the future cancels the request on the server.
-    pub async fn call(&self, tool: &str, arguments: &Value) -> (String, bool) {
+    /// Call `tool` (the server's own name) with `arguments`: the text for the model, failed
+    /// when the server says it is an error. Dropping the future cancels the request on the
+    /// server.
+    pub async fn call(&self, tool: &str, arguments: &Value) -> ToolOutcome {
         let args = match arguments {
             Value::Object(m) => Some(m.clone()),
             Value::Null => None,
-            _ => return ("arguments must be a JSON object".into(), true),
+            _ => return ToolOutcome::Failed("arguments must be a JSON object".into()),
         };
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = args;
@@ -270,12 +323,12 @@ impl ExternalServer {
                 {
                     parts.push(s.to_string());
                 }
-                (parts.join("\n"), r.is_error.unwrap_or(false))
+                ToolOutcome::from_flag(parts.join("\n"), r.is_error.unwrap_or(false))
             }
-            Err(e) => (
-                format!("MCP server `{}` failed on `{tool}`: {e}", self.name),
-                true,
-            ),
+            Err(e) => ToolOutcome::Failed(format!(
+                "MCP server `{}` failed on `{tool}`: {e}",
+                self.name
+            )),
         }
     }
 

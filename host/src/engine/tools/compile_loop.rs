@@ -1,0 +1,209 @@
+//! `compile_loop`: the fix loop as a tool, for the agent and for `kiln mcp`. Both build the
+//! nested loop here ([`plan`]: the `command` runner with the caller's build command, the
+//! caller's edit format, the call's targets, spec and language) and read its result here
+//! ([`outcome`]); only where the events go and how cancellation arrives differ.
+
+use super::handler::{Ctx, Kind, ToolHandler};
+use super::names::COMPILE_LOOP;
+use super::settings::ToolSettings;
+use crate::engine::defaults::{COMPILE_RUNNER, RUNNER_CMD_SETTING};
+use crate::engine::events::Event;
+use crate::engine::fix::{FixDeps, FixError, FixOptions, run_fix};
+use crate::engine::outcome::{FixOutcome, ToolOutcome};
+use crate::llm::ToolDef;
+use crate::plugin::{Plugin, PluginError, PluginKind, Registry};
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// The `compile_loop` tool definition an agent or an MCP client is given.
+pub fn compile_loop_tool() -> ToolDef {
+    ToolDef {
+        name: COMPILE_LOOP.into(),
+        description: "Run an autonomous compile-and-fix loop on target files until the build/check passes or a stop reason is reached. Give either target_file or target_files, not both.".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "spec": { "type": "string", "description": "What the code should do / what to fix" },
+                "target_file": { "type": "string", "description": "One file to fix (workspace-relative)" },
+                "target_files": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "Several files to fix (multi-file formats only)" },
+                "lang": { "type": "string", "description": "Language hint" }
+            },
+            "required": ["spec"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// A `compile_loop` call's arguments.
+#[derive(Debug, Deserialize)]
+pub struct CompileLoopArgs {
+    /// What the code should do or what to fix (the fix loop's task prompt).
+    pub spec: Option<String>,
+    /// One file to fix.
+    pub target_file: Option<String>,
+    /// Several files to fix (multi-file formats only).
+    pub target_files: Option<Vec<String>>,
+    /// The language, as a hint in the system prompt.
+    pub lang: Option<String>,
+}
+
+impl CompileLoopArgs {
+    /// The target files: `target_file` or `target_files`, not both.
+    pub fn targets(&self) -> Result<Vec<String>, CompileLoopError> {
+        match (&self.target_file, &self.target_files) {
+            (Some(_), Some(_)) => Err(CompileLoopError::BothTargets),
+            (Some(f), None) => Ok(vec![f.clone()]),
+            (None, Some(fs)) => Ok(fs.clone()),
+            (None, None) => Err(CompileLoopError::NoTargets),
+        }
+    }
+}
+
+/// Why a `compile_loop` call could not start its loop.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileLoopError {
+    /// Both target forms were given.
+    #[error("give target_file or target_files, not both")]
+    BothTargets,
+    /// Neither target form was given.
+    #[error("target_file or target_files is required")]
+    NoTargets,
+    /// The arguments do not have the tool's shape.
+    #[error("compile_loop: invalid arguments: {0}")]
+    Arguments(#[from] serde_json::Error),
+    /// The runner or the edit format is not loaded.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+}
+
+/// What the caller decides beyond the call's arguments.
+pub struct CompileLoopSetup {
+    /// The build command the `command` runner runs.
+    pub cmd: String,
+    /// The edit format the nested loop's model answers in.
+    pub format: String,
+    /// The rest of the loop's options (iteration ceiling, default task prompt, protected
+    /// paths, parent run); targets, prompt, language and runner settings come from the call.
+    pub base: FixOptions,
+}
+
+/// A nested fix loop, ready to run.
+pub struct CompileLoopPlan<'r> {
+    /// The loop's options.
+    pub fix: FixOptions,
+    /// The `command` runner.
+    pub runner: &'r Plugin,
+    /// The edit format.
+    pub format: &'r Plugin,
+}
+
+/// Build the nested loop a `compile_loop` call asks for.
+pub fn plan<'r>(
+    registry: &'r Registry,
+    args: &Value,
+    setup: CompileLoopSetup,
+) -> Result<CompileLoopPlan<'r>, CompileLoopError> {
+    let a: CompileLoopArgs = serde_json::from_value(args.clone())?;
+    let targets = a.targets()?;
+    let runner = registry.get(COMPILE_RUNNER, Some(PluginKind::Runner))?;
+    let format = registry.get(&setup.format, Some(PluginKind::EditFormat))?;
+    let mut runner_settings = BTreeMap::new();
+    runner_settings.insert(RUNNER_CMD_SETTING.to_string(), setup.cmd);
+    let fix = FixOptions {
+        targets,
+        prompt: a.spec.or(setup.base.prompt.clone()),
+        lang: a.lang,
+        runner_settings,
+        ..setup.base
+    };
+    Ok(CompileLoopPlan {
+        fix,
+        runner,
+        format,
+    })
+}
+
+/// The nested loop's end as the tool's result: its outcome as JSON (an error when it did not
+/// succeed), or why it could not start.
+pub fn outcome(r: &Result<FixOutcome, FixError>) -> ToolOutcome {
+    match r {
+        Ok(o) => ToolOutcome::from_flag(serde_json::to_string(o).unwrap_or_default(), !o.ok),
+        Err(e) => ToolOutcome::Failed(e.to_string()),
+    }
+}
+
+/// The tool, as the agent offers it (when the run has a build command).
+pub(crate) struct CompileLoop;
+
+impl ToolHandler for CompileLoop {
+    fn name(&self) -> &'static str {
+        COMPILE_LOOP
+    }
+
+    fn def(&self, _: &ToolSettings) -> ToolDef {
+        compile_loop_tool()
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Write
+    }
+
+    fn offered(&self, s: &ToolSettings) -> bool {
+        s.compile_cmd.is_some()
+    }
+
+    fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome> {
+        Box::pin(async move {
+            let s = cx.settings;
+            let v: Value = serde_json::from_str(args).unwrap_or(Value::Null);
+            let setup = CompileLoopSetup {
+                cmd: s.compile_cmd.clone().unwrap_or_default(),
+                format: s.default_format.clone(),
+                base: FixOptions {
+                    parent: Some(cx.run.id),
+                    protected: s.protected.clone(),
+                    ..Default::default()
+                },
+            };
+            let p = match plan(cx.registry, &v, setup) {
+                Ok(p) => p,
+                Err(e) => return ToolOutcome::Failed(e.to_string()),
+            };
+            // The nested loop's own events are in the store under its id, not in this stream.
+            let mut quiet = |_: &Event| {};
+            let nested = cx.run.nested(&mut quiet);
+            let deps = FixDeps {
+                workspace: nested.workspace,
+                runner: p.runner,
+                format: p.format,
+                model: nested.model,
+                store: nested.store,
+                cancel: nested.cancel,
+                on_event: nested.on_event,
+            };
+            let r = run_fix(&p.fix, deps).await;
+            if let Ok(o) = &r {
+                cx.changed.note(written(o, cx.run.workspace));
+            }
+            outcome(&r)
+        })
+    }
+}
+
+/// The files a nested loop wrote, workspace-relative.
+fn written(o: &FixOutcome, workspace: &std::path::Path) -> Vec<String> {
+    let root = workspace.to_string_lossy().into_owned();
+    o.modified_files
+        .iter()
+        .flatten()
+        .chain(o.artifact_path.iter().filter(|_| o.iters > 0))
+        .map(|p| {
+            p.strip_prefix(&root)
+                .unwrap_or(p)
+                .trim_start_matches('/')
+                .to_string()
+        })
+        .collect()
+}

@@ -1,0 +1,253 @@
+//! Running one turn's tool calls: the before-tool hook for each (it may deny or rewrite),
+//! consecutive read-only plugin calls together and everything else in order, each under its
+//! timeout and the run's cancellation, then the after-tool hook, a row in the store and a
+//! `tool.end` event for each.
+
+use super::caps::Changes;
+use super::handler::Ctx;
+use super::hooks::{before_tool, run_hook};
+use super::names::RUN_CMD;
+use super::plugin_call::{plugin_call, plugin_call_writing};
+use super::settings::ToolSettings;
+use super::table::{Imp, Tool, Toolbox};
+use crate::edit::{self, Workspace};
+use crate::engine::command_policy;
+use crate::engine::events::Event;
+use crate::engine::outcome::ToolOutcome;
+use crate::engine::run::{Run, cancelled};
+use crate::llm::ToolCall;
+use serde_json::{Value, json};
+use std::time::Instant;
+
+/// One call's outcome as the model sees it (before capping) and how long it took.
+#[derive(Debug, Clone)]
+pub(crate) struct CallResult {
+    /// What the call returned, and whether it worked, failed or was refused.
+    pub outcome: ToolOutcome,
+    /// Wall time of the call, hooks excluded.
+    pub ms: u64,
+}
+
+impl CallResult {
+    fn timed(outcome: ToolOutcome, start: Instant) -> CallResult {
+        CallResult {
+            outcome,
+            ms: start.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+/// What a turn's calls share.
+pub(crate) struct Turn<'t> {
+    /// The turn's number.
+    pub turn: u32,
+    /// How the tools run.
+    pub settings: &'t ToolSettings,
+    /// The workspace, opened once for the run.
+    pub ws: &'t Workspace,
+}
+
+impl<'r> Toolbox<'r> {
+    /// Run one turn's calls. `None`: the run was cancelled.
+    pub async fn act(
+        &self,
+        run: &mut Run<'_>,
+        t: &Turn<'_>,
+        calls: &[ToolCall],
+        changed: &mut Changes,
+    ) -> Result<Option<Vec<CallResult>>, crate::store::StoreError> {
+        let mut results: Vec<CallResult> = Vec::with_capacity(calls.len());
+        let mut i = 0;
+        while i < calls.len() {
+            let end = self.batch_end(calls, i, t.settings);
+            let mut prepared = Vec::new();
+            for c in &calls[i..end] {
+                run.emit(Event::ToolStart {
+                    turn: t.turn,
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                });
+                prepared.push(before_tool(t.settings, run.workspace, c).await);
+            }
+            let outs = if end - i > 1 {
+                self.parallel(run, &calls[i..end], prepared, t.settings).await
+            } else {
+                let call = &calls[i];
+                let args = prepared.pop().expect("one prepared call");
+                self.single(run, t, call, args, changed).await.map(|r| vec![r])
+            };
+            let Some(outs) = outs else {
+                return Ok(None);
+            };
+            for (c, out) in calls[i..end].iter().zip(outs) {
+                observe(run, t, c, &out).await?;
+                results.push(out);
+            }
+            i = end;
+        }
+        Ok(Some(results))
+    }
+
+    /// The end of the batch starting at `i`: consecutive parallel-safe reads run together.
+    fn batch_end(&self, calls: &[ToolCall], i: usize, s: &ToolSettings) -> usize {
+        let mut end = i + 1;
+        if !s.sequential {
+            while end < calls.len()
+                && self.parallel_ok(&calls[i].name)
+                && self.parallel_ok(&calls[end].name)
+            {
+                end += 1;
+            }
+        }
+        end
+    }
+
+    /// Read-only plugin calls together; `None` on cancellation.
+    async fn parallel(
+        &self,
+        run: &mut Run<'_>,
+        calls: &[ToolCall],
+        prepared: Vec<Result<String, ToolOutcome>>,
+        s: &ToolSettings,
+    ) -> Option<Vec<CallResult>> {
+        let mut cancel = run.cancel_signal();
+        let futs = calls.iter().zip(prepared).map(|(c, p)| async move {
+            let start = Instant::now();
+            let outcome = match p {
+                Err(denied) => denied,
+                Ok(args) => match self.get(&c.name).map(|t| &t.imp) {
+                    Some(Imp::Plugin(p, name)) => plugin_call(p, name, &args, s.timeout).await,
+                    _ => ToolOutcome::Failed("unknown tool".into()),
+                },
+            };
+            CallResult::timed(outcome, start)
+        });
+        tokio::select! {
+            o = futures_util::future::join_all(futs) => Some(o),
+            _ = cancelled(&mut cancel) => None,
+        }
+    }
+
+    /// One call on its own; `None` on cancellation.
+    async fn single(
+        &self,
+        run: &mut Run<'_>,
+        t: &Turn<'_>,
+        call: &ToolCall,
+        prepared: Result<String, ToolOutcome>,
+        changed: &mut Changes,
+    ) -> Option<CallResult> {
+        let start = Instant::now();
+        let args = match prepared {
+            Err(denied) => return Some(CallResult::timed(denied, start)),
+            Ok(args) => args,
+        };
+        let mut cancel = run.cancel_signal();
+        let tool = self.get(&call.name);
+        let outcome = tokio::select! {
+            r = self.execute(tool, &args, t, run, changed) => r,
+            _ = cancelled(&mut cancel) => return None,
+        };
+        Some(CallResult::timed(outcome, start))
+    }
+
+    /// Run one call (not a parallel read). Files it changed are added to `changed`.
+    async fn execute(
+        &self,
+        tool: Option<&Tool<'_>>,
+        args: &str,
+        t: &Turn<'_>,
+        run: &mut Run<'_>,
+        changed: &mut Changes,
+    ) -> ToolOutcome {
+        let Some(tool) = tool else {
+            return ToolOutcome::Failed(
+                "unknown tool; call one of the tools you were given".into(),
+            );
+        };
+        let v: Value = match serde_json::from_str(args) {
+            Ok(v) => v,
+            Err(e) => return ToolOutcome::Failed(format!("arguments are not valid JSON: {e}")),
+        };
+        let s = t.settings;
+        match &tool.imp {
+            Imp::Plugin(p, name) => {
+                if name == RUN_CMD
+                    && let Some(allow) = &s.command_allowlist
+                    && let Err(refusal) =
+                        command_policy::check(allow, &command_policy::command_words(&v), run.workspace)
+                {
+                    return ToolOutcome::Refused(refusal.to_string());
+                }
+                plugin_call_writing(p, name, args, s.timeout, s.program_writes).await
+            }
+            Imp::AstRefactor(p) => {
+                let (text, is_error, written) =
+                    edit::refactor::ast_refactor_tool(p, t.ws, args, &s.protected, s.timeout).await;
+                changed.note(written);
+                ToolOutcome::from_flag(text, is_error)
+            }
+            Imp::Builtin(h) => {
+                let cx = Ctx {
+                    registry: self.registry,
+                    settings: s,
+                    ws: t.ws,
+                    run,
+                    changed,
+                };
+                h.handle(cx, args).await
+            }
+            Imp::External(server, name) => {
+                match tokio::time::timeout(s.timeout, server.call(name, &v)).await {
+                    Ok(r) => r,
+                    Err(_) => ToolOutcome::Failed(format!(
+                        "tool `{}` timed out after {} s",
+                        tool.def.name,
+                        s.timeout.as_secs_f64()
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// The after-tool hook, the store row and the `tool.end` event of one call.
+async fn observe(
+    run: &mut Run<'_>,
+    t: &Turn<'_>,
+    c: &ToolCall,
+    out: &CallResult,
+) -> Result<(), crate::store::StoreError> {
+    let (text, is_error) = (out.outcome.text(), out.outcome.is_error());
+    let s = t.settings;
+    if let Some(h) = &s.hooks.after_tool {
+        let input = json!({ "tool": c.name, "arguments": c.arguments, "result": text, "is_error": is_error });
+        run_hook(h, &input, run.workspace, s.require_confinement).await;
+    }
+    run.store.record_tool_call(
+        run.id,
+        t.turn as i64,
+        &c.id,
+        &c.name,
+        &c.arguments,
+        text,
+        is_error,
+        out.ms as i64,
+    )?;
+    run.emit(Event::ToolEnd {
+        turn: t.turn,
+        id: c.id.clone(),
+        name: c.name.clone(),
+        ok: !is_error,
+        duration_ms: out.ms,
+        preview: text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect(),
+    });
+    Ok(())
+}

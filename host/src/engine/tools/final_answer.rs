@@ -1,0 +1,44 @@
+//! `final_answer`: the agent's end. The agent reads the summary from the call before the
+//! turn runs; the call itself only answers "done".
+
+use super::handler::{Ctx, Kind, ToolHandler, def};
+use super::names::FINAL_ANSWER;
+use super::settings::ToolSettings;
+use crate::engine::outcome::ToolOutcome;
+use crate::llm::ToolDef;
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+
+/// The tool.
+pub(crate) struct FinalAnswer;
+
+/// A `final_answer` call's arguments, as the agent reads them.
+#[derive(Deserialize, Default)]
+pub(crate) struct FinalAnswerArgs {
+    /// What was done.
+    #[serde(default)]
+    pub summary: String,
+}
+
+impl ToolHandler for FinalAnswer {
+    fn name(&self) -> &'static str {
+        FINAL_ANSWER
+    }
+
+    fn def(&self, _: &ToolSettings) -> ToolDef {
+        def(
+            FINAL_ANSWER,
+            "Finish the task: give a summary of what was done.",
+            json!({"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"],"additionalProperties":false}),
+        )
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Other
+    }
+
+    fn handle<'c, 'a>(&'c self, _: Ctx<'c, 'a>, _: &'c str) -> BoxFuture<'c, ToolOutcome> {
+        Box::pin(async { ToolOutcome::Ok("done".into()) })
+    }
+}

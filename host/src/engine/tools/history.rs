@@ -1,0 +1,65 @@
+//! The history tools as the agent offers them (`get_loops`, `get_loop_detail`): earlier loops
+//! and agent runs of this project, answered from the store by `engine::history`.
+
+use super::handler::{Ctx, Kind, ToolHandler, parse_args};
+use super::names::{GET_LOOP_DETAIL, GET_LOOPS};
+use super::settings::ToolSettings;
+use crate::engine::history;
+use crate::engine::outcome::ToolOutcome;
+use crate::llm::ToolDef;
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+
+/// `get_loops`.
+pub(crate) struct GetLoops;
+
+/// `get_loop_detail`.
+pub(crate) struct GetLoopDetail;
+
+/// A `get_loop_detail` call's arguments.
+#[derive(Deserialize)]
+struct DetailArgs {
+    /// The loop's id in the store.
+    id: i64,
+}
+
+impl ToolHandler for GetLoops {
+    fn name(&self) -> &'static str {
+        GET_LOOPS
+    }
+
+    fn def(&self, _: &ToolSettings) -> ToolDef {
+        history::get_loops_def()
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Read
+    }
+
+    fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, _: &'c str) -> BoxFuture<'c, ToolOutcome> {
+        Box::pin(async move { history::loops(cx.run.store, cx.run.id) })
+    }
+}
+
+impl ToolHandler for GetLoopDetail {
+    fn name(&self) -> &'static str {
+        GET_LOOP_DETAIL
+    }
+
+    fn def(&self, _: &ToolSettings) -> ToolDef {
+        history::get_loop_detail_def()
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Read
+    }
+
+    fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome> {
+        Box::pin(async move {
+            match parse_args::<DetailArgs>(GET_LOOP_DETAIL, args) {
+                Ok(a) => history::loop_detail(cx.run.store, a.id),
+                Err(_) => ToolOutcome::Failed("`id` (integer) is required".into()),
+            }
+        })
+    }
+}

@@ -1,0 +1,39 @@
+//! Tool dispatch shared by every tool-using loop: the table of tools a model is offered (tool
+//! plugins, the host's built-ins, MCP servers' tools), the before/after hooks (run for every
+//! call, batches included), read-only calls in parallel, per-call timeouts, cancellation, and
+//! the record of each call in the store and the event stream.
+//!
+//! Each built-in tool is one file here that holds its argument type, schema, kind and
+//! handler (a [`handler::ToolHandler`]); `registry.rs` lists them. Every call ends in a typed
+//! [`ToolOutcome`](crate::engine::outcome::ToolOutcome): ok, failed, or refused.
+
+mod caps;
+mod catalog;
+pub mod compile_loop;
+mod dispatch;
+mod edits;
+mod evaluate_work;
+mod final_answer;
+mod generate_patch;
+pub(crate) mod handler;
+mod history;
+mod hooks;
+pub mod names;
+mod plugin_call;
+mod registry;
+mod settings;
+pub mod submit_review;
+mod table;
+mod write_file;
+mod write_patch;
+
+pub(crate) use caps::{Changes, cap};
+pub use catalog::{PluginTool, ToolEntry, plugin_tools, tool_catalog, tool_catalog_with};
+pub use compile_loop::compile_loop_tool;
+pub(crate) use dispatch::{CallResult, Turn};
+pub(crate) use final_answer::FinalAnswerArgs;
+pub(crate) use handler::Kind;
+pub(crate) use hooks::run_hook;
+pub use plugin_call::plugin_call;
+pub use settings::ToolSettings;
+pub(crate) use table::Toolbox;

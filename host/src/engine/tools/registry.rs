@@ -1,0 +1,30 @@
+//! The host's built-in tools, in the order they are offered. A new built-in is one file next
+//! to this one (its schema, kind and handler) and one line here.
+
+use super::compile_loop::CompileLoop;
+use super::evaluate_work::EvaluateWork;
+use super::final_answer::FinalAnswer;
+use super::generate_patch::GeneratePatch;
+use super::handler::ToolHandler;
+use super::history::{GetLoopDetail, GetLoops};
+use super::submit_review::SubmitReview;
+use super::write_file::WriteFile;
+use super::write_patch::WritePatch;
+
+/// Every built-in tool (a plugin tool with one of these names is namespaced `plugin__tool`).
+pub(crate) const BUILTINS: &[&dyn ToolHandler] = &[
+    &WritePatch,
+    &GeneratePatch,
+    &WriteFile,
+    &EvaluateWork,
+    &FinalAnswer,
+    &SubmitReview,
+    &CompileLoop,
+    &GetLoops,
+    &GetLoopDetail,
+];
+
+/// Whether `name` is a built-in tool's name.
+pub(crate) fn is_builtin(name: &str) -> bool {
+    BUILTINS.iter().any(|b| b.name() == name)
+}

@@ -1,0 +1,72 @@
+//! `submit_review`: the review phase's end (summary, blocker, pending items). The loop reads
+//! the verdict from the call; the call itself only answers "done". Offered only to loops that
+//! name it.
+
+use super::handler::{Ctx, Kind, ToolHandler, def};
+use super::names::SUBMIT_REVIEW;
+use super::settings::ToolSettings;
+use crate::engine::outcome::ToolOutcome;
+use crate::llm::ToolDef;
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+
+/// The tool.
+pub(crate) struct SubmitReview;
+
+/// A `submit_review` call's arguments, as the execute/review loop reads them (missing or
+/// mistyped fields read as empty).
+#[derive(Deserialize, Default)]
+pub struct SubmitReviewArgs {
+    /// What actually happened.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub summary: String,
+    /// Something only a person can resolve; empty when none.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub blocker: String,
+    /// Items still to do (non-strings and blank items are dropped).
+    #[serde(default, deserialize_with = "lenient_items")]
+    pub pending: Vec<String>,
+}
+
+fn lenient_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(v.as_str().unwrap_or("").to_string())
+}
+
+fn lenient_items<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.as_str())
+        .filter(|p| !p.trim().is_empty())
+        .map(String::from)
+        .collect())
+}
+
+impl ToolHandler for SubmitReview {
+    fn name(&self) -> &'static str {
+        SUBMIT_REVIEW
+    }
+
+    fn def(&self, _: &ToolSettings) -> ToolDef {
+        def(
+            SUBMIT_REVIEW,
+            "Finish the review: a summary of the state of the work, a blocker (empty when none: something only a person can resolve) and the items still pending (empty when the task is done).",
+            json!({"type":"object","properties":{"summary":{"type":"string"},"blocker":{"type":"string"},"pending":{"type":"array","items":{"type":"string"}}},"required":["summary","blocker","pending"],"additionalProperties":false}),
+        )
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Other
+    }
+
+    fn opt_in(&self) -> bool {
+        true
+    }
+
+    fn handle<'c, 'a>(&'c self, _: Ctx<'c, 'a>, _: &'c str) -> BoxFuture<'c, ToolOutcome> {
+        Box::pin(async { ToolOutcome::Ok("done".into()) })
+    }
+}

@@ -1,0 +1,67 @@
+//! `write_file`: create a file of the workspace, or overwrite it whole, through the whole
+//! edit format and the host's protected, atomic edit path. Offered only to loops that name it.
+
+use super::edits::{edit_outcome, format};
+use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
+use super::names::WRITE_FILE;
+use super::settings::ToolSettings;
+use crate::edit::{self, ApplyOptions};
+use crate::engine::defaults::WHOLE_FORMAT;
+use crate::engine::outcome::ToolOutcome;
+use crate::llm::ToolDef;
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+
+/// The tool.
+pub(crate) struct WriteFile;
+
+/// A `write_file` call's arguments.
+#[derive(Deserialize)]
+struct Args {
+    path: String,
+    content: String,
+}
+
+impl ToolHandler for WriteFile {
+    fn name(&self) -> &'static str {
+        WRITE_FILE
+    }
+
+    fn def(&self, _: &ToolSettings) -> ToolDef {
+        def(
+            WRITE_FILE,
+            "Create a file of the workspace, or overwrite it whole, with `content`. Written atomically; protected paths (kiln.toml, .kiln/, .git/) are refused.",
+            json!({"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"],"additionalProperties":false}),
+        )
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Write
+    }
+
+    fn opt_in(&self) -> bool {
+        true
+    }
+
+    fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome> {
+        Box::pin(async move {
+            let a: Args = match parse_args(WRITE_FILE, args) {
+                Ok(a) => a,
+                Err(o) => return o,
+            };
+            let s = cx.settings;
+            let fmt = match format(cx.registry, WHOLE_FORMAT) {
+                Ok(f) => f,
+                Err(o) => return o,
+            };
+            let apply = ApplyOptions {
+                protected: s.protected.clone(),
+                ..Default::default()
+            };
+            let fut = edit::write_whole(fmt, cx.ws, &a.path, &a.content, &apply);
+            let r = tokio::time::timeout(s.timeout, fut).await;
+            edit_outcome(WRITE_FILE, r, s.timeout, cx.changed)
+        })
+    }
+}

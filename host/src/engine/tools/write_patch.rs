@@ -1,0 +1,68 @@
+//! `write_patch`: change a file of the workspace with an edit in a named edit format,
+//! applied atomically through the host's edit path.
+
+use super::edits::{edit_outcome, format};
+use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
+use super::names::WRITE_PATCH;
+use super::settings::ToolSettings;
+use crate::edit::{self, ApplyOptions};
+use crate::engine::defaults::BUNDLED_FORMATS;
+use crate::engine::outcome::ToolOutcome;
+use crate::llm::ToolDef;
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+
+/// The tool.
+pub(crate) struct WritePatch;
+
+/// A `write_patch` call's arguments.
+#[derive(Deserialize)]
+struct Args {
+    path: String,
+    patch: String,
+    format: Option<String>,
+}
+
+impl ToolHandler for WritePatch {
+    fn name(&self) -> &'static str {
+        WRITE_PATCH
+    }
+
+    fn def(&self, s: &ToolSettings) -> ToolDef {
+        def(
+            WRITE_PATCH,
+            &format!(
+                "Change a file of the workspace: `patch` in the named edit format (default {}). Applied atomically; refused edits say exactly why.",
+                s.default_format
+            ),
+            json!({"type":"object","properties":{"path":{"type":"string"},"patch":{"type":"string"},"format":{"type":"string","enum":BUNDLED_FORMATS}},"required":["path","patch"],"additionalProperties":false}),
+        )
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Write
+    }
+
+    fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome> {
+        Box::pin(async move {
+            let a: Args = match parse_args(WRITE_PATCH, args) {
+                Ok(a) => a,
+                Err(o) => return o,
+            };
+            let s = cx.settings;
+            let fmt = match format(cx.registry, a.format.as_deref().unwrap_or(&s.default_format)) {
+                Ok(f) => f,
+                Err(o) => return o,
+            };
+            let apply = ApplyOptions {
+                protected: s.protected.clone(),
+                ..Default::default()
+            };
+            let targets = [a.path];
+            let fut = edit::apply_response(fmt, cx.ws, &a.patch, &targets, &apply);
+            let r = tokio::time::timeout(s.timeout, fut).await;
+            edit_outcome(WRITE_PATCH, r, s.timeout, cx.changed)
+        })
+    }
+}
