@@ -527,3 +527,42 @@ fn interactive_mode_reads_tasks_from_stdin_and_keeps_the_conversation() {
         "{second}"
     );
 }
+
+#[test]
+fn compile_loop_shows_a_whole_file_format_a_long_file_whole() {
+    // `--format whole` answers with whole files: the nested fix loop must show it the whole
+    // file, not windows around the diagnostics, however long the file is.
+    let ws = Workspace::new();
+    let body: String = (1..=700).map(|i| format!("line {i}\n")).collect();
+    ws.write("big.txt", &body);
+    let fixed = format!("{body}FIXED\n");
+    let mock = MockLlm::start(vec![
+        openai_calls(&[(
+            "compile_loop",
+            r#"{"spec":"end the file with FIXED","target_file":"big.txt"}"#,
+        )]),
+        openai_text(&format!("big.txt\n```\n{fixed}```\n")),
+        openai_calls(&[("final_answer", r#"{"summary":"done"}"#)]),
+    ]);
+    let r = agent(
+        &ws,
+        &mock,
+        &[
+            "--prompt",
+            "fix big.txt",
+            "--format",
+            "whole",
+            "--test-command",
+            "grep -q FIXED big.txt",
+        ],
+    );
+    r.expect_code(0);
+    let nested = mock.recorded()[1].body["messages"].to_string();
+    assert!(nested.contains("## Current files"), "{nested}");
+    assert!(
+        nested.contains("line 350\\nline 351\\n") && nested.contains("line 700\\n"),
+        "the whole file is shown"
+    );
+    assert!(!nested.contains("lines not shown"), "no windows");
+    assert_eq!(ws.read("big.txt"), fixed);
+}

@@ -1,4 +1,4 @@
-//! The agent loop (seeds 002 and 004): THINK (send messages and tool schemas), ACT (run the
+//! The agent loop: THINK (send messages and tool schemas), ACT (run the
 //! tool calls: read-only ones in parallel, writes and commands in order, each under a timeout
 //! and the before/after hooks), OBSERVE (append results), until the model answers without a
 //! tool call or calls `final_answer`, or a cap is reached. Every end has a stop reason:

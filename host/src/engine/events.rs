@@ -1,6 +1,7 @@
 //! The typed event stream every loop emits: numbered, timestamped, rendered for a person or as
-//! one JSON object per line (the person's rendering is `cli::render`). The JSON form is `{"seq", "ts_ms", "type", ...fields}`; `type` is
-//! one of the names below (`loop.started`, `runner.finished`, ...).
+//! one JSON object per line (the person's rendering is `cli::render`). The JSON form is
+//! `{"seq", "ts_ms", "type", ...fields}`; `type` is one of the names below (`loop.started`,
+//! `runner.finished`, ...).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -14,15 +15,15 @@ pub enum Event {
     LoopStarted {
         /// Loop id.
         loop_id: i64,
-        /// Runner.
+        /// The runner plugin that checks the targets.
         runner: String,
-        /// Format.
+        /// The edit format the model answers in.
         format: String,
-        /// Model.
+        /// The model's label (or the replay it comes from).
         model: String,
-        /// Targets.
+        /// The files the loop may change, workspace-relative.
         targets: Vec<String>,
-        /// Ceiling.
+        /// The iteration ceiling.
         max_iters: u32,
     },
     /// The runner finished a check.
@@ -30,7 +31,7 @@ pub enum Event {
     RunnerFinished {
         /// Iteration (0: before any fix).
         iteration: u32,
-        /// Verdict.
+        /// The check passed.
         ok: bool,
         /// Exit code.
         exit_code: i32,
@@ -47,7 +48,7 @@ pub enum Event {
     /// A request went to the model.
     #[serde(rename = "llm.request")]
     LlmRequest {
-        /// Iteration.
+        /// The fix loop's iteration (1-based; 0: the first check).
         iteration: u32,
         /// Prompt size in characters.
         prompt_chars: usize,
@@ -55,9 +56,9 @@ pub enum Event {
     /// The model answered.
     #[serde(rename = "llm.response")]
     LlmResponse {
-        /// Iteration.
+        /// The fix loop's iteration (1-based; 0: the first check).
         iteration: u32,
-        /// Latency.
+        /// Time from request to the end of the answer, in ms.
         latency_ms: u64,
         /// Input tokens.
         input_tokens: u64,
@@ -69,21 +70,21 @@ pub enum Event {
     /// An edit was applied (or already was).
     #[serde(rename = "edit.applied")]
     EditApplied {
-        /// Iteration.
+        /// The fix loop's iteration (1-based; 0: the first check).
         iteration: u32,
-        /// Path.
+        /// The file, workspace-relative.
         path: String,
         /// `applied` or `already_applied`.
         status: String,
-        /// Tier.
+        /// The matching tier that located the edit, when a search did.
         tier: Option<String>,
     },
     /// An edit was refused (nothing of that response was written).
     #[serde(rename = "edit.failed")]
     EditFailed {
-        /// Iteration.
+        /// The fix loop's iteration (1-based; 0: the first check).
         iteration: u32,
-        /// Path.
+        /// The file, workspace-relative.
         path: String,
         /// Failure class.
         failure: String,
@@ -93,9 +94,9 @@ pub enum Event {
     /// What an applied response changed in one file, as a unified diff.
     #[serde(rename = "edit.diff")]
     EditDiff {
-        /// Iteration.
+        /// The fix loop's iteration (1-based; 0: the first check).
         iteration: u32,
-        /// Path.
+        /// The file, workspace-relative.
         path: String,
         /// The unified diff (`---`/`+++` headers, `@@` hunks, 3 lines of context).
         diff: String,
@@ -105,7 +106,7 @@ pub enum Event {
     LoopIteration {
         /// Loop id.
         loop_id: i64,
-        /// Iteration.
+        /// The fix loop's iteration (1-based; 0: the first check).
         iteration: u32,
         /// Runner verdict after the edits.
         ok: bool,
@@ -135,7 +136,7 @@ pub enum Event {
     LoopBlocked {
         /// Loop id.
         loop_id: i64,
-        /// Why.
+        /// Why the loop was blocked (the model's reason or the refused edit).
         reason: String,
     },
     /// The final result, in the compile_loop return shape.
@@ -150,7 +151,7 @@ pub enum Event {
     /// An agent turn ended.
     #[serde(rename = "turn.end")]
     TurnEnd {
-        /// Turn.
+        /// The agent turn (1-based).
         turn: u32,
         /// Tools called in it.
         tool_calls: Vec<String>,
@@ -175,11 +176,11 @@ pub enum Event {
     /// A tool call started.
     #[serde(rename = "tool.start")]
     ToolStart {
-        /// Turn.
+        /// The agent turn (1-based).
         turn: u32,
         /// Call id.
         id: String,
-        /// Tool.
+        /// The tool's name as the model called it.
         name: String,
         /// Arguments (JSON text).
         arguments: String,
@@ -187,15 +188,15 @@ pub enum Event {
     /// A tool call ended.
     #[serde(rename = "tool.end")]
     ToolEnd {
-        /// Turn.
+        /// The agent turn (1-based).
         turn: u32,
         /// Call id.
         id: String,
-        /// Tool.
+        /// The tool's name as the model called it.
         name: String,
         /// It succeeded.
         ok: bool,
-        /// Duration.
+        /// Wall time of the call, in ms.
         duration_ms: u64,
         /// First line of the result (or error).
         preview: String,
@@ -217,15 +218,15 @@ pub enum Event {
     /// A phase of a round began (`execution` or `review`).
     #[serde(rename = "phase.start")]
     PhaseStart {
-        /// Round.
+        /// The round (1-based).
         round: u32,
-        /// Phase.
+        /// `execution` or `review`.
         phase: String,
     },
     /// The reviewer submitted its verdict.
     #[serde(rename = "review.submitted")]
     ReviewSubmitted {
-        /// Round.
+        /// The round (1-based).
         round: u32,
         /// What actually happened.
         summary: String,
@@ -237,7 +238,7 @@ pub enum Event {
     /// A round ended.
     #[serde(rename = "round.end")]
     RoundEnd {
-        /// Round.
+        /// The round (1-based).
         round: u32,
         /// Items carried into the next round.
         pending: Vec<String>,

@@ -1,4 +1,4 @@
-//! The fix loop (seeds 000 and 001): run the runner; on failure build a prompt (project prompt,
+//! The fix loop: run the runner; on failure build a prompt (project prompt,
 //! last attempt, diagnostics first, output capped keeping the tail, the targets' text, the edit
 //! format's instructions), ask the model, apply its edits atomically, record the iteration, and
 //! repeat until success or a stop reason: `success`, `max_iters`, `stagnation`,

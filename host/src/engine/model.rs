@@ -6,6 +6,46 @@ use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall, Usage
 use std::collections::VecDeque;
 use std::path::Path;
 
+/// Why recorded responses could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The replay file could not be read.
+    #[error("cannot read replay file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// A line is not JSON.
+    #[error("{path}:{line}: not JSON: {source}")]
+    NotJson {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// The parser's message.
+        source: serde_json::Error,
+    },
+    /// A line is JSON but not a response.
+    #[error("{path}:{line}: expected a string or an object with `text` (and optional `tool_calls`)")]
+    NotAResponse {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+    },
+    /// The file has no responses.
+    #[error("replay file {0} has no responses")]
+    EmptyFile(String),
+    /// The earlier loop could not be read from the store.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The earlier loop recorded no responses.
+    #[error("loop {0} recorded no LLM responses to replay")]
+    EmptyLoop(i64),
+}
+
 /// Recorded responses, served in order.
 #[derive(Debug, Clone, Default)]
 pub struct Replay {
@@ -17,26 +57,30 @@ pub struct Replay {
 impl Replay {
     /// Read a JSONL file: each line is a JSON string (the answer text) or an object with `text`
     /// (or `response`/`content`) and optional `tool_calls: [{name, arguments}]`.
-    pub fn from_jsonl(path: &Path) -> Result<Replay, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read replay file {}: {e}", path.display()))?;
+    pub fn from_jsonl(path: &Path) -> Result<Replay, ReplayError> {
+        let shown = || path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+            path: shown(),
+            source,
+        })?;
         let mut responses = VecDeque::new();
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let v: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| format!("{}:{}: not JSON: {e}", path.display(), i + 1))?;
-            responses.push_back(Self::parse(&v).ok_or_else(|| {
-                format!(
-                    "{}:{}: expected a string or an object with `text` (and optional `tool_calls`)",
-                    path.display(),
-                    i + 1
-                )
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(|source| ReplayError::NotJson {
+                    path: shown(),
+                    line: i + 1,
+                    source,
+                })?;
+            responses.push_back(Self::parse(&v).ok_or_else(|| ReplayError::NotAResponse {
+                path: shown(),
+                line: i + 1,
             })?);
         }
         if responses.is_empty() {
-            return Err(format!("replay file {} has no responses", path.display()));
+            return Err(ReplayError::EmptyFile(shown()));
         }
         Ok(Replay {
             responses,
@@ -95,8 +139,8 @@ impl Replay {
     }
 
     /// Responses recorded for an earlier loop.
-    pub fn from_store(store: &crate::store::Store, loop_id: i64) -> Result<Replay, String> {
-        let detail = store.loop_detail(loop_id).map_err(|e| e.to_string())?;
+    pub fn from_store(store: &crate::store::Store, loop_id: i64) -> Result<Replay, ReplayError> {
+        let detail = store.loop_detail(loop_id)?;
         let responses: VecDeque<ChatResponse> = detail
             .llm_calls
             .iter()
@@ -108,9 +152,7 @@ impl Replay {
             })
             .collect();
         if responses.is_empty() {
-            return Err(format!(
-                "loop {loop_id} recorded no LLM responses to replay"
-            ));
+            return Err(ReplayError::EmptyLoop(loop_id));
         }
         Ok(Replay {
             responses,

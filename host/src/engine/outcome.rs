@@ -121,11 +121,11 @@ impl std::fmt::Display for LoopStatus {
     }
 }
 
-/// The fix loop's result, in the compile_loop return shape (seed 000) plus the loop's id and
-/// status.
+/// The fix loop's result: the shape `compile_loop` returns to an agent or an MCP client,
+/// plus the loop's id and status.
 #[derive(Debug, Clone, Serialize)]
 pub struct FixOutcome {
-    /// Success.
+    /// The check passes at the end.
     pub ok: bool,
     /// Iterations used.
     pub iters: u32,
@@ -247,7 +247,7 @@ pub struct ToolCallRecord {
     pub output: String,
 }
 
-/// The agent's result (seed 004).
+/// The agent's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentResult {
     /// Final content (the final answer or the last text).

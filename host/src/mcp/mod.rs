@@ -87,7 +87,7 @@ pub enum McpProblem {
     Spawn {
         /// The resolved program.
         program: String,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The server did not complete `initialize`.

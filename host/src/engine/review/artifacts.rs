@@ -2,12 +2,30 @@
 //! review.toml, review_output.toml), each written atomically through the workspace's one
 //! writer, so a killed run leaves them readable and a planted link is replaced, not followed.
 
-use super::{ARTIFACT_DIR, LoopError};
 use crate::edit::Workspace;
 use crate::llm::Usage;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
+
+/// Where the artifacts live, workspace-relative.
+pub const ARTIFACT_DIR: &str = ".kiln/loop";
+
+/// An artifact that could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    /// The workspace could not be opened.
+    #[error(transparent)]
+    Open(#[from] crate::edit::EditError),
+    /// The file could not be written (or its value is not TOML).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// Workspace-relative path.
+        path: String,
+        /// Why the write failed.
+        source: std::io::Error,
+    },
+}
 
 /// state.toml: where the run is.
 #[derive(Serialize)]
@@ -87,13 +105,13 @@ pub(super) struct Artifacts {
 }
 
 impl Artifacts {
-    pub(super) fn open(workspace: &Path) -> Result<Artifacts, LoopError> {
+    pub(super) fn open(workspace: &Path) -> Result<Artifacts, ArtifactError> {
         Ok(Artifacts {
             ws: Workspace::open(workspace)?,
         })
     }
 
-    pub(super) fn write(&self, name: &str, text: &str) -> Result<(), LoopError> {
+    pub(super) fn write(&self, name: &str, text: &str) -> Result<(), ArtifactError> {
         let rel = ARTIFACT_DIR
             .strip_prefix(".kiln/")
             .expect("the artifacts live in .kiln/");
@@ -101,14 +119,14 @@ impl Artifacts {
         self.ws
             .writer(&protected, &[])
             .write_artifact(&format!("{rel}/{name}"), text)
-            .map_err(|e| LoopError::Artifact {
+            .map_err(|e| ArtifactError::Write {
                 path: format!("{ARTIFACT_DIR}/{name}"),
                 source: std::io::Error::other(e.to_string()),
             })
     }
 
-    pub(super) fn write_toml<T: Serialize>(&self, name: &str, value: &T) -> Result<(), LoopError> {
-        let text = toml::to_string(value).map_err(|e| LoopError::Artifact {
+    pub(super) fn write_toml<T: Serialize>(&self, name: &str, value: &T) -> Result<(), ArtifactError> {
+        let text = toml::to_string(value).map_err(|e| ArtifactError::Write {
             path: format!("{ARTIFACT_DIR}/{name}"),
             source: std::io::Error::other(e),
         })?;
@@ -116,7 +134,7 @@ impl Artifacts {
     }
 
     /// A phase's events as `[[event]]` tables (JSON nulls left out, which TOML cannot say).
-    pub(super) fn write_events(&self, name: &str, events: &[Value]) -> Result<(), LoopError> {
+    pub(super) fn write_events(&self, name: &str, events: &[Value]) -> Result<(), ArtifactError> {
         let list: Vec<toml::Value> = events.iter().filter_map(json_to_toml).collect();
         let mut table = toml::Table::new();
         table.insert("event".into(), toml::Value::Array(list));

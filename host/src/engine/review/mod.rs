@@ -23,20 +23,19 @@ use super::run::{Run, RunDeps};
 use crate::edit::Workspace;
 use crate::plugin::Registry;
 use crate::store::{NewLoop, Store};
+pub use artifacts::{ARTIFACT_DIR, ArtifactError};
 use artifacts::{Artifacts, Limits, RunToml, State};
 use prompt::{execution_options, execution_task, review_budget, review_options, review_task};
 use report::submitted_review;
 pub use report::{PendingItem, ReviewOutput, extract_pending_items, extract_status, summarize};
 use serde_json::Value;
 use std::path::Path;
-pub use task::{Task, TaskError, load_task, parse_task};
+pub use task::{Task, TaskError, TaskFileError, load_task, parse_task};
 
 /// Programs the review phase's `run_cmd` may run (the policy lives in
 /// `engine::command_policy`).
 pub use super::command_policy::REVIEW_COMMANDS;
 
-/// Where the artifacts live, workspace-relative.
-pub const ARTIFACT_DIR: &str = ".kiln/loop";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -77,21 +76,11 @@ pub struct LoopDeps<'a> {
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
     /// The task file is missing, outside the workspace or malformed.
-    #[error("task file {path}: {why}")]
-    Task {
-        /// The task file's path as given.
-        path: String,
-        /// What is wrong with it.
-        why: TaskError,
-    },
+    #[error(transparent)]
+    Task(#[from] TaskFileError),
     /// An artifact could not be written.
-    #[error("cannot write {path}: {source}")]
-    Artifact {
-        /// Workspace-relative path.
-        path: String,
-        /// Why the write failed.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
     /// A phase failed in the host.
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -296,14 +285,14 @@ impl LoopState<'_, '_> {
         });
         let (task, opts) = match phase {
             Phase::Execution => (
-                execution_task(round, self.opts, &self.task, &self.rounds, &self.pending),
-                execution_options(self.opts, &self.task, run.id),
+                execution_task(round, self.opts.loops, &self.opts.task_file, &self.task, &self.rounds, &self.pending),
+                execution_options(&self.opts.agent, self.opts.iterations, &self.opts.granted_commands, &self.task, run.id),
             ),
             Phase::Review => {
                 let last = self.rounds.last().cloned().unwrap_or_default();
                 (
                     review_task(round, &last, &self.summary, &self.task),
-                    review_options(self.opts, run.id),
+                    review_options(&self.opts.agent, self.opts.iterations, run.id),
                 )
             }
         };
@@ -406,7 +395,8 @@ impl LoopState<'_, '_> {
                 task_file: &self.opts.task_file,
                 updated_at: crate::clock::now_ms(),
             },
-        )
+        )?;
+        Ok(())
     }
 
     /// run.toml: the model, the limits, the rounds finished and the tokens so far.
@@ -426,7 +416,8 @@ impl LoopState<'_, '_> {
                 },
                 tokens: run.usage().into(),
             },
-        )
+        )?;
+        Ok(())
     }
 
     fn finish(

@@ -3,7 +3,6 @@
 //! the pending items, the verified actions and refused calls), and each phase's tools, caps
 //! and command allowlist.
 
-use super::LoopOptions;
 use super::task::Task;
 use crate::engine::agent::AgentOptions;
 use crate::engine::command_policy::REVIEW_COMMANDS;
@@ -41,14 +40,15 @@ fn review_policy() -> String {
 /// The execution prompt: the task in round 1; in later rounds, the loop context.
 pub(super) fn execution_task(
     round: u32,
-    opts: &LoopOptions,
+    loops: u32,
+    task_file: &str,
     task: &Task,
     rounds: &[LoopSummary],
     pending: &[String],
 ) -> String {
     let mut p = format!(
         "Round {round} of at most {}. The task file is {} (its content is below; do not re-read it).\n\n## Task\n{}\n",
-        opts.loops, opts.task_file, task.text
+        loops, task_file, task.text
     );
     if round > 1 {
         p.push_str("\n## Progress so far (verified by the harness)\nDo not re-read the task file or re-glob the workspace just for orientation.\n");
@@ -151,17 +151,23 @@ pub(super) fn review_budget(iterations: u32) -> u32 {
 
 /// The execution agent: the loop's budget, the file tools, the writes, `run_cmd` limited to
 /// the granted programs and the task's `bash` list.
-pub(super) fn execution_options(opts: &LoopOptions, task: &Task, parent: i64) -> AgentOptions {
-    let mut allow = opts.granted_commands.clone();
+pub(super) fn execution_options(
+    base: &AgentOptions,
+    iterations: u32,
+    granted: &[String],
+    task: &Task,
+    parent: i64,
+) -> AgentOptions {
+    let mut allow = granted.to_vec();
     for b in &task.bash {
         if !allow.contains(b) {
             allow.push(b.clone());
         }
     }
     AgentOptions {
-        max_steps: opts.iterations,
-        max_writes: opts.iterations.max(opts.agent.max_writes),
-        max_commands: opts.iterations.max(opts.agent.max_commands),
+        max_steps: iterations,
+        max_writes: iterations.max(base.max_writes),
+        max_commands: iterations.max(base.max_commands),
         system_prompt: Some(execution_policy()),
         only_tools: Some(
             [
@@ -182,14 +188,14 @@ pub(super) fn execution_options(opts: &LoopOptions, task: &Task, parent: i64) ->
         command_allowlist: Some(allow),
         kind: "loop-execute".into(),
         parent: Some(parent),
-        ..opts.agent.clone()
+        ..base.clone()
     }
 }
 
 /// The review agent: a smaller budget, no writes, the read-only command list, and programs
 /// that may write nowhere.
-pub(super) fn review_options(opts: &LoopOptions, parent: i64) -> AgentOptions {
-    let budget = review_budget(opts.iterations);
+pub(super) fn review_options(base: &AgentOptions, iterations: u32, parent: i64) -> AgentOptions {
+    let budget = review_budget(iterations);
     AgentOptions {
         max_steps: budget,
         max_writes: 0,
@@ -214,6 +220,6 @@ pub(super) fn review_options(opts: &LoopOptions, parent: i64) -> AgentOptions {
         program_writes: crate::plugin::confine::Writes::Nowhere,
         kind: "loop-review".into(),
         parent: Some(parent),
-        ..opts.agent.clone()
+        ..base.clone()
     }
 }

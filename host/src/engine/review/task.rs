@@ -46,6 +46,16 @@ pub enum TaskError {
     NotAProgram(String),
 }
 
+/// A task file that cannot be used, with its path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("task file {path}: {why}")]
+pub struct TaskFileError {
+    /// The task file's path as given.
+    pub path: String,
+    /// What is wrong with it.
+    pub why: TaskError,
+}
+
 /// The front matter kiln reads: `[tools] bash = [...]`, or a top-level `bash`.
 const FRONT_MATTER_KEYS: [&str; 2] = ["tools", "bash"];
 
@@ -136,8 +146,8 @@ pub fn parse_task(text: &str) -> Result<Task, TaskError> {
 }
 
 /// Read the task file through the workspace handle (never outside it, never a FIFO).
-pub fn load_task(ws: &Workspace, rel: &str) -> Result<Task, super::LoopError> {
-    let err = |why: TaskError| super::LoopError::Task {
+pub fn load_task(ws: &Workspace, rel: &str) -> Result<Task, TaskFileError> {
+    let err = |why: TaskError| TaskFileError {
         path: rel.to_string(),
         why,
     };
