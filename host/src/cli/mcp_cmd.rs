@@ -384,7 +384,8 @@ async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) 
                 Ok(p) => p,
                 Err(e) => return (e.to_string(), true),
             };
-            let out = crate::engine::tools::plugin_call(plugin, tool, &args.to_string(), timeout).await;
+            let out =
+                crate::engine::tools::plugin_call(plugin, tool, &args.to_string(), timeout).await;
             (out.text().to_string(), out.is_error())
         }
         Target::ApplyEdit => {

@@ -462,11 +462,7 @@ impl Agent<'_, '_> {
                 settings: &self.settings,
                 ws: &self.ws,
             };
-            let Some(results) = self
-                .toolbox
-                .act(run, &t, &calls, &mut self.changes)
-                .await?
-            else {
+            let Some(results) = self.toolbox.act(run, &t, &calls, &mut self.changes).await? else {
                 return Ok(StopReason::Cancelled);
             };
             self.observe(run, &calls, results);

@@ -11,9 +11,9 @@ use super::history;
 use super::model::ModelSource;
 use super::outcome::{FixOutcome, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
+use super::tools::names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
-use super::tools::names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};
 use crate::store::{IterationRow, NewLoop, Store};
 use serde_json::json;
@@ -563,8 +563,14 @@ impl Fix<'_> {
         // changed since (by the user, while the model was thinking) is refused as stale.
         let insist = self.no_edit_streak + 1 >= NO_EDITS_WINDOW;
         let whole = self.format.name == WHOLE_FORMAT;
-        let (prompt, shown) =
-            build_prompt(self.opts, &self.ws, failure, self.last.as_ref(), insist, whole)?;
+        let (prompt, shown) = build_prompt(
+            self.opts,
+            &self.ws,
+            failure,
+            self.last.as_ref(),
+            insist,
+            whole,
+        )?;
         let mut req = ChatRequest {
             system: Some(build_system(self.opts, &self.instructions)),
             messages: vec![Message::User {

@@ -28,7 +28,9 @@ pub enum ReplayError {
         source: serde_json::Error,
     },
     /// A line is JSON but not a response.
-    #[error("{path}:{line}: expected a string or an object with `text` (and optional `tool_calls`)")]
+    #[error(
+        "{path}:{line}: expected a string or an object with `text` (and optional `tool_calls`)"
+    )]
     NotAResponse {
         /// The file.
         path: String,

@@ -125,7 +125,11 @@ impl Artifacts {
             })
     }
 
-    pub(super) fn write_toml<T: Serialize>(&self, name: &str, value: &T) -> Result<(), ArtifactError> {
+    pub(super) fn write_toml<T: Serialize>(
+        &self,
+        name: &str,
+        value: &T,
+    ) -> Result<(), ArtifactError> {
         let text = toml::to_string(value).map_err(|e| ArtifactError::Write {
             path: format!("{ARTIFACT_DIR}/{name}"),
             source: std::io::Error::other(e),

@@ -36,7 +36,6 @@ pub use task::{Task, TaskError, TaskFileError, load_task, parse_task};
 /// `engine::command_policy`).
 pub use super::command_policy::REVIEW_COMMANDS;
 
-
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LoopOptions {
@@ -285,8 +284,21 @@ impl LoopState<'_, '_> {
         });
         let (task, opts) = match phase {
             Phase::Execution => (
-                execution_task(round, self.opts.loops, &self.opts.task_file, &self.task, &self.rounds, &self.pending),
-                execution_options(&self.opts.agent, self.opts.iterations, &self.opts.granted_commands, &self.task, run.id),
+                execution_task(
+                    round,
+                    self.opts.loops,
+                    &self.opts.task_file,
+                    &self.task,
+                    &self.rounds,
+                    &self.pending,
+                ),
+                execution_options(
+                    &self.opts.agent,
+                    self.opts.iterations,
+                    &self.opts.granted_commands,
+                    &self.task,
+                    run.id,
+                ),
             ),
             Phase::Review => {
                 let last = self.rounds.last().cloned().unwrap_or_default();
@@ -481,4 +493,3 @@ impl LoopState<'_, '_> {
         }
     }
 }
-

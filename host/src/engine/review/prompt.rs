@@ -143,7 +143,6 @@ pub(super) fn review_task(round: u32, summary: &LoopSummary, report: &str, task:
     p
 }
 
-
 /// The review phase's turn budget: half the execution's, at least 6.
 pub(super) fn review_budget(iterations: u32) -> u32 {
     (iterations / 2).max(6)

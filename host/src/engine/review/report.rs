@@ -5,7 +5,9 @@
 use crate::engine::outcome::{
     AgentResult, CallStatus, CommandRun, LoopSummary, ReportStatus, ToolCallRecord,
 };
-use crate::engine::tools::names::{READ_FILE, READ_FILES, RUN_CMD, SUBMIT_REVIEW, WRITE_FILE, WRITE_PATCH};
+use crate::engine::tools::names::{
+    READ_FILE, READ_FILES, RUN_CMD, SUBMIT_REVIEW, WRITE_FILE, WRITE_PATCH,
+};
 use crate::engine::tools::submit_review::SubmitReviewArgs;
 use serde::Serialize;
 use serde_json::Value;
@@ -191,7 +193,10 @@ mod tests {
             extract_status("STATUS: COMPLETE"),
             Some(ReportStatus::Complete)
         );
-        assert_eq!(extract_status("Status: `complete`"), Some(ReportStatus::Complete));
+        assert_eq!(
+            extract_status("Status: `complete`"),
+            Some(ReportStatus::Complete)
+        );
         assert_eq!(extract_status("no status here"), None);
         assert_eq!(extract_status("STATUS: DONE"), None);
         assert!(extract_pending_items("STATUS: COMPLETE").is_empty());

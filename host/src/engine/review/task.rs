@@ -92,7 +92,10 @@ fn split_front_matter(text: &str) -> Result<(Option<&str>, String), TaskError> {
     let mut offset = 0;
     for line in rest.split_inclusive('\n') {
         if line.trim_end() == f {
-            return Ok((Some(&rest[..offset]), rest[offset + line.len()..].to_string()));
+            return Ok((
+                Some(&rest[..offset]),
+                rest[offset + line.len()..].to_string(),
+            ));
         }
         offset += line.len();
     }

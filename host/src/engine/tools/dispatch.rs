@@ -71,11 +71,14 @@ impl<'r> Toolbox<'r> {
                 prepared.push(before_tool(t.settings, run.workspace, c).await);
             }
             let outs = if end - i > 1 {
-                self.parallel(run, &calls[i..end], prepared, t.settings).await
+                self.parallel(run, &calls[i..end], prepared, t.settings)
+                    .await
             } else {
                 let call = &calls[i];
                 let args = prepared.pop().expect("one prepared call");
-                self.single(run, t, call, args, changed).await.map(|r| vec![r])
+                self.single(run, t, call, args, changed)
+                    .await
+                    .map(|r| vec![r])
             };
             let Some(outs) = outs else {
                 return Ok(None);
@@ -175,8 +178,11 @@ impl<'r> Toolbox<'r> {
             Imp::Plugin(p, name) => {
                 if name == RUN_CMD
                     && let Some(allow) = &s.command_allowlist
-                    && let Err(refusal) =
-                        command_policy::check(allow, &command_policy::command_words(&v), run.workspace)
+                    && let Err(refusal) = command_policy::check(
+                        allow,
+                        &command_policy::command_words(&v),
+                        run.workspace,
+                    )
                 {
                     return ToolOutcome::Refused(refusal.to_string());
                 }

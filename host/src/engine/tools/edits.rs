@@ -30,7 +30,14 @@ pub(crate) fn edit_outcome(
     };
     let text = serde_json::to_string(&report).unwrap_or_default();
     if report.ok {
-        changed.note(report.written.iter().chain(&report.deleted).cloned().collect());
+        changed.note(
+            report
+                .written
+                .iter()
+                .chain(&report.deleted)
+                .cloned()
+                .collect(),
+        );
         return ToolOutcome::Ok(text);
     }
     let feedback = report.feedback().unwrap_or(text);

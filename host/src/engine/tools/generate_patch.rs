@@ -66,12 +66,16 @@ async fn generate(cx: Ctx<'_, '_>, args: &str) -> Result<ToolOutcome, ToolOutcom
         ));
     }
     let s = cx.settings;
-    let fmt = format(cx.registry, a.format.as_deref().unwrap_or(&s.default_format))?;
+    let fmt = format(
+        cx.registry,
+        a.format.as_deref().unwrap_or(&s.default_format),
+    )?;
     let instructions = fmt
         .format_instructions(a.paths.len() > 1)
         .await
         .map_err(|e| ToolOutcome::Failed(e.to_string()))?;
-    let (files, shown) = show_files(cx.ws, &a.paths).map_err(|e| ToolOutcome::Failed(e.to_string()))?;
+    let (files, shown) =
+        show_files(cx.ws, &a.paths).map_err(|e| ToolOutcome::Failed(e.to_string()))?;
     let mut req = ChatRequest {
         system: Some(format!(
             "You write code changes. Answer only with the edit, in this format:\n\n{instructions}"
@@ -87,7 +91,8 @@ async fn generate(cx: Ctx<'_, '_>, args: &str) -> Result<ToolOutcome, ToolOutcom
         shown,
         protected: s.protected.clone(),
     };
-    let (answer, attempt) = checked_answer(cx.run, s, fmt, cx.ws, &a.paths, &opts, &mut req).await?;
+    let (answer, attempt) =
+        checked_answer(cx.run, s, fmt, cx.ws, &a.paths, &opts, &mut req).await?;
     if a.apply == Some(false) {
         return Ok(ToolOutcome::Ok(
             json!({ "applied": false, "format": fmt.name, "patch": answer, "attempts": attempt })

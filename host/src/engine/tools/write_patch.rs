@@ -51,7 +51,10 @@ impl ToolHandler for WritePatch {
                 Err(o) => return o,
             };
             let s = cx.settings;
-            let fmt = match format(cx.registry, a.format.as_deref().unwrap_or(&s.default_format)) {
+            let fmt = match format(
+                cx.registry,
+                a.format.as_deref().unwrap_or(&s.default_format),
+            ) {
                 Ok(f) => f,
                 Err(o) => return o,
             };
