@@ -40,7 +40,7 @@ pub struct FixOptions {
     pub max_iters: u32,
     /// Extra system prompt text.
     pub system: Option<String>,
-    /// Language hint.
+    /// The language, named in the system prompt (`fixing rust code`).
     pub lang: Option<String>,
     /// The project's prompt (task description).
     pub prompt: Option<String>,
@@ -146,17 +146,17 @@ struct Attempt {
 pub struct FixDeps<'a> {
     /// Workspace root.
     pub workspace: &'a Path,
-    /// Runner plugin.
+    /// The runner plugin that checks the targets.
     pub runner: &'a Plugin,
-    /// Edit-format plugin.
+    /// The edit format the model answers in (a whole-file format is shown files whole).
     pub format: &'a Plugin,
-    /// The model.
+    /// The model (live or replayed), with its token counter and budget.
     pub model: &'a mut ModelSource,
-    /// The store.
+    /// Where the loop, its iterations and its model calls are recorded.
     pub store: &'a mut Store,
     /// Set to true to cancel (Ctrl-C).
     pub cancel: tokio::sync::watch::Receiver<bool>,
-    /// Event sink.
+    /// Receives every event of the loop as it happens.
     pub on_event: &'a mut (dyn FnMut(&Event) + Send),
 }
 

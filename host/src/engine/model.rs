@@ -12,7 +12,7 @@ pub enum ReplayError {
     /// The replay file could not be read.
     #[error("cannot read replay file {path}: {source}")]
     Read {
-        /// The file.
+        /// The replay file.
         path: String,
         /// Why it could not be read.
         source: std::io::Error,
@@ -20,7 +20,7 @@ pub enum ReplayError {
     /// A line is not JSON.
     #[error("{path}:{line}: not JSON: {source}")]
     NotJson {
-        /// The file.
+        /// The replay file.
         path: String,
         /// 1-based line number.
         line: usize,
@@ -32,7 +32,7 @@ pub enum ReplayError {
         "{path}:{line}: expected a string or an object with `text` (and optional `tool_calls`)"
     )]
     NotAResponse {
-        /// The file.
+        /// The replay file.
         path: String,
         /// 1-based line number.
         line: usize,
@@ -165,9 +165,9 @@ impl Replay {
 
 /// Where answers come from.
 pub enum Source {
-    /// The transport.
+    /// A model behind the LLM transport.
     Live(LlmClient),
-    /// Recorded responses.
+    /// Recorded responses, served in order.
     Replay(Replay),
 }
 

@@ -93,7 +93,7 @@ impl std::fmt::Display for StopReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoopStatus {
-    /// Not finished.
+    /// Started and not finished.
     Running,
     /// Reached its goal.
     Success,
@@ -127,7 +127,7 @@ impl std::fmt::Display for LoopStatus {
 pub struct FixOutcome {
     /// The check passes at the end.
     pub ok: bool,
-    /// Iterations used.
+    /// Iterations used (0: the check already passed).
     pub iters: u32,
     /// One line for a person or an agent.
     pub summary: String,

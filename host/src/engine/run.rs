@@ -18,11 +18,11 @@ pub struct RunDeps<'a> {
     pub workspace: &'a Path,
     /// The model (its token counter spans nested runs).
     pub model: &'a mut ModelSource,
-    /// The store.
+    /// Where the run, its model calls and its tool calls are recorded.
     pub store: &'a mut Store,
     /// Set to true to cancel (Ctrl-C).
     pub cancel: watch::Receiver<bool>,
-    /// Event sink.
+    /// Receives every event of the run as it happens.
     pub on_event: &'a mut (dyn FnMut(&Event) + Send),
 }
 
@@ -43,9 +43,9 @@ pub struct Run<'a> {
     pub id: i64,
     /// Workspace root.
     pub workspace: &'a Path,
-    /// The model.
+    /// The model (live or replayed), with its token counter and budget.
     pub model: &'a mut ModelSource,
-    /// The store.
+    /// Where the run is recorded.
     pub store: &'a mut Store,
     cancel: watch::Receiver<bool>,
     on_event: &'a mut (dyn FnMut(&Event) + Send),

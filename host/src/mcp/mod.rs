@@ -28,7 +28,7 @@ pub struct ExternalTool {
     pub name: String,
     /// The server's own name for it.
     pub tool: String,
-    /// Its description.
+    /// Its description, as the server gives it.
     pub description: String,
     /// JSON Schema of its arguments.
     pub parameters: Value,
@@ -40,7 +40,7 @@ pub struct ExternalTool {
 pub struct ExternalServer {
     /// `NAME` of `[mcp.servers.NAME]`.
     pub name: String,
-    /// Its tools.
+    /// Its tools, as offered to the model.
     pub tools: Vec<ExternalTool>,
     peer: Peer<RoleClient>,
     service: tokio::sync::Mutex<Option<RunningService<RoleClient, ClientConfig>>>,
@@ -101,7 +101,7 @@ pub enum McpProblem {
         "did not answer initialize and tools/list within {secs} s (see .kiln/logs/mcp-{name}.log)"
     )]
     Timeout {
-        /// The timeout.
+        /// The start timeout, in seconds.
         secs: u64,
         /// The server's name (its log file).
         name: String,

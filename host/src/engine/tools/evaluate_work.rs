@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// The tool.
+/// The `evaluate_work` handler (listed in `registry.rs`).
 pub(crate) struct EvaluateWork;
 
 /// An `evaluate_work` call's arguments.

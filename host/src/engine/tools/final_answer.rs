@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-/// The tool.
+/// The `final_answer` handler (listed in `registry.rs`).
 pub(crate) struct FinalAnswer;
 
 /// A `final_answer` call's arguments, as the agent reads them.

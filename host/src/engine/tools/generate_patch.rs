@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-/// The tool.
+/// The `generate_patch` handler (listed in `registry.rs`).
 pub(crate) struct GeneratePatch;
 
 /// A `generate_patch` call's arguments.

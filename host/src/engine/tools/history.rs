@@ -10,10 +10,10 @@ use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
 
-/// `get_loops`.
+/// The `get_loops` handler: the project's last loops.
 pub(crate) struct GetLoops;
 
-/// `get_loop_detail`.
+/// The `get_loop_detail` handler: one loop's iterations and edits.
 pub(crate) struct GetLoopDetail;
 
 /// A `get_loop_detail` call's arguments.

@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-/// The tool.
+/// The `submit_review` handler (listed in `registry.rs`).
 pub(crate) struct SubmitReview;
 
 /// A `submit_review` call's arguments, as the execute/review loop reads them (missing or

@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-/// The tool.
+/// The `write_file` handler (listed in `registry.rs`).
 pub(crate) struct WriteFile;
 
 /// A `write_file` call's arguments.

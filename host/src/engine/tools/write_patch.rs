@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-/// The tool.
+/// The `write_patch` handler (listed in `registry.rs`).
 pub(crate) struct WritePatch;
 
 /// A `write_patch` call's arguments.
