@@ -188,7 +188,7 @@ async fn call_external(
     let known = server.tools.iter().any(|t| t.tool == tool);
     let outcome = if known {
         let out = server.call(tool, args).await;
-        Some((out.text().to_string(), out.is_error()))
+        Some((out.text, out.is_error))
     } else {
         None
     };

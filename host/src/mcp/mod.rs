@@ -5,7 +5,6 @@
 //! lives in `cli::mcp_cmd`.)
 
 use crate::config::McpServerConfig;
-use crate::engine::outcome::ToolOutcome;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ContentBlock, Implementation,
 };
@@ -62,6 +61,25 @@ pub struct ExternalTools {
     pub servers: Vec<Arc<ExternalServer>>,
     /// Tools that could not be offered (a name the model APIs would refuse), for a warning.
     pub skipped: Vec<String>,
+}
+
+/// What a server answered to a tool call: its text for the model, and whether the server (or
+/// the call to it) reported an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOutput {
+    /// The answer's content blocks as text, one per line.
+    pub text: String,
+    /// The server flagged the result as an error, or the call failed.
+    pub is_error: bool,
+}
+
+impl CallOutput {
+    fn error(text: String) -> CallOutput {
+        CallOutput {
+            text,
+            is_error: true,
+        }
+    }
 }
 
 /// Why a server could not be used.
@@ -307,11 +325,11 @@ impl ExternalServer {
     /// Call `tool` (the server's own name) with `arguments`: the text for the model, failed
     /// when the server says it is an error. Dropping the future cancels the request on the
     /// server.
-    pub async fn call(&self, tool: &str, arguments: &Value) -> ToolOutcome {
+    pub async fn call(&self, tool: &str, arguments: &Value) -> CallOutput {
         let args = match arguments {
             Value::Object(m) => Some(m.clone()),
             Value::Null => None,
-            _ => return ToolOutcome::Failed("arguments must be a JSON object".into()),
+            _ => return CallOutput::error("arguments must be a JSON object".into()),
         };
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = args;
@@ -323,9 +341,12 @@ impl ExternalServer {
                 {
                     parts.push(s.to_string());
                 }
-                ToolOutcome::from_flag(parts.join("\n"), r.is_error.unwrap_or(false))
+                CallOutput {
+                    text: parts.join("\n"),
+                    is_error: r.is_error.unwrap_or(false),
+                }
             }
-            Err(e) => ToolOutcome::Failed(format!(
+            Err(e) => CallOutput::error(format!(
                 "MCP server `{}` failed on `{tool}`: {e}",
                 self.name
             )),

@@ -206,7 +206,7 @@ impl<'r> Toolbox<'r> {
             }
             Imp::External(server, name) => {
                 match tokio::time::timeout(s.timeout, server.call(name, &v)).await {
-                    Ok(r) => r,
+                    Ok(r) => ToolOutcome::from_flag(r.text, r.is_error),
                     Err(_) => ToolOutcome::Failed(format!(
                         "tool `{}` timed out after {} s",
                         tool.def.name,
