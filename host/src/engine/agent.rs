@@ -12,7 +12,7 @@ use super::events::Event;
 use super::model::ModelSource;
 use super::outcome::{AgentResult, StopReason, ToolCallRecord};
 use super::run::{AskError, Run, RunDeps};
-use super::tools::names::{FINAL_ANSWER, SUBMIT_REVIEW};
+use super::tool_names::{FINAL_ANSWER, SUBMIT_REVIEW};
 use super::tools::{
     CallResult, Changes, FinalAnswerArgs, Kind, ToolSettings, Toolbox, Turn, cap, run_hook,
 };

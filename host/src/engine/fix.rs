@@ -11,7 +11,7 @@ use super::history;
 use super::model::ModelSource;
 use super::outcome::{FixOutcome, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
-use super::tools::names::{GET_LOOP_DETAIL, GET_LOOPS};
+use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
 use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};

@@ -2,7 +2,7 @@
 //! agent runs of this project, answered from the store.
 
 use super::outcome::ToolOutcome;
-use super::tools::names::{GET_LOOP_DETAIL, GET_LOOPS};
+use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::llm::ToolDef;
 use crate::store::Store;
 use serde_json::json;

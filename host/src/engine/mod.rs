@@ -13,6 +13,7 @@ pub mod model;
 pub mod outcome;
 pub mod review;
 pub mod run;
+pub mod tool_names;
 pub mod tools;
 
 pub use events::Event;

@@ -5,7 +5,7 @@
 use crate::engine::outcome::{
     AgentResult, CallStatus, CommandRun, LoopSummary, ReportStatus, ToolCallRecord,
 };
-use crate::engine::tools::names::{
+use crate::engine::tool_names::{
     READ_FILE, READ_FILES, RUN_CMD, SUBMIT_REVIEW, WRITE_FILE, WRITE_PATCH,
 };
 use crate::engine::tools::submit_review::SubmitReviewArgs;

@@ -6,7 +6,6 @@
 use super::caps::Changes;
 use super::handler::Ctx;
 use super::hooks::{before_tool, run_hook};
-use super::names::RUN_CMD;
 use super::plugin_call::{plugin_call, plugin_call_writing};
 use super::settings::ToolSettings;
 use super::table::{Imp, Tool, Toolbox};
@@ -15,6 +14,7 @@ use crate::engine::command_policy;
 use crate::engine::events::Event;
 use crate::engine::outcome::ToolOutcome;
 use crate::engine::run::{Run, cancelled};
+use crate::engine::tool_names::RUN_CMD;
 use crate::llm::ToolCall;
 use serde_json::{Value, json};
 use std::time::Instant;

@@ -2,9 +2,9 @@
 //! turn runs; the call itself only answers "done".
 
 use super::handler::{Ctx, Kind, ToolHandler, def};
-use super::names::FINAL_ANSWER;
 use super::settings::ToolSettings;
 use crate::engine::outcome::ToolOutcome;
+use crate::engine::tool_names::FINAL_ANSWER;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use serde::Deserialize;

@@ -4,12 +4,12 @@
 
 use super::edits::{edit_outcome, format};
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
-use super::names::GENERATE_PATCH;
 use super::settings::ToolSettings;
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::engine::defaults::BUNDLED_FORMATS;
 use crate::engine::outcome::ToolOutcome;
 use crate::engine::run::{AskError, Run};
+use crate::engine::tool_names::GENERATE_PATCH;
 use crate::llm::{ChatRequest, Message, ToolDef};
 use crate::plugin::Plugin;
 use futures_util::future::BoxFuture;

@@ -2,10 +2,10 @@
 //! and agent runs of this project, answered from the store by `engine::history`.
 
 use super::handler::{Ctx, Kind, ToolHandler, parse_args};
-use super::names::{GET_LOOP_DETAIL, GET_LOOPS};
 use super::settings::ToolSettings;
 use crate::engine::history;
 use crate::engine::outcome::ToolOutcome;
+use crate::engine::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use serde::Deserialize;

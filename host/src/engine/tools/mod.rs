@@ -18,7 +18,6 @@ mod generate_patch;
 pub(crate) mod handler;
 mod history;
 mod hooks;
-pub mod names;
 mod plugin_call;
 mod registry;
 mod settings;

@@ -3,9 +3,9 @@
 //! name it.
 
 use super::handler::{Ctx, Kind, ToolHandler, def};
-use super::names::SUBMIT_REVIEW;
 use super::settings::ToolSettings;
 use crate::engine::outcome::ToolOutcome;
+use crate::engine::tool_names::SUBMIT_REVIEW;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use serde::Deserialize;

@@ -2,10 +2,10 @@
 //! collision), the host's built-ins, and MCP servers' tools, filtered by the run's settings.
 
 use super::handler::{Kind, ToolHandler};
-use super::names::RUN_CMD;
 use super::registry::{BUILTINS, is_builtin};
 use super::settings::ToolSettings;
 use crate::edit;
+use crate::engine::tool_names::RUN_CMD;
 use crate::llm::ToolDef;
 use crate::plugin::{Plugin, PluginError, PluginKind, Registry};
 use serde_json::json;

@@ -3,11 +3,11 @@
 
 use super::edits::{edit_outcome, format};
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
-use super::names::WRITE_FILE;
 use super::settings::ToolSettings;
 use crate::edit::{self, ApplyOptions};
 use crate::engine::defaults::WHOLE_FORMAT;
 use crate::engine::outcome::ToolOutcome;
+use crate::engine::tool_names::WRITE_FILE;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use serde::Deserialize;

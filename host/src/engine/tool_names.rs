@@ -1,5 +1,6 @@
-//! The names models call tools by, shared by the tool table and the loops that pick tools
-//! (the agent's final answer, the execute/review loop's phases and their summaries).
+//! The names models call tools by, shared by the tool table (`tools/`), the fix loop (the
+//! history tools) and the loops that pick tools (the agent's final answer, the execute/review
+//! loop's phases and their summaries). A leaf: it depends on nothing.
 
 /// Change a file through an edit format.
 pub const WRITE_PATCH: &str = "write_patch";
