@@ -57,3 +57,62 @@ pub(crate) fn format<'r>(
         .get(name, Some(crate::plugin::PluginKind::EditFormat))
         .map_err(|e| ToolOutcome::Failed(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edit::EditResult;
+
+    fn failed(failure: &'static str) -> EditResult {
+        EditResult {
+            path: "kiln.toml".into(),
+            kind: "rewrite",
+            status: "failed",
+            tier: None,
+            failure: Some(failure),
+            error: Some("kiln.toml: protected".into()),
+            new_path: None,
+        }
+    }
+
+    fn outcome(report: EditReport, changed: &mut Changes) -> ToolOutcome {
+        edit_outcome(
+            "write_file",
+            Ok(Ok(report)),
+            Duration::from_secs(1),
+            changed,
+        )
+    }
+
+    #[test]
+    fn a_policy_failure_is_a_refusal_and_other_failures_are_not() {
+        let mut changed = Changes::default();
+        let refused = EditReport {
+            edits: vec![failed(POLICY)],
+            ..Default::default()
+        };
+        assert!(matches!(
+            outcome(refused, &mut changed),
+            ToolOutcome::Refused(t) if t.contains("protected")
+        ));
+        let no_match = EditReport {
+            edits: vec![failed("no_match")],
+            ..Default::default()
+        };
+        assert!(matches!(
+            outcome(no_match, &mut changed),
+            ToolOutcome::Failed(_)
+        ));
+        assert_eq!(changed.writes, 0);
+        let ok = EditReport {
+            ok: true,
+            written: vec!["a.txt".into()],
+            ..Default::default()
+        };
+        assert!(matches!(outcome(ok, &mut changed), ToolOutcome::Ok(_)));
+        assert_eq!(
+            (changed.writes, changed.files.clone()),
+            (1, vec!["a.txt".to_string()])
+        );
+    }
+}

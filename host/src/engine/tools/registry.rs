@@ -28,3 +28,33 @@ pub(crate) const BUILTINS: &[&dyn ToolHandler] = &[
 pub(crate) fn is_builtin(name: &str) -> bool {
     BUILTINS.iter().any(|b| b.name() == name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tools::ToolSettings;
+
+    #[test]
+    fn every_builtin_is_offered_under_its_own_unique_name() {
+        let s = ToolSettings {
+            compile_cmd: Some(String::new()),
+            ..Default::default()
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for b in BUILTINS {
+            assert!(b.offered(&s), "{}", b.name());
+            assert_eq!(b.def(&s).name, b.name());
+            assert!(seen.insert(b.name()), "{} is listed twice", b.name());
+            assert!(is_builtin(b.name()));
+        }
+        assert!(!is_builtin("read_file"));
+        // compile_loop needs a build command; the rest are always offered.
+        let without = ToolSettings::default();
+        let offered: Vec<_> = BUILTINS
+            .iter()
+            .filter(|b| !b.offered(&without))
+            .map(|b| b.name())
+            .collect();
+        assert_eq!(offered, [crate::engine::tool_names::COMPILE_LOOP]);
+    }
+}
