@@ -4,8 +4,8 @@
 //! the record of each call in the store and the event stream.
 //!
 //! Each built-in tool is one file here that holds its argument type, schema, kind and
-//! handler (a [`handler::ToolHandler`]); `registry.rs` lists them. Every call ends in a typed
-//! [`ToolOutcome`](crate::engine::outcome::ToolOutcome): ok, failed, or refused.
+//! handler (a `ToolHandler`, in `handler.rs`); `registry.rs` lists them. Every call ends in a
+//! typed [`ToolOutcome`](crate::engine::outcome::ToolOutcome): ok, failed, or refused.
 
 mod caps;
 mod catalog;
