@@ -36,6 +36,12 @@ pub enum ConfigError {
         /// What is wrong and where.
         message: String,
     },
+    /// A command-line flag that names a program (`--cmd`, `--test-command`) names none.
+    #[error("{flag} is empty")]
+    EmptyCommand {
+        /// The flag, as the user typed it.
+        flag: &'static str,
+    },
 }
 
 /// Filesystem access in a grant.
@@ -1203,10 +1209,13 @@ pub fn grant_runner_consent(
     config: &mut Config,
     runner: &str,
     cmd: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), ConfigError> {
     let pc = config.plugins.entry(runner.to_string()).or_default();
     if let Some(cmd) = cmd {
-        let program = cmd.split_whitespace().next().ok_or("--cmd is empty")?;
+        let program = cmd
+            .split_whitespace()
+            .next()
+            .ok_or(ConfigError::EmptyCommand { flag: "--cmd" })?;
         pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
             program: program.trim_matches(['"', '\'']).to_string(),
             args: vec!["*".into()],
@@ -1263,9 +1272,11 @@ pub fn grant_runner_consent(
 
 /// Grant the `shell` tool (and the `command` runner, for `compile_loop`) exactly the command
 /// named by `--test-command` / `[agent] test_command`.
-pub fn grant_test_command(config: &mut Config, cmd: &str) -> Result<(), String> {
+pub fn grant_test_command(config: &mut Config, cmd: &str) -> Result<(), ConfigError> {
     let mut words = cmd.split_whitespace().map(String::from);
-    let program = words.next().ok_or("--test-command is empty")?;
+    let program = words.next().ok_or(ConfigError::EmptyCommand {
+        flag: "--test-command",
+    })?;
     let args: Vec<String> = words.collect();
     for plugin in ["shell", "command"] {
         config

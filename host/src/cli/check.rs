@@ -51,8 +51,7 @@ impl RunnerArgs {
         &self,
         config: &mut crate::config::Config,
     ) -> anyhow::Result<BTreeMap<String, String>> {
-        crate::config::grant_runner_consent(config, &self.runner, self.cmd.as_deref())
-            .map_err(|e| anyhow::anyhow!(e))?;
+        crate::config::grant_runner_consent(config, &self.runner, self.cmd.as_deref())?;
         let mut settings = BTreeMap::new();
         if let Some(cmd) = &self.cmd {
             settings.insert("cmd".to_string(), cmd.clone());
