@@ -484,8 +484,50 @@ impl Config {
 
     /// Merge one parsed file.
     fn apply(&mut self, path: &Path, file: File, layer: Layer) -> Result<(), ConfigError> {
+        self.apply_plugins(path, file.plugins, layer)?;
+        if let Some(llm) = file.llm {
+            // An untrusted layer's limits were checked to lower (`narrowing`).
+            self.llm.merge(llm);
+        }
+        if let Some(agent) = file.agent {
+            if agent.test_command.is_some() {
+                self.agent.test_command = agent.test_command;
+            }
+            if agent.hooks.is_some() {
+                self.agent.hooks = agent.hooks;
+            }
+        }
+        if let Some(sandbox) = file.sandbox {
+            self.apply_sandbox(path, sandbox)?;
+        }
+        if let Some(mcp) = file.mcp {
+            for (name, server) in mcp.servers {
+                validate_mcp_server(path, &name, &server)?;
+                self.mcp.servers.insert(name, server);
+            }
+        }
+        self.apply_pricing(path, file.pricing.unwrap_or_default())?;
+        if let Some(b) = file.budget {
+            self.apply_budget(path, b)?;
+        }
+        if let Some(fix) = file.fix {
+            self.apply_fix(fix, layer);
+        }
+        self.sources.push(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Merge one file's `[plugins.NAME]` sections: a user file binds each name to its
+    /// component, a workspace file's sections are kept apart until trusted, an untrusted
+    /// file may only lower what is granted.
+    fn apply_plugins(
+        &mut self,
+        path: &Path,
+        plugins: BTreeMap<String, PluginConfig>,
+        layer: Layer,
+    ) -> Result<(), ConfigError> {
         let base = path.parent().unwrap_or(Path::new("."));
-        for (name, mut pc) in file.plugins {
+        for (name, mut pc) in plugins {
             validate(path, &name, &pc)?;
             if let Some(p) = &pc.path
                 && p.is_relative()
@@ -524,47 +566,23 @@ impl Config {
             }
             self.plugins.entry(name).or_default().merge(pc);
         }
-        if let Some(llm) = file.llm {
-            // An untrusted layer's limits were checked to lower (`narrowing`).
-            self.llm.merge(llm);
-        }
-        if let Some(agent) = file.agent {
-            if agent.test_command.is_some() {
-                self.agent.test_command = agent.test_command;
-            }
-            if agent.hooks.is_some() {
-                self.agent.hooks = agent.hooks;
-            }
-        }
-        if let Some(sandbox) = file.sandbox {
-            self.apply_sandbox(path, sandbox)?;
-        }
-        if let Some(mcp) = file.mcp {
-            for (name, server) in mcp.servers {
-                validate_mcp_server(path, &name, &server)?;
-                self.mcp.servers.insert(name, server);
-            }
-        }
-        self.apply_pricing(path, file.pricing.unwrap_or_default())?;
-        if let Some(b) = file.budget {
-            self.apply_budget(path, b)?;
-        }
-        if let Some(fix) = file.fix {
-            if fix.prompt.is_some() {
-                self.fix.prompt = fix.prompt;
-            }
-            if fix.format.is_some() {
-                self.fix.format = fix.format;
-            }
-            if let Some(n) = fix.max_iters {
-                self.fix.max_iters = Some(match layer {
-                    Layer::Untrusted => n.min(self.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS)),
-                    _ => n,
-                });
-            }
-        }
-        self.sources.push(path.to_path_buf());
         Ok(())
+    }
+
+    /// Merge a file's `[fix]`; an untrusted file may only lower the iteration ceiling.
+    fn apply_fix(&mut self, fix: FixConfig, layer: Layer) {
+        if fix.prompt.is_some() {
+            self.fix.prompt = fix.prompt;
+        }
+        if fix.format.is_some() {
+            self.fix.format = fix.format;
+        }
+        if let Some(n) = fix.max_iters {
+            self.fix.max_iters = Some(match layer {
+                Layer::Untrusted => n.min(self.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS)),
+                _ => n,
+            });
+        }
     }
 
     fn apply_sandbox(&mut self, path: &Path, sandbox: SandboxConfig) -> Result<(), ConfigError> {

@@ -10,7 +10,9 @@ pub mod refactor;
 mod window;
 pub mod writer;
 
-use crate::plugin::{EditKind, EditStatus, FailureKind, FileEdit, Plugin, PluginError};
+use crate::plugin::{
+    EditKind, EditOutcome, EditStatus, FailureKind, FileEdit, Plugin, PluginError,
+};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use serde::Serialize;
@@ -501,25 +503,11 @@ async fn plan_file(
         Ok(applied) => applied,
         Err(f) => {
             let i = idx[(f.index as usize).min(idx.len() - 1)];
-            let failure = match f.kind {
-                FailureKind::NoMatch => "no_match",
-                FailureKind::Ambiguous => "ambiguous",
-                FailureKind::Invalid => "invalid",
-            };
-            fail_edits(report, &[i], failure, &f.message);
+            fail_edits(report, &[i], failure_name(&f.kind), &f.message);
             return Ok(None);
         }
     };
-    for (k, &i) in idx.iter().enumerate() {
-        let r = &mut report.edits[i];
-        if let Some(o) = applied.outcomes.get(k) {
-            r.status = match o.status {
-                EditStatus::Applied => "applied",
-                EditStatus::AlreadyApplied => "already_applied",
-            };
-            r.tier = o.tier.clone();
-        }
-    }
+    mark_applied(report, idx, &applied.outcomes);
     let move_to = file_edits
         .iter()
         .rev()
@@ -537,6 +525,29 @@ async fn plan_file(
         new: applied.text,
         move_to,
     }))
+}
+
+/// The report's name for why a format could not apply an edit.
+fn failure_name(kind: &FailureKind) -> &'static str {
+    match kind {
+        FailureKind::NoMatch => "no_match",
+        FailureKind::Ambiguous => "ambiguous",
+        FailureKind::Invalid => "invalid",
+    }
+}
+
+/// Record in `report` how each edit `idx` of a file applied (`outcomes` in the same order).
+fn mark_applied(report: &mut EditReport, idx: &[usize], outcomes: &[EditOutcome]) {
+    for (k, &i) in idx.iter().enumerate() {
+        let r = &mut report.edits[i];
+        if let Some(o) = outcomes.get(k) {
+            r.status = match o.status {
+                EditStatus::Applied => "applied",
+                EditStatus::AlreadyApplied => "already_applied",
+            };
+            r.tier = o.tier.clone();
+        }
+    }
 }
 
 /// Why `path` cannot be moved to `dest` (it exists, or cannot be read), as a failure kind and

@@ -171,6 +171,66 @@ async fn kill_all(call: &reap::Call) {
     let _ = tokio::task::spawn_blocking(call.killer()).await;
 }
 
+/// The command for `program`: only the environment given (and `TMPDIR`, the call's own
+/// temporary directory), stdin piped when there is input, output captured, killed if dropped.
+fn command(
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    tmp: &Path,
+    has_stdin: bool,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("TMPDIR", tmp)
+        .stdin(if has_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Read the output while the program runs, until it exits (its exit code) or the deadline
+/// passes (then every process of the call is killed: no exit code, timed out).
+async fn wait_or_kill<O: AsyncRead + Unpin, E: AsyncRead + Unpin>(
+    child: &mut tokio::process::Child,
+    call: &mut reap::Call,
+    out: &mut Stream<O>,
+    err: &mut Stream<E>,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<(Option<i32>, bool)> {
+    let status = {
+        let wait = child.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                s = &mut wait => break Some(s),
+                _ = out.read(), if out.is_open() => {}
+                _ = err.read(), if err.is_open() => {}
+                _ = tokio::time::sleep_until(deadline) => break None,
+            }
+        }
+    };
+    Ok(match status {
+        Some(status) => {
+            let status = status?;
+            call.exited();
+            (status.code(), false)
+        }
+        None => {
+            kill_all(call).await;
+            let _ = child.wait().await;
+            (None, true)
+        }
+    })
+}
+
 /// Run the process confined, until it exits or the timeout; then kill all its descendants.
 /// Returns once the program exited, even if a descendant still holds its output pipes.
 pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
@@ -185,19 +245,7 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         cap,
         confinement,
     } = spawn;
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(&args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("TMPDIR", confinement.tmp())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = command(&program, &args, &env, confinement.tmp(), stdin.is_some());
     let child = confinement.child(cwd.as_fd().as_raw_fd());
     // SAFETY: `enter` makes only async-signal-safe system calls and allocates nothing; `cwd` and
     // `confinement` (which own the descriptors and the filter `child` names) live until after
@@ -219,30 +267,8 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     let mut out = Stream::new(child.stdout.take(), cap);
     let mut err = Stream::new(child.stderr.take(), cap);
     let deadline = tokio::time::Instant::from_std(start + timeout);
-    let status = {
-        let wait = child.wait();
-        tokio::pin!(wait);
-        loop {
-            tokio::select! {
-                s = &mut wait => break Some(s),
-                _ = out.read(), if out.is_open() => {}
-                _ = err.read(), if err.is_open() => {}
-                _ = tokio::time::sleep_until(deadline) => break None,
-            }
-        }
-    };
-    let (exit_code, timed_out) = match status {
-        Some(status) => {
-            let status = status?;
-            call.exited();
-            (status.code(), false)
-        }
-        None => {
-            kill_all(&call).await;
-            let _ = child.wait().await;
-            (None, true)
-        }
-    };
+    let (exit_code, timed_out) =
+        wait_or_kill(&mut child, &mut call, &mut out, &mut err, deadline).await?;
     // A descendant that kept the pipes gets a moment to finish writing, then everything of
     // the call is killed: the call never waits for a daemon.
     drain(&mut out, &mut err, GRACE).await;
