@@ -15,15 +15,15 @@ pub enum ConfigError {
     /// The file exists but could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
-        /// The file.
+        /// The configuration file that could not be read.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The file is not valid TOML or has unknown or mistyped fields.
     #[error("invalid configuration in {path}: {message}")]
     Parse {
-        /// The file.
+        /// The configuration file.
         path: PathBuf,
         /// The parser's message (line, column, field).
         message: String,
@@ -31,7 +31,7 @@ pub enum ConfigError {
     /// A value is well-formed TOML but not allowed.
     #[error("invalid configuration in {path}: {message}")]
     Invalid {
-        /// The file.
+        /// The configuration file.
         path: PathBuf,
         /// What is wrong and where.
         message: String,
@@ -314,7 +314,7 @@ pub enum Component<'a> {
     Builtin,
     /// Read from a file, with the hex sha256 of the bytes compiled.
     File {
-        /// The file.
+        /// The component file.
         path: &'a Path,
         /// Hex sha256 of the bytes that were compiled.
         sha256: &'a str,
@@ -339,7 +339,7 @@ pub enum Trust {
     Assumed,
     /// Not trusted: these settings were ignored.
     Untrusted {
-        /// The file.
+        /// The workspace's kiln.toml.
         path: PathBuf,
         /// The settings that were ignored (`plugins.x.exec`, `agent.hooks`, ...).
         ignored: Vec<String>,
@@ -650,7 +650,7 @@ impl Config {
     }
 
     /// What plugin `name` is granted when `component` is the one loaded for it. The user's
-    /// grants for `name` belong to the component the user named (DESIGN §3): the file their
+    /// grants for `name` belong to the component the user named: the file their
     /// section's `path` names, with the same bytes as when kiln read the configuration, or,
     /// without a `path`, the built-in or a `--plugin` file — never a component a workspace
     /// file names. Any other component gets only what the workspace file (once trusted)
@@ -1217,7 +1217,7 @@ fn validate_mcp_server(path: &Path, name: &str, s: &McpServerConfig) -> Result<(
     Ok(())
 }
 
-/// Grants implied by naming a runner on the command line (DESIGN §3: naming it is consent for
+/// Grants implied by naming a runner on the command line (naming it is consent for
 /// the build it runs): `--runner command --cmd "prog ..."` grants `prog`; `--runner cargo`
 /// grants `cargo`, the variables rustup and cargo need, writing cargo's caches
 /// (`CARGO_HOME/registry`, `CARGO_HOME/git` and its lock and cache-tracking files) and reading

@@ -76,7 +76,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     let targets = args.runner.targets()?;
     let root = cap_std::fs::Dir::open_ambient_dir(&ctx.workspace, cap_std::ambient_authority())
         .with_context(|| format!("cannot open the workspace {}", ctx.workspace.display()))?;
-    crate::path::target_arguments(&root, &targets).map_err(|e| anyhow::anyhow!(e))?;
+    crate::path::target_arguments(&root, &targets)?;
     let mut config = ctx.config.clone();
     let settings = args.runner.consent(&mut config)?;
     let ctx2 = ctx.with_config(config);

@@ -1,5 +1,6 @@
 //! `kiln fix`: the compile-and-fix loop from the command line, with live events for a person
-//! (stderr) or as JSON lines (stdout), Ctrl-C handling and the seed-000 result shape.
+//! (stderr) or as JSON lines (stdout), Ctrl-C handling and the result
+//! (`loop.result`, with its cost).
 
 use super::common::{EventSink, ctrl_c_watch, exit_for};
 use super::event_log::EventLog;

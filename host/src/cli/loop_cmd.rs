@@ -1,4 +1,4 @@
-//! `kiln loop`: the execute/review loop over a task file (seed 003), with live events for a
+//! `kiln loop`: the execute/review loop over a task file, with live events for a
 //! person (stderr) or as JSON lines (stdout), Ctrl-C handling and artifacts in `.kiln/loop/`.
 
 use super::common::{EventSink, ctrl_c_watch, exit_for};

@@ -28,7 +28,7 @@ pub(crate) enum PluginCommand {
         /// Plugin kind.
         #[arg(long, value_enum)]
         kind: super::scaffold::Kind,
-        /// Language.
+        /// The language of the project (Rust, Python or JavaScript).
         #[arg(long, value_enum)]
         lang: super::scaffold::Lang,
         /// Plugin name (lowercase, digits, `-`).

@@ -19,7 +19,7 @@ pub(crate) enum Kind {
     Tool,
 }
 
-/// Language.
+/// The language a plugin project is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Lang {
     /// Rust with the kiln-guest SDK (vendored into the project).

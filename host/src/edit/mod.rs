@@ -27,9 +27,9 @@ pub enum EditError {
     /// The workspace could not be opened.
     #[error("cannot open workspace {path}: {source}")]
     Workspace {
-        /// The directory.
+        /// The workspace directory that could not be opened.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// A file is not UTF-8 text (kiln edits text only).
@@ -104,7 +104,10 @@ impl Workspace {
 
     /// Check files named by a model or a user before they become program arguments
     /// ([`crate::path::target_arguments`]).
-    pub fn target_arguments(&self, targets: &[String]) -> Result<Vec<String>, String> {
+    pub fn target_arguments(
+        &self,
+        targets: &[String],
+    ) -> Result<Vec<String>, crate::path::TargetError> {
         crate::path::target_arguments(&self.dir, targets)
     }
 
@@ -245,7 +248,7 @@ pub struct EditResult {
 pub struct ParseProblem {
     /// 1-based response line (0: not tied to a line).
     pub line: u32,
-    /// The message.
+    /// What is wrong with the line.
     pub message: String,
 }
 

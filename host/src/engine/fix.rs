@@ -276,7 +276,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
     }
     let ws = Workspace::open(workspace)?;
     ws.target_arguments(&opts.targets)
-        .map_err(FixError::Usage)?;
+        .map_err(|e| FixError::Usage(e.to_string()))?;
     let info = format.format_describe().await?;
     if opts.targets.len() > 1 && !info.multi_file {
         return Err(FixError::Usage(format!(

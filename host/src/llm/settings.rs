@@ -162,11 +162,11 @@ pub enum Flavor {
 /// Resolved settings.
 #[derive(Debug, Clone)]
 pub struct LlmSettings {
-    /// Dialect.
+    /// The wire dialect (OpenAI-compatible or Anthropic).
     pub provider: Provider,
     /// Base URL without a trailing slash.
     pub base_url: String,
-    /// Model.
+    /// The model name sent with every request.
     pub model: String,
     /// API key, if any (local servers need none).
     pub api_key: Option<Secret>,

@@ -176,7 +176,7 @@ impl ExternalServer {
             command: command_line.clone(),
             message,
         };
-        let program = resolve_program(&cfg.command, workspace).map_err(err)?;
+        let program = resolve_program(&cfg.command, workspace).map_err(|e| err(e.to_string()))?;
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&cfg.args)
             .current_dir(workspace)

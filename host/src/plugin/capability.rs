@@ -71,7 +71,7 @@ pub struct Effective {
     /// "not granted" in a denial).
     #[serde(skip)]
     pub env_requested: Vec<String>,
-    /// Limits.
+    /// Memory, deadline and output size, each the lower of the request and the grant.
     pub limits: Limits,
     /// Paths outside the workspace that programs may write (the grant's `write`, `~/`
     /// expanded); a manifest cannot ask for any. Enforced with Landlock (`confine`).
@@ -98,7 +98,7 @@ pub enum Denial {
     NotRequested {
         /// Plugin name.
         plugin: String,
-        /// The capability.
+        /// The capability asked for (a path, a program, a variable, the network).
         what: String,
     },
     /// Requested but not granted.
@@ -108,7 +108,7 @@ pub enum Denial {
     NotGranted {
         /// Plugin name.
         plugin: String,
-        /// The capability.
+        /// The capability asked for (a path, a program, a variable, the network).
         what: String,
         /// The `kiln.toml` key the line sets.
         key: &'static str,
@@ -120,7 +120,7 @@ pub enum Denial {
     Unusable {
         /// Plugin name.
         plugin: String,
-        /// The capability.
+        /// The capability asked for (a path, a program, a variable, the network).
         what: String,
         /// Why, and what would work.
         why: String,
@@ -497,7 +497,7 @@ impl Effective {
         plugin: &str,
         protected: &crate::path::Protected,
         workspace: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtectedGrant> {
         for (rel, access) in &self.fs {
             if *access != Access::ReadWrite {
                 continue;
@@ -540,12 +540,30 @@ impl Effective {
                         .join(", ")
                 )
             };
-            return Err(format!(
-                "read-write access to `{shown}` is refused for plugin `{plugin}`: {why}; {suggestion}"
-            ));
+            return Err(ProtectedGrant {
+                path: shown.to_string(),
+                plugin: plugin.to_string(),
+                why: why.to_string(),
+                suggestion,
+            });
         }
         Ok(())
     }
+}
+
+/// A read-write grant that covers a protected path (`kiln.toml`, `.kiln/`, `.git/`,
+/// `[sandbox] protect`), refused with the sub-directories that could be granted instead.
+#[derive(Debug, thiserror::Error)]
+#[error("read-write access to `{path}` is refused for plugin `{plugin}`: {why}; {suggestion}")]
+pub struct ProtectedGrant {
+    /// The granted path as kiln.toml names it (`.` for the workspace root).
+    pub path: String,
+    /// The plugin the grant is for.
+    pub plugin: String,
+    /// Which protected path the grant covers, and why that path is protected.
+    pub why: String,
+    /// What to grant instead.
+    pub suggestion: String,
 }
 
 /// A read-write grant must name a real directory: a symlink on the way (`docs -> .git`) could

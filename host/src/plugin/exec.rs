@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 pub struct Spawn {
     /// Absolute path of the program.
     pub program: PathBuf,
-    /// Arguments.
+    /// Arguments after the program, passed as they are (no shell).
     pub args: Vec<String>,
     /// The complete environment of the child.
     pub env: Vec<(String, String)>,
@@ -50,17 +50,53 @@ pub struct Finished {
     pub duration: Duration,
 }
 
+/// Why a program named in an exec call or a configuration cannot be found.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramNotFound {
+    /// A path (with `/`) that is not workspace-relative: [`crate::path::check_relative`]'s
+    /// reason.
+    #[error("program `{program}` {why}")]
+    NotRelative { program: String, why: &'static str },
+    /// A workspace path with no file there.
+    #[error("program `{0}` does not exist in the workspace")]
+    NotInWorkspace(String),
+    /// A name that no absolute `PATH` entry holds as an executable file.
+    #[error("program `{0}` was not found on PATH")]
+    NotOnPath(String),
+}
+
+/// Why the working directory of a call cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum CwdError {
+    /// The workspace itself could not be opened.
+    #[error("workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The cwd is not workspace-relative: [`crate::path::check_relative`]'s reason.
+    #[error("cwd `{cwd}` {why}")]
+    NotRelative { cwd: String, why: &'static str },
+    /// A symbolic link on the way leads out of the workspace.
+    #[error("cwd `{0}` leaves the workspace (through a symlink)")]
+    Escapes(String),
+    /// The directory could not be opened (missing, not a directory, ...).
+    #[error("cwd `{cwd}`: {source}")]
+    Open { cwd: String, source: std::io::Error },
+}
+
 /// Find `program` on the host's `PATH` (names) or in the workspace (paths with `/`).
-pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, String> {
+pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, ProgramNotFound> {
     if program.contains('/') {
-        crate::path::check_relative(program).map_err(|why| format!("program `{program}` {why}"))?;
+        crate::path::check_relative(program).map_err(|why| ProgramNotFound::NotRelative {
+            program: program.to_string(),
+            why,
+        })?;
         let p = workspace.join(program);
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!(
-                "program `{program}` does not exist in the workspace"
-            ))
+            Err(ProgramNotFound::NotInWorkspace(program.to_string()))
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -76,7 +112,7 @@ pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, Strin
             return Ok(candidate);
         }
     }
-    Err(format!("program `{program}` was not found on PATH"))
+    Err(ProgramNotFound::NotOnPath(program.to_string()))
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -89,16 +125,26 @@ fn is_executable(p: &Path) -> bool {
 /// Open a workspace-relative cwd as a directory descriptor: every component is resolved inside
 /// the workspace (a symlink may not lead out), and the child enters the descriptor, not a path
 /// resolved again later.
-pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, String> {
-    let root = Dir::open_ambient_dir(workspace, ambient_authority())
-        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, CwdError> {
+    let root = Dir::open_ambient_dir(workspace, ambient_authority()).map_err(|source| {
+        CwdError::Workspace {
+            path: workspace.to_path_buf(),
+            source,
+        }
+    })?;
     let Some(rel) = cwd else { return Ok(root) };
-    crate::path::check_relative(rel).map_err(|why| format!("cwd `{rel}` {why}"))?;
+    crate::path::check_relative(rel).map_err(|why| CwdError::NotRelative {
+        cwd: rel.to_string(),
+        why,
+    })?;
     root.open_dir(rel).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
-            format!("cwd `{rel}` leaves the workspace (through a symlink)")
+            CwdError::Escapes(rel.to_string())
         } else {
-            format!("cwd `{rel}`: {e}")
+            CwdError::Open {
+                cwd: rel.to_string(),
+                source: e,
+            }
         }
     })
 }
@@ -326,9 +372,10 @@ pub async fn run_host_program(
     let program = if Path::new(program).is_absolute() && is_executable(Path::new(program)) {
         PathBuf::from(program)
     } else {
-        resolve_program(program, workspace).map_err(HostProgramError::NotFound)?
+        resolve_program(program, workspace)
+            .map_err(|e| HostProgramError::NotFound(e.to_string()))?
     };
-    let cwd = open_cwd(None, workspace).map_err(HostProgramError::NotFound)?;
+    let cwd = open_cwd(None, workspace).map_err(|e| HostProgramError::NotFound(e.to_string()))?;
     let env = ["PATH", "HOME"]
         .iter()
         .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))

@@ -271,9 +271,9 @@ impl State {
             .check_exec(plugin, &cmd.program, &cmd.args)
             .map_err(|d| types::Error::Denied(d.to_string()))?;
         let program = super::exec::resolve_program(&cmd.program, &self.workspace)
-            .map_err(types::Error::NotFound)?;
+            .map_err(|e| types::Error::NotFound(e.to_string()))?;
         let cwd = super::exec::open_cwd(cmd.cwd.as_deref(), &self.workspace)
-            .map_err(types::Error::Denied)?;
+            .map_err(|e| types::Error::Denied(e.to_string()))?;
         // Base environment so compilers find their own tools; nothing else is inherited.
         let mut env: Vec<(String, String)> = Vec::new();
         for base in ["PATH", "HOME"] {
