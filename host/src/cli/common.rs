@@ -140,6 +140,9 @@ impl ModelPlan {
     }
 }
 
+/// Adds fields to the JSON object of an event.
+type ExtendJson<'a> = dyn Fn(&Event, &mut serde_json::Map<String, Value>) + Send + 'a;
+
 /// How a loop command shows its events: numbered JSON lines on stdout with `--json`, and the
 /// human log (console lines on stderr, a log file) as configured.
 pub(crate) struct EventSink<'a> {
@@ -147,7 +150,7 @@ pub(crate) struct EventSink<'a> {
     seq: u64,
     log: &'a mut EventLog,
     /// Fields a command adds to an event's JSON (the agent's `cost_usd` on its result).
-    extend: Option<Box<dyn Fn(&Event, &mut serde_json::Map<String, Value>) + Send + 'a>>,
+    extend: Option<Box<ExtendJson<'a>>>,
     /// Keep the final `loop.result` back instead of printing it, for [`EventSink::finish_result`].
     hold_result: bool,
     held: Option<Value>,

@@ -7,6 +7,7 @@ use super::llm_cmd::LlmArgs;
 use super::settings::LoopSettings;
 use super::{Ctx, Outcome};
 use crate::engine::Event;
+use crate::engine::outcome::LoopRunResult;
 use crate::engine::review::{LoopDeps, run_loop};
 use crate::store::Store;
 use clap::Args;
@@ -81,17 +82,22 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
     )
     .await?;
     if !s.json {
-        println!("{}", crate::terminal::printable(result.summary.trim()));
-        for p in &result.pending {
-            println!("pending: {}", crate::terminal::printable(p));
-        }
-        eprintln!(
-            "[{}] {}; tokens in {} / out {}; artifacts in .kiln/loop/",
-            result.stop_reason,
-            crate::terminal::count(result.loops_completed as usize, "round", "rounds"),
-            result.usage.input + result.usage.cached_input,
-            result.usage.output
-        );
+        print_result(&result);
     }
     Ok(exit_for(result.stop_reason))
+}
+
+/// The loop's summary and what is still pending for a person, then a summary line on stderr.
+fn print_result(result: &LoopRunResult) {
+    println!("{}", crate::terminal::printable(result.summary.trim()));
+    for p in &result.pending {
+        println!("pending: {}", crate::terminal::printable(p));
+    }
+    eprintln!(
+        "[{}] {}; tokens in {} / out {}; artifacts in .kiln/loop/",
+        result.stop_reason,
+        crate::terminal::count(result.loops_completed as usize, "round", "rounds"),
+        result.usage.input + result.usage.cached_input,
+        result.usage.output
+    );
 }

@@ -397,3 +397,56 @@ impl McpSettings {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::llm_cmd::LlmArgs;
+    use super::*;
+
+    #[test]
+    fn quiet_shows_errors_verbose_debug_and_neither_warnings() {
+        assert_eq!(log_level(true, false), LogLevel::Error);
+        assert_eq!(log_level(false, true), LogLevel::Debug);
+        assert_eq!(log_level(false, false), LogLevel::Warn);
+        assert!(LogLevel::Error < LogLevel::Warn && LogLevel::Warn < LogLevel::Debug);
+    }
+
+    #[test]
+    fn test_args_are_plain_words() {
+        assert_eq!(test_args(" run, -x ,").unwrap(), ["run", "-x"]);
+        for bad in ["a b", "*", "te?t"] {
+            let e = test_args(bad).unwrap_err().to_string();
+            assert!(e.contains("one plain word"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_first_project_file_found_implies_the_test_command() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(detect_test_command(dir.path()), None);
+        std::fs::write(dir.path().join("pyproject.toml"), "").unwrap();
+        assert_eq!(
+            detect_test_command(dir.path()),
+            Some(("pytest -q", "pyproject.toml"))
+        );
+        std::fs::write(dir.path().join("Cargo.toml"), "").unwrap();
+        assert_eq!(
+            detect_test_command(dir.path()),
+            Some(("cargo test", "Cargo.toml"))
+        );
+    }
+
+    #[test]
+    fn a_replay_needs_no_key_and_a_file_wins_over_a_loop() {
+        let config = Config::default();
+        let llm = LlmArgs {
+            base_url: Some("https://api.openai.com/v1".into()),
+            model: Some("m".into()),
+            ..Default::default()
+        };
+        let plan = ModelPlan::resolve(Some(Path::new("r.jsonl")), Some(3), &llm, &config);
+        assert!(matches!(plan, Ok(ModelPlan::ReplayFile(p)) if p == Path::new("r.jsonl")));
+        let plan = ModelPlan::resolve(None, Some(3), &llm, &config);
+        assert!(matches!(plan, Ok(ModelPlan::ReplayLoop(3))));
+    }
+}

@@ -56,13 +56,13 @@ pub enum ProgramNotFound {
     /// A path (with `/`) that is not workspace-relative: [`crate::path::check_relative`]'s
     /// reason.
     #[error("program `{program}` {why}")]
-    NotRelative { program: String, why: &'static str },
+    Outside { program: String, why: &'static str },
     /// A workspace path with no file there.
     #[error("program `{0}` does not exist in the workspace")]
-    NotInWorkspace(String),
+    MissingInWorkspace(String),
     /// A name that no absolute `PATH` entry holds as an executable file.
     #[error("program `{0}` was not found on PATH")]
-    NotOnPath(String),
+    NoneOnPath(String),
 }
 
 /// Why the working directory of a call cannot be opened.
@@ -88,7 +88,7 @@ pub enum CwdError {
 /// Find `program` on the host's `PATH` (names) or in the workspace (paths with `/`).
 pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, ProgramNotFound> {
     if program.contains('/') {
-        crate::path::check_relative(program).map_err(|why| ProgramNotFound::NotRelative {
+        crate::path::check_relative(program).map_err(|why| ProgramNotFound::Outside {
             program: program.to_string(),
             why,
         })?;
@@ -96,7 +96,7 @@ pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, Progr
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(ProgramNotFound::NotInWorkspace(program.to_string()))
+            Err(ProgramNotFound::MissingInWorkspace(program.to_string()))
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -112,7 +112,7 @@ pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, Progr
             return Ok(candidate);
         }
     }
-    Err(ProgramNotFound::NotOnPath(program.to_string()))
+    Err(ProgramNotFound::NoneOnPath(program.to_string()))
 }
 
 fn is_executable(p: &Path) -> bool {
