@@ -15,15 +15,15 @@ pub enum ConfigError {
     /// The file exists but could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
-        /// The file.
+        /// The configuration file that could not be read.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The file is not valid TOML or has unknown or mistyped fields.
     #[error("invalid configuration in {path}: {message}")]
     Parse {
-        /// The file.
+        /// The configuration file.
         path: PathBuf,
         /// The parser's message (line, column, field).
         message: String,
@@ -31,10 +31,16 @@ pub enum ConfigError {
     /// A value is well-formed TOML but not allowed.
     #[error("invalid configuration in {path}: {message}")]
     Invalid {
-        /// The file.
+        /// The configuration file.
         path: PathBuf,
         /// What is wrong and where.
         message: String,
+    },
+    /// A command-line flag that names a program (`--cmd`, `--test-command`) names none.
+    #[error("{flag} is empty")]
+    EmptyCommand {
+        /// The flag, as the user typed it.
+        flag: &'static str,
     },
 }
 
@@ -308,7 +314,7 @@ pub enum Component<'a> {
     Builtin,
     /// Read from a file, with the hex sha256 of the bytes compiled.
     File {
-        /// The file.
+        /// The component file.
         path: &'a Path,
         /// Hex sha256 of the bytes that were compiled.
         sha256: &'a str,
@@ -333,7 +339,7 @@ pub enum Trust {
     Assumed,
     /// Not trusted: these settings were ignored.
     Untrusted {
-        /// The file.
+        /// The workspace's kiln.toml.
         path: PathBuf,
         /// The settings that were ignored (`plugins.x.exec`, `agent.hooks`, ...).
         ignored: Vec<String>,
@@ -478,8 +484,50 @@ impl Config {
 
     /// Merge one parsed file.
     fn apply(&mut self, path: &Path, file: File, layer: Layer) -> Result<(), ConfigError> {
+        self.apply_plugins(path, file.plugins, layer)?;
+        if let Some(llm) = file.llm {
+            // An untrusted layer's limits were checked to lower (`narrowing`).
+            self.llm.merge(llm);
+        }
+        if let Some(agent) = file.agent {
+            if agent.test_command.is_some() {
+                self.agent.test_command = agent.test_command;
+            }
+            if agent.hooks.is_some() {
+                self.agent.hooks = agent.hooks;
+            }
+        }
+        if let Some(sandbox) = file.sandbox {
+            self.apply_sandbox(path, sandbox)?;
+        }
+        if let Some(mcp) = file.mcp {
+            for (name, server) in mcp.servers {
+                validate_mcp_server(path, &name, &server)?;
+                self.mcp.servers.insert(name, server);
+            }
+        }
+        self.apply_pricing(path, file.pricing.unwrap_or_default())?;
+        if let Some(b) = file.budget {
+            self.apply_budget(path, b)?;
+        }
+        if let Some(fix) = file.fix {
+            self.apply_fix(fix, layer);
+        }
+        self.sources.push(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Merge one file's `[plugins.NAME]` sections: a user file binds each name to its
+    /// component, a workspace file's sections are kept apart until trusted, an untrusted
+    /// file may only lower what is granted.
+    fn apply_plugins(
+        &mut self,
+        path: &Path,
+        plugins: BTreeMap<String, PluginConfig>,
+        layer: Layer,
+    ) -> Result<(), ConfigError> {
         let base = path.parent().unwrap_or(Path::new("."));
-        for (name, mut pc) in file.plugins {
+        for (name, mut pc) in plugins {
             validate(path, &name, &pc)?;
             if let Some(p) = &pc.path
                 && p.is_relative()
@@ -518,47 +566,23 @@ impl Config {
             }
             self.plugins.entry(name).or_default().merge(pc);
         }
-        if let Some(llm) = file.llm {
-            // An untrusted layer's limits were checked to lower (`narrowing`).
-            self.llm.merge(llm);
-        }
-        if let Some(agent) = file.agent {
-            if agent.test_command.is_some() {
-                self.agent.test_command = agent.test_command;
-            }
-            if agent.hooks.is_some() {
-                self.agent.hooks = agent.hooks;
-            }
-        }
-        if let Some(sandbox) = file.sandbox {
-            self.apply_sandbox(path, sandbox)?;
-        }
-        if let Some(mcp) = file.mcp {
-            for (name, server) in mcp.servers {
-                validate_mcp_server(path, &name, &server)?;
-                self.mcp.servers.insert(name, server);
-            }
-        }
-        self.apply_pricing(path, file.pricing.unwrap_or_default())?;
-        if let Some(b) = file.budget {
-            self.apply_budget(path, b)?;
-        }
-        if let Some(fix) = file.fix {
-            if fix.prompt.is_some() {
-                self.fix.prompt = fix.prompt;
-            }
-            if fix.format.is_some() {
-                self.fix.format = fix.format;
-            }
-            if let Some(n) = fix.max_iters {
-                self.fix.max_iters = Some(match layer {
-                    Layer::Untrusted => n.min(self.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS)),
-                    _ => n,
-                });
-            }
-        }
-        self.sources.push(path.to_path_buf());
         Ok(())
+    }
+
+    /// Merge a file's `[fix]`; an untrusted file may only lower the iteration ceiling.
+    fn apply_fix(&mut self, fix: FixConfig, layer: Layer) {
+        if fix.prompt.is_some() {
+            self.fix.prompt = fix.prompt;
+        }
+        if fix.format.is_some() {
+            self.fix.format = fix.format;
+        }
+        if let Some(n) = fix.max_iters {
+            self.fix.max_iters = Some(match layer {
+                Layer::Untrusted => n.min(self.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS)),
+                _ => n,
+            });
+        }
     }
 
     fn apply_sandbox(&mut self, path: &Path, sandbox: SandboxConfig) -> Result<(), ConfigError> {
@@ -626,7 +650,7 @@ impl Config {
     }
 
     /// What plugin `name` is granted when `component` is the one loaded for it. The user's
-    /// grants for `name` belong to the component the user named (DESIGN §3): the file their
+    /// grants for `name` belong to the component the user named: the file their
     /// section's `path` names, with the same bytes as when kiln read the configuration, or,
     /// without a `path`, the built-in or a `--plugin` file — never a component a workspace
     /// file names. Any other component gets only what the workspace file (once trusted)
@@ -1193,7 +1217,7 @@ fn validate_mcp_server(path: &Path, name: &str, s: &McpServerConfig) -> Result<(
     Ok(())
 }
 
-/// Grants implied by naming a runner on the command line (DESIGN §3: naming it is consent for
+/// Grants implied by naming a runner on the command line (naming it is consent for
 /// the build it runs): `--runner command --cmd "prog ..."` grants `prog`; `--runner cargo`
 /// grants `cargo`, the variables rustup and cargo need, writing cargo's caches
 /// (`CARGO_HOME/registry`, `CARGO_HOME/git` and its lock and cache-tracking files) and reading
@@ -1203,10 +1227,13 @@ pub fn grant_runner_consent(
     config: &mut Config,
     runner: &str,
     cmd: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), ConfigError> {
     let pc = config.plugins.entry(runner.to_string()).or_default();
     if let Some(cmd) = cmd {
-        let program = cmd.split_whitespace().next().ok_or("--cmd is empty")?;
+        let program = cmd
+            .split_whitespace()
+            .next()
+            .ok_or(ConfigError::EmptyCommand { flag: "--cmd" })?;
         pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
             program: program.trim_matches(['"', '\'']).to_string(),
             args: vec!["*".into()],
@@ -1263,9 +1290,11 @@ pub fn grant_runner_consent(
 
 /// Grant the `shell` tool (and the `command` runner, for `compile_loop`) exactly the command
 /// named by `--test-command` / `[agent] test_command`.
-pub fn grant_test_command(config: &mut Config, cmd: &str) -> Result<(), String> {
+pub fn grant_test_command(config: &mut Config, cmd: &str) -> Result<(), ConfigError> {
     let mut words = cmd.split_whitespace().map(String::from);
-    let program = words.next().ok_or("--test-command is empty")?;
+    let program = words.next().ok_or(ConfigError::EmptyCommand {
+        flag: "--test-command",
+    })?;
     let args: Vec<String> = words.collect();
     for plugin in ["shell", "command"] {
         config

@@ -165,22 +165,40 @@ pub fn as_argument(rel: &str) -> String {
     }
 }
 
+/// Why a target file cannot be passed to a program.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// The path is not workspace-relative ([`check_relative`] says why).
+    #[error("target `{target}` {why}")]
+    NotRelative { target: String, why: &'static str },
+    /// The path names a directory or another non-file.
+    #[error("target `{target}` is not a regular file: targets must be files of the workspace")]
+    NotAFile { target: String },
+    /// Nothing is at the path.
+    #[error("target `{target}` does not exist in the workspace")]
+    Missing { target: String },
+    /// The path leads outside the workspace or cannot be examined.
+    #[error("target `{target}` cannot be used: {reason} (paths must stay inside the workspace)")]
+    Unusable { target: String, reason: String },
+}
+
 /// Check a target file named by a model or a user before it becomes a program argument: it
 /// must be workspace-relative, resolve inside the workspace (a symlink leading out is refused
 /// by cap-std) and be an existing regular file. Returns the argument form ([`as_argument`]).
-pub fn target_argument(root: &cap_std::fs::Dir, rel: &str) -> Result<String, String> {
-    check_relative(rel).map_err(|why| format!("target `{rel}` {why}"))?;
+pub fn target_argument(root: &cap_std::fs::Dir, rel: &str) -> Result<String, TargetError> {
+    let target = rel.to_string();
+    check_relative(rel).map_err(|why| TargetError::NotRelative {
+        target: target.clone(),
+        why,
+    })?;
     match root.metadata(rel) {
         Ok(m) if m.is_file() => Ok(as_argument(rel)),
-        Ok(_) => Err(format!(
-            "target `{rel}` is not a regular file: targets must be files of the workspace"
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("target `{rel}` does not exist in the workspace"))
-        }
-        Err(e) => Err(format!(
-            "target `{rel}` cannot be used: {e} (paths must stay inside the workspace)"
-        )),
+        Ok(_) => Err(TargetError::NotAFile { target }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(TargetError::Missing { target }),
+        Err(e) => Err(TargetError::Unusable {
+            target,
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -188,7 +206,7 @@ pub fn target_argument(root: &cap_std::fs::Dir, rel: &str) -> Result<String, Str
 pub fn target_arguments(
     root: &cap_std::fs::Dir,
     targets: &[String],
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, TargetError> {
     targets.iter().map(|t| target_argument(root, t)).collect()
 }
 

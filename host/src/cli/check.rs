@@ -51,8 +51,7 @@ impl RunnerArgs {
         &self,
         config: &mut crate::config::Config,
     ) -> anyhow::Result<BTreeMap<String, String>> {
-        crate::config::grant_runner_consent(config, &self.runner, self.cmd.as_deref())
-            .map_err(|e| anyhow::anyhow!(e))?;
+        crate::config::grant_runner_consent(config, &self.runner, self.cmd.as_deref())?;
         let mut settings = BTreeMap::new();
         if let Some(cmd) = &self.cmd {
             settings.insert("cmd".to_string(), cmd.clone());
@@ -77,7 +76,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     let targets = args.runner.targets()?;
     let root = cap_std::fs::Dir::open_ambient_dir(&ctx.workspace, cap_std::ambient_authority())
         .with_context(|| format!("cannot open the workspace {}", ctx.workspace.display()))?;
-    crate::path::target_arguments(&root, &targets).map_err(|e| anyhow::anyhow!(e))?;
+    crate::path::target_arguments(&root, &targets)?;
     let mut config = ctx.config.clone();
     let settings = args.runner.consent(&mut config)?;
     let ctx2 = ctx.with_config(config);
@@ -107,47 +106,53 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
             "timed_out": r.timed_out, "diagnostics": r.diagnostics.iter().map(crate::plugin::diagnostic_json).collect::<Vec<_>>(), "stdout": r.stdout, "stderr": r.stderr,
         }));
     } else {
-        for d in &r.diagnostics {
-            let sev = crate::plugin::severity_name(d.severity);
-            let code = d
-                .code
-                .as_deref()
-                .map(|c| format!("[{c}]"))
-                .unwrap_or_default();
-            println!(
-                "{}",
-                crate::terminal::printable(&format!(
-                    "{}:{}:{}: {sev}{code}: {}",
-                    d.file, d.line, d.column, d.message
-                ))
-            );
-        }
-        if r.diagnostics.is_empty() && !r.ok {
-            print!(
-                "{}{}",
-                crate::terminal::printable(&r.stdout),
-                crate::terminal::printable(&r.stderr)
-            );
-        }
-        use crate::terminal::count;
-        let errors = r
-            .diagnostics
-            .iter()
-            .filter(|d| matches!(d.severity, Severity::Error))
-            .count();
-        eprintln!(
-            "{} (exit {}, {} ms, {}, {}{})",
-            if r.ok { "passed" } else { "failed" },
-            r.exit_code,
-            r.duration_ms,
-            count(r.diagnostics.len(), "diagnostic", "diagnostics"),
-            count(errors, "error", "errors"),
-            if r.timed_out { ", timed out" } else { "" }
-        );
+        print_result(&r);
     }
     Ok(if r.ok {
         Outcome::Success
     } else {
         Outcome::Failure
     })
+}
+
+/// A run's diagnostics for a person (its output when it failed without any), then a summary
+/// line on stderr.
+fn print_result(r: &crate::plugin::RunResult) {
+    for d in &r.diagnostics {
+        let sev = crate::plugin::severity_name(d.severity);
+        let code = d
+            .code
+            .as_deref()
+            .map(|c| format!("[{c}]"))
+            .unwrap_or_default();
+        println!(
+            "{}",
+            crate::terminal::printable(&format!(
+                "{}:{}:{}: {sev}{code}: {}",
+                d.file, d.line, d.column, d.message
+            ))
+        );
+    }
+    if r.diagnostics.is_empty() && !r.ok {
+        print!(
+            "{}{}",
+            crate::terminal::printable(&r.stdout),
+            crate::terminal::printable(&r.stderr)
+        );
+    }
+    use crate::terminal::count;
+    let errors = r
+        .diagnostics
+        .iter()
+        .filter(|d| matches!(d.severity, Severity::Error))
+        .count();
+    eprintln!(
+        "{} (exit {}, {} ms, {}, {}{})",
+        if r.ok { "passed" } else { "failed" },
+        r.exit_code,
+        r.duration_ms,
+        count(r.diagnostics.len(), "diagnostic", "diagnostics"),
+        count(errors, "error", "errors"),
+        if r.timed_out { ", timed out" } else { "" }
+    );
 }

@@ -17,6 +17,8 @@ pub(crate) struct EventLog {
     mid_line: bool,
     /// Streamed text of the current line, not yet written to the file.
     pending: String,
+    /// Streamed model text is shown (else only the status lines).
+    show_text: bool,
 }
 
 impl EventLog {
@@ -27,13 +29,23 @@ impl EventLog {
             file,
             mid_line: false,
             pending: String::new(),
+            show_text: true,
         }
+    }
+
+    /// A console log of status lines only: no streamed model text, no colored diffs.
+    pub fn lines_only(console: bool) -> EventLog {
+        let mut log = EventLog::new(console, None);
+        log.color = false;
+        log.show_text = false;
+        log
     }
 
     /// One event: its human line, or streamed text.
     pub fn event(&mut self, e: &Event) {
         match e {
-            Event::TextDelta { text } => self.text(text),
+            Event::TextDelta { text } if self.show_text => self.text(text),
+            Event::TextDelta { .. } => {}
             Event::EditDiff { .. } if self.color => {
                 if let Some(diff) = e.human() {
                     self.end_text();

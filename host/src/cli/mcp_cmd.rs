@@ -6,13 +6,14 @@
 //! end of the server; a cancelled call is dropped. Every call is recorded in the store under a
 //! session of kind `mcp`. Nothing but MCP JSON-RPC is written to stdout.
 
+use super::common::ModelPlan;
 use super::llm_cmd::LlmArgs;
+use super::settings::McpSettings;
 use super::{Ctx, Outcome};
 use crate::config::Config;
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::engine::tools::compile_loop::{self, CompileLoopSetup};
-use crate::engine::{Event, FixOptions, ModelSource, Replay};
-use crate::llm::LlmClient;
+use crate::engine::{Event, FixOptions, ModelSource};
 use crate::plugin::{PluginKind, Registry};
 use crate::store::{NewLoop, Store};
 use anyhow::Context as _;
@@ -34,23 +35,23 @@ use std::time::{Duration, Instant};
 pub(crate) struct McpArgs {
     /// Serve streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio.
     #[arg(long, value_name = "ADDR")]
-    http: Option<std::net::SocketAddr>,
+    pub(super) http: Option<std::net::SocketAddr>,
     /// The build command compile_loop runs (default: `[agent] test_command` in kiln.toml); like
     /// `kiln agent --test-command`, it also grants `run_cmd` that command.
     #[arg(long)]
-    test_command: Option<String>,
+    pub(super) test_command: Option<String>,
     /// Default edit format of apply_edit and compile_loop (default: `[fix] format`, else
     /// search-replace).
     #[arg(long)]
-    format: Option<String>,
+    pub(super) format: Option<String>,
     /// Deadline of a plugin tool or apply_edit call, in seconds.
     #[arg(long, default_value_t = 30.0)]
-    tool_timeout: f64,
+    pub(super) tool_timeout: f64,
     /// compile_loop replays recorded answers (JSONL) instead of calling a model.
     #[arg(long)]
-    replay: Option<PathBuf>,
+    pub(super) replay: Option<PathBuf>,
     #[command(flatten)]
-    llm: LlmArgs,
+    pub(super) llm: LlmArgs,
 }
 
 /// What a tool offered over MCP runs.
@@ -76,10 +77,15 @@ struct Shared {
     compile_cmd: Option<String>,
     tool_timeout: Duration,
     /// compile_loop's model; one loop at a time (a second waits). `Err`: why there is none.
-    model: tokio::sync::Mutex<Result<ModelSource, String>>,
+    model: tokio::sync::Mutex<Result<ModelSource, NoModel>>,
     model_label: String,
     store: std::sync::Mutex<Store>,
 }
+
+/// Why compile_loop has no model (its settings did not resolve), told to each caller.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("compile_loop has no model: {0}")]
+struct NoModel(String);
 
 /// One MCP connection: a session in the store, closed when the connection ends.
 struct Session {
@@ -169,45 +175,56 @@ fn apply_edit_tool(default_format: &str) -> Tool {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::Result<Outcome> {
-    if let Some(addr) = args.http {
-        anyhow::ensure!(
-            addr.ip().is_loopback(),
-            "kiln mcp --http serves only a loopback address (127.0.0.1, ::1): it has no authentication; got {addr}"
-        );
-    }
-    let mut config = ctx.config.clone();
-    let compile_cmd = args
-        .test_command
-        .clone()
-        .or(config.agent.test_command.clone());
-    if let Some(cmd) = &compile_cmd {
-        crate::config::grant_test_command(&mut config, cmd).map_err(|e| anyhow::anyhow!(e))?;
-    }
-    let ctx2 = ctx.with_config(config.clone());
-    let registry = ctx2.registry(extra).await?;
-    let default_format = args
-        .format
-        .clone()
-        .or(config.fix.format.clone())
-        .unwrap_or_else(|| "search-replace".into());
+    let s = McpSettings::resolve(ctx, &args)?;
+    let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
     registry
-        .get(&default_format, Some(PluginKind::EditFormat))
-        .with_context(|| format!("--format {default_format}"))?;
-    let model = match &args.replay {
-        Some(file) => Ok(ModelSource::replay(
-            Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?,
-        )),
+        .get(&s.format, Some(PluginKind::EditFormat))
+        .with_context(|| format!("--format {}", s.format))?;
+    let model = compile_loop_model(&args, &s.config)?;
+    let model_label = model.as_ref().map_or("-".to_string(), |m| m.label());
+    let tools = offered_tools(&registry, &s.format, s.compile_cmd.as_deref()).await?;
+    let shared = Arc::new(Shared {
+        workspace: ctx.workspace.clone(),
+        store: std::sync::Mutex::new(Store::open(&ctx.workspace)?),
+        config: s.config,
+        registry,
+        tools,
+        default_format: s.format,
+        compile_cmd: s.compile_cmd,
+        tool_timeout: s.tool_timeout,
+        model: tokio::sync::Mutex::new(model),
+        model_label,
+    });
+    match s.http {
+        None => serve_stdio(shared).await,
+        Some(addr) => serve_http(shared, addr).await,
+    }
+}
+
+/// compile_loop's model: the replay (a file that cannot be read stops the server before it
+/// starts) or the live model of kiln's LLM settings, whose absence only compile_loop reports.
+fn compile_loop_model(
+    args: &McpArgs,
+    config: &Config,
+) -> anyhow::Result<Result<ModelSource, NoModel>> {
+    Ok(match &args.replay {
+        Some(file) => Ok(ModelPlan::ReplayFile(file.clone()).open(None)?),
         None => args
             .llm
-            .settings(&ctx2.config)
-            .and_then(|s| Ok(LlmClient::new(s)?))
-            .map(ModelSource::live)
-            .map_err(|e| format!("compile_loop has no model: {e:#}")),
-    };
-    let model_label = model.as_ref().map_or("-".to_string(), |m| m.label());
-    // The plugin tools, named as `kiln tool list` names them, then kiln's own.
+            .settings(config)
+            .and_then(|s| ModelPlan::Live(s).open(None))
+            .map_err(|e| NoModel(format!("{e:#}"))),
+    })
+}
+
+/// The tools offered: the plugin tools, named as `kiln tool list` names them, then kiln's own.
+async fn offered_tools(
+    registry: &Registry,
+    default_format: &str,
+    compile_cmd: Option<&str>,
+) -> anyhow::Result<Vec<Offered>> {
     let mut tools: Vec<Offered> = Vec::new();
-    for t in crate::engine::tools::plugin_tools(&registry).await? {
+    for t in crate::engine::tools::plugin_tools(registry).await? {
         let name = if ["apply_edit", "compile_loop"].contains(&t.def.name.as_str()) {
             format!("{}__{}", t.plugin.name, t.def.name)
         } else {
@@ -223,7 +240,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         });
     }
     tools.push(Offered {
-        tool: apply_edit_tool(&default_format),
+        tool: apply_edit_tool(default_format),
         target: Target::ApplyEdit,
     });
     let cl = crate::engine::compile_loop_tool();
@@ -234,7 +251,6 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
                 "{} Runs the build command the workspace's kiln.toml grants{}; the model comes from kiln's LLM settings. Sends a progress notification per iteration.",
                 cl.description,
                 compile_cmd
-                    .as_deref()
                     .map(|c| format!(" (`{c}`)"))
                     .unwrap_or_default()
             ),
@@ -242,22 +258,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         ),
         target: Target::CompileLoop,
     });
-    let shared = Arc::new(Shared {
-        workspace: ctx.workspace.clone(),
-        store: std::sync::Mutex::new(Store::open(&ctx.workspace)?),
-        config,
-        registry,
-        tools,
-        default_format,
-        compile_cmd,
-        tool_timeout: Duration::from_secs_f64(args.tool_timeout.max(0.001)),
-        model: tokio::sync::Mutex::new(model),
-        model_label,
-    });
-    match args.http {
-        None => serve_stdio(shared).await,
-        Some(addr) => serve_http(shared, addr).await,
-    }
+    Ok(tools)
 }
 
 async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<Outcome> {
@@ -528,7 +529,7 @@ async fn compile_loop(
         Ok(m) => m,
         Err(why) => {
             cancel_watch.abort();
-            return (why.clone(), true);
+            return (why.to_string(), true);
         }
     };
     let (mut on_event, forward) = progress_forwarder(context, plan.fix.max_iters);

@@ -16,6 +16,7 @@ mod mcp_cmd;
 mod plugin_cmd;
 pub mod render;
 mod scaffold;
+mod settings;
 mod tool_cmd;
 mod trust_cmd;
 
@@ -191,13 +192,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    crate::plugin::set_log_level(if cli.global.quiet {
-        1
-    } else if cli.global.verbose {
-        4
-    } else {
-        2
-    });
+    crate::plugin::set_log_level(settings::log_level(cli.global.quiet, cli.global.verbose));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

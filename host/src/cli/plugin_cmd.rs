@@ -28,7 +28,7 @@ pub(crate) enum PluginCommand {
         /// Plugin kind.
         #[arg(long, value_enum)]
         kind: super::scaffold::Kind,
-        /// Language.
+        /// The language of the project (Rust, Python or JavaScript).
         #[arg(long, value_enum)]
         lang: super::scaffold::Lang,
         /// Plugin name (lowercase, digits, `-`).
@@ -54,101 +54,120 @@ pub(crate) async fn run(
     cmd: PluginCommand,
 ) -> anyhow::Result<Outcome> {
     match cmd {
-        PluginCommand::List { json } => {
-            let reg = ctx.registry(extra).await?;
-            for p in reg.all() {
-                if json {
-                    print_json(&json!({
-                        "name": p.name, "kind": p.kind, "version": p.manifest.version,
-                        "source": source_label(&p.source), "description": p.manifest.description,
-                    }));
-                } else {
-                    println!(
-                        "{:<14} {:<12} {:<8} {}",
-                        p.name,
-                        p.kind.to_string(),
-                        crate::terminal::printable(&p.manifest.version),
-                        source_label(&p.source)
-                    );
-                }
-            }
-            Ok(Outcome::Success)
-        }
-        PluginCommand::Inspect { plugin, json } => {
-            let loaded;
-            let reg;
-            let p: &Plugin = if plugin.ends_with(".wasm") || Path::new(&plugin).is_file() {
-                let checked = ctx.runtime.check_file(Path::new(&plugin))?;
-                loaded = ctx
-                    .runtime
-                    .instantiate(checked, &ctx.workspace, &ctx.config)
-                    .await?;
-                &loaded
-            } else {
-                reg = ctx.registry(extra).await?;
-                reg.get(&plugin, None)?
-            };
-            let report = inspect(p, &ctx.workspace).await?;
-            if json {
-                print_json(&report);
-            } else {
-                print_inspect(&report);
-            }
-            Ok(Outcome::Success)
-        }
+        PluginCommand::List { json } => list(ctx, extra, json).await,
+        PluginCommand::Inspect { plugin, json } => inspect_cmd(ctx, extra, &plugin, json).await,
         PluginCommand::New {
             kind,
             lang,
             name,
             dir,
-        } => {
-            let builtins: Vec<String> = crate::plugin::builtin::BUILTINS
-                .iter()
-                .map(|(stem, _)| crate::plugin::builtin::name_of(stem))
-                .collect();
-            if builtins.contains(&name) {
-                eprintln!(
-                    "warning: `{name}` is the name of a built-in plugin; to use this one instead, its [plugins.{name}] section needs `replaces = \"{name}\"` (or choose another name)"
+        } => new(kind, lang, &name, dir),
+        PluginCommand::Check { file, json } => check_cmd(ctx, &file, json).await,
+    }
+}
+
+/// `kiln plugin list`: one line (or JSON object) per plugin.
+async fn list(ctx: &Ctx, extra: &[PathBuf], json: bool) -> anyhow::Result<Outcome> {
+    let reg = ctx.registry(extra).await?;
+    for p in reg.all() {
+        if json {
+            print_json(&json!({
+                "name": p.name, "kind": p.kind, "version": p.manifest.version,
+                "source": source_label(&p.source), "description": p.manifest.description,
+            }));
+        } else {
+            println!(
+                "{:<14} {:<12} {:<8} {}",
+                p.name,
+                p.kind.to_string(),
+                crate::terminal::printable(&p.manifest.version),
+                source_label(&p.source)
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// `kiln plugin inspect`: a loaded plugin by name, or a `.wasm` file loaded for the purpose.
+async fn inspect_cmd(
+    ctx: &Ctx,
+    extra: &[PathBuf],
+    plugin: &str,
+    json: bool,
+) -> anyhow::Result<Outcome> {
+    let loaded;
+    let reg;
+    let p: &Plugin = if plugin.ends_with(".wasm") || Path::new(plugin).is_file() {
+        let checked = ctx.runtime.check_file(Path::new(plugin))?;
+        loaded = ctx
+            .runtime
+            .instantiate(checked, &ctx.workspace, &ctx.config)
+            .await?;
+        &loaded
+    } else {
+        reg = ctx.registry(extra).await?;
+        reg.get(plugin, None)?
+    };
+    let report = inspect(p, &ctx.workspace).await?;
+    if json {
+        print_json(&report);
+    } else {
+        print_inspect(&report);
+    }
+    Ok(Outcome::Success)
+}
+
+/// `kiln plugin new`: the project scaffolded, then how to set it up, build and check it.
+fn new(
+    kind: super::scaffold::Kind,
+    lang: super::scaffold::Lang,
+    name: &str,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<Outcome> {
+    let builtins: Vec<String> = crate::plugin::builtin::BUILTINS
+        .iter()
+        .map(|(stem, _)| crate::plugin::builtin::name_of(stem))
+        .collect();
+    if builtins.iter().any(|b| b == name) {
+        eprintln!(
+            "warning: `{name}` is the name of a built-in plugin; to use this one instead, its [plugins.{name}] section needs `replaces = \"{name}\"` (or choose another name)"
+        );
+    }
+    let dir = super::scaffold::scaffold(kind, lang, name, dir)?;
+    let (build, output) = super::scaffold::build_command(lang, kind, name);
+    println!("created {}", dir.display());
+    println!(
+        "setup:  cd {} && {}",
+        dir.display(),
+        super::scaffold::setup_command(lang)
+    );
+    println!("build:  cd {} && {build}", dir.display());
+    println!("check:  kiln plugin check {}", dir.join(output).display());
+    Ok(Outcome::Success)
+}
+
+/// `kiln plugin check`: the conformance report, or why the component does not conform.
+async fn check_cmd(ctx: &Ctx, file: &Path, json: bool) -> anyhow::Result<Outcome> {
+    match check(ctx, file).await {
+        Ok(r) => {
+            if json {
+                print_json(&r);
+            } else {
+                println!(
+                    "ok: {} ({} plugin {}) conforms to kiln:plugin@{}",
+                    r["name"].as_str().unwrap_or(""),
+                    r["kind"].as_str().unwrap_or(""),
+                    crate::terminal::printable(r["version"].as_str().unwrap_or("")),
+                    r["contract"].as_str().unwrap_or("")
                 );
             }
-            let dir = super::scaffold::scaffold(kind, lang, &name, dir)?;
-            let (build, output) = super::scaffold::build_command(lang, kind, &name);
-            println!("created {}", dir.display());
-            println!(
-                "setup:  cd {} && {}",
-                dir.display(),
-                super::scaffold::setup_command(lang)
-            );
-            println!("build:  cd {} && {build}", dir.display());
-            println!("check:  kiln plugin check {}", dir.join(output).display());
             Ok(Outcome::Success)
         }
-        PluginCommand::Check { file, json } => {
-            let report = check(ctx, &file).await;
-            match report {
-                Ok(r) => {
-                    if json {
-                        print_json(&r);
-                    } else {
-                        println!(
-                            "ok: {} ({} plugin {}) conforms to kiln:plugin@{}",
-                            r["name"].as_str().unwrap_or(""),
-                            r["kind"].as_str().unwrap_or(""),
-                            crate::terminal::printable(r["version"].as_str().unwrap_or("")),
-                            r["contract"].as_str().unwrap_or("")
-                        );
-                    }
-                    Ok(Outcome::Success)
-                }
-                Err(e) => {
-                    if json {
-                        print_json(
-                            &json!({ "ok": false, "file": file, "reason": format!("{e:#}") }),
-                        );
-                    }
-                    Err(e)
-                }
+        Err(e) => {
+            if json {
+                print_json(&json!({ "ok": false, "file": file, "reason": format!("{e:#}") }));
             }
+            Err(e)
         }
     }
 }
@@ -297,9 +316,10 @@ fn access_wit(a: &crate::plugin::bindings::types::Access) -> &'static str {
     }
 }
 
+/// `inspect` for a person. Everything here comes from the plugin's manifest: shown, never
+/// obeyed by the terminal.
 fn print_inspect(r: &Value) {
-    // Everything here comes from the plugin's manifest: shown, never obeyed by the terminal.
-    let s = |v: &Value| crate::terminal::printable(v.as_str().unwrap_or("")).into_owned();
+    let s = shown;
     println!(
         "{} {} ({} plugin)",
         s(&r["name"]),
@@ -309,6 +329,32 @@ fn print_inspect(r: &Value) {
     println!("  {}", s(&r["description"]));
     println!("  world:    {}@{}", s(&r["world"]), s(&r["contract"]));
     println!("  source:   {}", s(&r["source"]));
+    print_grants(r);
+    print_missing(r);
+    print_confinement(&r["confinement"]);
+    for t in r["tools"].as_array().into_iter().flatten() {
+        println!(
+            "  tool {}{}: {}",
+            s(&t["name"]),
+            if t["read_only"] == true {
+                " (read-only)"
+            } else {
+                ""
+            },
+            s(&t["description"])
+        );
+        println!("    args: {}", t["schema"]);
+    }
+}
+
+/// The text of a string field of the report, shown, never obeyed by the terminal.
+fn shown(v: &Value) -> String {
+    crate::terminal::printable(v.as_str().unwrap_or("")).into_owned()
+}
+
+/// What the plugin requests, what kiln.toml grants it, and its limits.
+fn print_grants(r: &Value) {
+    let s = shown;
     println!("  requested:");
     for f in r["requested"]["fs"].as_array().into_iter().flatten() {
         println!("    fs    {} ({})", s(&f["path"]), s(&f["access"]));
@@ -344,6 +390,12 @@ fn print_inspect(r: &Value) {
         "  limits:   memory {} MiB, deadline {} ms, output {} bytes",
         l["memory_mib"], l["timeout_ms"], l["output_bytes"]
     );
+}
+
+/// What the plugin requests and is not granted, what no grant can give, and the kiln.toml
+/// lines that would grant the rest.
+fn print_missing(r: &Value) {
+    let s = shown;
     let missing = &r["missing"];
     for key in ["fs", "exec", "env"] {
         let items: Vec<String> = missing[key]
@@ -378,22 +430,9 @@ fn print_inspect(r: &Value) {
             println!("    {l}");
         }
     }
-    print_confinement(&r["confinement"]);
-    for t in r["tools"].as_array().into_iter().flatten() {
-        println!(
-            "  tool {}{}: {}",
-            s(&t["name"]),
-            if t["read_only"] == true {
-                " (read-only)"
-            } else {
-                ""
-            },
-            s(&t["description"])
-        );
-        println!("    args: {}", t["schema"]);
-    }
 }
 
+/// What confines the plugin and the programs it runs, for a person.
 fn print_confinement(c: &Value) {
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     println!("  confinement:");
@@ -425,6 +464,36 @@ fn print_confinement(c: &Value) {
     for g in ll["gaps"].as_array().into_iter().flatten() {
         println!("      not enforced: {} ({})", s(g), s(&ll["on_gaps"]));
     }
+    print_program_paths(p);
+    if p["net"] == true {
+        println!("      net     TCP allowed (granted: net = true)");
+    } else {
+        println!(
+            "      net     no socket but AF_UNIX can be created (seccomp), TCP bind/connect denied (grant with `net = true`)"
+        );
+    }
+    println!("      kiln    {}", s(&p["kiln"]));
+    for (name, b) in ll["boundaries"].as_object().into_iter().flatten() {
+        let why = b["why"]
+            .as_str()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default();
+        println!(
+            "      {name:<12} held by {} [{}{why}]",
+            s(&b["held_by"]),
+            s(&b["state"])
+        );
+    }
+    if ll["scoped_signals_and_sockets"] == true {
+        println!("      scope   signals and abstract UNIX sockets stay inside the sandbox");
+    }
+    println!("      after   {}", s(&p["descendants"]));
+}
+
+/// The paths the programs a plugin runs may read and write (system paths and devices on one
+/// line each).
+fn print_program_paths(p: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     let mut shown_system = Vec::new();
     for r in p["read"].as_array().into_iter().flatten() {
         if r["what"] == "system" {
@@ -466,29 +535,6 @@ fn print_confinement(c: &Value) {
     if !devices.is_empty() {
         println!("      write   {} (devices)", devices.join(", "));
     }
-    if p["net"] == true {
-        println!("      net     TCP allowed (granted: net = true)");
-    } else {
-        println!(
-            "      net     no socket but AF_UNIX can be created (seccomp), TCP bind/connect denied (grant with `net = true`)"
-        );
-    }
-    println!("      kiln    {}", s(&p["kiln"]));
-    for (name, b) in ll["boundaries"].as_object().into_iter().flatten() {
-        let why = b["why"]
-            .as_str()
-            .map(|w| format!(": {w}"))
-            .unwrap_or_default();
-        println!(
-            "      {name:<12} held by {} [{}{why}]",
-            s(&b["held_by"]),
-            s(&b["state"])
-        );
-    }
-    if ll["scoped_signals_and_sockets"] == true {
-        println!("      scope   signals and abstract UNIX sockets stay inside the sandbox");
-    }
-    println!("      after   {}", s(&p["descendants"]));
 }
 
 /// The contract checks `kiln plugin check` runs; the same for every language.
@@ -543,37 +589,7 @@ async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
         }
         PluginKind::Tool => {
             let tools = p.tool_list().await?;
-            if tools.is_empty() {
-                problems.push("list-tools() returns no tools".to_string());
-            }
-            let mut seen = std::collections::BTreeSet::new();
-            for t in &tools {
-                if !seen.insert(t.name.clone()) {
-                    problems.push(format!("tool `{}` is listed twice", t.name));
-                }
-                if t.name.is_empty()
-                    || !t
-                        .name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-                {
-                    problems.push(format!(
-                        "tool name `{}` must be letters, digits, `_` or `-`",
-                        t.name
-                    ));
-                }
-                match serde_json::from_str::<Value>(&t.schema) {
-                    Ok(Value::Object(o))
-                        if o.get("type").and_then(Value::as_str) == Some("object") => {}
-                    Ok(_) => problems.push(format!(
-                        "tool `{}`: schema must be a JSON Schema object with \"type\": \"object\"",
-                        t.name
-                    )),
-                    Err(e) => {
-                        problems.push(format!("tool `{}`: schema is not valid JSON: {e}", t.name))
-                    }
-                }
-            }
+            problems.extend(tool_problems(&tools));
             detail["tools"] = json!(tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>());
         }
     }
@@ -588,6 +604,41 @@ async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
     Ok(
         json!({ "ok": true, "file": file, "name": p.name, "kind": p.kind, "version": m.version, "contract": p.contract, "detail": detail }),
     )
+}
+
+/// What is wrong with a tool plugin's tool list: none, a name twice or not a plain word, a
+/// schema that is not a JSON object schema.
+fn tool_problems(tools: &[crate::plugin::ToolSpec]) -> Vec<String> {
+    let mut problems = Vec::new();
+    if tools.is_empty() {
+        problems.push("list-tools() returns no tools".to_string());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for t in tools {
+        if !seen.insert(t.name.clone()) {
+            problems.push(format!("tool `{}` is listed twice", t.name));
+        }
+        if t.name.is_empty()
+            || !t
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            problems.push(format!(
+                "tool name `{}` must be letters, digits, `_` or `-`",
+                t.name
+            ));
+        }
+        match serde_json::from_str::<Value>(&t.schema) {
+            Ok(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("object") => {}
+            Ok(_) => problems.push(format!(
+                "tool `{}`: schema must be a JSON Schema object with \"type\": \"object\"",
+                t.name
+            )),
+            Err(e) => problems.push(format!("tool `{}`: schema is not valid JSON: {e}", t.name)),
+        }
+    }
+    problems
 }
 
 fn is_semver(v: &str) -> bool {

@@ -15,6 +15,8 @@ impl Event {
 
     fn human_raw(&self) -> Option<String> {
         self.fix_line()
+            .or_else(|| self.model_line())
+            .or_else(|| self.edit_line())
             .or_else(|| self.agent_line())
             .or_else(|| self.loop_line())
     }
@@ -64,6 +66,24 @@ impl Event {
                 }
                 s
             }
+            Event::LoopIteration { .. } => return None,
+            Event::LoopSucceeded { loop_id, iters } => {
+                format!(
+                    "loop {loop_id}: success after {}",
+                    count(*iters as usize, "iteration", "iterations")
+                )
+            }
+            Event::LoopFailed {
+                loop_id, reason, ..
+            } => format!("loop {loop_id}: stopped: {reason}"),
+            Event::LoopBlocked { loop_id, reason } => format!("loop {loop_id}: blocked: {reason}"),
+            _ => return None,
+        })
+    }
+
+    /// A request to the model and its answer.
+    fn model_line(&self) -> Option<String> {
+        Some(match self {
             Event::LlmRequest {
                 iteration,
                 prompt_chars,
@@ -82,6 +102,13 @@ impl Event {
                     format!(", called {}", tool_calls.join(", "))
                 }
             ),
+            _ => return None,
+        })
+    }
+
+    /// An edit applied, refused or shown as a diff.
+    fn edit_line(&self) -> Option<String> {
+        Some(match self {
             Event::EditApplied {
                 iteration,
                 path,
@@ -107,17 +134,6 @@ impl Event {
                 )
             }
             Event::EditDiff { diff, .. } => diff.trim_end().to_string(),
-            Event::LoopIteration { .. } => return None,
-            Event::LoopSucceeded { loop_id, iters } => {
-                format!(
-                    "loop {loop_id}: success after {}",
-                    count(*iters as usize, "iteration", "iterations")
-                )
-            }
-            Event::LoopFailed {
-                loop_id, reason, ..
-            } => format!("loop {loop_id}: stopped: {reason}"),
-            Event::LoopBlocked { loop_id, reason } => format!("loop {loop_id}: blocked: {reason}"),
             _ => return None,
         })
     }

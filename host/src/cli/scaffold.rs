@@ -19,7 +19,7 @@ pub(crate) enum Kind {
     Tool,
 }
 
-/// Language.
+/// The language a plugin project is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Lang {
     /// Rust with the kiln-guest SDK (vendored into the project).
@@ -122,6 +122,30 @@ fn write(dir: &Path, rel: &str, text: &str) -> anyhow::Result<()> {
     std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
 }
 
+/// The project's README: how to build and check it, and how a workspace uses it.
+fn readme(kind: Kind, lang: Lang, name: &str) -> String {
+    let setup = setup_command(lang);
+    let (build, output) = build_command(lang, kind, name);
+    format!(
+        "# {name}\n\nA kiln {kind} plugin ({lang}), built against the `kiln:plugin@{ver}` contract in `wit/`.{sdk}\n\n```sh\n{setup}\n{build}\nkiln plugin check {output}\n```\n\nUse it with `kiln --plugin {output} ...`, or add to the workspace's kiln.toml:\n\n```toml\n[plugins.{name}]\npath = \"{output}\"\n# grants: fs = [\".\"], exec = [{{ program = \"...\", args = [\"*\"] }}], env = [\"...\"]\n```\n",
+        kind = world(kind).trim_end_matches("-plugin"),
+        lang = match lang {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+        },
+        ver = crate::plugin::CONTRACT_VERSION,
+        sdk = match lang {
+            Lang::Rust => format!(
+                " It is written with the kiln guest SDK, vendored in `{}/` (kiln-guest is not on crates.io; its API is described in `{}/README.md`).",
+                super::guest_sdk::DIR,
+                super::guest_sdk::DIR
+            ),
+            Lang::Python | Lang::Js => String::new(),
+        },
+    )
+}
+
 /// Create the project; returns its directory.
 pub(crate) fn scaffold(
     kind: Kind,
@@ -152,7 +176,7 @@ pub(crate) fn scaffold(
         write(&dir, &format!("wit/{file}"), text)?;
     }
     let code = template(lang, kind).replace("{{name}}", name);
-    let (build, output) = build_command(lang, kind, name);
+    let (build, _) = build_command(lang, kind, name);
     match lang {
         Lang::Rust => {
             write(&dir, "src/lib.rs", &code)?;
@@ -182,28 +206,6 @@ pub(crate) fn scaffold(
             write(&dir, ".gitignore", "/node_modules\n*.wasm\n")?;
         }
     }
-    let setup = setup_command(lang);
-    write(
-        &dir,
-        "README.md",
-        &format!(
-            "# {name}\n\nA kiln {kind} plugin ({lang}), built against the `kiln:plugin@{ver}` contract in `wit/`.{sdk}\n\n```sh\n{setup}\n{build}\nkiln plugin check {output}\n```\n\nUse it with `kiln --plugin {output} ...`, or add to the workspace's kiln.toml:\n\n```toml\n[plugins.{name}]\npath = \"{output}\"\n# grants: fs = [\".\"], exec = [{{ program = \"...\", args = [\"*\"] }}], env = [\"...\"]\n```\n",
-            kind = world(kind).trim_end_matches("-plugin"),
-            lang = match lang {
-                Lang::Rust => "Rust",
-                Lang::Python => "Python",
-                Lang::Js => "JavaScript",
-            },
-            ver = crate::plugin::CONTRACT_VERSION,
-            sdk = match lang {
-                Lang::Rust => format!(
-                    " It is written with the kiln guest SDK, vendored in `{}/` (kiln-guest is not on crates.io; its API is described in `{}/README.md`).",
-                    super::guest_sdk::DIR,
-                    super::guest_sdk::DIR
-                ),
-                Lang::Python | Lang::Js => String::new(),
-            },
-        ),
-    )?;
+    write(&dir, "README.md", &readme(kind, lang, name))?;
     Ok(dir)
 }

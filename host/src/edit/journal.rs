@@ -1032,18 +1032,48 @@ fn restore(ws: &Beneath, bdir: &Dir, id: &str, s: &Step, hash: &str, out: &mut R
     }
 }
 
+/// Why a journal file is treated as damaged (renamed `.damaged`, its apply left alone).
+#[derive(Debug, thiserror::Error)]
+enum Damaged {
+    /// The file could not be read.
+    #[error("cannot read it: {0}")]
+    Unreadable(#[from] std::io::Error),
+    /// The file is not a journal in JSON.
+    #[error("it is not a journal: {0}")]
+    NotJson(#[from] serde_json::Error),
+    /// A journal whose content kiln would not replay: what is wrong.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Read the journal `name` of the apply `id` and check it ([`validate`]).
+fn read_journal(state: &Dir, name: &str, id: &str) -> Result<Journal, Damaged> {
+    let j: Journal = serde_json::from_slice(&state.read(name)?)?;
+    validate(&j)?;
+    if j.id != id {
+        return Err(Damaged::Invalid(format!(
+            "its id {} does not match its name",
+            j.id
+        )));
+    }
+    Ok(j)
+}
+
 /// Check a journal read from disk: paths inside the workspace and not protected, temporary
 /// files beside their files, backups plain names.
-fn validate(j: &Journal) -> Result<(), String> {
+fn validate(j: &Journal) -> Result<(), Damaged> {
     if j.kiln_journal != VERSION {
-        return Err(format!("version {} is not {VERSION}", j.kiln_journal));
+        return Err(Damaged::Invalid(format!(
+            "version {} is not {VERSION}",
+            j.kiln_journal
+        )));
     }
     let protected = crate::path::Protected::new(&[]);
     let ok_path = |p: &str| {
         crate::path::check_relative(p)
-            .map_err(|why| format!("path {p} {why}"))
+            .map_err(|why| Damaged::Invalid(format!("path {p} {why}")))
             .and_then(|()| match protected.why(p) {
-                Some(why) => Err(format!("path {p} is protected ({why})")),
+                Some(why) => Err(Damaged::Invalid(format!("path {p} is protected ({why})"))),
                 None => Ok(()),
             })
     };
@@ -1055,7 +1085,9 @@ fn validate(j: &Journal) -> Result<(), String> {
         if let Some(b) = s.backup()
             && (b.is_empty() || !b.chars().all(|c| c.is_ascii_digit()))
         {
-            return Err(format!("backup name {b} is not a step number"));
+            return Err(Damaged::Invalid(format!(
+                "backup name {b} is not a step number"
+            )));
         }
         if let Step::Write { path, tmp, .. } = s {
             ok_path(tmp)?;
@@ -1064,7 +1096,9 @@ fn validate(j: &Journal) -> Result<(), String> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             if !is_temp_name(&name) || parent_of(tmp) != parent_of(path) {
-                return Err(format!("{tmp} is not a temporary file beside {path}"));
+                return Err(Damaged::Invalid(format!(
+                    "{tmp} is not a temporary file beside {path}"
+                )));
             }
         }
     }
@@ -1150,18 +1184,7 @@ fn recover_locked(ws: &Beneath, state: &Dir) -> Result<RecoveryReport, EditError
         else {
             continue;
         };
-        let parsed = state
-            .read(name)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Journal>(&b).map_err(|e| e.to_string()))
-            .and_then(|j| {
-                validate(&j)?;
-                if j.id == id {
-                    Ok(j)
-                } else {
-                    Err(format!("its id {} does not match its name", j.id))
-                }
-            });
+        let parsed = read_journal(state, name, id);
         let j = match parsed {
             Ok(j) => j,
             Err(_) => {
@@ -1170,17 +1193,7 @@ fn recover_locked(ws: &Beneath, state: &Dir) -> Result<RecoveryReport, EditError
                 continue;
             }
         };
-        let target: Vec<Seen> = j.steps.iter().map(|s| observe_ws(ws, s.path())).collect();
-        let temp: Vec<Seen> = j
-            .steps
-            .iter()
-            .map(|s| match s {
-                Step::Write { tmp, .. } => observe_ws(ws, tmp),
-                Step::Remove { .. } => Seen::Absent,
-            })
-            .collect();
-        let direction = decide(&j.steps, &target, &temp);
-        let done = roll(ws, state, &j, direction);
+        let done = replay(ws, state, &j);
         for s in &j.steps {
             dirs.insert(parent_of(s.path()).map(Path::to_path_buf));
         }
@@ -1209,6 +1222,21 @@ fn recover_locked(ws: &Beneath, state: &Dir) -> Result<RecoveryReport, EditError
         }
     }
     Ok(report)
+}
+
+/// Finish or undo one unfinished apply, whichever the state of its files allows.
+fn replay(ws: &Beneath, state: &Dir, j: &Journal) -> Recovered {
+    let target: Vec<Seen> = j.steps.iter().map(|s| observe_ws(ws, s.path())).collect();
+    let temp: Vec<Seen> = j
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Write { tmp, .. } => observe_ws(ws, tmp),
+            Step::Remove { .. } => Seen::Absent,
+        })
+        .collect();
+    let direction = decide(&j.steps, &target, &temp);
+    roll(ws, state, j, direction)
 }
 
 /// Regular files named `.NAME.kiln-tmp-*` directly in `dir` (workspace-relative; `None` is

@@ -10,7 +10,9 @@ pub mod refactor;
 mod window;
 pub mod writer;
 
-use crate::plugin::{EditKind, EditStatus, FailureKind, FileEdit, Plugin, PluginError};
+use crate::plugin::{
+    EditKind, EditOutcome, EditStatus, FailureKind, FileEdit, Plugin, PluginError,
+};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use serde::Serialize;
@@ -25,9 +27,9 @@ pub enum EditError {
     /// The workspace could not be opened.
     #[error("cannot open workspace {path}: {source}")]
     Workspace {
-        /// The directory.
+        /// The workspace directory that could not be opened.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// A file is not UTF-8 text (kiln edits text only).
@@ -102,7 +104,10 @@ impl Workspace {
 
     /// Check files named by a model or a user before they become program arguments
     /// ([`crate::path::target_arguments`]).
-    pub fn target_arguments(&self, targets: &[String]) -> Result<Vec<String>, String> {
+    pub fn target_arguments(
+        &self,
+        targets: &[String],
+    ) -> Result<Vec<String>, crate::path::TargetError> {
         crate::path::target_arguments(&self.dir, targets)
     }
 
@@ -243,7 +248,7 @@ pub struct EditResult {
 pub struct ParseProblem {
     /// 1-based response line (0: not tied to a line).
     pub line: u32,
-    /// The message.
+    /// What is wrong with the line.
     pub message: String,
 }
 
@@ -501,25 +506,11 @@ async fn plan_file(
         Ok(applied) => applied,
         Err(f) => {
             let i = idx[(f.index as usize).min(idx.len() - 1)];
-            let failure = match f.kind {
-                FailureKind::NoMatch => "no_match",
-                FailureKind::Ambiguous => "ambiguous",
-                FailureKind::Invalid => "invalid",
-            };
-            fail_edits(report, &[i], failure, &f.message);
+            fail_edits(report, &[i], failure_name(&f.kind), &f.message);
             return Ok(None);
         }
     };
-    for (k, &i) in idx.iter().enumerate() {
-        let r = &mut report.edits[i];
-        if let Some(o) = applied.outcomes.get(k) {
-            r.status = match o.status {
-                EditStatus::Applied => "applied",
-                EditStatus::AlreadyApplied => "already_applied",
-            };
-            r.tier = o.tier.clone();
-        }
-    }
+    mark_applied(report, idx, &applied.outcomes);
     let move_to = file_edits
         .iter()
         .rev()
@@ -537,6 +528,29 @@ async fn plan_file(
         new: applied.text,
         move_to,
     }))
+}
+
+/// The report's name for why a format could not apply an edit.
+fn failure_name(kind: &FailureKind) -> &'static str {
+    match kind {
+        FailureKind::NoMatch => "no_match",
+        FailureKind::Ambiguous => "ambiguous",
+        FailureKind::Invalid => "invalid",
+    }
+}
+
+/// Record in `report` how each edit `idx` of a file applied (`outcomes` in the same order).
+fn mark_applied(report: &mut EditReport, idx: &[usize], outcomes: &[EditOutcome]) {
+    for (k, &i) in idx.iter().enumerate() {
+        let r = &mut report.edits[i];
+        if let Some(o) = outcomes.get(k) {
+            r.status = match o.status {
+                EditStatus::Applied => "applied",
+                EditStatus::AlreadyApplied => "already_applied",
+            };
+            r.tier = o.tier.clone();
+        }
+    }
 }
 
 /// Why `path` cannot be moved to `dest` (it exists, or cannot be read), as a failure kind and

@@ -230,7 +230,7 @@ async fn precheck(
     cancel: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<(String, std::fs::File, Option<FirstCheck>), FixError> {
     ws.target_arguments(&opts.targets)
-        .map_err(FixError::Usage)?;
+        .map_err(|e| FixError::Usage(e.to_string()))?;
     let info = format.format_describe().await?;
     if opts.targets.len() > 1 && !info.multi_file {
         return Err(FixError::Usage(format!(

@@ -120,6 +120,54 @@ pub(super) struct StreamAssembler {
     reasoning_bytes: usize,
 }
 
+impl StreamAssembler {
+    /// A content block opens: a tool call (announced to `sink`) or text, maybe with its first
+    /// words.
+    fn block_start(&mut self, v: &Value, sink: &mut dyn FnMut(Delta)) {
+        let idx = v["index"].as_u64().unwrap_or(0) as usize;
+        while self.blocks.len() <= idx {
+            self.blocks.push(None);
+        }
+        let cb = &v["content_block"];
+        if cb["type"] == "tool_use" {
+            let name = cb["name"].as_str().unwrap_or_default().to_string();
+            sink(Delta::ToolCall { name: name.clone() });
+            self.blocks[idx] = Some(ToolCall {
+                id: cb["id"].as_str().unwrap_or_default().into(),
+                name,
+                arguments: String::new(),
+            });
+        } else if let Some(t) = cb["text"].as_str().filter(|t| !t.is_empty()) {
+            self.r.text.push_str(t);
+            sink(Delta::Text(t.into()));
+        }
+    }
+
+    /// More of a content block: text (passed to `sink`), thinking (counted) or a fragment of
+    /// a tool call's JSON input.
+    fn block_delta(&mut self, v: &Value, sink: &mut dyn FnMut(Delta)) {
+        let idx = v["index"].as_u64().unwrap_or(0) as usize;
+        let d = &v["delta"];
+        match d["type"].as_str() {
+            Some("text_delta") => {
+                let t = d["text"].as_str().unwrap_or_default();
+                self.r.text.push_str(t);
+                sink(Delta::Text(t.into()));
+            }
+            Some("thinking_delta") => {
+                self.reasoning_bytes += d["thinking"].as_str().map_or(0, str::len);
+            }
+            Some("input_json_delta") => {
+                if let Some(Some(call)) = self.blocks.get_mut(idx) {
+                    call.arguments
+                        .push_str(d["partial_json"].as_str().unwrap_or_default());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 impl Assembler for StreamAssembler {
     fn event(&mut self, ev: &sse::Event, sink: &mut dyn FnMut(Delta)) -> Result<bool, LlmError> {
         if ev.data.trim().is_empty() {
@@ -146,46 +194,8 @@ impl Assembler for StreamAssembler {
                     .and_then(Value::as_str)
                     .map(String::from);
             }
-            "content_block_start" => {
-                let idx = v["index"].as_u64().unwrap_or(0) as usize;
-                while self.blocks.len() <= idx {
-                    self.blocks.push(None);
-                }
-                let cb = &v["content_block"];
-                if cb["type"] == "tool_use" {
-                    let name = cb["name"].as_str().unwrap_or_default().to_string();
-                    sink(Delta::ToolCall { name: name.clone() });
-                    self.blocks[idx] = Some(ToolCall {
-                        id: cb["id"].as_str().unwrap_or_default().into(),
-                        name,
-                        arguments: String::new(),
-                    });
-                } else if let Some(t) = cb["text"].as_str().filter(|t| !t.is_empty()) {
-                    self.r.text.push_str(t);
-                    sink(Delta::Text(t.into()));
-                }
-            }
-            "content_block_delta" => {
-                let idx = v["index"].as_u64().unwrap_or(0) as usize;
-                let d = &v["delta"];
-                match d["type"].as_str() {
-                    Some("text_delta") => {
-                        let t = d["text"].as_str().unwrap_or_default();
-                        self.r.text.push_str(t);
-                        sink(Delta::Text(t.into()));
-                    }
-                    Some("thinking_delta") => {
-                        self.reasoning_bytes += d["thinking"].as_str().map_or(0, str::len);
-                    }
-                    Some("input_json_delta") => {
-                        if let Some(Some(call)) = self.blocks.get_mut(idx) {
-                            call.arguments
-                                .push_str(d["partial_json"].as_str().unwrap_or_default());
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            "content_block_start" => self.block_start(&v, sink),
+            "content_block_delta" => self.block_delta(&v, sink),
             "message_delta" => {
                 if let Some(sr) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.r.finish_reason = Some(sr.into());

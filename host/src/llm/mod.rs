@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// A tool the model may call.
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolDef {
-    /// Name.
+    /// The tool's name, as the model calls it.
     pub name: String,
     /// Description for the model.
     pub description: String,
@@ -44,12 +44,12 @@ pub struct ToolCall {
 pub enum Message {
     /// From the user (or the loop speaking for them).
     User {
-        /// Text.
+        /// What the user (or the loop) says.
         text: String,
     },
     /// From the model.
     Assistant {
-        /// Text.
+        /// What the model wrote besides its tool calls.
         text: String,
         /// Tool calls it made.
         tool_calls: Vec<ToolCall>,
@@ -65,12 +65,12 @@ pub enum Message {
     },
 }
 
-/// A request.
+/// One request to the model: system prompt, conversation, tools and output limit.
 #[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
     /// System prompt.
     pub system: Option<String>,
-    /// The conversation.
+    /// The conversation so far, oldest first.
     pub messages: Vec<Message>,
     /// Tools offered.
     pub tools: Vec<ToolDef>,
@@ -106,11 +106,11 @@ impl std::ops::AddAssign for Usage {
 /// A complete answer.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ChatResponse {
-    /// Text.
+    /// The answer's text (tool calls apart).
     pub text: String,
     /// Tool calls.
     pub tool_calls: Vec<ToolCall>,
-    /// Usage.
+    /// Tokens the request used, as the server counted them.
     pub usage: Usage,
     /// Why the model stopped (`stop`, `tool_calls`, `end_turn`, `length`, ...).
     pub finish_reason: Option<String>,
@@ -150,9 +150,9 @@ pub enum LlmError {
     /// Connection failed (DNS, refused, TLS).
     #[error("cannot reach the LLM at {url}: {message}")]
     Unreachable {
-        /// Endpoint.
+        /// The URL that could not be reached.
         url: String,
-        /// Why.
+        /// The transport's error.
         message: String,
     },
     /// Nothing listens at the address: not retried (a server that is down stays down for
@@ -161,7 +161,7 @@ pub enum LlmError {
         "nothing answers at {url} (connection refused): is the server running, and is the base URL (`--base-url`, `[llm] base_url`) right?"
     )]
     Refused {
-        /// Endpoint.
+        /// The URL that refused the connection.
         url: String,
     },
     /// No response headers, or no stream data, in time.
@@ -169,13 +169,13 @@ pub enum LlmError {
     Timeout {
         /// `connect`, `first byte` or `idle`.
         phase: &'static str,
-        /// The limit.
+        /// The timeout that passed, in seconds.
         secs: u64,
     },
     /// 401/403: bad or missing key.
     #[error("the LLM rejected the credentials (HTTP {status}): {message}")]
     Auth {
-        /// Status.
+        /// The HTTP status (401 or 403).
         status: u16,
         /// Server message.
         message: String,
@@ -201,7 +201,7 @@ pub enum LlmError {
     /// Any other HTTP error.
     #[error("the LLM answered HTTP {status}: {message}")]
     Http {
-        /// Status.
+        /// The HTTP status.
         status: u16,
         /// Server message (the body as text when it is not a known shape).
         message: String,
@@ -450,7 +450,7 @@ impl LlmClient {
         Ok(LlmClient { http, settings })
     }
 
-    /// The settings.
+    /// The settings the client was built with.
     pub fn settings(&self) -> &LlmSettings {
         &self.settings
     }

@@ -162,11 +162,11 @@ pub enum Flavor {
 /// Resolved settings.
 #[derive(Debug, Clone)]
 pub struct LlmSettings {
-    /// Dialect.
+    /// The wire dialect (OpenAI-compatible or Anthropic).
     pub provider: Provider,
     /// Base URL without a trailing slash.
     pub base_url: String,
-    /// Model.
+    /// The model name sent with every request.
     pub model: String,
     /// API key, if any (local servers need none).
     pub api_key: Option<Secret>,
@@ -213,6 +213,92 @@ pub struct LlmFlags {
     pub max_reply_bytes: Option<u64>,
 }
 
+/// The API key: the variable `[llm] api_key_env` names (which must be set), else `[llm]
+/// api_key`, else the provider's usual variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
+fn api_key(
+    config: &LlmConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    provider: Provider,
+) -> Result<Option<Secret>, SettingsError> {
+    let key_env_default = match provider {
+        Provider::Openai => "OPENAI_API_KEY",
+        Provider::Anthropic => "ANTHROPIC_API_KEY",
+    };
+    Ok(match (&config.api_key_env, &config.api_key) {
+        (Some(var), _) => match env(var) {
+            Some(v) if !v.is_empty() => Some(Secret::new(v)),
+            _ => {
+                return Err(SettingsError(format!(
+                    "[llm] api_key_env names `{var}`, but that environment variable is not set"
+                )));
+            }
+        },
+        (None, Some(k)) => Some(Secret::new(k.clone())),
+        (None, None) => env(key_env_default)
+            .filter(|v| !v.is_empty())
+            .map(Secret::new),
+    })
+}
+
+/// The temperature: none with `omit_temperature`, else `[llm] temperature`, else
+/// `KILN_LLM_TEMPERATURE` (or the older `COMPILE_LOOP_LLM_TEMPERATURE`), else 0.0; a variable
+/// that is not a number is warned about and read as 0.0.
+fn temperature(
+    config: &LlmConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    warn: &mut dyn FnMut(String),
+) -> Option<f64> {
+    if config.omit_temperature == Some(true) {
+        return None;
+    }
+    if let Some(t) = config.temperature {
+        return Some(t);
+    }
+    let from_env = env("KILN_LLM_TEMPERATURE")
+        .map(|v| ("KILN_LLM_TEMPERATURE", v))
+        .or_else(|| {
+            env("COMPILE_LOOP_LLM_TEMPERATURE").map(|v| ("COMPILE_LOOP_LLM_TEMPERATURE", v))
+        });
+    match from_env {
+        Some((name, v)) => match v.trim().parse::<f64>() {
+            Ok(t) if t.is_finite() => Some(t),
+            _ => {
+                warn(format!(
+                    "{name}={v:?} is not a number; using temperature 0.0"
+                ));
+                Some(0.0)
+            }
+        },
+        None => Some(0.0),
+    }
+}
+
+/// The reply size limit: `--max-reply-bytes`, else `KILN_MAX_REPLY_BYTES`, else `[llm]
+/// max_reply_bytes`, else 4 MiB; never zero.
+fn max_reply_bytes(
+    config: &LlmConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    flags: &LlmFlags,
+) -> Result<u64, SettingsError> {
+    let n = match flags.max_reply_bytes {
+        Some(n) => n,
+        None => match env("KILN_MAX_REPLY_BYTES") {
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                SettingsError(format!(
+                    "KILN_MAX_REPLY_BYTES={v:?} is not a number of bytes"
+                ))
+            })?,
+            None => config.max_reply_bytes.unwrap_or(DEFAULT_MAX_REPLY_BYTES),
+        },
+    };
+    if n == 0 {
+        return Err(SettingsError(
+            "max_reply_bytes must be greater than zero".into(),
+        ));
+    }
+    Ok(n)
+}
+
 impl LlmSettings {
     /// Resolve: configuration < environment (`env` is a lookup so tests can inject) < flags.
     pub fn resolve(
@@ -248,63 +334,9 @@ impl LlmSettings {
         let model = flags.model.clone().or_else(|| env("KILN_MODEL")).or(config.model.clone()).ok_or_else(|| {
             SettingsError("no model configured: pass --model, set KILN_MODEL, or set `model` under [llm] in kiln.toml".into())
         })?;
-        let key_env_default = match provider {
-            Provider::Openai => "OPENAI_API_KEY",
-            Provider::Anthropic => "ANTHROPIC_API_KEY",
-        };
-        let api_key = match (&config.api_key_env, &config.api_key) {
-            (Some(var), _) => match env(var) {
-                Some(v) if !v.is_empty() => Some(Secret::new(v)),
-                _ => {
-                    return Err(SettingsError(format!(
-                        "[llm] api_key_env names `{var}`, but that environment variable is not set"
-                    )));
-                }
-            },
-            (None, Some(k)) => Some(Secret::new(k.clone())),
-            (None, None) => env(key_env_default)
-                .filter(|v| !v.is_empty())
-                .map(Secret::new),
-        };
-        let temperature = if config.omit_temperature == Some(true) {
-            None
-        } else if let Some(t) = config.temperature {
-            Some(t)
-        } else {
-            let from_env = env("KILN_LLM_TEMPERATURE")
-                .map(|v| ("KILN_LLM_TEMPERATURE", v))
-                .or_else(|| {
-                    env("COMPILE_LOOP_LLM_TEMPERATURE").map(|v| ("COMPILE_LOOP_LLM_TEMPERATURE", v))
-                });
-            match from_env {
-                Some((name, v)) => match v.trim().parse::<f64>() {
-                    Ok(t) if t.is_finite() => Some(t),
-                    _ => {
-                        warn(format!(
-                            "{name}={v:?} is not a number; using temperature 0.0"
-                        ));
-                        Some(0.0)
-                    }
-                },
-                None => Some(0.0),
-            }
-        };
-        let max_reply_bytes = match flags.max_reply_bytes {
-            Some(n) => n,
-            None => match env("KILN_MAX_REPLY_BYTES") {
-                Some(v) => v.trim().parse::<u64>().map_err(|_| {
-                    SettingsError(format!(
-                        "KILN_MAX_REPLY_BYTES={v:?} is not a number of bytes"
-                    ))
-                })?,
-                None => config.max_reply_bytes.unwrap_or(DEFAULT_MAX_REPLY_BYTES),
-            },
-        };
-        if max_reply_bytes == 0 {
-            return Err(SettingsError(
-                "max_reply_bytes must be greater than zero".into(),
-            ));
-        }
+        let api_key = api_key(config, env, provider)?;
+        let temperature = temperature(config, env, warn);
+        let max_reply_bytes = max_reply_bytes(config, env, flags)?;
         Ok(LlmSettings {
             provider,
             base_url,

@@ -13,7 +13,7 @@ pub fn name_of(stem: &str) -> String {
 pub const TEST_PLUGINS_DIR: &str = env!("KILN_TEST_PLUGINS_DIR");
 
 /// What a built-in is granted when `kiln.toml` says nothing about it. The built-in agent
-/// tools (`fs`, `ast-refactor`) may read the workspace (DESIGN §3); everything else stays
+/// tools (`fs`, `ast-refactor`) may read the workspace; everything else stays
 /// denied by default.
 pub fn default_grant(name: &str) -> crate::config::PluginConfig {
     let mut g = crate::config::PluginConfig::default();

@@ -75,7 +75,7 @@ impl Plugin {
         // workspace, and is passed in a form no program reads as an option (`./-x`, `./@f`).
         let targets = match crate::path::target_arguments(&self.root, targets) {
             Ok(t) => t,
-            Err(message) => return Ok(Err(PluginCallError::InvalidInput(message))),
+            Err(e) => return Ok(Err(PluginCallError::InvalidInput(e.to_string()))),
         };
         let req = RunRequest {
             targets,

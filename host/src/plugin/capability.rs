@@ -71,7 +71,7 @@ pub struct Effective {
     /// "not granted" in a denial).
     #[serde(skip)]
     pub env_requested: Vec<String>,
-    /// Limits.
+    /// Memory, deadline and output size, each the lower of the request and the grant.
     pub limits: Limits,
     /// Paths outside the workspace that programs may write (the grant's `write`, `~/`
     /// expanded); a manifest cannot ask for any. Enforced with Landlock (`confine`).
@@ -98,7 +98,7 @@ pub enum Denial {
     NotRequested {
         /// Plugin name.
         plugin: String,
-        /// The capability.
+        /// The capability asked for (a path, a program, a variable, the network).
         what: String,
     },
     /// Requested but not granted.
@@ -108,7 +108,7 @@ pub enum Denial {
     NotGranted {
         /// Plugin name.
         plugin: String,
-        /// The capability.
+        /// The capability asked for (a path, a program, a variable, the network).
         what: String,
         /// The `kiln.toml` key the line sets.
         key: &'static str,
@@ -120,7 +120,7 @@ pub enum Denial {
     Unusable {
         /// Plugin name.
         plugin: String,
-        /// The capability.
+        /// The capability asked for (a path, a program, a variable, the network).
         what: String,
         /// Why, and what would work.
         why: String,
@@ -157,47 +157,80 @@ impl ExecRule {
     }
 }
 
+/// The filesystem entries both the manifest requests and the grant allows: for each pair of
+/// paths where one contains the other, the deeper path with the lesser access; a read-write
+/// entry subsumes a read-only one for the same path.
+fn granted_fs(request: &types::Manifest, grant: &PluginConfig) -> Vec<(String, Access)> {
+    let mut fs = Vec::new();
+    for r in &request.fs {
+        if check_relative(&r.path).is_err() {
+            continue;
+        }
+        let r_access = match r.access {
+            types::Access::Read => Access::Read,
+            types::Access::ReadWrite => Access::ReadWrite,
+        };
+        let rp = normalize(&r.path);
+        for g in grant.fs.iter().flatten() {
+            let (gp_str, g_access) = g.parts();
+            if check_relative(gp_str).is_err() {
+                continue;
+            }
+            let gp = normalize(gp_str);
+            // The deeper of the two paths, if one contains the other.
+            let deeper = if rp.starts_with(&gp) {
+                rp.clone()
+            } else if gp.starts_with(&rp) {
+                gp.clone()
+            } else {
+                continue;
+            };
+            let entry = (path_string(&deeper), r_access.min(g_access));
+            if !fs.contains(&entry) {
+                fs.push(entry);
+            }
+        }
+    }
+    // A read-write entry subsumes a read-only one for the same path.
+    let rw: Vec<String> = fs
+        .iter()
+        .filter(|(_, a)| *a == Access::ReadWrite)
+        .map(|(p, _)| p.clone())
+        .collect();
+    fs.retain(|(p, a)| *a == Access::ReadWrite || !rw.contains(p));
+    fs
+}
+
+/// The limits: min(request, grant or default), so a manifest may lower a limit, never raise
+/// it.
+fn limits(request: &types::Manifest, grant: &PluginConfig) -> Limits {
+    let min = |request: Option<u32>, grant: Option<u32>, default: u32| {
+        let ceiling = grant.unwrap_or(default);
+        request.map_or(ceiling, |r| r.min(ceiling))
+    };
+    Limits {
+        memory_mib: min(
+            request.limits.memory_mib,
+            grant.memory_mib,
+            DEFAULT_MEMORY_MIB,
+        ),
+        timeout_ms: min(
+            request.limits.timeout_ms,
+            grant.timeout_ms,
+            DEFAULT_TIMEOUT_MS,
+        ),
+        output_bytes: min(
+            request.limits.output_bytes,
+            grant.output_bytes,
+            DEFAULT_OUTPUT_BYTES,
+        ),
+    }
+}
+
 impl Effective {
     /// Compute request ∩ grant.
     pub fn compute(request: &types::Manifest, grant: &PluginConfig) -> Effective {
-        let mut fs = Vec::new();
-        for r in &request.fs {
-            if check_relative(&r.path).is_err() {
-                continue;
-            }
-            let r_access = match r.access {
-                types::Access::Read => Access::Read,
-                types::Access::ReadWrite => Access::ReadWrite,
-            };
-            let rp = normalize(&r.path);
-            for g in grant.fs.iter().flatten() {
-                let (gp_str, g_access) = g.parts();
-                if check_relative(gp_str).is_err() {
-                    continue;
-                }
-                let gp = normalize(gp_str);
-                // The deeper of the two paths, if one contains the other.
-                let deeper = if rp.starts_with(&gp) {
-                    rp.clone()
-                } else if gp.starts_with(&rp) {
-                    gp.clone()
-                } else {
-                    continue;
-                };
-                let entry = (path_string(&deeper), r_access.min(g_access));
-                if !fs.contains(&entry) {
-                    fs.push(entry);
-                }
-            }
-        }
-        // A read-write entry subsumes a read-only one for the same path.
-        let rw: Vec<String> = fs
-            .iter()
-            .filter(|(_, a)| *a == Access::ReadWrite)
-            .map(|(p, _)| p.clone())
-            .collect();
-        fs.retain(|(p, a)| *a == Access::ReadWrite || !rw.contains(p));
-
+        let fs = granted_fs(request, grant);
         let exec_requested = request
             .exec
             .iter()
@@ -223,28 +256,7 @@ impl Effective {
             .filter(|n| granted_env.contains(n))
             .cloned()
             .collect();
-        // min(request, grant or default): a manifest may lower a limit, never raise it.
-        let min = |request: Option<u32>, grant: Option<u32>, default: u32| {
-            let ceiling = grant.unwrap_or(default);
-            request.map_or(ceiling, |r| r.min(ceiling))
-        };
-        let limits = Limits {
-            memory_mib: min(
-                request.limits.memory_mib,
-                grant.memory_mib,
-                DEFAULT_MEMORY_MIB,
-            ),
-            timeout_ms: min(
-                request.limits.timeout_ms,
-                grant.timeout_ms,
-                DEFAULT_TIMEOUT_MS,
-            ),
-            output_bytes: min(
-                request.limits.output_bytes,
-                grant.output_bytes,
-                DEFAULT_OUTPUT_BYTES,
-            ),
-        };
+        let limits = limits(request, grant);
         let outside = |paths: &Option<Vec<String>>| -> Vec<PathBuf> {
             paths
                 .iter()
@@ -485,7 +497,7 @@ impl Effective {
         plugin: &str,
         protected: &crate::path::Protected,
         workspace: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtectedGrant> {
         for (rel, access) in &self.fs {
             if *access != Access::ReadWrite {
                 continue;
@@ -528,12 +540,30 @@ impl Effective {
                         .join(", ")
                 )
             };
-            return Err(format!(
-                "read-write access to `{shown}` is refused for plugin `{plugin}`: {why}; {suggestion}"
-            ));
+            return Err(ProtectedGrant {
+                path: shown.to_string(),
+                plugin: plugin.to_string(),
+                why: why.to_string(),
+                suggestion,
+            });
         }
         Ok(())
     }
+}
+
+/// A read-write grant that covers a protected path (`kiln.toml`, `.kiln/`, `.git/`,
+/// `[sandbox] protect`), refused with the sub-directories that could be granted instead.
+#[derive(Debug, thiserror::Error)]
+#[error("read-write access to `{path}` is refused for plugin `{plugin}`: {why}; {suggestion}")]
+pub struct ProtectedGrant {
+    /// The granted path as kiln.toml names it (`.` for the workspace root).
+    pub path: String,
+    /// The plugin the grant is for.
+    pub plugin: String,
+    /// Which protected path the grant covers, and why that path is protected.
+    pub why: String,
+    /// What to grant instead.
+    pub suggestion: String,
 }
 
 /// A read-write grant must name a real directory: a symlink on the way (`docs -> .git`) could

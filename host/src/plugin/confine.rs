@@ -166,7 +166,8 @@ pub fn describe(net: bool, require: bool) -> serde_json::Value {
         Some(why) => serde_json::json!({ "held_by": by, "state": "missing", "why": why }),
     };
     let ll_missing = ll.missing.as_deref();
-    let seccomp = NetFilter::current().missing();
+    let seccomp = NetFilter::current().missing().map(|why| why.to_string());
+    let seccomp = seccomp.as_deref();
     let pidns = reap::PidNs::current().missing();
     let network = if net {
         serde_json::json!({ "held_by": "granted: net = true", "state": "open" })
@@ -447,10 +448,20 @@ fn warn_once(gaps: &[String]) {
     }
 }
 
-fn ruleset(read: &[PathBuf], write: &[PathBuf], net: bool) -> Result<OwnedFd, String> {
-    build(read, write, net)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "the kernel returned no ruleset".to_string())
+/// Why the Landlock ruleset of a call could not be built.
+#[derive(Debug, thiserror::Error)]
+enum RulesetFailed {
+    /// The landlock crate refused a step (an access right, a rule, the ruleset itself).
+    #[error(transparent)]
+    Landlock(#[from] landlock::RulesetError),
+    /// The ruleset was built but the kernel gave no descriptor for it.
+    #[error("the kernel returned no ruleset")]
+    NoDescriptor,
+}
+
+/// The call's Landlock ruleset as a descriptor the child enforces.
+fn ruleset(read: &[PathBuf], write: &[PathBuf], net: bool) -> Result<OwnedFd, RulesetFailed> {
+    build(read, write, net)?.ok_or(RulesetFailed::NoDescriptor)
 }
 
 fn build(

@@ -77,8 +77,13 @@ pub(super) fn empty_manifest() -> Manifest {
     }
 }
 
+/// A manifest names its plugin with something other than a lowercase word.
+#[derive(Debug, thiserror::Error)]
+#[error("name `{0}` must be 1-64 characters of a-z, 0-9, `-`, `_`, starting with a letter")]
+pub(super) struct BadName(String);
+
 /// Check a manifest's plugin name.
-pub(super) fn validate_name(name: &str) -> Result<(), String> {
+pub(super) fn validate_name(name: &str) -> Result<(), BadName> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -88,9 +93,7 @@ pub(super) fn validate_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "name `{name}` must be 1-64 characters of a-z, 0-9, `-`, `_`, starting with a letter"
-        ))
+        Err(BadName(name.to_string()))
     }
 }
 

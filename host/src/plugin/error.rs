@@ -11,9 +11,9 @@ pub enum PluginError {
     /// The file could not be read.
     #[error("cannot read plugin {path}: {source}")]
     Read {
-        /// The file.
+        /// The component file that could not be read.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// Not WebAssembly at all.
@@ -27,7 +27,7 @@ pub enum PluginError {
     /// wasmtime refused the bytes.
     #[error("{source_name} is not a valid component: {message}")]
     Invalid {
-        /// The file.
+        /// The component (its file, or `built-in` and its name).
         source_name: String,
         /// wasmtime's reason.
         message: String,
@@ -37,7 +37,7 @@ pub enum PluginError {
         "{source_name} does not implement a kiln plugin world: it exports [{exports}], but a kiln plugin exports kiln:plugin/runner, kiln:plugin/edit-format or kiln:plugin/tool"
     )]
     WrongWorld {
-        /// The file.
+        /// The component (its file, or `built-in` and its name).
         source_name: String,
         /// What it exports instead.
         exports: String,
@@ -47,7 +47,7 @@ pub enum PluginError {
         "{source_name} was built for the kiln:plugin contract {found}, but this kiln supports {supported}; rebuild the plugin against kiln:plugin@{supported} (kiln-guest {supported})"
     )]
     IncompatibleContract {
-        /// The file.
+        /// The component (its file, or `built-in` and its name).
         source_name: String,
         /// The component's contract version.
         found: String,
@@ -57,7 +57,7 @@ pub enum PluginError {
     /// Imports the host does not provide (or may not give this kind).
     #[error("{source_name} cannot be linked: {message}")]
     Link {
-        /// The file.
+        /// The component (its file, or `built-in` and its name).
         source_name: String,
         /// What is missing.
         message: String,
@@ -77,7 +77,7 @@ pub enum PluginError {
     Deadline {
         /// Plugin name.
         plugin: String,
-        /// The deadline.
+        /// The deadline it ran past, in milliseconds.
         ms: u32,
     },
     /// The instance tried to grow memory past its limit.
@@ -87,7 +87,7 @@ pub enum PluginError {
     Memory {
         /// Plugin name.
         plugin: String,
-        /// The limit.
+        /// The memory limit it reached, in MiB.
         mib: u32,
     },
     /// Returned more than the output cap.
@@ -100,7 +100,7 @@ pub enum PluginError {
         plugin: String,
         /// Returned size (a lower bound when `more`).
         bytes: usize,
-        /// The cap.
+        /// The output cap, in bytes.
         cap: u32,
         /// The plugin tried to pass even more than `bytes` to the host, which stopped copying.
         more: bool,
@@ -108,7 +108,7 @@ pub enum PluginError {
     /// The manifest is unusable.
     #[error("{source_name} has an invalid manifest: {message}")]
     Manifest {
-        /// The file.
+        /// The component (its file, or `built-in` and its name).
         source_name: String,
         /// What is wrong.
         message: String,
@@ -118,7 +118,7 @@ pub enum PluginError {
     WrongKind {
         /// Plugin name.
         plugin: String,
-        /// Its kind.
+        /// The kind the plugin is.
         actual: PluginKind,
         /// The kind needed.
         expected: PluginKind,
@@ -128,7 +128,7 @@ pub enum PluginError {
     NotFound {
         /// What was looked for.
         kind: String,
-        /// The name.
+        /// The plugin name that was looked up.
         name: String,
         /// ` (did you mean `x`?)` or empty.
         hint: String,
@@ -140,15 +140,15 @@ pub enum PluginError {
         "{source_name} is named `{name}` like a built-in plugin; to replace the built-in, add `replaces = \"{name}\"` under [plugins.{name}] in kiln.toml (it then gets only what kiln.toml grants it, none of the built-in's defaults)"
     )]
     ShadowsBuiltin {
-        /// The file.
+        /// The component (its file, or `built-in` and its name).
         source_name: String,
-        /// The name.
+        /// The built-in's name it takes.
         name: String,
     },
     /// `replaces` is wrong.
     #[error("{source_name}: {message}")]
     Replaces {
-        /// The file.
+        /// The component (its file, or `built-in` and its name).
         source_name: String,
         /// What is wrong.
         message: String,
@@ -156,7 +156,7 @@ pub enum PluginError {
     /// Two configured user plugins have the same name.
     #[error("two plugins are named `{name}`: {first} and {second}")]
     Duplicate {
-        /// The name.
+        /// The name both plugins declare.
         name: String,
         /// The one loaded.
         first: String,
@@ -176,7 +176,7 @@ pub enum PluginError {
     Sandbox {
         /// Plugin name.
         plugin: String,
-        /// Why.
+        /// What went wrong.
         message: String,
     },
     /// The engine could not be created.

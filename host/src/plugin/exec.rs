@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 pub struct Spawn {
     /// Absolute path of the program.
     pub program: PathBuf,
-    /// Arguments.
+    /// Arguments after the program, passed as they are (no shell).
     pub args: Vec<String>,
     /// The complete environment of the child.
     pub env: Vec<(String, String)>,
@@ -50,17 +50,53 @@ pub struct Finished {
     pub duration: Duration,
 }
 
+/// Why a program named in an exec call or a configuration cannot be found.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramNotFound {
+    /// A path (with `/`) that is not workspace-relative: [`crate::path::check_relative`]'s
+    /// reason.
+    #[error("program `{program}` {why}")]
+    Outside { program: String, why: &'static str },
+    /// A workspace path with no file there.
+    #[error("program `{0}` does not exist in the workspace")]
+    MissingInWorkspace(String),
+    /// A name that no absolute `PATH` entry holds as an executable file.
+    #[error("program `{0}` was not found on PATH")]
+    NoneOnPath(String),
+}
+
+/// Why the working directory of a call cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum CwdError {
+    /// The workspace itself could not be opened.
+    #[error("workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The cwd is not workspace-relative: [`crate::path::check_relative`]'s reason.
+    #[error("cwd `{cwd}` {why}")]
+    NotRelative { cwd: String, why: &'static str },
+    /// A symbolic link on the way leads out of the workspace.
+    #[error("cwd `{0}` leaves the workspace (through a symlink)")]
+    Escapes(String),
+    /// The directory could not be opened (missing, not a directory, ...).
+    #[error("cwd `{cwd}`: {source}")]
+    Open { cwd: String, source: std::io::Error },
+}
+
 /// Find `program` on the host's `PATH` (names) or in the workspace (paths with `/`).
-pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, String> {
+pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, ProgramNotFound> {
     if program.contains('/') {
-        crate::path::check_relative(program).map_err(|why| format!("program `{program}` {why}"))?;
+        crate::path::check_relative(program).map_err(|why| ProgramNotFound::Outside {
+            program: program.to_string(),
+            why,
+        })?;
         let p = workspace.join(program);
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!(
-                "program `{program}` does not exist in the workspace"
-            ))
+            Err(ProgramNotFound::MissingInWorkspace(program.to_string()))
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -76,7 +112,7 @@ pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, Strin
             return Ok(candidate);
         }
     }
-    Err(format!("program `{program}` was not found on PATH"))
+    Err(ProgramNotFound::NoneOnPath(program.to_string()))
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -89,16 +125,26 @@ fn is_executable(p: &Path) -> bool {
 /// Open a workspace-relative cwd as a directory descriptor: every component is resolved inside
 /// the workspace (a symlink may not lead out), and the child enters the descriptor, not a path
 /// resolved again later.
-pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, String> {
-    let root = Dir::open_ambient_dir(workspace, ambient_authority())
-        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, CwdError> {
+    let root = Dir::open_ambient_dir(workspace, ambient_authority()).map_err(|source| {
+        CwdError::Workspace {
+            path: workspace.to_path_buf(),
+            source,
+        }
+    })?;
     let Some(rel) = cwd else { return Ok(root) };
-    crate::path::check_relative(rel).map_err(|why| format!("cwd `{rel}` {why}"))?;
+    crate::path::check_relative(rel).map_err(|why| CwdError::NotRelative {
+        cwd: rel.to_string(),
+        why,
+    })?;
     root.open_dir(rel).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
-            format!("cwd `{rel}` leaves the workspace (through a symlink)")
+            CwdError::Escapes(rel.to_string())
         } else {
-            format!("cwd `{rel}`: {e}")
+            CwdError::Open {
+                cwd: rel.to_string(),
+                source: e,
+            }
         }
     })
 }
@@ -171,6 +217,66 @@ async fn kill_all(call: &reap::Call) {
     let _ = tokio::task::spawn_blocking(call.killer()).await;
 }
 
+/// The command for `program`: only the environment given (and `TMPDIR`, the call's own
+/// temporary directory), stdin piped when there is input, output captured, killed if dropped.
+fn command(
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    tmp: &Path,
+    has_stdin: bool,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("TMPDIR", tmp)
+        .stdin(if has_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Read the output while the program runs, until it exits (its exit code) or the deadline
+/// passes (then every process of the call is killed: no exit code, timed out).
+async fn wait_or_kill<O: AsyncRead + Unpin, E: AsyncRead + Unpin>(
+    child: &mut tokio::process::Child,
+    call: &mut reap::Call,
+    out: &mut Stream<O>,
+    err: &mut Stream<E>,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<(Option<i32>, bool)> {
+    let status = {
+        let wait = child.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                s = &mut wait => break Some(s),
+                _ = out.read(), if out.is_open() => {}
+                _ = err.read(), if err.is_open() => {}
+                _ = tokio::time::sleep_until(deadline) => break None,
+            }
+        }
+    };
+    Ok(match status {
+        Some(status) => {
+            let status = status?;
+            call.exited();
+            (status.code(), false)
+        }
+        None => {
+            kill_all(call).await;
+            let _ = child.wait().await;
+            (None, true)
+        }
+    })
+}
+
 /// Run the process confined, until it exits or the timeout; then kill all its descendants.
 /// Returns once the program exited, even if a descendant still holds its output pipes.
 pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
@@ -185,19 +291,7 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         cap,
         confinement,
     } = spawn;
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(&args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("TMPDIR", confinement.tmp())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = command(&program, &args, &env, confinement.tmp(), stdin.is_some());
     let child = confinement.child(cwd.as_fd().as_raw_fd());
     // SAFETY: `enter` makes only async-signal-safe system calls and allocates nothing; `cwd` and
     // `confinement` (which own the descriptors and the filter `child` names) live until after
@@ -219,30 +313,8 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     let mut out = Stream::new(child.stdout.take(), cap);
     let mut err = Stream::new(child.stderr.take(), cap);
     let deadline = tokio::time::Instant::from_std(start + timeout);
-    let status = {
-        let wait = child.wait();
-        tokio::pin!(wait);
-        loop {
-            tokio::select! {
-                s = &mut wait => break Some(s),
-                _ = out.read(), if out.is_open() => {}
-                _ = err.read(), if err.is_open() => {}
-                _ = tokio::time::sleep_until(deadline) => break None,
-            }
-        }
-    };
-    let (exit_code, timed_out) = match status {
-        Some(status) => {
-            let status = status?;
-            call.exited();
-            (status.code(), false)
-        }
-        None => {
-            kill_all(&call).await;
-            let _ = child.wait().await;
-            (None, true)
-        }
-    };
+    let (exit_code, timed_out) =
+        wait_or_kill(&mut child, &mut call, &mut out, &mut err, deadline).await?;
     // A descendant that kept the pipes gets a moment to finish writing, then everything of
     // the call is killed: the call never waits for a daemon.
     drain(&mut out, &mut err, GRACE).await;
@@ -300,9 +372,10 @@ pub async fn run_host_program(
     let program = if Path::new(program).is_absolute() && is_executable(Path::new(program)) {
         PathBuf::from(program)
     } else {
-        resolve_program(program, workspace).map_err(HostProgramError::NotFound)?
+        resolve_program(program, workspace)
+            .map_err(|e| HostProgramError::NotFound(e.to_string()))?
     };
-    let cwd = open_cwd(None, workspace).map_err(HostProgramError::NotFound)?;
+    let cwd = open_cwd(None, workspace).map_err(|e| HostProgramError::NotFound(e.to_string()))?;
     let env = ["PATH", "HOME"]
         .iter()
         .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))

@@ -19,16 +19,40 @@ const MAX_LOG_LINES_PER_CALL: usize = 200;
 /// Most log bytes one plugin call may print.
 const MAX_LOG_BYTES_PER_CALL: usize = 64 * 1024;
 
-static LOG_LEVEL: AtomicU8 = AtomicU8::new(3);
-
-/// Set the most detailed plugin log level shown: 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace.
-pub fn set_log_level(level: u8) {
-    LOG_LEVEL.store(level, Ordering::Relaxed);
+/// How much plugin logging is shown, from least to most: each level shows its own messages
+/// and those of the levels before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum LogLevel {
+    /// Nothing.
+    Off = 0,
+    /// Errors only (`-q`).
+    Error = 1,
+    /// Errors and warnings (the command line's default).
+    Warn = 2,
+    /// Also informational messages (the library's default, before the command line sets one).
+    Info = 3,
+    /// Also debug messages (`-v`).
+    Debug = 4,
+    /// Everything a plugin logs.
+    Trace = 5,
 }
 
-/// Whether kiln's own progress lines are shown (not with `-q`, which sets the level to 1).
+static LOG_LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Info as u8);
+
+/// Set the most detailed plugin log level shown.
+pub fn set_log_level(level: LogLevel) {
+    LOG_LEVEL.store(level as u8, Ordering::Relaxed);
+}
+
+/// Whether a plugin message at `level` is shown.
+fn log_shown(level: LogLevel) -> bool {
+    level as u8 <= LOG_LEVEL.load(Ordering::Relaxed)
+}
+
+/// Whether kiln's own progress lines are shown (not with `-q`, which sets [`LogLevel::Error`]).
 pub fn progress_shown() -> bool {
-    LOG_LEVEL.load(Ordering::Relaxed) >= 2
+    log_shown(LogLevel::Warn)
 }
 
 /// Most linear memories, tables and core instances one plugin instance may create. A
@@ -174,13 +198,13 @@ impl types::Host for State {}
 impl log::Host for State {
     async fn log(&mut self, level: log::Level, message: String) {
         let (n, name) = match level {
-            log::Level::Error => (1, "error"),
-            log::Level::Warn => (2, "warn"),
-            log::Level::Info => (3, "info"),
-            log::Level::Debug => (4, "debug"),
-            log::Level::Trace => (5, "trace"),
+            log::Level::Error => (LogLevel::Error, "error"),
+            log::Level::Warn => (LogLevel::Warn, "warn"),
+            log::Level::Info => (LogLevel::Info, "info"),
+            log::Level::Debug => (LogLevel::Debug, "debug"),
+            log::Level::Trace => (LogLevel::Trace, "trace"),
         };
-        if n > LOG_LEVEL.load(Ordering::Relaxed) {
+        if !log_shown(n) {
             return;
         }
         let mut msg = message;
@@ -247,9 +271,9 @@ impl State {
             .check_exec(plugin, &cmd.program, &cmd.args)
             .map_err(|d| types::Error::Denied(d.to_string()))?;
         let program = super::exec::resolve_program(&cmd.program, &self.workspace)
-            .map_err(types::Error::NotFound)?;
+            .map_err(|e| types::Error::NotFound(e.to_string()))?;
         let cwd = super::exec::open_cwd(cmd.cwd.as_deref(), &self.workspace)
-            .map_err(types::Error::Denied)?;
+            .map_err(|e| types::Error::Denied(e.to_string()))?;
         // Base environment so compilers find their own tools; nothing else is inherited.
         let mut env: Vec<(String, String)> = Vec::new();
         for base in ["PATH", "HOME"] {

@@ -94,7 +94,7 @@ impl Runtime {
         Runtime::new(cache::default_dir())
     }
 
-    /// The engine.
+    /// The wasmtime engine every plugin of this runtime is compiled for.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -238,9 +238,9 @@ impl Runtime {
             pre,
         };
         let manifest = plugin.get_manifest().await?;
-        validate_name(&manifest.name).map_err(|message| PluginError::Manifest {
+        validate_name(&manifest.name).map_err(|e| PluginError::Manifest {
             source_name: source_name.clone(),
-            message,
+            message: e.to_string(),
         })?;
         let component = match &plugin.source {
             Source::File(path) => crate::config::Component::File {
@@ -262,9 +262,9 @@ impl Runtime {
         let protected = config.protected();
         effective
             .check_protected(&manifest.name, &protected, workspace)
-            .map_err(|message| PluginError::Sandbox {
+            .map_err(|e| PluginError::Sandbox {
                 plugin: manifest.name.clone(),
-                message,
+                message: e.to_string(),
             })?;
         plugin.effective = Arc::new(effective);
         plugin.settings = grant.settings.unwrap_or_default();

@@ -20,8 +20,28 @@ const TEST_NO_SECCOMP: &str = "KILN_TEST_NO_SECCOMP";
 /// The compiled filters (without `net`: sockets and modes; with `net`: modes only), or why
 /// this kernel or architecture has none.
 pub struct NetFilter {
-    program: Result<BpfProgram, String>,
-    modes_only: Result<BpfProgram, String>,
+    program: Result<BpfProgram, NoFilter>,
+    modes_only: Result<BpfProgram, NoFilter>,
+}
+
+/// Why kiln has no seccomp filter for the programs it runs.
+#[derive(Debug, thiserror::Error)]
+pub enum NoFilter {
+    /// The test hook turned filters off.
+    #[error("turned off by {TEST_NO_SECCOMP}=1 (debug build)")]
+    TurnedOff,
+    /// The kernel refused a filter: the error of the probe.
+    #[error("this kernel takes no seccomp filters (CONFIG_SECCOMP_FILTER): {0}")]
+    Kernel(std::io::Error),
+    /// seccompiler has no filter for this processor architecture.
+    #[error("no seccomp filter for {0}")]
+    Architecture(&'static str),
+    /// seccompiler could not build the filter.
+    #[error("cannot build the seccomp filter: {0}")]
+    Build(seccompiler::BackendError),
+    /// The compiled filter does not begin as [`guard_x32`] expects.
+    #[error("the seccomp filter does not start with an architecture check")]
+    NoArchitectureCheck,
 }
 
 impl NetFilter {
@@ -35,8 +55,8 @@ impl NetFilter {
     }
 
     /// Why there is no filter, if there is none.
-    pub fn missing(&self) -> Option<&str> {
-        self.program.as_ref().err().map(String::as_str)
+    pub fn missing(&self) -> Option<&NoFilter> {
+        self.program.as_ref().err()
     }
 
     /// The filter as the child installs it: the address and length of its instructions (they
@@ -75,9 +95,9 @@ fn mode_calls() -> Vec<(i64, u8)> {
 
 /// Whether the kernel takes seccomp filters: `PR_SET_SECCOMP` with a null filter fails with
 /// `EFAULT` when it does, `EINVAL` when it does not.
-fn available() -> Result<(), String> {
+fn available() -> Result<(), NoFilter> {
     if cfg!(debug_assertions) && std::env::var_os(TEST_NO_SECCOMP).is_some_and(|v| v == "1") {
-        return Err(format!("turned off by {TEST_NO_SECCOMP}=1 (debug build)"));
+        return Err(NoFilter::TurnedOff);
     }
     // SAFETY: a null filter pointer is never dereferenced: the kernel checks the mode first and
     // fails reading the filter (EFAULT) without installing anything.
@@ -93,16 +113,14 @@ fn available() -> Result<(), String> {
     let e = std::io::Error::last_os_error();
     match (rc, e.raw_os_error()) {
         (-1, Some(libc::EFAULT)) => Ok(()),
-        _ => Err(format!(
-            "this kernel takes no seccomp filters (CONFIG_SECCOMP_FILTER): {e}"
-        )),
+        _ => Err(NoFilter::Kernel(e)),
     }
 }
 
-fn compile(sockets: bool) -> Result<BpfProgram, String> {
+fn compile(sockets: bool) -> Result<BpfProgram, NoFilter> {
     let arch = std::env::consts::ARCH
         .try_into()
-        .map_err(|_| format!("no seccomp filter for {}", std::env::consts::ARCH))?;
+        .map_err(|_| NoFilter::Architecture(std::env::consts::ARCH))?;
     let not_unix = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
         Ok(vec![SeccompRule::new(vec![SeccompCondition::new(
             0,
@@ -141,7 +159,7 @@ fn compile(sockets: bool) -> Result<BpfProgram, String> {
         )?;
         filter.try_into()
     };
-    let mut program = build().map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
+    let mut program = build().map_err(NoFilter::Build)?;
     guard_x32(&mut program)?;
     Ok(program)
 }
@@ -150,7 +168,7 @@ fn compile(sockets: bool) -> Result<BpfProgram, String> {
 /// the rules above do not name: refuse every x32 call (no program kiln runs uses that ABI).
 /// The block goes right after seccompiler's architecture check (3 instructions, which kill a
 /// process calling through another ABI, such as i386's `int 0x80`).
-fn guard_x32(program: &mut BpfProgram) -> Result<(), String> {
+fn guard_x32(program: &mut BpfProgram) -> Result<(), NoFilter> {
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     const BPF_LD_W_ABS: u16 = 0x20;
     const BPF_JGE_K: u16 = 0x35;
@@ -159,7 +177,7 @@ fn guard_x32(program: &mut BpfProgram) -> Result<(), String> {
         .get(2)
         .is_some_and(|i| i.code == BPF_RET_K && i.k == libc::SECCOMP_RET_KILL_PROCESS);
     if !kill {
-        return Err("the seccomp filter does not start with an architecture check".into());
+        return Err(NoFilter::NoArchitectureCheck);
     }
     if std::env::consts::ARCH != "x86_64" {
         return Ok(());
