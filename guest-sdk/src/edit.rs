@@ -8,7 +8,7 @@
 /// The tier that located a SEARCH text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tier {
-    /// Byte-for-byte.
+    /// SEARCH occurs in the file byte for byte.
     Exact,
     /// After normalising CRLF to LF and dropping a BOM.
     LineEndings,
@@ -59,7 +59,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// The message.
+    /// The text to show the model, whatever the kind of failure.
     pub fn message(&self) -> &str {
         match self {
             Failure::NoMatch(m) | Failure::Ambiguous(m) | Failure::Invalid(m) => m,

@@ -18,7 +18,7 @@ pub const TOOL: &str = "ast_refactor";
 /// One file of a plugin answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewFile {
-    /// Workspace-relative path.
+    /// The file, relative to the workspace root.
     pub path: String,
     /// SHA-256 (hex) of the text the plugin read.
     pub old_sha256: String,
@@ -75,27 +75,8 @@ pub async fn ast_refactor_tool(
             }
         }
     }
-    let summary = v["summary"].as_str().unwrap_or_default();
-    let warnings: Vec<&str> = v["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
     match apply_files(ws, &parsed, protected) {
-        Ok(Ok((diff, written))) => {
-            let mut text = summary.to_string();
-            for w in &warnings {
-                text.push_str(&format!("\nwarning: {w}"));
-            }
-            if diff.is_empty() {
-                text.push_str("\nno file changed");
-            } else {
-                text.push_str("\n\n");
-                text.push_str(&diff);
-            }
-            (text, false, written)
-        }
+        Ok(Ok((diff, written))) => (applied_text(&v, &diff), false, written),
         Ok(Err(refusals)) => (
             format!(
                 "{TOOL} changed nothing: {}\n(the refactoring would have changed {})",
@@ -111,6 +92,23 @@ pub async fn ast_refactor_tool(
         ),
         Err(e) => (e.to_string(), true, Vec::new()),
     }
+}
+
+/// The answer to the model once the files are written: the plugin's summary and warnings,
+/// then the unified diff of what changed.
+fn applied_text(answer: &Value, diff: &str) -> String {
+    let mut text = answer["summary"].as_str().unwrap_or_default().to_string();
+    let warnings = answer["warnings"].as_array().into_iter().flatten();
+    for w in warnings.filter_map(Value::as_str) {
+        text.push_str(&format!("\nwarning: {w}"));
+    }
+    if diff.is_empty() {
+        text.push_str("\nno file changed");
+    } else {
+        text.push_str("\n\n");
+        text.push_str(diff);
+    }
+    text
 }
 
 fn sha256(text: &str) -> String {
