@@ -37,8 +37,9 @@ pub fn normalize(p: &str) -> PathBuf {
 }
 
 /// A glob where `*` is any run of characters (possibly empty, `/` included) and `?` is one
-/// character; every other character, `[`, `{` and `\\` included, stands for itself. Matched
-/// by `globset` (a regex underneath, so linear in the text whatever the number of stars).
+/// byte (one character of ASCII text; a non-ASCII character is 2 to 4 bytes, so use `*`);
+/// every other character, `[`, `{` and `\\` included, stands for itself. Matched by `globset`
+/// (a regex underneath, so linear in the text whatever the number of stars).
 #[derive(Debug, Clone)]
 pub struct Glob {
     pattern: String,
@@ -251,6 +252,9 @@ mod tests {
         assert!(!glob_match("gcc", "gcc2"));
         assert!(glob_match("src/**", "src/a/b.c"), "`**` is `*`");
         assert!(glob_match("a?c", "a/c"), "`?` and `*` cross `/`");
+        // globset matches bytes: `?` is one byte, so one character of ASCII text only.
+        assert!(!glob_match("a?c", "aéc") && glob_match("a??c", "aéc"));
+        assert!(glob_match("a*c", "aéc") && glob_match("é*", "é.pem"));
         for literal in ["[a-z]", "{a,b}", "a\\*", "x]"] {
             assert!(!glob_match(literal, "a"), "{literal} is literal");
         }
@@ -269,7 +273,33 @@ mod tests {
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
     }
 
+    /// The matcher globset replaced (greedy, one backtrack point), kept as the oracle that
+    /// pins the semantics on ASCII text.
+    fn backtracking_match(pattern: &str, text: &str) -> bool {
+        let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+        let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+        while ti < t.len() {
+            if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+                (pi, ti) = (pi + 1, ti + 1);
+            } else if pi < p.len() && p[pi] == '*' {
+                (star, mark, pi) = (Some(pi), ti, pi + 1);
+            } else if let Some(s) = star {
+                (pi, mark) = (s + 1, mark + 1);
+                ti = mark;
+            } else {
+                return false;
+            }
+        }
+        p[pi..].iter().all(|c| *c == '*')
+    }
+
     proptest::proptest! {
+        /// On ASCII text, globset answers what the hand-written matcher answered.
+        #[test]
+        fn same_answers_as_the_old_matcher(p in "[ab*?/\\[{.-]{0,8}", t in "[ab/\\[{.-]{0,10}") {
+            proptest::prop_assert_eq!(glob_match(&p, &t), backtracking_match(&p, &t), "{} {}", p, t);
+        }
+
         /// Every string compiles, and one without `*` or `?` matches only itself.
         #[test]
         fn every_pattern_compiles(p in "\\PC{0,12}", t in "\\PC{0,12}") {
