@@ -7,11 +7,11 @@
 pub enum Level {
     /// `error`, `fatal error`.
     Error,
-    /// `warning`.
+    /// `warning`: the tool went on, but something looks wrong.
     Warning,
-    /// `note`.
+    /// `note`: context attached to the diagnostic before it.
     Note,
-    /// `help`.
+    /// `help`: a suggested fix attached to the diagnostic before it.
     Help,
 }
 
@@ -20,11 +20,11 @@ pub enum Level {
 pub struct Parsed {
     /// File as printed.
     pub file: String,
-    /// 1-based line.
+    /// The line the diagnostic points at, 1-based.
     pub line: u32,
     /// 1-based column, 0 when the tool printed none.
     pub column: u32,
-    /// Severity.
+    /// How serious the tool says it is (`error`, `warning`, ...).
     pub severity: Level,
     /// `E0308` from `error[E0308]`, or `-Wunused-variable` from a trailing `[-W...]`.
     pub code: Option<String>,

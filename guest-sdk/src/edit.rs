@@ -8,7 +8,7 @@
 /// The tier that located a SEARCH text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tier {
-    /// Byte-for-byte.
+    /// SEARCH occurs in the file byte for byte.
     Exact,
     /// After normalising CRLF to LF and dropping a BOM.
     LineEndings,
@@ -59,7 +59,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// The message.
+    /// The text to show the model, whatever the kind of failure.
     pub fn message(&self) -> &str {
         match self {
             Failure::NoMatch(m) | Failure::Ambiguous(m) | Failure::Invalid(m) => m,
@@ -556,55 +556,29 @@ pub fn apply_search_replace(
 /// (byte-identical to its SEARCH line) is the file's own line: an edit located despite
 /// whitespace or look-alike differences changes only the lines it changes and never adds or
 /// drops whitespace elsewhere. Every other line comes from REPLACE as written, so a change
-/// that is only trailing whitespace is applied, not undone. Lines are paired by a longest
-/// common subsequence (common prefix and suffix only for very large blocks).
+/// that is only trailing whitespace is applied, not undone. SEARCH and REPLACE lines are
+/// paired by `similar`'s Myers diff (a longest common subsequence).
 fn keep_unchanged_lines(
     file: &[String],
     search: &[String],
     replace: &[String],
     mut out: Vec<String>,
 ) -> Vec<String> {
-    let (s, r) = (search, replace);
-    let mut pairs: Vec<(usize, usize)> = Vec::new();
-    let (n, m) = (s.len(), r.len());
-    if n.saturating_mul(m) <= 1 << 20 {
-        // lcs[i][j]: LCS length of s[i..] and r[j..].
-        let mut lcs = vec![vec![0u32; m + 1]; n + 1];
-        for i in (0..n).rev() {
-            for j in (0..m).rev() {
-                lcs[i][j] = if s[i] == r[j] {
-                    lcs[i + 1][j + 1] + 1
-                } else {
-                    lcs[i + 1][j].max(lcs[i][j + 1])
-                };
+    let ops = similar::capture_diff_slices(similar::Algorithm::Myers, search, replace);
+    for op in ops {
+        if let similar::DiffOp::Equal {
+            old_index,
+            new_index,
+            len,
+        } = op
+        {
+            for k in 0..len {
+                if let (Some(own), Some(slot)) =
+                    (file.get(old_index + k), out.get_mut(new_index + k))
+                {
+                    *slot = own.clone();
+                }
             }
-        }
-        let (mut i, mut j) = (0, 0);
-        while i < n && j < m {
-            if s[i] == r[j] {
-                pairs.push((i, j));
-                i += 1;
-                j += 1;
-            } else if lcs[i + 1][j] >= lcs[i][j + 1] {
-                i += 1;
-            } else {
-                j += 1;
-            }
-        }
-    } else {
-        let prefix = s.iter().zip(r).take_while(|(a, b)| a == b).count();
-        pairs.extend((0..prefix).map(|k| (k, k)));
-        let suffix = s[prefix..]
-            .iter()
-            .rev()
-            .zip(r[prefix..].iter().rev())
-            .take_while(|(a, b)| a == b)
-            .count();
-        pairs.extend((1..=suffix).map(|k| (n - k, m - k)));
-    }
-    for (i, j) in pairs {
-        if let (Some(own), Some(slot)) = (file.get(i), out.get_mut(j)) {
-            *slot = own.clone();
         }
     }
     out

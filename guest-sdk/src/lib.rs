@@ -390,13 +390,14 @@ pub mod tool {
     pub trait Tool {
         /// Name, version and requested capabilities.
         fn manifest() -> Manifest;
-        /// The tools offered.
+        /// The tools the plugin offers, each with its description and argument schema.
         fn list_tools() -> Vec<ToolSpec>;
         /// Call one tool with JSON arguments; return JSON text.
         fn call(name: String, arguments: String) -> Result<String, Error>;
     }
 
-    /// Describe one tool.
+    /// A tool's spec: its name, the description and JSON Schema the model reads, and
+    /// whether it only reads (`read_only`).
     pub fn spec(name: &str, description: &str, schema: &str, read_only: bool) -> ToolSpec {
         ToolSpec {
             name: name.to_string(),

@@ -36,35 +36,70 @@ pub fn normalize(p: &str) -> PathBuf {
         .collect()
 }
 
-/// Glob match with `*` (any run, possibly empty, `/` included) and `?` (one character).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    let (mut star, mut mark) = (None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
+/// A glob where `*` is any run of characters (possibly empty, `/` included) and `?` is one
+/// byte (one character of ASCII text; a non-ASCII character is 2 to 4 bytes, so use `*`);
+/// every other character, `[`, `{` and `\\` included, stands for itself. Matched by `globset`
+/// (a regex underneath, so linear in the text whatever the number of stars).
+#[derive(Debug, Clone)]
+pub struct Glob {
+    pattern: String,
+    matcher: globset::GlobMatcher,
+}
+
+impl Glob {
+    /// Compile `pattern`; every string is a valid pattern (a property test checks it).
+    pub fn new(pattern: &str) -> Glob {
+        let mut escaped = String::with_capacity(pattern.len());
+        let mut prev_star = false;
+        for c in pattern.chars() {
+            match c {
+                // `**` would mean "any directories" to globset; here it is just `*`.
+                '*' if prev_star => continue,
+                '[' | ']' | '{' | '}' => escaped.extend(['[', c, ']']),
+                _ => escaped.push(c),
+            }
+            prev_star = c == '*';
+        }
+        let matcher = globset::GlobBuilder::new(&escaped)
+            .literal_separator(false)
+            .backslash_escape(false)
+            .build()
+            .expect("every metacharacter but `*` and `?` is escaped")
+            .compile_matcher();
+        Glob {
+            pattern: pattern.to_string(),
+            matcher,
         }
     }
-    p[pi..].iter().all(|c| *c == '*')
+
+    /// Does the whole of `text` match?
+    pub fn matches(&self, text: &str) -> bool {
+        self.matcher.is_match(text)
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+}
+
+impl PartialEq for Glob {
+    fn eq(&self, other: &Glob) -> bool {
+        self.pattern == other.pattern
+    }
+}
+
+impl Eq for Glob {}
+
+/// Does all of `text` match `pattern` (see [`Glob`])?
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    Glob::new(pattern).matches(text)
 }
 
 /// The paths no plugin, edit or tool may create, change, delete or rename onto.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Protected {
-    globs: Vec<String>,
+    globs: Vec<Glob>,
 }
 
 /// Paths protected whatever the configuration says.
@@ -78,6 +113,7 @@ impl Protected {
                 .iter()
                 .map(|g| g.trim_start_matches("./").trim_end_matches('/').to_string())
                 .filter(|g| !g.is_empty())
+                .map(|g| Glob::new(&g))
                 .collect(),
         }
     }
@@ -112,7 +148,8 @@ impl Protected {
                     prefix.push('/');
                 }
                 prefix.push_str(part);
-                if glob_match(g, &prefix) {
+                if g.matches(&prefix) {
+                    let g = g.as_str();
                     return Some(format!("it matches `[sandbox] protect` entry `{g}`"));
                 }
             }
@@ -135,7 +172,7 @@ impl Protected {
         if let Some(why) = self.why(&d) {
             return Some(why);
         }
-        for g in &self.globs {
+        for g in self.globs.iter().map(Glob::as_str) {
             // The literal part of the glob before its first wildcard: a glob starting with a
             // wildcard may match below any directory.
             let literal: String = g.chars().take_while(|c| *c != '*' && *c != '?').collect();
@@ -231,6 +268,65 @@ mod tests {
         assert!(glob_match("a?c", "abc"));
         assert!(glob_match("--*=*", "--x=1"));
         assert!(!glob_match("gcc", "gcc2"));
+        assert!(glob_match("src/**", "src/a/b.c"), "`**` is `*`");
+        assert!(glob_match("a?c", "a/c"), "`?` and `*` cross `/`");
+        // globset matches bytes: `?` is one byte, so one character of ASCII text only.
+        assert!(!glob_match("a?c", "aéc") && glob_match("a??c", "aéc"));
+        assert!(glob_match("a*c", "aéc") && glob_match("é*", "é.pem"));
+        for literal in ["[a-z]", "{a,b}", "a\\*", "x]"] {
+            assert!(!glob_match(literal, "a"), "{literal} is literal");
+        }
+        assert!(glob_match("[a-z]*", "[a-z]x"));
+        assert!(glob_match("{a,b}", "{a,b}"));
+        assert!(glob_match("a\\*", "a\\bc"));
+    }
+
+    /// Plain backtracking over `*` takes exponential time on this pattern; the regex does not.
+    #[test]
+    fn many_stars_match_in_linear_time() {
+        let text = "a".repeat(10_000);
+        let start = std::time::Instant::now();
+        assert!(!glob_match(&format!("{}b", "a*".repeat(30)), &text));
+        assert!(glob_match(&format!("{}a", "a*".repeat(30)), &text));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    /// The matcher globset replaced (greedy, one backtrack point), kept as the oracle that
+    /// pins the semantics on ASCII text.
+    fn backtracking_match(pattern: &str, text: &str) -> bool {
+        let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+        let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+        while ti < t.len() {
+            if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+                (pi, ti) = (pi + 1, ti + 1);
+            } else if pi < p.len() && p[pi] == '*' {
+                (star, mark, pi) = (Some(pi), ti, pi + 1);
+            } else if let Some(s) = star {
+                (pi, mark) = (s + 1, mark + 1);
+                ti = mark;
+            } else {
+                return false;
+            }
+        }
+        p[pi..].iter().all(|c| *c == '*')
+    }
+
+    proptest::proptest! {
+        /// On ASCII text, globset answers what the hand-written matcher answered.
+        #[test]
+        fn same_answers_as_the_old_matcher(p in "[ab*?/\\[{.-]{0,8}", t in "[ab/\\[{.-]{0,10}") {
+            proptest::prop_assert_eq!(glob_match(&p, &t), backtracking_match(&p, &t), "{} {}", p, t);
+        }
+
+        /// Every string compiles, and one without `*` or `?` matches only itself.
+        #[test]
+        fn every_pattern_compiles(p in "\\PC{0,12}", t in "\\PC{0,12}") {
+            let g = Glob::new(&p);
+            if !p.contains(['*', '?']) {
+                proptest::prop_assert!(g.matches(&p));
+                proptest::prop_assert_eq!(g.matches(&t), t == p);
+            }
+        }
     }
 
     #[test]

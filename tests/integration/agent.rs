@@ -3,30 +3,10 @@
 //! a denied hook, manual JSON mode, compaction, context overflow and Ctrl-C.
 
 use crate::mock_llm::{MockLlm, Reply, openai_calls, openai_text};
-use crate::support::{Run, Workspace, wasm};
+use crate::support::{Run, Workspace, agent, agent_result, wasm};
 use kiln::store::Store;
 use serde_json::Value;
 use std::time::{Duration, Instant};
-
-fn agent(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
-    let base = format!("{}/v1", mock.url);
-    let mut all = vec![
-        "agent",
-        "--base-url",
-        &base,
-        "--model",
-        "test-model",
-        "--json",
-    ];
-    all.extend_from_slice(args);
-    ws.kiln(&all, &[])
-}
-
-fn result(r: &Run) -> Value {
-    let last: Value = serde_json::from_str(r.stdout().lines().last().expect("events")).unwrap();
-    assert_eq!(last["type"], "agent.result", "{last}");
-    last
-}
 
 fn tool_results(mock: &MockLlm, request: usize) -> Vec<Value> {
     mock.recorded()[request].body["messages"]
@@ -61,7 +41,7 @@ fn a_multi_step_task_reads_patches_runs_and_answers() {
         &["--prompt", "Fix add()", "--test-command", "python3 calc.py"],
     );
     r.expect_code(0);
-    let res = result(&r);
+    let res = agent_result(&r);
     assert_eq!(
         (
             res["success"].as_bool(),
@@ -213,7 +193,7 @@ fn a_tool_timeout_is_an_error_result_not_the_end() {
         "{}",
         res[0]
     );
-    assert_eq!(result(&r)["stop_reason"], "complete");
+    assert_eq!(agent_result(&r)["stop_reason"], "complete");
 }
 
 #[test]
@@ -229,8 +209,8 @@ fn each_cap_is_its_own_stop_reason() {
     r.expect_code(1);
     assert_eq!(
         (
-            result(&r)["stop_reason"].as_str(),
-            result(&r)["success"].as_bool()
+            agent_result(&r)["stop_reason"].as_str(),
+            agent_result(&r)["success"].as_bool()
         ),
         (Some("max_steps"), Some(false))
     );
@@ -246,7 +226,7 @@ fn each_cap_is_its_own_stop_reason() {
     ]);
     let r = agent(&ws, &mock, &["--prompt", "x", "--max-writes", "1"]);
     r.expect_code(1);
-    assert_eq!(result(&r)["stop_reason"], "max_writes");
+    assert_eq!(agent_result(&r)["stop_reason"], "max_writes");
 
     // max_commands.
     let mock = MockLlm::start(vec![openai_calls(&[
@@ -266,14 +246,14 @@ fn each_cap_is_its_own_stop_reason() {
         ],
     );
     r.expect_code(1);
-    assert_eq!(result(&r)["stop_reason"], "max_commands");
+    assert_eq!(agent_result(&r)["stop_reason"], "max_commands");
 
     // repeated_call.
     let same = || openai_calls(&[("read_files", r#"{"paths":["a.txt"]}"#)]);
     let mock = MockLlm::start(vec![same(), same(), same()]);
     let r = agent(&ws, &mock, &["--prompt", "x", "--max-repeats", "2"]);
     r.expect_code(1);
-    assert_eq!(result(&r)["stop_reason"], "repeated_call");
+    assert_eq!(agent_result(&r)["stop_reason"], "repeated_call");
 }
 
 #[test]
@@ -317,7 +297,7 @@ fn manual_json_mode_recovers_from_one_malformed_answer() {
         &["--prompt", "what does a.txt say?", "--manual"],
     );
     r.expect_code(0);
-    assert_eq!(result(&r)["content"], "it says hello");
+    assert_eq!(agent_result(&r)["content"], "it says hello");
     let first = &mock.recorded()[0].body;
     assert!(
         first.get("tools").is_none(),
@@ -345,7 +325,7 @@ fn manual_json_mode_recovers_from_one_malformed_answer() {
     ]);
     let r = agent(&ws, &mock, &["--prompt", "x", "--manual"]);
     r.expect_code(2);
-    assert_eq!(result(&r)["stop_reason"], "error");
+    assert_eq!(agent_result(&r)["stop_reason"], "error");
 }
 
 #[test]
@@ -396,11 +376,11 @@ fn a_context_overflow_compacts_once_then_stops() {
     let mock = MockLlm::start(vec![overflow(), openai_text("fits now")]);
     let r = agent(&ws, &mock, &["--prompt", "x"]);
     r.expect_code(0);
-    assert_eq!(result(&r)["content"], "fits now");
+    assert_eq!(agent_result(&r)["content"], "fits now");
     let mock = MockLlm::start(vec![overflow(), overflow()]);
     let r = agent(&ws, &mock, &["--prompt", "x"]);
     r.expect_code(1);
-    assert_eq!(result(&r)["stop_reason"], "context_exceeded");
+    assert_eq!(agent_result(&r)["stop_reason"], "context_exceeded");
 }
 
 #[test]
@@ -429,7 +409,7 @@ fn ctrl_c_cancels_the_agent() {
     }
     let out = Run(child.wait_with_output().unwrap());
     out.expect_code(130);
-    assert_eq!(result(&out)["stop_reason"], "cancelled");
+    assert_eq!(agent_result(&out)["stop_reason"], "cancelled");
     assert!(start.elapsed() < Duration::from_secs(20));
 }
 

@@ -4,7 +4,7 @@
 //! reported up front, the cost of a run, and counts in the right grammatical number.
 
 use crate::mock_llm::{MockLlm, openai_calls, openai_text};
-use crate::support::{Run, Workspace};
+use crate::support::{Run, Workspace, agent_result};
 use serde_json::Value;
 
 /// `kiln agent --base-url MOCK --model MODEL ARGS...` with `env`.
@@ -21,14 +21,9 @@ fn agent_env(
     ws.kiln(&all, env)
 }
 
-fn agent(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
+/// `kiln agent --base-url MOCK --model test-model ARGS...`, without `--json` unless ARGS has it.
+fn agent_plain(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
     agent_env(ws, mock, "test-model", args, &[])
-}
-
-fn result(r: &Run) -> Value {
-    let last: Value = serde_json::from_str(r.stdout().lines().last().expect("events")).unwrap();
-    assert_eq!(last["type"], "agent.result", "{last}");
-    last
 }
 
 fn tool_results(mock: &MockLlm, request: usize) -> Vec<String> {
@@ -56,13 +51,13 @@ fn short_flags_and_the_positional_task() {
         .map(|i| openai_calls(&[("search_repo", &format!(r#"{{"pattern":"p{i}"}}"#))]))
         .collect();
     let mock = MockLlm::start(replies);
-    let r = agent(
+    let r = agent_plain(
         &ws,
         &mock,
         &["--json", "-m", "2", "find the positional task"],
     );
     r.expect_code(1);
-    assert_eq!(result(&r)["stop_reason"], "max_steps");
+    assert_eq!(agent_result(&r)["stop_reason"], "max_steps");
     assert_eq!(mock.recorded().len(), 2);
     assert!(
         mock.recorded()[0].body["messages"]
@@ -78,9 +73,9 @@ fn short_flags_and_the_positional_task() {
         openai_calls(&[("write_patch", &w(1))]),
         openai_calls(&[("write_patch", &w(2))]),
     ]);
-    let r = agent(&ws, &mock, &["--json", "-p", "x", "-w", "1"]);
+    let r = agent_plain(&ws, &mock, &["--json", "-p", "x", "-w", "1"]);
     r.expect_code(1);
-    assert_eq!(result(&r)["stop_reason"], "max_writes");
+    assert_eq!(agent_result(&r)["stop_reason"], "max_writes");
     assert!(
         mock.recorded()[0].body["messages"]
             .to_string()
@@ -92,13 +87,13 @@ fn short_flags_and_the_positional_task() {
         ("run_cmd", r#"{"command":"true"}"#),
         ("run_cmd", r#"{"command":"true","args":[]}"#),
     ])]);
-    let r = agent(
+    let r = agent_plain(
         &ws,
         &mock,
         &["--json", "-p", "x", "-c", "1", "--test-command", "true"],
     );
     r.expect_code(1);
-    assert_eq!(result(&r)["stop_reason"], "max_commands");
+    assert_eq!(agent_result(&r)["stop_reason"], "max_commands");
 
     // The task once only.
     let r = ws.kiln(&["agent", "-p", "a", "b", "--model", "m"], &[]);
@@ -116,7 +111,7 @@ fn test_args_are_added_to_the_test_command_and_nothing_else_runs() {
         ]),
         openai_text("done"),
     ]);
-    let r = agent(
+    let r = agent_plain(
         &ws,
         &mock,
         &[
@@ -166,7 +161,7 @@ fn test_args_are_added_to_the_test_command_and_nothing_else_runs() {
 fn console_log_can_be_turned_off_by_flag_or_environment() {
     let ws = Workspace::new();
     let mock = MockLlm::start(vec![openai_text("the answer")]);
-    let r = agent(&ws, &mock, &["-p", "x"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x"]);
     r.expect_code(0);
     assert!(r.stderr().contains("-- turn 1"), "{}", r.stderr());
     assert!(r.stderr().contains("kiln agent: model `test-model`"));
@@ -200,7 +195,7 @@ fn file_log_goes_to_the_default_or_named_file() {
     let ws = Workspace::new();
     // --file-log: .kiln/logs/agent.log.
     let mock = MockLlm::start(vec![openai_text("logged answer")]);
-    agent(&ws, &mock, &["-p", "x", "--file-log", "--no-console-log"]).expect_code(0);
+    agent_plain(&ws, &mock, &["-p", "x", "--file-log", "--no-console-log"]).expect_code(0);
     let log = ws.read(".kiln/logs/agent.log");
     assert!(log.contains("-- turn 1"), "{log}");
     assert!(log.contains("logged answer"), "{log}");
@@ -214,13 +209,13 @@ fn file_log_goes_to_the_default_or_named_file() {
 
     // --log-file implies --file-log; works with --json too.
     let mock = MockLlm::start(vec![openai_text("second")]);
-    let r = agent(
+    let r = agent_plain(
         &ws,
         &mock,
         &["-p", "x", "--json", "--log-file", "my-agent.log"],
     );
     r.expect_code(0);
-    result(&r);
+    agent_result(&r);
     assert!(ws.read("my-agent.log").contains("-- turn 1"));
 
     // The environment: AGENT_FILE_LOGGING=true with AGENT_LOG_FILE.
@@ -252,11 +247,11 @@ fn file_log_goes_to_the_default_or_named_file() {
     // A log file that is a symlink, or kiln.toml, is refused before anything runs.
     std::os::unix::fs::symlink(ws.path().join("outside.txt"), ws.root().join("link.log")).unwrap();
     let mock = MockLlm::start(vec![]);
-    let r = agent(&ws, &mock, &["-p", "x", "--log-file", "link.log"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x", "--log-file", "link.log"]);
     r.expect_code(2);
     assert!(r.stderr().contains("symbolic link"), "{}", r.stderr());
     assert!(!ws.path().join("outside.txt").exists());
-    let r = agent(&ws, &mock, &["-p", "x", "--log-file", "kiln.toml"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x", "--log-file", "kiln.toml"]);
     r.expect_code(2);
     assert!(r.stderr().contains("kiln.toml"), "{}", r.stderr());
     assert!(mock.recorded().is_empty());
@@ -271,7 +266,7 @@ fn a_default_test_command_is_detected_shown_and_allowed() {
         openai_calls(&[("run_cmd", r#"{"command":"cargo build"}"#)]),
         openai_text("done"),
     ]);
-    let r = agent(&ws, &mock, &["-p", "x"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x"]);
     r.expect_code(0);
     assert!(
         r.stderr()
@@ -297,7 +292,7 @@ fn a_default_test_command_is_detected_shown_and_allowed() {
         ]),
         openai_text("done"),
     ]);
-    let r = agent(&ws, &mock, &["-p", "x", "--sequential"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x", "--sequential"]);
     r.expect_code(0);
     assert!(
         r.stderr()
@@ -311,7 +306,7 @@ fn a_default_test_command_is_detected_shown_and_allowed() {
 
     // An explicit --test-command wins; nothing found: none.
     let mock = MockLlm::start(vec![openai_text("done")]);
-    let r = agent(&ws, &mock, &["-p", "x", "--test-command", "python3 -V"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x", "--test-command", "python3 -V"]);
     assert!(
         r.stderr().contains("test command `python3 -V`;"),
         "{}",
@@ -319,7 +314,7 @@ fn a_default_test_command_is_detected_shown_and_allowed() {
     );
     let ws = Workspace::new();
     let mock = MockLlm::start(vec![openai_text("done")]);
-    let r = agent(&ws, &mock, &["-p", "x"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x"]);
     assert!(r.stderr().contains("no test command"), "{}", r.stderr());
 }
 
@@ -328,7 +323,7 @@ fn system_file_replaces_the_system_prompt_and_system_is_appended() {
     let ws = Workspace::new();
     ws.write("sys.txt", "You are a terse robot.\n");
     let mock = MockLlm::start(vec![openai_text("ok")]);
-    agent(
+    agent_plain(
         &ws,
         &mock,
         &[
@@ -347,7 +342,7 @@ fn system_file_replaces_the_system_prompt_and_system_is_appended() {
     assert!(!sys.contains("careful coding agent"), "{sys}");
 
     let mock = MockLlm::start(vec![openai_text("ok")]);
-    agent(&ws, &mock, &["-p", "x", "--system", "Answer in French."]).expect_code(0);
+    agent_plain(&ws, &mock, &["-p", "x", "--system", "Answer in French."]).expect_code(0);
     let sys = system_prompt(&mock);
     assert!(
         sys.contains("careful coding agent") && sys.contains("Answer in French."),
@@ -400,7 +395,7 @@ fn a_missing_api_key_is_reported_before_anything_runs() {
     assert!(!ws.root().join(".kiln/kiln.db").exists(), "a loop started");
     // A local server needs no key.
     let mock = MockLlm::start(vec![openai_text("fine")]);
-    agent(&ws, &mock, &["-p", "x"]).expect_code(0);
+    agent_plain(&ws, &mock, &["-p", "x"]).expect_code(0);
 }
 
 #[test]
@@ -409,13 +404,13 @@ fn the_cost_of_a_run_is_shown_and_in_the_json_result() {
     // The mock reports 20 prompt tokens (8 cached) and 5 output tokens: gpt-4o costs
     // (12 * 2.50 + 8 * 1.25 + 5 * 10.00) / 1e6 = 0.00009 USD.
     let mock = MockLlm::start(vec![openai_text("done")]);
-    let r = agent(&ws, &mock, &["-p", "x", "--json"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x", "--json"]);
     r.expect_code(0);
-    assert_eq!(result(&r)["cost_usd"], Value::Null, "unknown model");
+    assert_eq!(agent_result(&r)["cost_usd"], Value::Null, "unknown model");
     let mock = MockLlm::start(vec![openai_text("done")]);
     let r = agent_env(&ws, &mock, "gpt-4o", &["-p", "x", "--json"], &[]);
     r.expect_code(0);
-    let cost = result(&r)["cost_usd"].as_f64().unwrap();
+    let cost = agent_result(&r)["cost_usd"].as_f64().unwrap();
     assert!((cost - 0.00009).abs() < 1e-12, "{cost}");
     let mock = MockLlm::start(vec![openai_text("done")]);
     let r = agent_env(&ws, &mock, "openai/gpt-4o-2024-08-06", &["-p", "x"], &[]);
@@ -430,7 +425,7 @@ fn the_cost_of_a_run_is_shown_and_in_the_json_result() {
     let mock = MockLlm::start(vec![openai_text("done")]);
     let r = agent_env(&ws, &mock, "my-model", &["-p", "x", "--json"], &[]);
     r.expect_code(0);
-    let cost = result(&r)["cost_usd"].as_f64().unwrap();
+    let cost = agent_result(&r)["cost_usd"].as_f64().unwrap();
     assert!((cost - 0.000036).abs() < 1e-12, "{cost}");
     // An invalid price names the field.
     ws.write(
@@ -502,7 +497,7 @@ fn streamed_text_ends_its_line_before_the_next_status_line() {
         crate::mock_llm::Reply::sse(parts),
         openai_text("all done"),
     ]);
-    let r = agent(&ws, &mock, &["-p", "x"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x"]);
     r.expect_code(0);
     let err = r.stderr();
     assert!(err.contains("Let me look\n  → read_files"), "{err}");
@@ -520,7 +515,7 @@ fn manual_mode_counts_malformed_answers_correctly() {
         openai_text("still no"),
         openai_text("nope"),
     ]);
-    let r = agent(&ws, &mock, &["-p", "x", "--manual"]);
+    let r = agent_plain(&ws, &mock, &["-p", "x", "--manual"]);
     r.expect_code(2);
     let err = r.stderr();
     assert!(

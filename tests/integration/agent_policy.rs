@@ -4,20 +4,8 @@
 //! evaluate_work on the run's changed files, and usage summed over every request.
 
 use crate::mock_llm::{MockLlm, Reply, openai_calls, openai_events, openai_text, tool_contents};
-use crate::support::{Run, Workspace, last_event};
+use crate::support::{Workspace, agent, agent_result, sr};
 use serde_json::{Value, json};
-
-fn agent(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
-    ws.kiln_model(&mock.url, "agent", args)
-}
-
-fn result(r: &Run) -> Value {
-    last_event(r, "agent.result")
-}
-
-fn sr(search: &str, replace: &str) -> String {
-    format!("<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n")
-}
 
 /// A tool-call answer that also reports usage.
 fn calls_with_usage(calls: &[(&str, &str)], prompt: u64, completion: u64) -> Reply {
@@ -121,7 +109,12 @@ fn an_edit_test_cycle_is_progress_but_an_idle_repeat_is_not() {
             "1",
         ],
     );
-    assert_eq!(result(&r)["stop_reason"], "complete", "{}", r.stderr());
+    assert_eq!(
+        agent_result(&r)["stop_reason"],
+        "complete",
+        "{}",
+        r.stderr()
+    );
     assert_eq!(ws.read("n.txt"), "2\n");
     // The same test twice with nothing written in between is a repeat.
     let mock = MockLlm::start(vec![openai_calls(&[test]), openai_calls(&[test])]);
@@ -137,7 +130,7 @@ fn an_edit_test_cycle_is_progress_but_an_idle_repeat_is_not() {
             "1",
         ],
     );
-    assert_eq!(result(&r)["stop_reason"], "repeated_call");
+    assert_eq!(agent_result(&r)["stop_reason"], "repeated_call");
 }
 
 #[test]
@@ -159,7 +152,12 @@ fn generate_patch_feeds_one_failed_dry_run_back_then_applies() {
         openai_text("fixed"),
     ]);
     let r = agent(&ws, &mock, &["--prompt", "fix calc.py"]);
-    assert_eq!(result(&r)["stop_reason"], "complete", "{}", r.stderr());
+    assert_eq!(
+        agent_result(&r)["stop_reason"],
+        "complete",
+        "{}",
+        r.stderr()
+    );
     assert_eq!(ws.read("calc.py"), "def add(a, b):\n    return a + b\n");
     // The generator saw the file and the instruction; its second request carried the
     // failure of the first.
@@ -182,7 +180,7 @@ fn generate_patch_feeds_one_failed_dry_run_back_then_applies() {
         let mock = MockLlm::start(vec![openai_calls(&[("generate_patch", &args)])]);
         agent(&ws, &mock, &["--prompt", "x", "--max-writes", "0"])
     };
-    assert_eq!(result(&r2)["stop_reason"], "max_writes");
+    assert_eq!(agent_result(&r2)["stop_reason"], "max_writes");
 }
 
 #[test]
@@ -199,7 +197,7 @@ fn usage_sums_every_request_and_evaluate_work_reviews_the_changed_files() {
         openai_text("done"),
     ]);
     let r = agent(&ws, &mock, &["--prompt", "edit"]);
-    let res = result(&r);
+    let res = agent_result(&r);
     assert_eq!(res["stop_reason"], "complete", "{}", r.stderr());
     let u = &res["usage"];
     assert_eq!(u["input"], 100 + 200 + 12 + 12, "{u}");

@@ -3,7 +3,7 @@
 //! `net = true`; every descendant dies with the call, and a daemon holding the output pipes
 //! does not hold the call. Where Landlock is missing kiln warns, or refuses when told to.
 
-use crate::support::{Run, Workspace, error_of, wasm};
+use crate::support::{Run, Workspace, error_of, tool_result, wasm};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -43,11 +43,6 @@ fn exec_args(ws: &Workspace, args: Value, env: &[(&str, &str)]) -> Run {
     let mut all = vec![("OPENAI_API_KEY", SECRET)];
     all.extend_from_slice(env);
     ws.escape_tool("exec", &args.to_string(), &all)
-}
-
-fn result(r: &Run) -> Value {
-    r.expect_code(0);
-    r.json()["result"].clone()
 }
 
 fn text(v: &Value) -> String {
@@ -100,7 +95,7 @@ done"#,
         &[],
     );
     assert!(!r.stdout().contains(SECRET), "{}", r.stdout());
-    let res = result(&r);
+    let res = tool_result(&r);
     let (out, err) = (text(&res["stdout"]), text(&res["stderr"]));
     assert!(out.contains("reached kiln"), "kiln is an ancestor: {out}");
     assert!(
@@ -129,7 +124,7 @@ echo "tmpdir=$TMPDIR"
 "#,
         &[],
     );
-    let res = result(&r);
+    let res = tool_result(&r);
     let out = text(&res["stdout"]);
     for want in [
         "inside-ok",
@@ -171,7 +166,7 @@ echo started
         .replace("HOST_PID", HOST_PID),
         &[],
     );
-    let res = result(&r);
+    let res = tool_result(&r);
     assert!(text(&res["stdout"]).contains("started"), "{res}");
     for file in ["daemon.pid", "orphan.pid"] {
         let pid = pid_in(&ws, file);
@@ -193,7 +188,7 @@ fn a_daemon_holding_stdout_does_not_keep_the_call_waiting() {
         &[],
     );
     let took = start.elapsed();
-    let res = result(&r);
+    let res = tool_result(&r);
     let pid = pid_in(&ws, "held.pid");
     let survived = alive(pid);
     kill(pid);
@@ -239,7 +234,7 @@ fn tcp_needs_net_true() {
     };
     let ws = workspace(&grant(""));
     let (port, got) = listener();
-    let res = result(&exec(&ws, "bash", &connect(port), &[]));
+    let res = tool_result(&exec(&ws, "bash", &connect(port), &[]));
     assert!(
         text(&res["stdout"]).contains("refused")
             && text(&res["stderr"]).contains("Permission denied"),
@@ -255,7 +250,7 @@ fn tcp_needs_net_true() {
 
     let ws = workspace(&grant("net = true"));
     let (port, got) = listener();
-    let res = result(&exec(&ws, "bash", &connect(port), &[]));
+    let res = tool_result(&exec(&ws, "bash", &connect(port), &[]));
     assert!(text(&res["stdout"]).contains("connected"), "{res}");
     assert_eq!(got.join().unwrap().as_deref(), Some("hello\n"));
 }
@@ -289,7 +284,7 @@ fn require_confinement_refuses_to_run_a_program_landlock_cannot_confine() {
         "echo ran > ran.txt; echo x > ../out.txt || echo denied",
         &[],
     );
-    let res = result(&r);
+    let res = tool_result(&r);
     assert!(text(&res["stdout"]).contains("denied"), "{res}");
     assert_eq!(ws.read("ran.txt"), "ran\n");
     assert!(!ws.path().join("out.txt").exists());
@@ -304,7 +299,7 @@ fn without_landlock_kiln_warns_once_and_runs_unconfined() {
         "echo x > ../out.txt && echo wrote-outside",
         &[("KILN_TEST_NO_LANDLOCK", "1")],
     );
-    let res = result(&r);
+    let res = tool_result(&r);
     let err = r.stderr();
     assert_eq!(
         err.matches("warning: programs run by plugins are not fully confined")
@@ -324,7 +319,7 @@ fn the_cwd_is_opened_inside_the_workspace() {
     std::fs::create_dir(ws.root().join("real")).unwrap();
     std::os::unix::fs::symlink("real", ws.root().join("inner")).unwrap();
     std::os::unix::fs::symlink("..", ws.root().join("up")).unwrap();
-    let res = result(&exec_args(
+    let res = tool_result(&exec_args(
         &ws,
         json!({ "program": "sh", "args": ["-c", "pwd -P"], "cwd": "inner" }),
         &[],

@@ -1,16 +1,12 @@
 //! Edit formats end to end: `kiln edit parse|apply` on real files, atomicity, conventions,
 //! and the host-side checks (stale files, paths leaving the workspace).
 
-use crate::support::{Workspace, shared_cache};
+use crate::support::{Workspace, shared_cache, sr};
 use kiln::config::Config;
 use kiln::edit::{self, ApplyOptions};
 use kiln::plugin::{PluginKind, Registry, Runtime};
 
 const MAIN_C: &str = "#include <stdio.h>\n\nint main(void) {\n    int x = 1;\n    printf(\"%d\\n\", x);\n    return 0;\n}\n";
-
-fn sr(search: &str, replace: &str) -> String {
-    format!("<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n")
-}
 
 #[test]
 fn search_replace_applies_and_reports_the_tier() {

@@ -2,15 +2,16 @@
 //! SQLite store checked after each run.
 
 use crate::mock_llm::{MockLlm, Reply, openai_text, openai_tool_call};
-use crate::support::{Run, Workspace};
+use crate::support::{Run, Workspace, fix_result, sr};
 use kiln::store::Store;
 use serde_json::Value;
 
-const BROKEN_C: &str = "#include <stdio.h>\n\n/* version 0 */\nint main(void) {\n    int x = 1\n    printf(\"%d\\n\", x);\n    return 0;\n}\n";
-
-fn sr(search: &str, replace: &str) -> String {
-    format!("Here is the fix.\n\n<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n")
+/// A model's answer: a line of prose, then one SEARCH/REPLACE block.
+fn answer(search: &str, replace: &str) -> String {
+    format!("Here is the fix.\n\n{}", sr(search, replace))
 }
+
+const BROKEN_C: &str = "#include <stdio.h>\n\n/* version 0 */\nint main(void) {\n    int x = 1\n    printf(\"%d\\n\", x);\n    return 0;\n}\n";
 
 fn fix(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
     let base = format!("{}/v1", mock.url);
@@ -50,13 +51,6 @@ fn events(r: &Run) -> Vec<Value> {
         .collect()
 }
 
-fn result(r: &Run) -> Value {
-    let ev = events(r);
-    let last = ev.last().expect("events").clone();
-    assert_eq!(last["type"], "loop.result", "{last}");
-    last
-}
-
 fn store(ws: &Workspace) -> Store {
     Store::open(&ws.root()).unwrap()
 }
@@ -79,13 +73,13 @@ const GCC: &[&str] = &["--cmd", "gcc -fsyntax-only {file}", "--file", "main.c"];
 fn c_program_fixed_in_one_iteration_and_recorded() {
     let ws = Workspace::new();
     ws.write("main.c", BROKEN_C);
-    let mock = MockLlm::start(vec![openai_text(&sr(
+    let mock = MockLlm::start(vec![openai_text(&answer(
         "    int x = 1\n",
         "    int x = 1;\n",
     ))]);
     let r = fix(&ws, &mock, GCC);
     r.expect_code(0);
-    let res = result(&r);
+    let res = fix_result(&r);
     assert_eq!(
         (
             res["ok"].as_bool(),
@@ -169,15 +163,15 @@ fn two_iterations_then_replay_of_the_same_loop() {
     let broken = "#include <stdio.h>\nint main(void) {\n    int total = 0\n    printf(\"%d\\n\", totl);\n    return 0;\n}\n";
     ws.write("main.c", broken);
     let mock = MockLlm::start(vec![
-        openai_text(&sr("    int total = 0\n", "    int total = 0;\n")),
-        openai_text(&sr(
+        openai_text(&answer("    int total = 0\n", "    int total = 0;\n")),
+        openai_text(&answer(
             "    printf(\"%d\\n\", totl);\n",
             "    printf(\"%d\\n\", total);\n",
         )),
     ]);
     let r = fix(&ws, &mock, GCC);
     r.expect_code(0);
-    assert_eq!(result(&r)["iters"], 2);
+    assert_eq!(fix_result(&r)["iters"], 2);
     let prompt2 = user_prompt(&mock, 1);
     assert!(
         prompt2.contains("## Last attempt\nIteration 1: applied 1 edit(s) to main.c"),
@@ -199,7 +193,7 @@ fn two_iterations_then_replay_of_the_same_loop() {
         &[],
     );
     r.expect_code(0);
-    assert_eq!(result(&r)["iters"], 2);
+    assert_eq!(fix_result(&r)["iters"], 2);
     assert_eq!(mock.recorded().len(), 2, "no request during the replay");
 }
 
@@ -208,14 +202,14 @@ fn max_iters_stops_a_loop_that_keeps_changing_but_never_passes() {
     let ws = Workspace::new();
     ws.write("main.c", BROKEN_C);
     let mock = MockLlm::start(vec![
-        openai_text(&sr("/* version 0 */\n", "/* version 1 */\n")),
-        openai_text(&sr("/* version 1 */\n", "/* version 2 */\n")),
+        openai_text(&answer("/* version 0 */\n", "/* version 1 */\n")),
+        openai_text(&answer("/* version 1 */\n", "/* version 2 */\n")),
     ]);
     let mut args = GCC.to_vec();
     args.extend(["--max-iters", "2"]);
     let r = fix(&ws, &mock, &args);
     r.expect_code(1);
-    let res = result(&r);
+    let res = fix_result(&r);
     assert_eq!(
         (
             res["ok"].as_bool(),
@@ -237,7 +231,7 @@ fn stagnation_after_three_identical_failures() {
     ws.write("main.c", BROKEN_C);
     let replies = (0..3)
         .map(|i| {
-            openai_text(&sr(
+            openai_text(&answer(
                 &format!("/* version {i} */\n"),
                 &format!("/* version {} */\n", i + 1),
             ))
@@ -248,7 +242,7 @@ fn stagnation_after_three_identical_failures() {
     args.extend(["--max-iters", "8"]);
     let r = fix(&ws, &mock, &args);
     r.expect_code(1);
-    let res = result(&r);
+    let res = fix_result(&r);
     assert_eq!(
         (res["failure_reason"].as_str(), res["iters"].as_u64()),
         (Some("stagnation"), Some(3))
@@ -263,7 +257,7 @@ fn stagnation_after_three_identical_failures() {
 fn no_edits_applied_after_three_iterations_with_an_explicit_warning() {
     let ws = Workspace::new();
     ws.write("main.c", BROKEN_C);
-    let bad = sr("    this line is not in the file\n", "x\n");
+    let bad = answer("    this line is not in the file\n", "x\n");
     let mock = MockLlm::start(vec![
         openai_text(&bad),
         openai_text("I think it is fine."),
@@ -271,7 +265,7 @@ fn no_edits_applied_after_three_iterations_with_an_explicit_warning() {
     ]);
     let r = fix(&ws, &mock, GCC);
     r.expect_code(1);
-    let res = result(&r);
+    let res = fix_result(&r);
     assert_eq!(
         (res["failure_reason"].as_str(), res["iters"].as_u64()),
         (Some("no_edits_applied"), Some(3))
@@ -298,7 +292,7 @@ fn the_model_can_stop_the_loop_with_loop_stop() {
     )]);
     let r = fix(&ws, &mock, GCC);
     r.expect_code(1);
-    let res = result(&r);
+    let res = fix_result(&r);
     assert_eq!(
         (res["status"].as_str(), res["failure_reason"].as_str()),
         (Some("blocked"), Some("blocked"))
@@ -330,11 +324,11 @@ fn a_multi_file_fix_and_a_selective_one() {
     ws.write("b.c", B_C);
     let both = format!(
         "<<< path=a.c >>>\n{}<<< path=b.c >>>\n{}",
-        sr(
+        answer(
             "int main(void) { return helper() }\n",
             "int main(void) { return helper(); }\n"
         ),
-        sr(
+        answer(
             "int helper(void) { return 0 }\n",
             "int helper(void) { return 0; }\n"
         )
@@ -352,7 +346,7 @@ fn a_multi_file_fix_and_a_selective_one() {
         ],
     );
     r.expect_code(0);
-    let res = result(&r);
+    let res = fix_result(&r);
     assert!(res.get("artifact_path").is_none());
     let mut files: Vec<String> = res["modified_files"]
         .as_array()
@@ -374,7 +368,7 @@ fn a_multi_file_fix_and_a_selective_one() {
     let before_a = std::fs::read(ws.root().join("a.c")).unwrap();
     let mock = MockLlm::start(vec![openai_text(&format!(
         "<<< path=b.c >>>\n{}",
-        sr(
+        answer(
             "int helper(void) { return 0 }\n",
             "int helper(void) { return 0; }\n"
         )
@@ -393,7 +387,10 @@ fn a_multi_file_fix_and_a_selective_one() {
     r.expect_code(0);
     assert_eq!(std::fs::read(ws.root().join("a.c")).unwrap(), before_a);
     assert_eq!(ws.read("c.h"), C_H);
-    assert_eq!(result(&r)["modified_files"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        fix_result(&r)["modified_files"].as_array().unwrap().len(),
+        1
+    );
 }
 
 #[test]
@@ -417,7 +414,10 @@ fn a_deletion_through_an_empty_replace_fixes_a_python_program() {
         "app.py",
         "import os\nimport no_such_module_kiln\n\nprint(os.sep)\n",
     );
-    let mock = MockLlm::start(vec![openai_text(&sr("import no_such_module_kiln\n", ""))]);
+    let mock = MockLlm::start(vec![openai_text(&answer(
+        "import no_such_module_kiln\n",
+        "",
+    ))]);
     let r = fix(&ws, &mock, &["--cmd", "python3 {file}", "--file", "app.py"]);
     r.expect_code(0);
     assert_eq!(ws.read("app.py"), "import os\n\nprint(os.sep)\n");
@@ -431,7 +431,7 @@ fn a_rust_crate_fixed_through_the_cargo_runner() {
         "src/main.rs",
         "fn main() {\n    let n: u32 = \"three\";\n    println!(\"{n}\");\n}\n",
     );
-    let mock = MockLlm::start(vec![openai_text(&sr(
+    let mock = MockLlm::start(vec![openai_text(&answer(
         "    let n: u32 = \"three\";\n",
         "    let n: u32 = 3;\n",
     ))]);
@@ -468,7 +468,7 @@ fn a_rust_crate_fixed_through_the_cargo_runner() {
         prompt.contains("src/main.rs:2:18: error[E0308]: mismatched types"),
         "{prompt}"
     );
-    assert_eq!(result(&r)["iters"], 1);
+    assert_eq!(fix_result(&r)["iters"], 1);
 }
 
 #[test]
@@ -525,7 +525,7 @@ fn ctrl_c_mid_loop_records_cancelled_and_leaves_files_whole() {
     // Ctrl-C exits 130, as a shell reports SIGINT.
     out.expect_code(130);
     assert!(start.elapsed() < Duration::from_secs(20));
-    assert_eq!(result(&out)["failure_reason"], "cancelled");
+    assert_eq!(fix_result(&out)["failure_reason"], "cancelled");
     let rows = store(&ws).loops(1).unwrap();
     assert_eq!(
         (rows[0].status.as_str(), rows[0].stop_reason.as_deref()),
@@ -538,7 +538,7 @@ fn ctrl_c_mid_loop_records_cancelled_and_leaves_files_whole() {
 fn history_lists_and_shows_loops() {
     let ws = Workspace::new();
     ws.write("main.c", BROKEN_C);
-    let mock = MockLlm::start(vec![openai_text(&sr(
+    let mock = MockLlm::start(vec![openai_text(&answer(
         "    int x = 1\n",
         "    int x = 1;\n",
     ))]);
@@ -570,7 +570,7 @@ fn a_large_file_is_shown_as_windows_around_the_diagnostics() {
         .collect();
     src.push_str("int main(void) { return 0 }\n");
     ws.write("big.c", &src);
-    let mock = MockLlm::start(vec![openai_text(&sr(
+    let mock = MockLlm::start(vec![openai_text(&answer(
         "int main(void) { return 0 }\n",
         "int main(void) { return 0; }\n",
     ))]);
@@ -602,11 +602,11 @@ fn a_stream_cut_off_mid_answer_is_retried_and_the_retry_is_recorded() {
     ]));
     let mock = MockLlm::start(vec![
         cut,
-        openai_text(&sr("    int x = 1\n", "    int x = 1;\n")),
+        openai_text(&answer("    int x = 1\n", "    int x = 1;\n")),
     ]);
     let r = fix(&ws, &mock, GCC);
     r.expect_code(0);
-    assert_eq!(result(&r)["iters"], 1);
+    assert_eq!(fix_result(&r)["iters"], 1);
     let retry = events(&r)
         .into_iter()
         .find(|e| e["type"] == "llm.retry")
@@ -638,7 +638,7 @@ fn a_target_changed_while_the_model_thinks_is_not_edited_against_text_it_never_s
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
             .to_string(),
     )];
-    if let Reply::Stream(parts) = openai_text(&sr("    int x = 1\n", "    int x = 1;\n")) {
+    if let Reply::Stream(parts) = openai_text(&answer("    int x = 1\n", "    int x = 1;\n")) {
         slow.extend(parts.into_iter().enumerate().map(|(i, (_, p))| {
             let pause = if i == 0 { 1500 } else { 0 };
             (Duration::from_millis(pause), p)
@@ -647,7 +647,7 @@ fn a_target_changed_while_the_model_thinks_is_not_edited_against_text_it_never_s
     let edited = BROKEN_C.replace("/* version 0 */", "/* version 1, by the user */");
     let mock = MockLlm::start(vec![
         Reply::Stream(slow),
-        openai_text(&sr("    int x = 1\n", "    int x = 1;\n")),
+        openai_text(&answer("    int x = 1\n", "    int x = 1;\n")),
     ]);
     let child = spawn_gcc_fix(&ws, &mock);
     let start = std::time::Instant::now();
@@ -669,7 +669,7 @@ fn a_target_changed_while_the_model_thinks_is_not_edited_against_text_it_never_s
         second.contains("changed since you were shown it"),
         "{second}"
     );
-    assert_eq!(result(&out)["iters"], 2);
+    assert_eq!(fix_result(&out)["iters"], 2);
     assert_eq!(
         ws.read("main.c"),
         edited.replace("int x = 1\n", "int x = 1;\n")

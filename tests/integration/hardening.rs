@@ -2,7 +2,7 @@
 //! files that are not regular files are never opened for reading (nothing waits on a FIFO),
 //! plugin names and what plugins print are kept honest, and messages say what works.
 
-use crate::support::{Run, Workspace, error_of, wasm};
+use crate::support::{Run, Workspace, error_of, sr, wasm};
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
@@ -46,10 +46,6 @@ fn mkfifo(path: &Path) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-fn sr(path: &str, search: &str, replace: &str) -> String {
-    format!("{path}\n<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n")
 }
 
 fn is_empty_dir(p: &Path) -> bool {
@@ -221,7 +217,7 @@ fn edit_apply_against_a_fifo_refuses_without_hanging() {
         let mut args = vec!["edit", "apply", "--files", "pipe", "--json"];
         args.extend(format_args.iter().copied());
         let response = if format_args.is_empty() {
-            sr("pipe", "a\n", "b\n")
+            format!("pipe\n{}", sr("a\n", "b\n"))
         } else {
             "pipe\n```\nnew text\n```\n".to_string()
         };
@@ -606,7 +602,7 @@ fn edit_path_errors_exit_1_like_every_refused_edit() {
     ] {
         let r = ws.kiln_stdin(
             &["edit", "apply", "--json"],
-            &sr(path, "secret\n", "leaked\n"),
+            &format!("{path}\n{}", sr("secret\n", "leaked\n")),
         );
         r.expect_code(1);
         let j = r.json();
@@ -615,7 +611,10 @@ fn edit_path_errors_exit_1_like_every_refused_edit() {
             j["edits"][0]["error"].as_str().unwrap().contains(why),
             "{path}: {j}"
         );
-        let r = ws.kiln_stdin(&["edit", "apply"], &sr(path, "secret\n", "leaked\n"));
+        let r = ws.kiln_stdin(
+            &["edit", "apply"],
+            &format!("{path}\n{}", sr("secret\n", "leaked\n")),
+        );
         r.expect_code(1);
         assert!(r.stderr().contains("nothing written"), "{}", r.stderr());
     }

@@ -14,6 +14,7 @@ mod edit;
 mod escapes;
 mod first_hour;
 mod fix;
+mod fs_search;
 mod hardening;
 mod journal;
 mod kernel;

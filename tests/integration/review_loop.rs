@@ -4,16 +4,12 @@
 //! a task file outside the workspace, and the TOML artifacts.
 
 use crate::mock_llm::{MockLlm, call, openai_calls, tool_contents};
-use crate::support::{Run, Workspace, last_event};
+use crate::support::{Run, Workspace, loop_result};
 use kiln::store::Store;
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn kiln_loop(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
     ws.kiln_model(&mock.url, "loop", args)
-}
-
-fn result(r: &Run) -> Value {
-    last_event(r, "loop.run.result")
 }
 
 pub(crate) fn final_answer(text: &str) -> crate::mock_llm::Reply {
@@ -75,7 +71,7 @@ fn two_rounds_carry_the_pending_item_and_complete_early() {
         final_answer("STATUS: COMPLETE\nPlan: README.\nChecks: none needed"),
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
-    let res = result(&r);
+    let res = loop_result(&r);
     assert_eq!(res["stop_reason"], "complete", "{}", r.stderr());
     assert_eq!(res["loops_completed"], 2);
     assert_eq!(r.code(), 0);
@@ -204,7 +200,7 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
         review("nothing left", "", &[]),
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md", "--loops", "3"]);
-    let res = result(&r);
+    let res = loop_result(&r);
     assert_eq!(res["stop_reason"], "review_clean", "{}", r.stderr());
     assert_eq!(r.code(), 0);
     // Each refusal was reported to the reviewer.
@@ -234,7 +230,7 @@ fn a_blocker_stops_the_run_as_blocked() {
         review("cannot deploy", "needs production credentials", &["deploy"]),
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
-    let res = result(&r);
+    let res = loop_result(&r);
     assert_eq!(res["stop_reason"], "blocked");
     assert_eq!(res["blocker"], "needs production credentials");
     assert_eq!(r.code(), 1);
@@ -266,7 +262,7 @@ fn the_round_limit_ends_with_max_loops() {
         review("some done", "", &["more"]),
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md", "--loops", "1"]);
-    let res = result(&r);
+    let res = loop_result(&r);
     assert_eq!(res["stop_reason"], "max_loops");
     assert_eq!(res["pending"], json!(["more"]));
     assert_eq!(res["loops_completed"], 1);
@@ -291,7 +287,7 @@ fn a_task_file_changed_between_rounds_is_reloaded() {
         final_answer("STATUS: COMPLETE"),
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
-    assert_eq!(result(&r)["stop_reason"], "complete", "{}", r.stderr());
+    assert_eq!(loop_result(&r)["stop_reason"], "complete", "{}", r.stderr());
     assert!(request(&mock, 0).contains("Old task."));
     let second = request(&mock, 3);
     assert!(second.contains("New task: ZEBRA."), "{second}");
@@ -358,7 +354,7 @@ fn ctrl_c_in_the_review_phase_is_recorded_and_the_artifacts_stay_consistent() {
     }
     let out = Run(child.wait_with_output().unwrap());
     assert_eq!(out.code(), 130, "{}", out.stderr());
-    assert_eq!(result(&out)["stop_reason"], "cancelled");
+    assert_eq!(loop_result(&out)["stop_reason"], "cancelled");
     assert!(start.elapsed() < Duration::from_secs(20));
     let state = toml_file(&ws, "state.toml");
     assert_eq!(state["phase"].as_str(), Some("cancelled"));
@@ -411,7 +407,7 @@ fn the_execution_phase_cannot_write_protected_files_or_through_links() {
         final_answer("STATUS: COMPLETE"),
     ]);
     let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
-    assert_eq!(result(&r)["stop_reason"], "complete", "{}", r.stderr());
+    assert_eq!(loop_result(&r)["stop_reason"], "complete", "{}", r.stderr());
     let msgs = tool_contents(&mock, 1);
     assert_eq!(msgs.len(), 4);
     for m in &msgs {
@@ -425,6 +421,9 @@ fn the_execution_phase_cannot_write_protected_files_or_through_links() {
     );
     assert!(!outside.path().parent().unwrap().join("escape.txt").exists());
     // The refused calls are the run's "refused" list, for the reviewer.
-    let refused = result(&r)["rounds"][0]["refused"].as_array().unwrap().len();
-    assert_eq!(refused, 4, "{}", result(&r)["rounds"]);
+    let refused = loop_result(&r)["rounds"][0]["refused"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(refused, 4, "{}", loop_result(&r)["rounds"]);
 }

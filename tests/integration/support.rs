@@ -200,3 +200,34 @@ pub fn last_event(r: &Run, kind: &str) -> serde_json::Value {
     assert_eq!(last["type"], kind, "{last}\n{}", r.stderr());
     last
 }
+
+/// A SEARCH/REPLACE block of the default edit format (`search-replace`), as a model writes it.
+pub fn sr(search: &str, replace: &str) -> String {
+    format!("<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n")
+}
+
+/// `kiln agent --base-url MOCK/v1 --model test-model --json ARGS...` in `ws`.
+pub fn agent(ws: &Workspace, mock: &crate::mock_llm::MockLlm, args: &[&str]) -> Run {
+    ws.kiln_model(&mock.url, "agent", args)
+}
+
+/// The `agent.result` event that ends a `kiln agent --json` run.
+pub fn agent_result(r: &Run) -> serde_json::Value {
+    last_event(r, "agent.result")
+}
+
+/// The `loop.result` event that ends a `kiln fix --json` run.
+pub fn fix_result(r: &Run) -> serde_json::Value {
+    last_event(r, "loop.result")
+}
+
+/// The `loop.run.result` event that ends a `kiln loop --json` run.
+pub fn loop_result(r: &Run) -> serde_json::Value {
+    last_event(r, "loop.run.result")
+}
+
+/// The `result` of a successful `kiln tool call --json`.
+pub fn tool_result(r: &Run) -> serde_json::Value {
+    r.expect_code(0);
+    r.json()["result"].clone()
+}

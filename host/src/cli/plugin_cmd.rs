@@ -546,9 +546,9 @@ async fn check(ctx: &Ctx, file: &Path) -> anyhow::Result<Value> {
         .await?;
     let m = &p.manifest;
     let mut problems = Vec::new();
-    if !is_semver(&m.version) {
+    if let Err(e) = semver::Version::parse(&m.version) {
         problems.push(format!(
-            "manifest version `{}` is not semver (MAJOR.MINOR.PATCH)",
+            "manifest version `{}` is not semver (MAJOR.MINOR.PATCH): {e}",
             m.version
         ));
     }
@@ -639,13 +639,4 @@ fn tool_problems(tools: &[crate::plugin::ToolSpec]) -> Vec<String> {
         }
     }
     problems
-}
-
-fn is_semver(v: &str) -> bool {
-    let core = v.split(['-', '+']).next().unwrap_or("");
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }

@@ -18,7 +18,7 @@ pub const TOOL: &str = "ast_refactor";
 /// One file of a plugin answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewFile {
-    /// Workspace-relative path.
+    /// The file, relative to the workspace root.
     pub path: String,
     /// SHA-256 (hex) of the text the plugin read.
     pub old_sha256: String,
@@ -75,27 +75,8 @@ pub async fn ast_refactor_tool(
             }
         }
     }
-    let summary = v["summary"].as_str().unwrap_or_default();
-    let warnings: Vec<&str> = v["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
     match apply_files(ws, &parsed, protected) {
-        Ok(Ok((diff, written))) => {
-            let mut text = summary.to_string();
-            for w in &warnings {
-                text.push_str(&format!("\nwarning: {w}"));
-            }
-            if diff.is_empty() {
-                text.push_str("\nno file changed");
-            } else {
-                text.push_str("\n\n");
-                text.push_str(&diff);
-            }
-            (text, false, written)
-        }
+        Ok(Ok((diff, written))) => (applied_text(&v, &diff), false, written),
         Ok(Err(refusals)) => (
             format!(
                 "{TOOL} changed nothing: {}\n(the refactoring would have changed {})",
@@ -111,6 +92,23 @@ pub async fn ast_refactor_tool(
         ),
         Err(e) => (e.to_string(), true, Vec::new()),
     }
+}
+
+/// The answer to the model once the files are written: the plugin's summary and warnings,
+/// then the unified diff of what changed.
+fn applied_text(answer: &Value, diff: &str) -> String {
+    let mut text = answer["summary"].as_str().unwrap_or_default().to_string();
+    let warnings = answer["warnings"].as_array().into_iter().flatten();
+    for w in warnings.filter_map(Value::as_str) {
+        text.push_str(&format!("\nwarning: {w}"));
+    }
+    if diff.is_empty() {
+        text.push_str("\nno file changed");
+    } else {
+        text.push_str("\n\n");
+        text.push_str(diff);
+    }
+    text
 }
 
 fn sha256(text: &str) -> String {
@@ -179,88 +177,17 @@ pub fn apply_files(
     )))
 }
 
-/// A unified diff (3 lines of context) of `old` → `new`, with `a/` and `b/` headers.
+/// A unified diff (3 lines of context) of `old` → `new`, with `a/` and `b/` headers, by
+/// `similar` (Myers' algorithm); empty when nothing changed.
 pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
-    let a: Vec<&str> = old.split_inclusive('\n').collect();
-    let b: Vec<&str> = new.split_inclusive('\n').collect();
-    // Common prefix and suffix, then a longest common subsequence of the middle.
-    let pre = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let suf = a[pre..]
-        .iter()
-        .rev()
-        .zip(b[pre..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
-    let (am, bm) = (&a[pre..a.len() - suf], &b[pre..b.len() - suf]);
-    // Ops over the whole files: ' ' keep, '-' delete, '+' insert, with line indices.
-    let mut ops: Vec<(char, usize, usize)> = (0..pre).map(|i| (' ', i, i)).collect();
-    if am.len() * bm.len() <= 4_000_000 {
-        let (n, m) = (am.len(), bm.len());
-        let mut lcs = vec![0u32; (n + 1) * (m + 1)];
-        for i in (0..n).rev() {
-            for j in (0..m).rev() {
-                lcs[i * (m + 1) + j] = if am[i] == bm[j] {
-                    lcs[(i + 1) * (m + 1) + j + 1] + 1
-                } else {
-                    lcs[(i + 1) * (m + 1) + j].max(lcs[i * (m + 1) + j + 1])
-                };
-            }
-        }
-        let (mut i, mut j) = (0, 0);
-        while i < n || j < m {
-            if i < n && j < m && am[i] == bm[j] {
-                ops.push((' ', pre + i, pre + j));
-                i += 1;
-                j += 1;
-            } else if i < n && (j == m || lcs[(i + 1) * (m + 1) + j] >= lcs[i * (m + 1) + j + 1]) {
-                // Deletions before insertions, as diff(1) shows them.
-                ops.push(('-', pre + i, pre + j));
-                i += 1;
-            } else {
-                ops.push(('+', pre + i, pre + j));
-                j += 1;
-            }
-        }
-    } else {
-        ops.extend((0..am.len()).map(|i| ('-', pre + i, pre)));
-        ops.extend((0..bm.len()).map(|j| ('+', pre + am.len(), pre + j)));
-    }
-    ops.extend((0..suf).map(|k| (' ', a.len() - suf + k, b.len() - suf + k)));
-    // Hunks: changed ops with 3 lines of context, merged when close.
-    let changed: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
-    if changed.is_empty() {
+    if old == new {
         return String::new();
     }
-    let mut out = format!("--- a/{path}\n+++ b/{path}\n");
-    let mut k = 0;
-    while k < changed.len() {
-        let start = changed[k].saturating_sub(3);
-        let mut end = (changed[k] + 4).min(ops.len());
-        while k + 1 < changed.len() && changed[k + 1] < end + 3 {
-            k += 1;
-            end = (changed[k] + 4).min(ops.len());
-        }
-        k += 1;
-        let hunk = &ops[start..end];
-        let a_start = hunk[0].1;
-        let b_start = hunk[0].2;
-        let a_len = hunk.iter().filter(|o| o.0 != '+').count();
-        let b_len = hunk.iter().filter(|o| o.0 != '-').count();
-        out.push_str(&format!(
-            "@@ -{},{a_len} +{},{b_len} @@\n",
-            a_start + usize::from(a_len > 0),
-            b_start + usize::from(b_len > 0)
-        ));
-        for (op, i, j) in hunk {
-            let line = if *op == '+' { b[*j] } else { a[*i] };
-            out.push(*op);
-            out.push_str(line);
-            if !line.ends_with('\n') {
-                out.push_str("\n\\ No newline at end of file\n");
-            }
-        }
-    }
-    out
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{path}"), &format!("b/{path}"))
+        .to_string()
 }
 
 #[cfg(test)]
@@ -279,7 +206,7 @@ mod tests {
         assert_eq!(unified_diff("x", "same\n", "same\n"), "");
         assert_eq!(
             unified_diff("x", "a", "b"),
-            "--- a/x\n+++ b/x\n@@ -1,1 +1,1 @@\n-a\n\\ No newline at end of file\n+b\n\\ No newline at end of file\n"
+            "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+b\n\\ No newline at end of file\n"
         );
     }
 

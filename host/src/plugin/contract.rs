@@ -7,21 +7,18 @@ use super::{Manifest, PluginError, PluginKind, bindings};
 /// The `kiln:plugin` contract version this host implements.
 pub const CONTRACT_VERSION: &str = "0.1.0";
 
-/// Is a component's contract version compatible with this host's?
+/// Is a component's contract version (a semver version) compatible with this host's? As
+/// Cargo reads versions: below 1.0 the minor version must be equal, from 1.0 on the major
+/// must be equal and the minor at most the host's. Pre-release and build parts are ignored.
 pub fn contract_compatible(found: &str) -> bool {
-    let parse = |v: &str| -> Option<(u64, u64)> {
-        let mut it = v.split(['.', '-', '+']);
-        Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+    let host = semver::Version::parse(CONTRACT_VERSION).expect("CONTRACT_VERSION is semver");
+    let Ok(found) = semver::Version::parse(found) else {
+        return false;
     };
-    match (parse(found), parse(CONTRACT_VERSION)) {
-        (Some((fmaj, fmin)), Some((hmaj, hmin))) => {
-            if hmaj == 0 {
-                fmaj == 0 && fmin == hmin
-            } else {
-                fmaj == hmaj && fmin <= hmin
-            }
-        }
-        _ => false,
+    if host.major == 0 {
+        found.major == 0 && found.minor == host.minor
+    } else {
+        found.major == host.major && found.minor <= host.minor
     }
 }
 
@@ -108,5 +105,8 @@ mod tests {
         assert!(!contract_compatible("0.2.0"));
         assert!(!contract_compatible("9.0.0"));
         assert!(!contract_compatible(""));
+        assert!(contract_compatible("0.1.2-rc.1+build"));
+        assert!(!contract_compatible("0.1"));
+        assert!(!contract_compatible("0.01.0"));
     }
 }

@@ -1,4 +1,4 @@
-//! The `fs` tool plugin: `read_file`, `list_dir`, `glob` and `search` inside the workspace, through
+//! The `fs` tool plugin: `read_file`, `list_dir`, `glob` and regex `search` inside the workspace, through
 //! WASI with the workspace preopened at `/workspace` (read-only unless granted). Absolute
 //! paths and `..` are refused before WASI is asked; symlinks leaving the workspace are refused
 //! by the sandbox itself. Only regular files are opened: a FIFO, socket or device is skipped
@@ -44,7 +44,7 @@ impl Tool for Fs {
             ),
             tool::spec(
                 "glob",
-                "Find files of the workspace whose path matches a glob: `*` and `?` within a name, `**` across directories (e.g. `src/**/*.rs`, `*.toml`). Hidden directories, target/ and node_modules/ are skipped unless the pattern names them.",
+                "Find files of the workspace whose path matches a glob: `*` and `?` within a name, `**` across directories, `[abc]` classes and `{a,b}` alternatives (e.g. `src/**/*.rs`, `*.{toml,md}`). Hidden directories, target/ and node_modules/ are skipped unless the pattern names them.",
                 r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Glob relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
                 true,
             ),
@@ -56,14 +56,14 @@ impl Tool for Fs {
             ),
             tool::spec(
                 "search_repo",
-                "Find lines containing a literal text in the workspace (recursively, skipping hidden directories, target/ and node_modules/).",
-                r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Literal text to find"},"path":{"type":"string","description":"File or directory to search, relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
+                "Find lines matching a regular expression in the workspace (recursively, like ripgrep: files ignored by .gitignore, binary files, hidden directories, target/ and node_modules/ are skipped). Returns path, line number and line.",
+                r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Regular expression (Rust regex syntax, e.g. `fn \\w+_test`, `TODO|FIXME`); escape `.()[]{}*+?|^$\\` to match them literally, or set `literal`"},"literal":{"type":"boolean","description":"Match `pattern` as literal text, not as a regular expression (default false)"},"path":{"type":"string","description":"File or directory to search, relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
                 true,
             ),
             tool::spec(
                 "search",
-                "Find lines containing a literal text in the workspace's files (recursively). Returns path, line number and line.",
-                r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Literal text to find"},"path":{"type":"string","description":"File or directory to search, relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
+                "Find lines matching a regular expression in the workspace's files (recursively, like ripgrep: files ignored by .gitignore, binary files, hidden directories, target/ and node_modules/ are skipped). Returns path, line number and line.",
+                r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Regular expression (Rust regex syntax, e.g. `fn \\w+_test`, `TODO|FIXME`); escape `.()[]{}*+?|^$\\` to match them literally, or set `literal`"},"literal":{"type":"boolean","description":"Match `pattern` as literal text, not as a regular expression (default false)"},"path":{"type":"string","description":"File or directory to search, relative to the workspace root"}},"required":["pattern"],"additionalProperties":false}"#,
                 true,
             ),
         ]
@@ -228,109 +228,112 @@ fn list_dir(args: &Value) -> Result<Value, Error> {
     Ok(json!({ "path": rel, "entries": entries, "truncated": truncated }))
 }
 
-fn search(args: &Value) -> Result<Value, Error> {
+/// Bytes looked at for a NUL to tell a binary file, as ripgrep does.
+const BINARY_PROBE: usize = 8 * 1024;
+/// Largest compiled regex, in bytes: a pattern such as `a{1000}{1000}` is refused quickly.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Is `name` a directory every walk skips (hidden, `target/`, `node_modules/`)?
+fn skipped_dir(name: &str) -> bool {
+    name.starts_with('.') || name == "target" || name == "node_modules"
+}
+
+/// The regex of a `search` call: `pattern` as a regex, or as literal text with
+/// `"literal": true`. A bad pattern is an invalid-input error naming it.
+fn search_regex(args: &Value) -> Result<regex::Regex, Error> {
     let pattern = str_arg(args, "pattern")?
         .ok_or_else(|| Error::InvalidInput("`pattern` is required".into()))?;
     if pattern.is_empty() {
         return Err(Error::InvalidInput("`pattern` may not be empty".into()));
     }
+    let literal = match args.get("literal") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(Error::InvalidInput("`literal` must be a boolean".into())),
+    };
+    let source = if literal {
+        regex::escape(pattern)
+    } else {
+        pattern.to_string()
+    };
+    regex::RegexBuilder::new(&source)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            Error::InvalidInput(format!(
+                "`pattern` `{pattern}` is not a valid regular expression: {e}
+(pass \"literal\": true to search for the text as written)"
+            ))
+        })
+}
+
+/// Lines matching a regex in the files under `path` (a file or a directory), walked by
+/// ripgrep's `ignore` crate: `.gitignore`, `.git/info/exclude` and `.ignore` files are
+/// respected (with or without a `.git` directory), hidden directories, `target/` and
+/// `node_modules/` are skipped, and so is every binary file (a NUL byte in its first 8 KiB).
+/// Only regular files are opened: FIFOs, sockets, devices and links are skipped unopened.
+fn search(args: &Value) -> Result<Value, Error> {
+    let re = search_regex(args)?;
     let rel = str_arg(args, "path")?.unwrap_or(".");
     let start = resolve(rel)?;
     std::fs::metadata(&start).map_err(|e| io_error(rel, e))?;
+    let walk = ignore::WalkBuilder::new(&start)
+        .hidden(false)
+        .git_global(false)
+        .require_git(false)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(|e| {
+            e.depth() == 0
+                || !e.file_type().is_some_and(|t| t.is_dir())
+                || !skipped_dir(&e.file_name().to_string_lossy())
+        })
+        .build();
     let mut matches = Vec::new();
-    let mut stack = vec![start];
-    while let Some(path) = stack.pop() {
+    for entry in walk.filter_map(Result::ok) {
         if matches.len() >= MAX_MATCHES {
             break;
         }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(entry.path()) else {
             continue;
         };
-        if meta.is_dir() {
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if path != Path::new(ROOT)
-                && (name.starts_with('.') || name == "target" || name == "node_modules")
-            {
-                continue;
-            }
-            if let Ok(rd) = std::fs::read_dir(&path) {
-                let mut children: Vec<PathBuf> =
-                    rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-                children.sort_by(|a, b| b.cmp(a));
-                stack.extend(children);
-            }
-        } else if meta.is_file() {
-            // Regular files only: FIFOs, sockets, devices and links are skipped unopened.
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            let shown = path
-                .strip_prefix(ROOT)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .into_owned();
-            for (n, line) in text.lines().enumerate() {
-                if line.contains(pattern) {
-                    matches.push(json!({ "path": shown, "line": n + 1, "text": line }));
-                    if matches.len() >= MAX_MATCHES {
-                        break;
-                    }
+        if bytes[..bytes.len().min(BINARY_PROBE)].contains(&0) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        let shown = entry
+            .path()
+            .strip_prefix(ROOT)
+            .unwrap_or(entry.path())
+            .to_string_lossy()
+            .into_owned();
+        for (n, line) in text.lines().enumerate() {
+            if re.is_match(line) {
+                matches.push(json!({ "path": shown, "line": n + 1, "text": line }));
+                if matches.len() >= MAX_MATCHES {
+                    break;
                 }
             }
         }
     }
     let truncated = matches.len() >= MAX_MATCHES;
-    Ok(json!({ "pattern": pattern, "matches": matches, "truncated": truncated }))
+    Ok(json!({ "pattern": re.as_str(), "matches": matches, "truncated": truncated }))
 }
 
-/// Does `name` match one path segment pattern (`*`, `?`, literal characters)? Greedy with
-/// one backtrack point (the last `*`), so linear-ish whatever the number of stars: plain
-/// recursion took exponential time on `*a*a*a...b` against a long name.
-fn segment_matches(pat: &[char], name: &[char]) -> bool {
-    let (mut p, mut n) = (0, 0);
-    let (mut star, mut mark) = (None, 0);
-    while n < name.len() {
-        if p < pat.len() && (pat[p] == '?' || (pat[p] != '*' && pat[p] == name[n])) {
-            p += 1;
-            n += 1;
-        } else if p < pat.len() && pat[p] == '*' {
-            star = Some(p);
-            mark = n;
-            p += 1;
-        } else if let Some(s) = star {
-            p = s + 1;
-            mark += 1;
-            n = mark;
-        } else {
-            return false;
-        }
-    }
-    pat[p..].iter().all(|c| *c == '*')
-}
-
-/// Does the path (its segments) match the glob (its segments; `**` spans any number)?
-/// Dynamic programming over (pattern, path) positions: polynomial for any number of `**`.
-fn glob_matches(pat: &[&str], path: &[&str]) -> bool {
-    let (np, nt) = (pat.len(), path.len());
-    // m[i][j]: pat[i..] matches path[j..].
-    let mut m = vec![vec![false; nt + 1]; np + 1];
-    m[np][nt] = true;
-    for i in (0..np).rev() {
-        let chars: Vec<char> = pat[i].chars().collect();
-        for j in (0..=nt).rev() {
-            m[i][j] = if pat[i] == "**" {
-                m[i + 1][j] || (j < nt && m[i][j + 1])
-            } else {
-                j < nt
-                    && m[i + 1][j + 1]
-                    && segment_matches(&chars, &path[j].chars().collect::<Vec<_>>())
-            };
-        }
-    }
-    m[0][0]
+/// The matcher of a `glob` pattern (globset): `*` and `?` within a name, `**` across
+/// directories, `[abc]` classes and `{a,b}` alternatives. A regex underneath, so linear in
+/// the path whatever the number of stars; plain backtracking took exponential time on
+/// `*a*a*a...b` against a long name.
+fn glob_matcher(pattern: &str) -> Result<globset::GlobMatcher, Error> {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| Error::InvalidInput(format!("`pattern` `{pattern}` is not a valid glob: {e}")))
 }
 
 fn glob(args: &Value) -> Result<Value, Error> {
@@ -343,6 +346,7 @@ fn glob(args: &Value) -> Result<Value, Error> {
     if segs.is_empty() {
         return Err(Error::InvalidInput("`pattern` may not be empty".into()));
     }
+    let matcher = glob_matcher(&segs.join("/"))?;
     let names_hidden = |name: &str| segs.contains(&name);
     let mut files = Vec::new();
     let mut truncated = false;
@@ -360,14 +364,12 @@ fn glob(args: &Value) -> Result<Value, Error> {
             };
             let mut path = rel.clone();
             path.push(name.clone());
-            let refs: Vec<&str> = path.iter().map(String::as_str).collect();
             if meta.is_dir() {
-                let skipped = (name.starts_with('.') || name == "target" || name == "node_modules")
-                    && !names_hidden(&name);
+                let skipped = skipped_dir(&name) && !names_hidden(&name);
                 if !skipped {
                     stack.push((entry.path(), path));
                 }
-            } else if meta.is_file() && glob_matches(&segs, &refs) {
+            } else if meta.is_file() && matcher.is_match(path.join("/")) {
                 if files.len() >= MAX_ENTRIES {
                     truncated = true;
                     break;
@@ -386,12 +388,7 @@ mod tests {
 
     #[test]
     fn globs_match_by_segment() {
-        let m = |p: &str, f: &str| {
-            glob_matches(
-                &p.split('/').collect::<Vec<_>>(),
-                &f.split('/').collect::<Vec<_>>(),
-            )
-        };
+        let m = |p: &str, f: &str| glob_matcher(p).unwrap().is_match(f);
         assert!(m("src/**/*.rs", "src/a.rs"));
         assert!(m("src/**/*.rs", "src/x/y/a.rs"));
         assert!(!m("src/*.rs", "src/x/a.rs"));
@@ -407,5 +404,8 @@ mod tests {
         assert!(!m(&format!("{}b", "*a".repeat(25)), &long));
         let deep = vec!["a"; 30].join("/");
         assert!(!m(&format!("{}/b", vec!["**"; 20].join("/")), &deep));
+        assert!(m("src/{a,b}.rs", "src/b.rs"));
+        assert!(m("[ab].rs", "a.rs"));
+        assert!(glob_matcher("src/[a").is_err());
     }
 }

@@ -1,0 +1,96 @@
+//! The fs plugin's `search` and `search_repo` through the real plugin: regex patterns,
+//! `.gitignore` respected and binary files skipped, as ripgrep does.
+
+use crate::support::{Run, Workspace, error_of};
+use serde_json::{Value, json};
+
+/// Call `tool` of the fs plugin with `args` and return the run.
+fn call(ws: &Workspace, tool: &str, args: Value) -> Run {
+    ws.kiln(
+        &["tool", "call", tool, "--args", &args.to_string(), "--json"],
+        &[],
+    )
+}
+
+/// `(path, line)` of every match of a successful search.
+fn hits(r: &Run) -> Vec<(String, u64)> {
+    r.expect_code(0);
+    r.json()["result"]["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["path"].as_str().unwrap().to_string(),
+                m["line"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn search_takes_a_regex_and_literal_text_on_request() {
+    let ws = Workspace::new();
+    ws.write(
+        "src/a.rs",
+        "fn alpha_test() {}\nfn alpha() {}\nlet x = f(1);\n",
+    );
+    ws.write("src/b.rs", "fn beta_test() {}\n");
+    for tool in ["search", "search_repo"] {
+        let r = call(&ws, tool, json!({ "pattern": r"fn \w+_test\(" }));
+        assert_eq!(
+            hits(&r),
+            [("src/a.rs".to_string(), 1), ("src/b.rs".to_string(), 1)],
+            "{tool}"
+        );
+    }
+    let r = call(&ws, "search", json!({ "pattern": "f(1)", "literal": true }));
+    assert_eq!(hits(&r), [("src/a.rs".to_string(), 3)]);
+    let r = call(
+        &ws,
+        "search",
+        json!({ "pattern": "alpha|beta", "path": "src/b.rs" }),
+    );
+    assert_eq!(hits(&r), [("src/b.rs".to_string(), 1)]);
+}
+
+#[test]
+fn a_bad_regex_is_a_tool_error_naming_the_pattern() {
+    let ws = Workspace::new();
+    ws.write("a.rs", "f(1)\n");
+    let r = call(&ws, "search_repo", json!({ "pattern": "f(1" }));
+    r.expect_code(1);
+    let msg = error_of(&r, "invalid-input");
+    assert!(
+        msg.contains("`f(1`") && msg.contains("not a valid regular expression"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn search_skips_gitignored_and_binary_files() {
+    let ws = Workspace::new();
+    ws.write(".gitignore", "generated/\n*.log\n");
+    ws.write("src/a.rs", "needle\n");
+    ws.write("generated/out.rs", "needle\n");
+    ws.write("run.log", "needle\n");
+    ws.write("src/sub/.gitignore", "local.rs\n");
+    ws.write("src/sub/local.rs", "needle\n");
+    ws.write("src/sub/kept.rs", "needle\n");
+    let mut binary = b"needle\n".to_vec();
+    binary.extend([0u8, 1, 2, 3]);
+    binary.extend(b"needle\n");
+    std::fs::write(ws.root().join("src/data.bin"), &binary).unwrap();
+    // Not UTF-8 but text: still searched.
+    std::fs::write(ws.root().join("src/latin1.txt"), b"caf\xe9 needle\n").unwrap();
+    let r = call(&ws, "search_repo", json!({ "pattern": "needle" }));
+    let paths: Vec<String> = hits(&r).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(paths, ["src/a.rs", "src/latin1.txt", "src/sub/kept.rs"]);
+    // A file named explicitly is searched even when ignored, as ripgrep does.
+    let r = call(
+        &ws,
+        "search",
+        json!({ "pattern": "needle", "path": "run.log" }),
+    );
+    assert_eq!(hits(&r), [("run.log".to_string(), 1)]);
+}
