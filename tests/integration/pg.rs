@@ -8,8 +8,8 @@
 //! The postmaster is spawned and waited for by a keeper thread that lives as long as the
 //! process, with `PR_SET_PDEATHSIG`: a test binary that is killed takes its server with it,
 //! and the server is always reaped (PID 1 here reaps no orphans). The host's unit tests
-//! include this file too (`#[path]`), so it uses nothing but std, `libc`, `tempfile` and
-//! `postgres`.
+//! include this file too, as `crate::store::test_pg` (`#[path]`), so it uses nothing but std,
+//! `libc`, `tempfile` and `postgres`.
 
 #![allow(dead_code)]
 

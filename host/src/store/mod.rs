@@ -44,8 +44,9 @@ pub enum StoreError {
         /// The server's or client's message (with any password removed).
         message: String,
     },
-    /// The database server cannot be reached (refused, closed, shutting down): the call did
-    /// nothing durable; a later call reconnects.
+    /// The database server cannot be reached (refused, closed, shutting down): the call's
+    /// transaction did not commit (unless the connection was lost during the commit itself);
+    /// a later call reconnects.
     #[error("the store {store} is unreachable: {message}")]
     Unreachable {
         /// The URL, password redacted.
@@ -826,6 +827,12 @@ impl Store {
         self.backend.event_count(loop_id)
     }
 }
+
+/// The throwaway PostgreSQL of the host's unit tests: the integration tests' harness, one
+/// cluster per test binary (`test_pg::PgServer::shared().fresh_db()`).
+#[cfg(test)]
+#[path = "../../../tests/integration/pg.rs"]
+pub(crate) mod test_pg;
 
 #[cfg(test)]
 mod tests;

@@ -4,8 +4,7 @@
 use super::*;
 use crate::llm::{ChatResponse, Usage};
 
-#[path = "../../../tests/integration/pg.rs"]
-mod pg;
+use super::test_pg as pg;
 
 /// A database of one backend, opened as a store for any project.
 enum Db {
