@@ -70,6 +70,26 @@ fn fix_runs_of_many_workspaces_share_a_postgres_store() {
             (RunKind::Fix, "success")
         );
     }
+    // The password is in no row and no log.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let q = "SELECT (SELECT count(*) FROM loops WHERE row_to_json(loops)::text LIKE $1)
+        + (SELECT count(*) FROM events WHERE payload LIKE $1)
+        + (SELECT count(*) FROM iterations WHERE row_to_json(iterations)::text LIKE $1)
+        + (SELECT count(*) FROM llm_calls WHERE row_to_json(llm_calls)::text LIKE $1)";
+    let hits: i64 = client
+        .query_one(q, &[&format!("%{PASSWORD}%")])
+        .unwrap()
+        .get(0);
+    assert_eq!(hits, 0);
+    for ws in [&a, &b, &c] {
+        for log in std::fs::read_dir(ws.root().join(".kiln/logs"))
+            .into_iter()
+            .flatten()
+        {
+            let text = std::fs::read_to_string(log.unwrap().path()).unwrap_or_default();
+            assert!(!text.contains(PASSWORD), "a log holds the password");
+        }
+    }
     let elsewhere = Workspace::new();
     let list = elsewhere.kiln(&["history", "--store", &url], &[]);
     list.expect_code(0);
