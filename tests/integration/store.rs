@@ -1,7 +1,8 @@
 //! The store chosen with `--store`, `KILN_STORE` or the user's `[store] url`, end to end on a
-//! throwaway PostgreSQL (`pg.rs`): `kiln fix`, `agent` and `mcp` record there, `kiln history
-//! --store` lists every workspace's runs and `history show` reads one back; a workspace
-//! `kiln.toml` may not name a store; the URL's password is never printed.
+//! throwaway PostgreSQL (`pg.rs`): `kiln fix`, `agent`, `loop` and `mcp` record there, `kiln
+//! history --store` lists every workspace's runs and `history show` reads one back; a
+//! workspace `kiln.toml` may not name a store; the URL's password is never printed, logged or
+//! stored.
 
 use crate::mock_llm::{MockLlm, openai_calls, openai_text};
 use crate::pg::{PASSWORD, PgServer};
@@ -239,4 +240,27 @@ fn an_unreachable_store_is_named_without_its_password() {
     tls.expect_code(2);
     no_password(&tls);
     assert!(tls.stderr().contains("no TLS"), "{}", tls.stderr());
+}
+
+/// `kiln loop` records its run and its execution round (a nested loop, not an overlap) into
+/// PostgreSQL.
+#[test]
+fn a_review_loop_records_into_postgres() {
+    let url = PgServer::shared().fresh_db();
+    let ws = Workspace::new();
+    ws.write("task.md", "Create hello.txt saying hi.\n");
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("write_file", r#"{"path":"hello.txt","content":"hi\n"}"#)]),
+        crate::review_loop::final_answer("STATUS: COMPLETE\nPlan: hello.\nChecks: none needed"),
+    ]);
+    let r = ws.kiln_model(&mock.url, "loop", &["--task", "task.md", "--store", &url]);
+    r.expect_code(0);
+    no_password(&r);
+    let rows = open(&url, &ws).loops(5).unwrap();
+    let kinds: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}:{}", r.kind, r.status))
+        .collect();
+    assert_eq!(kinds, ["loop-execute:success", "loop:success"]);
+    assert_eq!(ws.read("hello.txt"), "hi\n");
 }
