@@ -404,5 +404,9 @@ fn a_wrong_password_is_an_error_without_the_password() {
         .unwrap();
     let text = format!("{e} {e:?}");
     assert!(text.contains("password authentication failed"), "{text}");
+    assert!(
+        !e.is_unreachable(),
+        "a wrong password is no reason to retry: {text}"
+    );
     assert!(!text.contains("not-the-one-42"), "{text}");
 }
