@@ -174,6 +174,33 @@ struct File {
     /// `[budget]`: spend caps of `kiln fix`, `agent` and `loop`.
     #[serde(default)]
     budget: Option<BudgetConfig>,
+    /// `[store]`: where runs are recorded; only from the user's own file (it carries
+    /// credentials).
+    #[serde(default, skip_serializing)]
+    store: Option<StoreConfig>,
+}
+
+/// `[store]`: the store URL (`postgres://…`, `sqlite:PATH`), read only from the user's own
+/// configuration, never from a workspace `kiln.toml` (the URL carries credentials). Its
+/// `Debug` hides any password.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The store URL (`--store` and `KILN_STORE` win).
+    pub url: Option<String>,
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = self
+            .url
+            .as_deref()
+            .map(|u| match u.parse::<crate::store::StoreUrl>() {
+                Ok(parsed) => parsed.to_string(),
+                Err(_) => "(invalid)".to_string(),
+            });
+        f.debug_struct("StoreConfig").field("url", &url).finish()
+    }
 }
 
 /// `[budget]`: what one `kiln fix`, `agent` or `loop` may spend on model requests (the
@@ -277,6 +304,8 @@ pub struct Config {
     pub pricing: BTreeMap<String, crate::llm::pricing::Price>,
     /// `[budget]`, merged (a later file's value replaces; an untrusted one only lowers).
     pub budget: BudgetConfig,
+    /// `[store]`, from the user's configuration only.
+    pub store: StoreConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
@@ -482,6 +511,25 @@ impl Config {
         Ok(ignored)
     }
 
+    /// `[store]`: taken from the user's own file only; a workspace file (trusted or not) that
+    /// sets it is refused, since a store URL carries credentials.
+    fn apply_store(
+        &mut self,
+        path: &Path,
+        store: Option<StoreConfig>,
+        layer: Layer,
+    ) -> Result<(), ConfigError> {
+        let Some(store) = store else { return Ok(()) };
+        if layer != Layer::User {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: "a workspace kiln.toml may not set [store]: a store URL carries credentials, so kiln reads it only from --store, KILN_STORE or [store] url in your own configuration".into(),
+            });
+        }
+        self.store = store;
+        Ok(())
+    }
+
     /// Merge one parsed file.
     fn apply(&mut self, path: &Path, file: File, layer: Layer) -> Result<(), ConfigError> {
         self.apply_plugins(path, file.plugins, layer)?;
@@ -510,6 +558,7 @@ impl Config {
         if let Some(b) = file.budget {
             self.apply_budget(path, b)?;
         }
+        self.apply_store(path, file.store, layer)?;
         if let Some(fix) = file.fix {
             self.apply_fix(fix, layer);
         }
@@ -1759,5 +1808,31 @@ command = "notes"
         // A user path and the built-in loaded instead: no user grants.
         let (g, _) = c.grant_for("lint", Component::Builtin);
         assert!(g.fs.is_none());
+    }
+
+    #[test]
+    fn only_the_users_own_file_may_set_the_store() {
+        let text = "[store]\nurl = \"postgres://u:hunter2@db.example/runs\"\n";
+        for layer in [TRUSTED, UNTRUSTED] {
+            let mut c = Config::default();
+            let e = c
+                .layer_text(Path::new("/ws/kiln.toml"), text, layer)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("may not set [store]") && e.contains("kiln.toml"),
+                "{e}"
+            );
+            assert!(!e.contains("hunter2"), "{e}");
+            assert_eq!(c.store.url, None);
+        }
+        let mut c = Config::default();
+        c.layer_text(Path::new("/home/u/config.toml"), text, Layer::User)
+            .unwrap();
+        assert_eq!(
+            c.store.url.as_deref(),
+            Some("postgres://u:hunter2@db.example/runs")
+        );
+        assert!(!format!("{c:?}").contains("hunter2"), "Debug hides it");
     }
 }

@@ -2,6 +2,7 @@
 //! `kiln` executable, real compilers.
 
 mod mock_llm;
+mod pg;
 mod support;
 
 mod agent;
@@ -27,5 +28,6 @@ mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;
+mod store;
 mod trust;
 mod writer;

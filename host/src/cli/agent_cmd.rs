@@ -142,7 +142,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     let mut s = AgentSettings::resolve(ctx, args)?;
     s.log.line(&banner(&s));
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
-    let mut store = Store::open(&ctx.workspace)?;
+    let mut store = ctx.open_store()?;
     // MCP servers of `[mcp.servers]` (outside the sandbox), started now that they are needed.
     let external = ExternalTools::start(&s.config.mcp.servers, &ctx.workspace).await?;
     for t in &external.skipped {

@@ -11,7 +11,6 @@ use crate::engine::{self, FixOutcome};
 use crate::llm::Usage;
 use crate::llm::pricing::format_usd;
 use crate::plugin::PluginKind;
-use crate::store::Store;
 use crate::terminal::count;
 use clap::Args;
 use std::path::PathBuf;
@@ -52,7 +51,7 @@ pub(crate) struct FixArgs {
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
     let s = FixSettings::resolve(ctx, args)?;
-    let mut store = Store::open(&ctx.workspace)?;
+    let mut store = ctx.open_store()?;
     let mut model = s.model.open_capped(Some(&store), &s.budget, &s.config)?;
     let ctx2 = ctx.with_config(s.config.clone());
     let reg = ctx2

@@ -9,7 +9,6 @@ use super::{Ctx, Outcome};
 use crate::engine::Event;
 use crate::engine::outcome::LoopRunResult;
 use crate::engine::review::{LoopDeps, run_loop};
-use crate::store::Store;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -53,7 +52,7 @@ pub(crate) struct LoopArgs {
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow::Result<Outcome> {
     let mut s = LoopSettings::resolve(ctx, args)?;
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
-    let mut store = Store::open(&ctx.workspace)?;
+    let mut store = ctx.open_store()?;
     let opts = &s.options;
     if !s.json && !ctx.quiet {
         eprintln!(

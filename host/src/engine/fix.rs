@@ -270,7 +270,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
     let ws = Workspace::open(workspace)?;
     let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel).await?;
     let new = NewLoop {
-        kind: "fix".into(),
+        kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
         targets: opts.targets.clone(),
         format: format.name.clone(),

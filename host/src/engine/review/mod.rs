@@ -104,7 +104,7 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
     let task = load_task(&ws, &opts.task_file)?;
     let artifacts = Artifacts::open(workspace)?;
     let new = NewLoop {
-        kind: "loop".into(),
+        kind: crate::store::RunKind::Loop,
         runner: "-".into(),
         targets: vec![opts.task_file.clone()],
         format: opts.agent.default_format.clone(),

@@ -185,7 +185,7 @@ pub(super) fn execution_options(
             .to_vec(),
         ),
         command_allowlist: Some(allow),
-        kind: "loop-execute".into(),
+        kind: crate::store::RunKind::LoopExecute,
         parent: Some(parent),
         ..base.clone()
     }
@@ -217,7 +217,7 @@ pub(super) fn review_options(base: &AgentOptions, iterations: u32, parent: i64) 
         command_allowlist: Some(REVIEW_COMMANDS.map(String::from).to_vec()),
         // The kernel holds what the argument checks only defend: the review writes nowhere.
         program_writes: crate::plugin::confine::Writes::Nowhere,
-        kind: "loop-review".into(),
+        kind: crate::store::RunKind::LoopReview,
         parent: Some(parent),
         ..base.clone()
     }
