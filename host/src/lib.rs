@@ -14,3 +14,4 @@ pub mod state_dir;
 pub mod store;
 pub mod suggest;
 pub mod terminal;
+pub mod undo;

@@ -27,4 +27,5 @@ mod runner;
 mod runtime;
 mod sandbox;
 mod trust;
+mod undo;
 mod writer;

@@ -18,6 +18,7 @@ pub mod render;
 mod scaffold;
 mod tool_cmd;
 mod trust_cmd;
+mod undo_cmd;
 
 use crate::config::Config;
 use crate::plugin::{Registry, Runtime, Source};
@@ -87,6 +88,8 @@ enum Command {
     Tool(tool_cmd::ToolCommand),
     /// Trust the workspace's kiln.toml as it is now, so its grants, hooks and exec rules apply.
     Trust(trust_cmd::TrustArgs),
+    /// Put back every file a fix, agent or loop run changed (the latest run by default).
+    Undo(undo_cmd::UndoArgs),
 }
 
 /// Outcome of a command, mapped to the exit status.
@@ -231,6 +234,12 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     {
         eprintln!("warning: {warning}");
     }
+    if matches!(
+        cli.command,
+        Command::Agent(_) | Command::Fix(_) | Command::Loop(_)
+    ) {
+        crate::undo::enable();
+    }
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);
     }
@@ -246,6 +255,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Trust(args) => trust_cmd::run(&ctx, args),
+        Command::Undo(args) => undo_cmd::run(&ctx, args).await,
     }
 }
 
@@ -257,7 +267,8 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Fix(_)
         | Command::Loop(_)
         | Command::Check(_)
-        | Command::Mcp(_) => true,
+        | Command::Mcp(_)
+        | Command::Undo(_) => true,
         Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
         Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),
         Command::History(_) | Command::Llm(_) | Command::Plugin(_) | Command::Trust(_) => false,

@@ -776,6 +776,32 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// A loop's stored events in order, each `(seq, type, payload)`; only those of type
+    /// `kind` when given.
+    pub fn events(
+        &self,
+        loop_id: i64,
+        kind: Option<&str>,
+    ) -> Result<Vec<(i64, String, serde_json::Value)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT seq, type, payload FROM events WHERE loop_id = ?1 AND (?2 IS NULL OR type = ?2) ORDER BY seq, id",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![loop_id, kind], |r| {
+                let payload: String = r.get(2)?;
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     /// Close a loop.
     pub fn finish_loop(
         &mut self,
