@@ -9,6 +9,7 @@ pub mod engine;
 pub mod llm;
 pub mod mcp;
 pub mod path;
+pub mod report;
 pub mod plugin;
 pub mod state_dir;
 pub mod store;

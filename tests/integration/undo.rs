@@ -145,7 +145,7 @@ pub fn killed_agent_run(ws: &Workspace) -> (i64, MockLlm) {
     let mock = MockLlm::start(replies);
     let args = agent_args(&mock);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = ws.spawn_kiln(&args);
+    let child = ws.spawn_kiln(&args);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while mock.recorded().len() < 4 {
         assert!(std::time::Instant::now() < deadline, "the agent never asked a 4th time");

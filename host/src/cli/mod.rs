@@ -14,6 +14,7 @@ mod llm_cmd;
 mod loop_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
+mod report_cmd;
 pub mod render;
 mod scaffold;
 mod tool_cmd;
@@ -88,6 +89,8 @@ enum Command {
     Tool(tool_cmd::ToolCommand),
     /// Trust the workspace's kiln.toml as it is now, so its grants, hooks and exec rules apply.
     Trust(trust_cmd::TrustArgs),
+    /// Write one run as a self-contained HTML page (`--html FILE`).
+    Report(report_cmd::ReportArgs),
     /// Put back every file a fix, agent or loop run changed (the latest run by default).
     Undo(undo_cmd::UndoArgs),
 }
@@ -256,6 +259,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Trust(args) => trust_cmd::run(&ctx, args),
         Command::Undo(args) => undo_cmd::run(&ctx, args).await,
+        Command::Report(args) => report_cmd::run(&ctx, args).await,
     }
 }
 
@@ -271,7 +275,11 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Undo(_) => true,
         Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
         Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),
-        Command::History(_) | Command::Llm(_) | Command::Plugin(_) | Command::Trust(_) => false,
+        Command::History(_)
+        | Command::Llm(_)
+        | Command::Plugin(_)
+        | Command::Trust(_)
+        | Command::Report(_) => false,
     }
 }
 
