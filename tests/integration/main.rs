@@ -22,6 +22,7 @@ mod llm;
 mod loop_attacks;
 mod mcp;
 mod refactor;
+mod resume;
 mod report;
 mod review_loop;
 mod runner;

@@ -10,18 +10,18 @@ use std::time::Duration;
 
 /// A workspace with `a.txt`, `b.txt` and `gen.sh` (a "formatter" rewriting `b.txt` and a
 /// "code generator" writing `gen.txt`).
-fn workspace() -> Workspace {
+pub fn workspace() -> Workspace {
     let ws = Workspace::new();
     ws.write("a.txt", "one\n");
     ws.write("b.txt", "bee\n");
     ws.write(
         "gen.sh",
-        "printf 'formatted\\n' > b.txt\nprintf 'generated\\n' > gen.txt\n",
+        "printf 'formatted\\n' > b.txt\nprintf 'generated\\n' > gen.txt\nprintf x >> runs.log\n",
     );
     ws
 }
 
-fn patch(path: &str, search: &str, replace: &str) -> String {
+pub fn patch(path: &str, search: &str, replace: &str) -> String {
     serde_json::json!({
         "path": path,
         "patch": format!("<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n"),
@@ -30,7 +30,7 @@ fn patch(path: &str, search: &str, replace: &str) -> String {
 }
 
 /// The turns of the scripted agent: edit `a.txt`, create `new.txt`, run `gen.sh`.
-fn turns() -> Vec<crate::mock_llm::Reply> {
+pub fn turns() -> Vec<crate::mock_llm::Reply> {
     vec![
         openai_calls(&[("write_patch", &patch("a.txt", "one\n", "ONE\n"))]),
         openai_calls(&[("write_patch", &patch("new.txt", "", "new\n"))]),
@@ -64,14 +64,14 @@ fn run_id(stdout: &str) -> i64 {
         .expect("a loop id in the events")
 }
 
-fn assert_changed(ws: &Workspace) {
+pub fn assert_changed(ws: &Workspace) {
     assert_eq!(ws.read("a.txt"), "ONE\n");
     assert_eq!(ws.read("new.txt"), "new\n");
     assert_eq!(ws.read("b.txt"), "formatted\n");
     assert_eq!(ws.read("gen.txt"), "generated\n");
 }
 
-fn assert_as_before(ws: &Workspace) {
+pub fn assert_as_before(ws: &Workspace) {
     assert_eq!(ws.read("a.txt"), "one\n");
     assert_eq!(ws.read("b.txt"), "bee\n");
     assert!(!ws.path().join("new.txt").exists());
@@ -136,14 +136,22 @@ fn files_changed_since_are_refused_and_named_unless_forced() {
     assert_as_before(&ws);
 }
 
-/// Start the scripted agent and SIGKILL it while it waits for its fourth answer (after its
-/// three turns' changes), as a crash would.
-pub fn killed_agent_run(ws: &Workspace) -> (i64, MockLlm) {
-    let mut replies = turns();
+/// Start the scripted agent (with `extra` options) and SIGKILL it while it waits for its
+/// fourth answer (after its three turns' changes), as a crash would; `later` are the replies
+/// the mock gives after that.
+pub fn killed_agent_run(
+    ws: &Workspace,
+    turns: Vec<Reply>,
+    later: Vec<Reply>,
+    extra: &[&str],
+) -> (i64, MockLlm) {
+    let mut replies = turns;
     // The fourth answer never comes in time.
     replies.push(Reply::Stream(vec![(Duration::from_secs(60), String::new())]));
+    replies.extend(later);
     let mock = MockLlm::start(replies);
-    let args = agent_args(&mock);
+    let mut args = agent_args(&mock);
+    args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let child = ws.spawn_kiln(&args);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -163,7 +171,7 @@ pub fn killed_agent_run(ws: &Workspace) -> (i64, MockLlm) {
 #[test]
 fn a_run_killed_in_the_middle_is_undone() {
     let ws = workspace();
-    let (id, _mock) = killed_agent_run(&ws);
+    let (id, _mock) = killed_agent_run(&ws, turns(), vec![], &[]);
     assert_changed(&ws);
     let u = ws.kiln(&["undo", &id.to_string()], &[]);
     u.expect_code(0);

@@ -83,6 +83,11 @@ pub(crate) struct AgentArgs {
     /// Events as JSON lines on stdout (the last is `agent.result`, with `cost_usd`).
     #[arg(long)]
     json: bool,
+    /// Continue run ID (cancelled or crashed) from its stored conversation: the answers and
+    /// tool results it already had are replayed, not asked for or run again; it keeps the
+    /// options it was started with.
+    #[arg(long, value_name = "ID")]
+    resume: Option<i64>,
     #[command(flatten)]
     llm: LlmArgs,
     #[command(flatten)]
@@ -261,6 +266,7 @@ fn next_task(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Optio
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow::Result<Outcome> {
+    debug_assert!(args.resume.is_none(), "--resume is rewritten before parsing");
     let mut config = ctx.config.clone();
     let extra_args = match &args.test_args {
         Some(list) => test_args(list)?,

@@ -45,6 +45,11 @@ pub(crate) struct LoopArgs {
     /// Events as JSON lines on stdout (the last is `loop.run.result`).
     #[arg(long)]
     json: bool,
+    /// Continue loop run ID (cancelled or crashed) from its stored conversations: the
+    /// answers and tool results it already had are replayed, not asked for or run again; it
+    /// keeps the options it was started with (`kiln loop --resume ID`, no `--task`).
+    #[arg(long, value_name = "ID")]
+    resume: Option<i64>,
     #[command(flatten)]
     llm: LlmArgs,
     #[command(flatten)]
@@ -75,6 +80,7 @@ fn task_path(workspace: &Path, given: &Path) -> anyhow::Result<String> {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow::Result<Outcome> {
+    debug_assert!(args.resume.is_none(), "--resume is rewritten before parsing");
     let task_file = task_path(&ctx.workspace, &args.task)?;
     let ws = crate::edit::Workspace::open(&ctx.workspace)?;
     let task = load_task(&ws, &task_file)?;

@@ -15,6 +15,7 @@ mod loop_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
 mod report_cmd;
+mod resume_cmd;
 pub mod render;
 mod scaffold;
 mod tool_cmd;
@@ -189,7 +190,14 @@ pub fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = match Cli::try_parse() {
+    let argv = match resume_cmd::rewrite(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };

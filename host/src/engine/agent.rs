@@ -438,17 +438,16 @@ impl Agent<'_, '_> {
             if let Some(reason) = self.admit(run, &calls) {
                 return Ok(reason);
             }
-            let Some(results) = self
-                .toolbox
-                .act(
-                    run,
-                    turn,
-                    &calls,
-                    &self.settings,
-                    &self.ws,
-                    &mut self.changes,
-                )
-                .await?
+            let Some(results) = super::resume::act(
+                &self.toolbox,
+                run,
+                turn,
+                &calls,
+                &self.settings,
+                &self.ws,
+                &mut self.changes,
+            )
+            .await?
             else {
                 return Ok(StopReason::Cancelled);
             };

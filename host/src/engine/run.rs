@@ -67,6 +67,7 @@ impl<'a> Run<'a> {
         } = deps;
         let id = store.begin_loop(new)?;
         crate::undo::begin(workspace, id);
+        super::resume::on_begin(store, id);
         Ok(Run {
             id,
             workspace,

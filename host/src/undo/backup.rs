@@ -197,6 +197,20 @@ impl Backups {
         self.put(&rel, &bytes)
     }
 
+    /// Keep the workspace's files as run `id` found them (path → stat key and hash), to tell
+    /// later which changes the run cannot account for.
+    pub fn save_start(&self, id: i64, files: &BTreeMap<String, Cached>) -> Result<(), UndoError> {
+        let rel = format!("runs/{id}.start.json");
+        let bytes = serde_json::to_vec(files).map_err(|e| self.io(&rel)(e.into()))?;
+        self.put(&rel, &bytes)
+    }
+
+    /// The files as run `id` found them, if kept.
+    pub fn start_of(&self, id: i64) -> Option<BTreeMap<String, Cached>> {
+        let b = self.dir.read(format!("runs/{id}.start.json")).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
     /// The ids of every recorded run, newest (highest) first.
     pub fn runs(&self) -> Vec<i64> {
         let mut ids: Vec<i64> = self
@@ -207,7 +221,7 @@ impl Backups {
             .flatten()
             .filter_map(|e| {
                 let n = e.file_name().to_string_lossy().into_owned();
-                n.strip_suffix(".json")?.parse().ok()
+                n.strip_suffix(".json")?.parse().ok() // `N.start.json` does not parse
             })
             .collect();
         ids.sort_unstable_by(|a, b| b.cmp(a));

@@ -148,6 +148,7 @@ impl Recorder {
             record.not_covered.push("...".into());
         }
         backups.save_index(&index)?;
+        backups.save_start(id, &index)?;
         backups.save_record(&record)?;
         Ok(Recorder {
             root: root.to_path_buf(),
@@ -255,4 +256,46 @@ fn backup_one(
         backups.put_object(&h, &bytes).ok()?;
     }
     Some(h)
+}
+
+/// The files of the workspace at `root` that differ from what run `id` left, as far as its
+/// record says (what it found at its start, with every change it made on top): changes the
+/// run cannot account for. Files it could not back up are not compared.
+pub fn unaccounted(root: &Path, id: i64) -> Result<Vec<String>, UndoError> {
+    let b = Backups::open(root, false)?.ok_or(UndoError::NoRecord(id))?;
+    let rec = b.record(id)?.ok_or(UndoError::NoRecord(id))?;
+    let start = b.start_of(id).ok_or(UndoError::NoRecord(id))?;
+    let mut expected: BTreeMap<String, Option<String>> = start
+        .iter()
+        .map(|(p, c)| (p.clone(), Some(c.hash.clone())))
+        .collect();
+    for c in &rec.changes {
+        expected.insert(c.path.clone(), c.after.clone());
+    }
+    let changed: std::collections::BTreeSet<&str> =
+        rec.changes.iter().map(|c| c.path.as_str()).collect();
+    let now = scan::walk(root);
+    let mut out = Vec::new();
+    for (rel, stat) in &now.files {
+        if rec.not_covered.contains(rel) {
+            continue;
+        }
+        let unchanged = !changed.contains(rel.as_str())
+            && start.get(rel).is_some_and(|c| c.stat == *stat);
+        if unchanged {
+            continue;
+        }
+        let want = expected.get(rel).cloned().flatten();
+        let have = scan::read(root, rel).ok().map(|b| scan::hash(&b));
+        if want.is_none() || have != want {
+            out.push(rel.clone());
+        }
+    }
+    for (rel, want) in &expected {
+        if want.is_some() && !now.files.contains_key(rel) && !now.truncated {
+            out.push(rel.clone());
+        }
+    }
+    out.sort();
+    Ok(out)
 }
