@@ -76,6 +76,7 @@ pub fn assert_as_before(ws: &Workspace) {
     assert_eq!(ws.read("b.txt"), "bee\n");
     assert!(!ws.path().join("new.txt").exists());
     assert!(!ws.path().join("gen.txt").exists());
+    assert!(!ws.path().join("runs.log").exists());
 }
 
 #[test]
@@ -105,7 +106,7 @@ fn undo_puts_back_model_edits_created_files_and_program_changes() {
     u.expect_code(0);
     assert_as_before(&ws);
     let v = u.json();
-    assert_eq!(v["undone"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(v["undone"].as_array().unwrap().len(), 5, "{v}");
 
     // Recorded in the store, and not done twice.
     let h = ws.kiln(&["history", "show", &id.to_string()], &[]);
