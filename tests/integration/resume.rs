@@ -114,3 +114,60 @@ fn resume_refuses_a_finished_run_and_a_run_of_another_kind() {
     r.expect_code(2);
     assert!(r.stderr().contains("leave out --max-steps 3"), "{}", r.stderr());
 }
+
+#[test]
+fn a_killed_loop_resumes_its_phases_without_asking_again() {
+    use crate::review_loop::{final_answer, review};
+    use serde_json::json;
+    let ws = Workspace::new();
+    ws.write(
+        "task.md",
+        "+++\n[tools]\nbash = [\"cat\"]\n+++\nCreate hello.txt saying hi, then a README.md.\n",
+    );
+    let mock = MockLlm::start(vec![
+        // Round 1, execution.
+        crate::mock_llm::openai_calls(&[
+            ("write_file", r#"{"path":"hello.txt","content":"hi\n"}"#),
+            ("run_cmd", r#"{"command":"cat","args":["hello.txt"]}"#),
+        ]),
+        final_answer("STATUS: INCOMPLETE\nPlan: hello.\nChecks: cat\nNEXT STEPS:\n- write README.md\n"),
+        // Round 1, review: the second answer never comes before the kill.
+        crate::mock_llm::call("run_cmd", json!({ "command": "ls" })),
+        Reply::Stream(vec![(std::time::Duration::from_secs(60), String::new())]),
+        // After the resume.
+        review("hello.txt exists", "", &["write README.md"]),
+        crate::mock_llm::call("write_file", json!({ "path": "README.md", "content": "# hello\n" })),
+        final_answer("STATUS: COMPLETE\nPlan: README.\nChecks: none needed"),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let child = ws.spawn_kiln(&[
+        "loop", "--base-url", &base, "--model", "test-model", "--json", "--task", "task.md",
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while mock.recorded().len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the loop never reached its review");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait_with_output().unwrap();
+    assert_eq!(ws.read("hello.txt"), "hi\n");
+    let id = Store::open(&ws.root())
+        .unwrap()
+        .loops(10)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.kind == "loop")
+        .unwrap()
+        .id;
+
+    let r = ws.kiln(&["loop", "--resume", &id.to_string(), "--json"], &[]);
+    let last: serde_json::Value =
+        serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "loop.run.result", "{last}\n{}", r.stderr());
+    assert_eq!(last["stop_reason"], "complete", "{}", r.stderr());
+    assert_eq!(last["loops_completed"], 2);
+    assert!(r.stderr().contains("3 answers and 3 tool results are replayed"), "{}", r.stderr());
+    assert_eq!(mock.recorded().len(), 7, "only the three answers never given were asked for");
+    assert_eq!(ws.read("README.md"), "# hello\n");
+}
