@@ -10,10 +10,15 @@ use kiln::store::Store;
 
 /// A streamed OpenAI answer calling one tool, with usage (30 in, 7 out).
 fn call_with_usage(name: &str, args: &str) -> Reply {
+    call_using(name, args, 30)
+}
+
+/// A streamed OpenAI answer calling one tool, with usage (`input` in, 7 out).
+fn call_using(name: &str, args: &str, input: u64) -> Reply {
     let mut parts = openai_events(&[
         serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":format!("call_{name}"),"type":"function","function":{"name":name,"arguments":args}}]}}]}),
         serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
-        serde_json::json!({"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":7}}),
+        serde_json::json!({"choices":[],"usage":{"prompt_tokens":input,"completion_tokens":7}}),
     ]);
     parts.push("data: [DONE]\n\n".into());
     Reply::sse(parts)
@@ -170,4 +175,35 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     assert!(r.stderr().contains("3 answers and 3 tool results are replayed"), "{}", r.stderr());
     assert_eq!(mock.recorded().len(), 7, "only the three answers never given were asked for");
     assert_eq!(ws.read("README.md"), "# hello\n");
+}
+
+#[test]
+fn the_budget_of_a_resumed_run_counts_what_the_first_part_spent() {
+    let ws = workspace();
+    // Each answer reports 70,000 input tokens; the cap is 250,000. The first part spends
+    // 210,021 in three answers (its fourth request, about 4,300 more by estimate, is sent and
+    // never answered); the resumed part's first answer brings it to 280,028, so its next
+    // request is refused, though the resumed part alone spent only 70,007.
+    let turns = vec![
+        call_using("write_patch", &patch("a.txt", "one\n", "ONE\n"), 70_000),
+        call_using("write_patch", &patch("new.txt", "", "new\n"), 70_000),
+        call_using("run_cmd", r#"{"command":"sh gen.sh"}"#, 70_000),
+    ];
+    let (id, mock) = killed_agent_run(
+        &ws,
+        turns,
+        vec![
+            call_using("read_file", r#"{"path":"a.txt"}"#, 70_000),
+            openai_text("never asked"),
+        ],
+        &["--max-tokens", "250000"],
+    );
+    assert_eq!(mock.recorded().len(), 4);
+    let r = ws.kiln(&["agent", "--resume", &id.to_string(), "--json"], &[]);
+    r.expect_code(1);
+    let last: serde_json::Value =
+        serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
+    assert_eq!(last["stop_reason"], "budget", "{last}\n{}", r.stderr());
+    assert_eq!(mock.recorded().len(), 5, "the request past the budget was not sent");
+    assert_eq!(last["usage"]["input"], 280_000, "{last}");
 }

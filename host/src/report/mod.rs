@@ -4,6 +4,7 @@
 //! and the tokens and cost of its model requests; the stop reason last. [`html`] renders it
 //! as one self-contained page.
 
+pub mod batch;
 pub mod html;
 
 use crate::llm::Usage;

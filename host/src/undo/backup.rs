@@ -44,6 +44,9 @@ pub struct RunRecord {
     pub updated_ms: i64,
     /// The run finished (false: it is running, or it was killed).
     pub finished: bool,
+    /// The process that ran it.
+    #[serde(default)]
+    pub pid: u32,
     /// Files that were not backed up (larger than the limit) or `...` when the walk stopped
     /// at its file limit: a change to them cannot be undone.
     pub not_covered: Vec<String>,
@@ -63,6 +66,7 @@ impl RunRecord {
             started_ms: now,
             updated_ms: now,
             finished: false,
+            pid: std::process::id(),
             not_covered: Vec::new(),
             changes: Vec::new(),
             undone_ms: None,

@@ -50,6 +50,9 @@ pub enum UndoError {
     /// No run recorded at all.
     #[error("no run of this workspace has an undo record yet")]
     NoRuns,
+    /// The run is still running.
+    #[error("run {0} is still running (process {1}); stop it first")]
+    Running(i64, u32),
     /// The run was undone already.
     #[error("run {0} was undone already")]
     AlreadyUndone(i64),

@@ -120,6 +120,11 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
     if rec.undone_ms.is_some() {
         return Err(UndoError::AlreadyUndone(id));
     }
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = rec.pid > 0 && unsafe { libc::kill(rec.pid as i32, 0) } == 0;
+    if !rec.finished && alive && rec.pid != std::process::id() {
+        return Err(UndoError::Running(id, rec.pid));
+    }
     let files = rec.changes.iter().map(|c| item(&b, root, c)).collect();
     Ok(Plan {
         id,
