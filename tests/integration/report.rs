@@ -88,8 +88,16 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
     let base = format!("{}/v1", mock.url);
     let r = ws.kiln(
         &[
-            "fix", "--base-url", &base, "--model", "test-model", "--json", "--cmd",
-            "sh check.sh {file}", "--file", "x.txt",
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+            "--cmd",
+            "sh check.sh {file}",
+            "--file",
+            "x.txt",
         ],
         &[],
     );
@@ -98,7 +106,15 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
     assert_eq!(row.iters, 2);
 
     let out = ws.path().parent().unwrap().join("fix-report.html");
-    let rep = ws.kiln(&["report", &row.id.to_string(), "--html", out.to_str().unwrap()], &[]);
+    let rep = ws.kiln(
+        &[
+            "report",
+            &row.id.to_string(),
+            "--html",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
     rep.expect_code(0);
     let html = std::fs::read_to_string(&out).unwrap();
     assert!(html.contains("default-src 'none'"));
@@ -113,10 +129,19 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
         dom.contains("x.txt:2:1: error: &lt;script&gt;alert(1)&lt;/script&gt; still broken"),
         "{dom}"
     );
-    assert!(dom.contains("<span class=\"add\">+still broken</span>"), "{dom}");
-    assert!(dom.contains("<span class=\"del\">-still broken</span>"), "{dom}");
+    assert!(
+        dom.contains("<span class=\"add\">+still broken</span>"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("<span class=\"del\">-still broken</span>"),
+        "{dom}"
+    );
     assert_eq!(text_of(&dom, "tokens-input"), row.tokens.input.to_string());
-    assert_eq!(text_of(&dom, "tokens-output"), row.tokens.output.to_string());
+    assert_eq!(
+        text_of(&dom, "tokens-output"),
+        row.tokens.output.to_string()
+    );
     assert!(row.tokens.output > 0);
     assert!(dom.contains("I changed the line."), "the model's summary");
     // Iteration 0 (the first check) and two iterations, in order, stop reason last.
@@ -138,23 +163,44 @@ fn an_agent_run_report_shows_its_tool_calls() {
     })
     .to_string();
     let mock = MockLlm::start(vec![
-        openai_calls(&[("write_patch", &patch), ("read_file", r#"{"path":"nope.txt"}"#)]),
+        openai_calls(&[
+            ("write_patch", &patch),
+            ("read_file", r#"{"path":"nope.txt"}"#),
+        ]),
         openai_text("all done"),
     ]);
     let base = format!("{}/v1", mock.url);
     let r = ws.kiln(
-        &["agent", "--base-url", &base, "--model", "test-model", "--json", "-p", "change a"],
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+            "-p",
+            "change a",
+        ],
         &[],
     );
     r.expect_code(0);
     let id = Store::open(&ws.root()).unwrap().loops(1).unwrap()[0].id;
     let out = ws.path().parent().unwrap().join("agent-report.html");
-    ws.kiln(&["report", &id.to_string(), "--html", out.to_str().unwrap()], &[])
-        .expect_code(0);
+    ws.kiln(
+        &["report", &id.to_string(), "--html", out.to_str().unwrap()],
+        &[],
+    )
+    .expect_code(0);
     let dom = browser_dom(&out, None);
     assert_eq!(text_of(&dom, "stop-reason"), "complete");
-    assert!(dom.contains("write_patch") && dom.contains("read_file"), "{dom}");
-    assert!(dom.contains("class=\"okmark\"") && dom.contains("class=\"errmark\""), "{dom}");
+    assert!(
+        dom.contains("write_patch") && dom.contains("read_file"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("class=\"okmark\"") && dom.contains("class=\"errmark\""),
+        "{dom}"
+    );
     assert!(dom.contains("<span class=\"add\">+uno</span>"), "{dom}");
     assert!(dom.contains("all done"), "{dom}");
 }

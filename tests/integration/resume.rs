@@ -61,12 +61,12 @@ fn a_killed_agent_run_resumes_without_asking_or_running_again() {
     let r = ws.kiln(&["agent", "--resume", &id.to_string(), "--json"], &[]);
     r.expect_code(1);
     assert!(
-        r.stderr().contains("3 answers and 3 tool results are replayed"),
+        r.stderr()
+            .contains("3 answers and 3 tool results are replayed"),
         "{}",
         r.stderr()
     );
-    let last: serde_json::Value =
-        serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
+    let last: serde_json::Value = serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "agent.result", "{last}");
     // The turn cap counted the three replayed turns: one new turn, then max_steps.
     assert_eq!(last["stop_reason"], "max_steps", "{last}");
@@ -114,10 +114,18 @@ fn resume_refuses_a_finished_run_and_a_run_of_another_kind() {
     assert!(r.stderr().contains("nothing to resume"), "{}", r.stderr());
     let r = ws.kiln(&["loop", "--resume", "1"], &[]);
     r.expect_code(2);
-    assert!(r.stderr().contains("`kiln agent --resume 1`"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("`kiln agent --resume 1`"),
+        "{}",
+        r.stderr()
+    );
     let r = ws.kiln(&["agent", "--resume", "1", "--max-steps", "3"], &[]);
     r.expect_code(2);
-    assert!(r.stderr().contains("leave out --max-steps 3"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("leave out --max-steps 3"),
+        "{}",
+        r.stderr()
+    );
 }
 
 #[test]
@@ -135,22 +143,37 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
             ("write_file", r#"{"path":"hello.txt","content":"hi\n"}"#),
             ("run_cmd", r#"{"command":"cat","args":["hello.txt"]}"#),
         ]),
-        final_answer("STATUS: INCOMPLETE\nPlan: hello.\nChecks: cat\nNEXT STEPS:\n- write README.md\n"),
+        final_answer(
+            "STATUS: INCOMPLETE\nPlan: hello.\nChecks: cat\nNEXT STEPS:\n- write README.md\n",
+        ),
         // Round 1, review: the second answer never comes before the kill.
         crate::mock_llm::call("run_cmd", json!({ "command": "ls" })),
         Reply::Stream(vec![(std::time::Duration::from_secs(60), String::new())]),
         // After the resume.
         review("hello.txt exists", "", &["write README.md"]),
-        crate::mock_llm::call("write_file", json!({ "path": "README.md", "content": "# hello\n" })),
+        crate::mock_llm::call(
+            "write_file",
+            json!({ "path": "README.md", "content": "# hello\n" }),
+        ),
         final_answer("STATUS: COMPLETE\nPlan: README.\nChecks: none needed"),
     ]);
     let base = format!("{}/v1", mock.url);
     let child = ws.spawn_kiln(&[
-        "loop", "--base-url", &base, "--model", "test-model", "--json", "--task", "task.md",
+        "loop",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+        "--json",
+        "--task",
+        "task.md",
     ]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while mock.recorded().len() < 4 {
-        assert!(std::time::Instant::now() < deadline, "the loop never reached its review");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the loop never reached its review"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // SAFETY: signalling our own child.
@@ -167,13 +190,21 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
         .id;
 
     let r = ws.kiln(&["loop", "--resume", &id.to_string(), "--json"], &[]);
-    let last: serde_json::Value =
-        serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
+    let last: serde_json::Value = serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "loop.run.result", "{last}\n{}", r.stderr());
     assert_eq!(last["stop_reason"], "complete", "{}", r.stderr());
     assert_eq!(last["loops_completed"], 2);
-    assert!(r.stderr().contains("3 answers and 3 tool results are replayed"), "{}", r.stderr());
-    assert_eq!(mock.recorded().len(), 7, "only the three answers never given were asked for");
+    assert!(
+        r.stderr()
+            .contains("3 answers and 3 tool results are replayed"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(
+        mock.recorded().len(),
+        7,
+        "only the three answers never given were asked for"
+    );
     assert_eq!(ws.read("README.md"), "# hello\n");
 }
 
@@ -201,9 +232,12 @@ fn the_budget_of_a_resumed_run_counts_what_the_first_part_spent() {
     assert_eq!(mock.recorded().len(), 4);
     let r = ws.kiln(&["agent", "--resume", &id.to_string(), "--json"], &[]);
     r.expect_code(1);
-    let last: serde_json::Value =
-        serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
+    let last: serde_json::Value = serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
     assert_eq!(last["stop_reason"], "budget", "{last}\n{}", r.stderr());
-    assert_eq!(mock.recorded().len(), 5, "the request past the budget was not sent");
+    assert_eq!(
+        mock.recorded().len(),
+        5,
+        "the request past the budget was not sent"
+    );
     assert_eq!(last["usage"]["input"], 280_000, "{last}");
 }

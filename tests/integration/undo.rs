@@ -113,7 +113,11 @@ fn undo_puts_back_model_edits_created_files_and_program_changes() {
     assert!(h.stdout().contains("undone: "), "{}", h.stdout());
     let again = ws.kiln(&["undo", &id.to_string()], &[]);
     again.expect_code(2);
-    assert!(again.stderr().contains("undone already"), "{}", again.stderr());
+    assert!(
+        again.stderr().contains("undone already"),
+        "{}",
+        again.stderr()
+    );
 }
 
 #[test]
@@ -129,7 +133,11 @@ fn files_changed_since_are_refused_and_named_unless_forced() {
 
     let u = ws.kiln(&["undo"], &[]);
     u.expect_code(1);
-    assert!(u.stderr().contains("changed since the run"), "{}", u.stderr());
+    assert!(
+        u.stderr().contains("changed since the run"),
+        "{}",
+        u.stderr()
+    );
     assert!(u.stderr().contains("  a.txt"), "{}", u.stderr());
     assert_eq!(ws.read("b.txt"), "formatted\n", "nothing written");
 
@@ -148,7 +156,10 @@ pub fn killed_agent_run(
 ) -> (i64, MockLlm) {
     let mut replies = turns;
     // The fourth answer never comes in time.
-    replies.push(Reply::Stream(vec![(Duration::from_secs(60), String::new())]));
+    replies.push(Reply::Stream(vec![(
+        Duration::from_secs(60),
+        String::new(),
+    )]));
     replies.extend(later);
     let mock = MockLlm::start(replies);
     let mut args = agent_args(&mock);
@@ -157,7 +168,10 @@ pub fn killed_agent_run(
     let child = ws.spawn_kiln(&args);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while mock.recorded().len() < 4 {
-        assert!(std::time::Instant::now() < deadline, "the agent never asked a 4th time");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never asked a 4th time"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: signalling our own child.

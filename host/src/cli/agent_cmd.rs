@@ -266,7 +266,10 @@ fn next_task(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Optio
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow::Result<Outcome> {
-    debug_assert!(args.resume.is_none(), "--resume is rewritten before parsing");
+    debug_assert!(
+        args.resume.is_none(),
+        "--resume is rewritten before parsing"
+    );
     let mut config = ctx.config.clone();
     let extra_args = match &args.test_args {
         Some(list) => test_args(list)?,

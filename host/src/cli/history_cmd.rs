@@ -121,7 +121,11 @@ fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
         say!(
             "undone: {} by `kiln undo`{}",
             crate::store::utc_text(e["at"].as_i64().unwrap_or(0)),
-            if e["forced"].as_bool() == Some(true) { " --force" } else { "" }
+            if e["forced"].as_bool() == Some(true) {
+                " --force"
+            } else {
+                ""
+            }
         );
     }
     if matches!(

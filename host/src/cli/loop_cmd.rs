@@ -80,7 +80,10 @@ fn task_path(workspace: &Path, given: &Path) -> anyhow::Result<String> {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow::Result<Outcome> {
-    debug_assert!(args.resume.is_none(), "--resume is rewritten before parsing");
+    debug_assert!(
+        args.resume.is_none(),
+        "--resume is rewritten before parsing"
+    );
     let task_file = task_path(&ctx.workspace, &args.task)?;
     let ws = crate::edit::Workspace::open(&ctx.workspace)?;
     let task = load_task(&ws, &task_file)?;

@@ -52,7 +52,11 @@ pub(crate) fn rewrite(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
 fn resume_of(argv: &[String]) -> anyhow::Result<Option<(String, i64)>> {
     let mut i = 1;
     while i < argv.len() && argv[i].starts_with('-') {
-        i += if VALUED_GLOBALS.contains(&argv[i].as_str()) { 2 } else { 1 };
+        i += if VALUED_GLOBALS.contains(&argv[i].as_str()) {
+            2
+        } else {
+            1
+        };
     }
     let Some(command) = argv.get(i).filter(|c| *c == "agent" || *c == "loop") else {
         return Ok(None);
@@ -68,10 +72,10 @@ fn resume_of(argv: &[String]) -> anyhow::Result<Option<(String, i64)>> {
             continue;
         };
         let v = value.unwrap_or_default();
-        id = Some(
-            v.parse::<i64>()
-                .with_context(|| format!("--resume takes a run id (see `kiln history`), not `{v}`"))?,
-        );
+        id =
+            Some(v.parse::<i64>().with_context(|| {
+                format!("--resume takes a run id (see `kiln history`), not `{v}`")
+            })?);
         let others: Vec<&String> = rest
             .iter()
             .enumerate()
@@ -82,7 +86,11 @@ fn resume_of(argv: &[String]) -> anyhow::Result<Option<(String, i64)>> {
         if !others.is_empty() {
             bail!(
                 "--resume continues run {v} with the options it was started with; leave out {}",
-                others.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
+                others
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             );
         }
     }
@@ -141,12 +149,18 @@ fn check(workspace: &std::path::Path, command: &str, id: i64) -> anyhow::Result<
         bail!("run {id} finished successfully: there is nothing to resume");
     }
     let Some(argv) = crate::engine::resume::invocation(&store, id)? else {
-        bail!("run {id} has no recorded command line (it was started by an older kiln), so it cannot be resumed");
+        bail!(
+            "run {id} has no recorded command line (it was started by an older kiln), so it cannot be resumed"
+        );
     };
-    let has_task = argv.iter().any(|a| a == "-p" || a == "--prompt" || a == "--task")
+    let has_task = argv
+        .iter()
+        .any(|a| a == "-p" || a == "--prompt" || a == "--task")
         || command == "loop";
     if !has_task {
-        bail!("run {id} took its tasks from standard input (interactive mode): it cannot be resumed");
+        bail!(
+            "run {id} took its tasks from standard input (interactive mode): it cannot be resumed"
+        );
     }
     let changed = crate::undo::unaccounted(workspace, id).map_err(|e| {
         anyhow::anyhow!("cannot tell whether the workspace changed since run {id}: {e}")

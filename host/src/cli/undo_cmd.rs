@@ -121,7 +121,11 @@ fn describe(plan: &restore::Plan, done: bool) {
             (Action::ChangedSince, _) => "changed since the run",
             (Action::Cannot, _) => "cannot be put back",
         };
-        let why = i.why.as_deref().map(|w| format!(": {w}")).unwrap_or_default();
+        let why = i
+            .why
+            .as_deref()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default();
         eprintln!("  {}: {what}{why}", crate::terminal::printable(&i.path));
     }
     if !plan.not_covered.is_empty() {

@@ -193,7 +193,13 @@ pub(crate) async fn act(
             duration_ms: st.ms,
             preview: format!(
                 "(replayed) {}",
-                st.result.lines().next().unwrap_or("").chars().take(200).collect::<String>()
+                st.result
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
             ),
         });
         if !st.is_error && toolbox.kind(&c.name) == Some(super::tools::Kind::Write) {

@@ -52,8 +52,7 @@ pub fn render(id: &str, tasks: &[BatchTask], budget: Option<f64>) -> String {
             t.attempts,
             t.cost.map(format_usd).unwrap_or_else(|| "-".into()),
             match &t.report {
-                Some((run, file)) =>
-                    format!("<a href=\"{}\">run {run}</a>", escape(file)),
+                Some((run, file)) => format!("<a href=\"{}\">run {run}</a>", escape(file)),
                 None => "-".into(),
             }
         );
@@ -81,6 +80,6 @@ mod tests {
         );
         assert!(page.contains("&lt;b&gt;fix&lt;/b&gt;"));
         assert!(page.contains("<a href=\"run-7.html\">run 7</a>"));
-        assert!(page.contains("$0.5000 of a $2.00 budget"));
+        assert!(page.contains("$0.5000</span> of a $2.00 budget"), "{page}");
     }
 }

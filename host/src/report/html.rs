@@ -129,7 +129,9 @@ fn meta(h: &mut String, r: &RunReport) {
     );
     item(
         "cost",
-        r.cost.map(format_usd).unwrap_or_else(|| "unknown price".into()),
+        r.cost
+            .map(format_usd)
+            .unwrap_or_else(|| "unknown price".into()),
         "cost",
     );
     item(
@@ -174,12 +176,12 @@ fn chart(h: &mut String, r: &RunReport) {
              <rect x=\"{:.1}\" y=\"{:.1}\" width=\"{bw:.1}\" height=\"{ho:.1}\" fill=\"#e8913a\"><title>{} {}: {} output tokens</title></rect>\
              <text x=\"{:.1}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\" fill=\"#5b6475\">{}</text>",
             ht - hi,
-            "step",
+            r.step_word,
             s.n,
             input,
             x + bw,
             ht - ho,
-            "step",
+            r.step_word,
             s.n,
             out,
             x + bw,
@@ -219,18 +221,10 @@ fn step(h: &mut String, word: &str, s: &Step) {
         runner(h, it);
     }
     if let Some(sum) = &s.summary {
-        let _ = write!(
-            h,
-            "<h3>Model</h3><p class=\"summary\">{}</p>",
-            escape(sum)
-        );
+        let _ = write!(h, "<h3>Model</h3><p class=\"summary\">{}</p>", escape(sum));
     }
     for e in &s.errors {
-        let _ = write!(
-            h,
-            "<h3>Model request failed</h3><pre>{}</pre>",
-            escape(e)
-        );
+        let _ = write!(h, "<h3>Model request failed</h3><pre>{}</pre>", escape(e));
     }
     for d in &s.diffs {
         let _ = write!(h, "<h3>Diff: {}</h3>", escape(&d.path));
@@ -276,7 +270,7 @@ fn runner(h: &mut String, it: &crate::store::IterationRow) {
             );
         }
         h.push_str("</ul>");
-    } else if !it.ok && !(it.stderr.is_empty() && it.stdout.is_empty()) {
+    } else if !it.ok && (!it.stderr.is_empty() || !it.stdout.is_empty()) {
         let out = if it.stderr.is_empty() {
             &it.stdout
         } else {
@@ -338,7 +332,10 @@ fn tools(h: &mut String, calls: &[crate::store::ToolCallRow]) {
 
 fn stop(h: &mut String, r: &RunReport) {
     let row = &r.row;
-    let reason = row.stop_reason.as_deref().unwrap_or("not finished (running, or killed)");
+    let reason = row
+        .stop_reason
+        .as_deref()
+        .unwrap_or("not finished (running, or killed)");
     let _ = write!(
         h,
         "<footer><section class=\"stop {}\" id=\"stop\"><h2>Stopped: <span id=\"stop-reason\">{}</span></h2>",

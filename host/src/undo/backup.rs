@@ -141,9 +141,7 @@ impl Backups {
         f.write_all(bytes).map_err(self.io(&tmp))?;
         f.sync_all().map_err(self.io(&tmp))?;
         drop(f);
-        self.dir
-            .rename(&tmp, &self.dir, rel)
-            .map_err(self.io(rel))
+        self.dir.rename(&tmp, &self.dir, rel).map_err(self.io(rel))
     }
 
     /// Whether the pre-image `hash` is stored.

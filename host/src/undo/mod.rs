@@ -116,10 +116,10 @@ pub fn on_event(event: &str) {
 /// The run `id` ends: its record is brought up to date a last time and closed.
 pub fn finish(id: i64) {
     let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if active.as_ref().is_some_and(|r| r.record.id == id) {
-        if let Some(mut r) = active.take() {
-            r.checkpoint(true);
-        }
+    if active.as_ref().is_some_and(|r| r.record.id == id)
+        && let Some(mut r) = active.take()
+    {
+        r.checkpoint(true);
     }
 }
 
@@ -141,7 +141,13 @@ impl Recorder {
         for (rel, stat) in files {
             let hash = backup_one(&backups, root, &rel, stat, old.get(&rel));
             if let Some(h) = &hash {
-                index.insert(rel.clone(), Cached { stat, hash: h.clone() });
+                index.insert(
+                    rel.clone(),
+                    Cached {
+                        stat,
+                        hash: h.clone(),
+                    },
+                );
             } else {
                 record.not_covered.push(rel.clone());
             }
@@ -204,10 +210,12 @@ impl Recorder {
         self.record.finished = finished;
         self.record.updated_ms = crate::clock::now_ms();
         if let Err(e) = self.backups.save_record(&self.record) {
-            eprintln!("warning: cannot update the undo record of run {}: {e}", self.record.id);
+            eprintln!(
+                "warning: cannot update the undo record of run {}: {e}",
+                self.record.id
+            );
         }
     }
-
 }
 
 /// The hash of a file whose stat differs from the snapshot (cached by stat key in `seen`).
@@ -283,8 +291,8 @@ pub fn unaccounted(root: &Path, id: i64) -> Result<Vec<String>, UndoError> {
         if rec.not_covered.contains(rel) {
             continue;
         }
-        let unchanged = !changed.contains(rel.as_str())
-            && start.get(rel).is_some_and(|c| c.stat == *stat);
+        let unchanged =
+            !changed.contains(rel.as_str()) && start.get(rel).is_some_and(|c| c.stat == *stat);
         if unchanged {
             continue;
         }

@@ -150,7 +150,8 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
                 let h = scan::hash(&bytes);
                 it.now = String::from_utf8(bytes).ok();
                 if it.now.is_none() {
-                    it.why = Some("it is not UTF-8 text now (kiln's writer writes text only)".into());
+                    it.why =
+                        Some("it is not UTF-8 text now (kiln's writer writes text only)".into());
                 }
                 Some(h)
             }
