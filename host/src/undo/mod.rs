@@ -156,6 +156,7 @@ impl Recorder {
         if truncated {
             record.not_covered.push("...".into());
         }
+        backups.sync()?;
         backups.save_index(&index)?;
         backups.save_start(id, &index)?;
         backups.save_record(&record)?;
