@@ -206,6 +206,36 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
         "only the three answers never given were asked for"
     );
     assert_eq!(ws.read("README.md"), "# hello\n");
+
+    // The resumed loop's report shows each phase, the replayed ones included.
+    let new_id = Store::open(&ws.root())
+        .unwrap()
+        .loops(20)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.kind == "loop" && r.id != id)
+        .unwrap()
+        .id;
+    let out = ws.path().parent().unwrap().join("loop-report.html");
+    ws.kiln(
+        &[
+            "report",
+            &new_id.to_string(),
+            "--html",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .expect_code(0);
+    let dom = crate::report::browser_dom(&out, None);
+    assert_eq!(dom.matches("loop-execute · run").count(), 2, "{dom}");
+    // Round 2 completed early: no second review.
+    assert_eq!(dom.matches("loop-review · run").count(), 1, "{dom}");
+    assert!(
+        dom.contains("submit_review") && dom.contains("write_file"),
+        "{dom}"
+    );
+    assert!(dom.contains("id=\"stop-reason\">complete<"), "{dom}");
 }
 
 #[test]

@@ -36,6 +36,7 @@ table.tools code{font:12px ui-monospace,monospace;word-break:break-all}
 footer{padding-bottom:32px}
 .stop{background:#fff;border:2px solid #6b7a99;border-radius:8px;padding:12px 16px}
 .stop.success{border-color:#1a7f37}.stop.failed,.stop.blocked{border-color:#cf222e}
+.phase{margin:16px 0}.phase>h2{margin-left:8px}
 .undone{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:6px 10px;margin-bottom:16px}
 ";
 
@@ -85,18 +86,39 @@ pub fn render(r: &RunReport) -> String {
         chart(&mut h, r);
         h.push_str("</section>");
     }
-    let _ = write!(
-        h,
-        "<ol class=\"timeline\" id=\"timeline\" data-steps=\"{}\">",
-        r.steps.len()
-    );
-    for s in &r.steps {
-        step(&mut h, r.step_word, s);
+    timeline(&mut h, r, "timeline");
+    for p in &r.phases {
+        let _ = write!(
+            h,
+            "<section class=\"phase\" id=\"run-{}\"><h2>{} · run {} · {}</h2>",
+            p.row.id,
+            escape(&p.row.kind),
+            p.row.id,
+            escape(p.row.stop_reason.as_deref().unwrap_or("not finished"))
+        );
+        if !p.steps.is_empty() {
+            chart(&mut h, p);
+        }
+        timeline(&mut h, p, &format!("timeline-{}", p.row.id));
+        h.push_str("</section>");
     }
-    h.push_str("</ol></main>\n");
+    h.push_str("</main>\n");
     stop(&mut h, r);
     h.push_str("</body></html>\n");
     h
+}
+
+/// The steps of one run as an ordered list.
+fn timeline(h: &mut String, r: &RunReport, id: &str) {
+    let _ = write!(
+        h,
+        "<ol class=\"timeline\" id=\"{id}\" data-steps=\"{}\">",
+        r.steps.len()
+    );
+    for s in &r.steps {
+        step(h, r.step_word, s);
+    }
+    h.push_str("</ol>");
 }
 
 fn meta(h: &mut String, r: &RunReport) {
@@ -113,10 +135,10 @@ fn meta(h: &mut String, r: &RunReport) {
     );
     item("model", escape(&row.model), "model");
     item(
-        if r.step_word == "iteration" {
-            "iterations"
-        } else {
-            "turns"
+        match (r.step_word, row.kind.as_str()) {
+            (_, "loop") => "rounds",
+            ("iteration", _) => "iterations",
+            _ => "turns",
         },
         row.iters.to_string(),
         "step-count",

@@ -55,6 +55,23 @@ pub struct RunReport {
     pub cost: Option<f64>,
     /// When it was undone (`kiln undo`), if it was.
     pub undone_ms: Option<i64>,
+    /// For an execute/review loop: its phases (each a run of its own), in order.
+    pub phases: Vec<RunReport>,
+}
+
+/// The phases of loop run `row` (`loop-execute`, `loop-review`): the runs begun while it
+/// ran (one loop at a time runs on a workspace), in order.
+pub fn phases_of(store: &Store, row: &LoopRow) -> Result<Vec<i64>, StoreError> {
+    let end = row.ended_at.unwrap_or(i64::MAX);
+    let mut ids: Vec<i64> = store
+        .loops(10_000)?
+        .into_iter()
+        .filter(|r| r.kind.starts_with("loop-") && r.id > row.id)
+        .filter(|r| r.started_at >= row.started_at && r.started_at <= end)
+        .map(|r| r.id)
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// Gather run `id` from `store`, pricing tokens with `pricing` (the `[pricing]` table).
@@ -118,8 +135,18 @@ pub fn gather(
         "turn"
     };
     let steps: Vec<Step> = steps.into_values().collect();
+    let mut phases = Vec::new();
+    if d.row.kind == "loop" {
+        for p in phases_of(store, &d.row)? {
+            let phase = gather(store, p, pricing)?;
+            total = total.zip(phase.cost).map(|(a, b)| a + b);
+            phases.push(phase);
+        }
+    }
+    let any_calls = !d.llm_calls.is_empty() || !phases.is_empty();
     Ok(RunReport {
-        cost: total.filter(|_| !d.llm_calls.is_empty()),
+        cost: total.filter(|_| any_calls),
+        phases,
         row: d.row,
         step_word,
         steps,
