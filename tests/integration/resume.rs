@@ -232,7 +232,7 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     // Round 2 completed early: no second review.
     assert_eq!(dom.matches("loop-review · run").count(), 1, "{dom}");
     assert!(
-        dom.contains("submit_review") && dom.contains("write_file"),
+        dom.contains("run_cmd") && dom.contains("write_file"),
         "{dom}"
     );
     assert!(dom.contains("id=\"stop-reason\">complete<"), "{dom}");
