@@ -167,7 +167,10 @@ fn an_agent_run_report_shows_its_tool_calls() {
             ("write_patch", &patch),
             ("read_file", r#"{"path":"nope.txt"}"#),
         ]),
-        openai_text("all done"),
+        crate::mock_llm::call(
+            "final_answer",
+            serde_json::json!({ "summary": "all done, a.txt says uno" }),
+        ),
     ]);
     let base = format!("{}/v1", mock.url);
     let r = ws.kiln(
@@ -191,7 +194,8 @@ fn an_agent_run_report_shows_its_tool_calls() {
         &[],
     )
     .expect_code(0);
-    let dom = browser_dom(&out, None);
+    let shot = std::env::var_os("KILN_REPORT_SCREENSHOT_AGENT").map(PathBuf::from);
+    let dom = browser_dom(&out, shot.as_deref());
     assert_eq!(text_of(&dom, "stop-reason"), "complete");
     assert!(
         dom.contains("write_patch") && dom.contains("read_file"),
@@ -202,5 +206,8 @@ fn an_agent_run_report_shows_its_tool_calls() {
         "{dom}"
     );
     assert!(dom.contains("<span class=\"add\">+uno</span>"), "{dom}");
-    assert!(dom.contains("all done"), "{dom}");
+    assert!(
+        dom.contains("final_answer: all done, a.txt says uno"),
+        "{dom}"
+    );
 }

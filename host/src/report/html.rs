@@ -28,7 +28,10 @@ pre .add{color:#7ee787}pre .del{color:#ff7b72}pre .hunk{color:#79c0ff}pre .head{
 .summary{white-space:pre-wrap;background:#f0f4ff;border-radius:6px;padding:6px 10px;margin:0}
 ul.diags{margin:0;padding-left:18px;font:12px/1.4 ui-monospace,monospace}
 .sev-error{color:#cf222e}.sev-warning{color:#9a6700}
-table.tools{border-collapse:collapse;width:100%;font-size:12px}
+table.tools{border-collapse:collapse;width:100%;font-size:12px;table-layout:fixed}
+table.tools th:nth-child(1){width:18px}table.tools th:nth-child(2){width:110px}
+table.tools th:nth-child(3){width:34%}table.tools th:nth-child(5){width:48px}
+table.tools pre{white-space:pre-wrap;word-break:break-all}
 table.tools td,table.tools th{border-top:1px solid #e5e8ee;padding:4px 6px;text-align:left;vertical-align:top}
 table.tools code{font:12px ui-monospace,monospace;word-break:break-all}
 .okmark{color:#1a7f37;font-weight:700}.errmark{color:#cf222e;font-weight:700}

@@ -99,6 +99,8 @@ pub fn gather(
             s.errors.push(e.clone());
         } else if s.summary.is_none() && !c.response.trim().is_empty() {
             s.summary = Some(first_lines(&c.response, 6));
+        } else if s.summary.is_none() {
+            s.summary = final_call(&c.tool_calls);
         }
     }
     for it in &d.iterations {
@@ -159,6 +161,25 @@ fn step(steps: &mut BTreeMap<i64, Step>, n: i64) -> &mut Step {
     steps.entry(n).or_insert_with(|| Step {
         n,
         ..Step::default()
+    })
+}
+
+/// What a `final_answer` or `submit_review` call among an answer's tool calls says.
+fn final_call(calls: &serde_json::Value) -> Option<String> {
+    calls.as_array()?.iter().find_map(|c| {
+        let name = c["name"].as_str()?;
+        if name != "final_answer" && name != "submit_review" {
+            return None;
+        }
+        let args: serde_json::Value = match &c["arguments"] {
+            serde_json::Value::String(s) => serde_json::from_str(s).ok()?,
+            v => v.clone(),
+        };
+        let text = args["summary"].as_str().map(str::to_string);
+        Some(format!(
+            "{name}: {}",
+            text.unwrap_or_else(|| args.to_string())
+        ))
     })
 }
 
