@@ -151,6 +151,25 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
         dom.find("id=\"step-2\"").unwrap(),
     );
     assert!(a < b && b < c && c < dom.find("id=\"stop\"").unwrap());
+
+    // Undone, the fix run leaves the file as it was, and its next report says so.
+    ws.kiln(&["undo"], &[]).expect_code(0);
+    assert_eq!(ws.read("x.txt"), "line one\nbroken\n");
+    ws.kiln(
+        &[
+            "report",
+            &row.id.to_string(),
+            "--html",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .expect_code(0);
+    assert!(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .contains("id=\"undone\"")
+    );
 }
 
 #[test]
