@@ -356,6 +356,10 @@ const ALLOWED: &[(&str, &str)] = &[
         "`kiln plugin new`: a new project directory the user names",
     ),
     (
+        "undo/backup.rs",
+        "undo's pre-images and run records in kiln's state directory, outside the workspace",
+    ),
+    (
         "plugin/reap.rs",
         "the id maps of a call's user namespace in /proc/self, in the child before exec",
     ),

@@ -84,6 +84,11 @@ pub(crate) struct AgentArgs {
     /// Events as JSON lines on stdout (the last is `agent.result`, with `cost_usd`).
     #[arg(long)]
     pub(super) json: bool,
+    /// Continue run ID (cancelled or crashed) from its stored conversation: the answers and
+    /// tool results it already had are replayed, not asked for or run again; it keeps the
+    /// options it was started with.
+    #[arg(long, value_name = "ID")]
+    pub(super) resume: Option<i64>,
     #[command(flatten)]
     pub(super) llm: LlmArgs,
     #[command(flatten)]

@@ -128,6 +128,17 @@ fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
     if let Some(s) = &r.summary {
         say!("summary: {s}");
     }
+    for (_, _, e) in store.events(r.id, Some("run.undone"))? {
+        say!(
+            "undone: {} by `kiln undo`{}",
+            crate::store::utc_text(e["at"].as_i64().unwrap_or(0)),
+            if e["forced"].as_bool() == Some(true) {
+                " --force"
+            } else {
+                ""
+            }
+        );
+    }
     if matches!(
         r.kind.as_str(),
         "agent" | "mcp" | "loop-execute" | "loop-review"

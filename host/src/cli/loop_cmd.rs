@@ -43,6 +43,11 @@ pub(crate) struct LoopArgs {
     /// Events as JSON lines on stdout (the last is `loop.run.result`).
     #[arg(long)]
     pub(super) json: bool,
+    /// Continue loop run ID (cancelled or crashed) from its stored conversations: the
+    /// answers and tool results it already had are replayed, not asked for or run again; it
+    /// keeps the options it was started with (`kiln loop --resume ID`, no `--task`).
+    #[arg(long, value_name = "ID")]
+    pub(super) resume: Option<i64>,
     #[command(flatten)]
     pub(super) llm: LlmArgs,
     #[command(flatten)]

@@ -15,10 +15,13 @@ mod loop_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
 pub mod render;
+mod report_cmd;
+mod resume_cmd;
 mod scaffold;
 mod settings;
 mod tool_cmd;
 mod trust_cmd;
+mod undo_cmd;
 
 use crate::config::Config;
 use crate::plugin::{Registry, Runtime, Source};
@@ -98,6 +101,10 @@ enum Command {
     Tool(tool_cmd::ToolCommand),
     /// Trust the workspace's kiln.toml as it is now, so its grants, hooks and exec rules apply.
     Trust(trust_cmd::TrustArgs),
+    /// Write one run as a self-contained HTML page (`--html FILE`).
+    Report(report_cmd::ReportArgs),
+    /// Put back every file a fix, agent or loop run changed (the latest run by default).
+    Undo(undo_cmd::UndoArgs),
 }
 
 /// Outcome of a command, mapped to the exit status.
@@ -208,7 +215,14 @@ pub fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = match Cli::try_parse() {
+    let argv = match resume_cmd::rewrite(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -250,6 +264,12 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     {
         eprintln!("warning: {warning}");
     }
+    if matches!(
+        cli.command,
+        Command::Agent(_) | Command::Fix(_) | Command::Loop(_)
+    ) {
+        crate::undo::enable();
+    }
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);
     }
@@ -265,6 +285,8 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Trust(args) => trust_cmd::run(&ctx, args),
+        Command::Undo(args) => undo_cmd::run(&ctx, args).await,
+        Command::Report(args) => report_cmd::run(&ctx, args).await,
     }
 }
 
@@ -276,10 +298,15 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Fix(_)
         | Command::Loop(_)
         | Command::Check(_)
-        | Command::Mcp(_) => true,
+        | Command::Mcp(_)
+        | Command::Undo(_) => true,
         Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
         Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),
-        Command::History(_) | Command::Llm(_) | Command::Plugin(_) | Command::Trust(_) => false,
+        Command::History(_)
+        | Command::Llm(_)
+        | Command::Plugin(_)
+        | Command::Trust(_)
+        | Command::Report(_) => false,
     }
 }
 

@@ -524,6 +524,56 @@ pub fn open_log(
     Ok((abs, f))
 }
 
+/// Write a file the user names on the command line (a report) whole, replacing it: inside
+/// the workspace through the [`Writer`] and its journal (never a protected path, never through
+/// a link); outside, a temporary file beside it renamed into place, no link followed at its
+/// end. Returns the absolute path written.
+pub fn write_output(
+    workspace: &Path,
+    path: &Path,
+    text: &str,
+    protected: &Protected,
+) -> Result<PathBuf, EditError> {
+    use std::io::Write;
+    let io = |p: &Path, e: std::io::Error| EditError::Io {
+        path: p.display().to_string(),
+        message: super::describe_io(&e),
+    };
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map_err(|e| io(path, e))?.join(path)
+    };
+    let abs = lexical(&abs);
+    let root = workspace.canonicalize().map_err(|e| io(workspace, e))?;
+    let parent = abs.parent().unwrap_or(Path::new("/"));
+    let name = abs
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let resolved = parent.canonicalize().map_err(|e| io(parent, e))?;
+    if let Ok(rel) = resolved.join(&name).strip_prefix(&root) {
+        let rel = rel.to_string_lossy().into_owned();
+        let ws = Workspace::open(workspace)?;
+        let before = ws.read(&rel).ok().flatten();
+        Writer::new(&ws, protected, &[]).commit(&[journal::Change::Write {
+            path: &rel,
+            text,
+            before: before.as_deref(),
+        }])?;
+        return Ok(abs);
+    }
+    let dir = Beneath::open(&resolved).map_err(|e| io(parent, e))?;
+    let tmp = format!(".{name}{}{}", journal::TEMP_MARK, std::process::id());
+    let _ = dir.remove_file(&tmp);
+    let mut f = dir.create_new(&tmp).map_err(|e| io(&abs, e))?;
+    f.write_all(text.as_bytes()).map_err(|e| io(&abs, e))?;
+    f.sync_all().map_err(|e| io(&abs, e))?;
+    drop(f);
+    dir.rename(&tmp, &name).map_err(|e| io(&abs, e))?;
+    Ok(abs)
+}
+
 /// `path` with `.` and `..` resolved lexically (no link is followed).
 fn lexical(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();

@@ -462,7 +462,9 @@ impl Agent<'_, '_> {
                 settings: &self.settings,
                 ws: &self.ws,
             };
-            let Some(results) = self.toolbox.act(run, &t, &calls, &mut self.changes).await? else {
+            let Some(results) =
+                super::resume::act(&self.toolbox, run, &t, &calls, &mut self.changes).await?
+            else {
                 return Ok(StopReason::Cancelled);
             };
             self.observe(run, &calls, results);

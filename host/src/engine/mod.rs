@@ -11,6 +11,7 @@ pub mod fix;
 pub(crate) mod history;
 pub mod model;
 pub mod outcome;
+pub mod resume;
 pub mod review;
 pub mod run;
 pub mod tool_names;

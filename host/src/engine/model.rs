@@ -240,6 +240,11 @@ impl ModelSource {
         req: &ChatRequest,
         sink: &mut (dyn FnMut(crate::llm::Delta) + Send),
     ) -> Result<ChatResponse, LlmError> {
+        // A resumed run: the answers the model already gave, before any new request.
+        if let Some(resp) = super::resume::next_answer() {
+            self.spent += resp.usage;
+            return Ok(resp);
+        }
         let r = match &mut self.source {
             Source::Live(c) => c.complete(req, sink).await,
             Source::Replay(r) => r.responses.pop_front().ok_or_else(|| {

@@ -66,6 +66,8 @@ impl<'a> Run<'a> {
             on_event,
         } = deps;
         let id = store.begin_loop(new)?;
+        crate::undo::begin(workspace, id);
+        super::resume::on_begin(store, id);
         Ok(Run {
             id,
             workspace,
@@ -89,6 +91,7 @@ impl<'a> Run<'a> {
         self.seq += 1;
         let v = e.to_json(self.seq, crate::clock::now_ms());
         let _ = self.store.record_event(self.id, self.seq, e.name(), &v);
+        crate::undo::on_event(e.name());
         (self.on_event)(&e);
     }
 
@@ -194,6 +197,7 @@ impl<'a> Run<'a> {
         summary: &str,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
+        crate::undo::finish(self.id);
         self.store
             .finish_loop(self.id, reason.status(), reason, summary, error)
     }

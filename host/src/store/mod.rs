@@ -230,6 +230,24 @@ impl Store {
             .record_event(loop_id, seq as i64, kind, &payload.to_string(), now_ms())
     }
 
+    /// A loop's stored events in order, each `(seq, type, payload)`; only those of type
+    /// `kind` when given.
+    pub fn events(
+        &self,
+        loop_id: i64,
+        kind: Option<&str>,
+    ) -> Result<Vec<(i64, String, serde_json::Value)>, StoreError> {
+        Ok(self
+            .backend
+            .events(loop_id, kind)?
+            .into_iter()
+            .map(|(seq, ty, payload)| {
+                let v = serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null);
+                (seq, ty, v)
+            })
+            .collect())
+    }
+
     /// Close a loop with its status and stop reason.
     pub fn finish_loop(
         &mut self,

@@ -537,6 +537,18 @@ impl Backend for Postgres {
         })
     }
 
+    fn events(&self, id: i64, kind: Option<&str>) -> Result<Vec<(i64, String, String)>, StoreError> {
+        self.with(|c| {
+            c.query(
+                "SELECT seq, type, payload FROM events WHERE loop_id = $1 AND ($2::TEXT IS NULL OR type = $2) ORDER BY seq, id",
+                &[&id, &kind],
+            )?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect()
+        })
+    }
+
     fn schema_version(&self) -> Result<i64, StoreError> {
         self.with(|c| {
             c.query_one("SELECT version FROM kiln_schema", &[])?

@@ -405,6 +405,19 @@ impl Backend for Sqlite {
             .map_err(|e| self.err(e))
     }
 
+    fn events(&self, id: i64, kind: Option<&str>) -> Result<Vec<(i64, String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT seq, type, payload FROM events WHERE loop_id = ?1 AND (?2 IS NULL OR type = ?2) ORDER BY seq, id",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![id, kind], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     fn schema_version(&self) -> Result<i64, StoreError> {
         self.conn
             .pragma_query_value(None, "user_version", |r| r.get(0))

@@ -1,0 +1,137 @@
+//! `kiln undo [ID] [--dry-run] [--force] [--json]`: put back every file a fix, agent or loop
+//! run changed (the latest run by default), from the pre-images kiln keeps in its state
+//! directory ([`crate::undo`]), and record in the store that the run was undone.
+
+use super::{Ctx, Outcome, print_json};
+use crate::undo::restore::{self, Action};
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub(crate) struct UndoArgs {
+    /// The run to undo (its id in `kiln history`); the latest run by default.
+    id: Option<i64>,
+    /// Show the diff of what undo would write, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also put back files changed since the run by someone else (their changes are lost).
+    #[arg(long)]
+    force: bool,
+    /// JSON output: one object with every file and what undo did (or would do) with it.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
+    let root = &ctx.workspace;
+    let id = match args.id {
+        Some(id) => id,
+        None => restore::latest(root)?,
+    };
+    let plan = restore::plan(root, id)?;
+    let conflicts: Vec<String> = plan.conflicts().iter().map(|i| i.path.clone()).collect();
+    if args.dry_run {
+        let diff = plan.diff(args.force);
+        if args.json {
+            let mut v = serde_json::to_value(&plan)?;
+            v["diff"] = diff.into();
+            v["dry_run"] = true.into();
+            print_json(&v);
+        } else {
+            show_diff(&diff);
+            describe(&plan, false);
+        }
+        return Ok(Outcome::Success);
+    }
+    if !conflicts.is_empty() && !args.force {
+        if args.json {
+            let mut v = serde_json::to_value(&plan)?;
+            v["refused"] = conflicts.clone().into();
+            print_json(&v);
+        }
+        eprintln!(
+            "error: run {id} not undone: {} changed since the run (by someone else, or by a program after kiln last looked); nothing was written. Look with `kiln undo {id} --dry-run --force`, or put them back anyway with --force:",
+            crate::terminal::count(conflicts.len(), "file", "files")
+        );
+        for c in &conflicts {
+            eprintln!("  {}", crate::terminal::printable(c));
+        }
+        return Ok(Outcome::Failure);
+    }
+    let written = restore::apply(root, &plan, &ctx.config.protected(), args.force)?;
+    record(ctx, id, &written, args.force);
+    if args.json {
+        let mut v = serde_json::to_value(&plan)?;
+        v["undone"] = written.clone().into();
+        print_json(&v);
+    } else {
+        describe(&plan, true);
+        eprintln!(
+            "run {id} undone: {} put back",
+            crate::terminal::count(written.len(), "file", "files")
+        );
+    }
+    Ok(Outcome::Success)
+}
+
+/// A `run.undone` event on the run, so `kiln history show` says it was undone. A store that
+/// cannot take it only loses the row (the undo itself is recorded in the state directory).
+fn record(ctx: &Ctx, id: i64, files: &[String], forced: bool) {
+    let Ok(mut store) = crate::store::Store::open(&ctx.workspace) else {
+        return;
+    };
+    let seq = store.event_count(id).unwrap_or(0) + 1;
+    let payload = serde_json::json!({
+        "type": "run.undone",
+        "files": files,
+        "forced": forced,
+        "at": crate::clock::now_ms(),
+    });
+    if let Err(e) = store.record_event(id, seq as u64, "run.undone", &payload) {
+        eprintln!("warning: the undo of run {id} is not recorded in the store: {e}");
+    }
+}
+
+fn show_diff(diff: &str) {
+    use std::io::IsTerminal;
+    let text = crate::terminal::printable(diff);
+    let color = std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    if color {
+        println!("{}", crate::terminal::color_diff(&text));
+    } else {
+        print!("{text}");
+    }
+}
+
+/// One line per file on stderr: what undo did (or would do).
+fn describe(plan: &restore::Plan, done: bool) {
+    if !plan.finished {
+        eprintln!(
+            "note: run {} did not finish (killed, or still running): undo covers the changes recorded up to its last step",
+            plan.id
+        );
+    }
+    for i in &plan.files {
+        let what = match (i.action, done) {
+            (Action::Restore, true) => "restored",
+            (Action::Restore, false) => "would restore",
+            (Action::Delete, true) => "deleted (the run created it)",
+            (Action::Delete, false) => "would delete (the run created it)",
+            (Action::AsBefore, _) => "already as before the run",
+            (Action::ChangedSince, _) => "changed since the run",
+            (Action::Cannot, _) => "cannot be put back",
+        };
+        let why = i
+            .why
+            .as_deref()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default();
+        eprintln!("  {}: {what}{why}", crate::terminal::printable(&i.path));
+    }
+    if !plan.not_covered.is_empty() {
+        eprintln!(
+            "note: {} not backed up (over 16 MiB, or past the file limit); changes to them are not undone",
+            crate::terminal::count(plan.not_covered.len(), "file was", "files were")
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! Resuming a cancelled or crashed agent or loop run (`kiln agent --resume ID`, `kiln loop
+//! --resume ID`). The resumed run drives the same policy again from its start, with the same
+//! options (the command line the first part was started with, recorded as its
+//! `run.invocation` event), but every answer the model already gave is served from the store
+//! instead of asked again ([`next_answer`], through [`super::model::ModelSource`]), and every
+//! tool call that already ran returns its stored result instead of running again ([`act`]).
+//! So the conversation is the one the first part had; the turn, write and command caps count
+//! the replayed calls; the replayed answers' tokens count in the run's totals and against its
+//! budget. Once the stored answers run out the run goes on live, from where the first part
+//! stopped (a tool call the first part started but never finished runs then).
+//!
+//! The state is process-wide: a command resumes one run (an agent, or a loop with its
+//! phases, whose answers and results are served in the order they were recorded).
+
+use super::events::Event;
+use super::run::Run;
+use super::outcome::ToolOutcome;
+use super::tools::{CallResult, Changes, Toolbox, Turn};
+use crate::llm::{ChatResponse, ToolCall};
+use crate::store::{Store, StoreError};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// A stored tool call's result.
+#[derive(Debug, Clone)]
+struct Stored {
+    name: String,
+    arguments: String,
+    result: String,
+    is_error: bool,
+    ms: u64,
+}
+
+#[derive(Default)]
+struct Replaying {
+    answers: VecDeque<ChatResponse>,
+    results: VecDeque<Stored>,
+}
+
+static REPLAYING: Mutex<Option<Replaying>> = Mutex::new(None);
+static INVOCATION: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
+/// What a resume serves from the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    /// Model answers.
+    pub answers: usize,
+    /// Tool results.
+    pub results: usize,
+}
+
+/// The command line (without secrets: kiln takes keys from the environment) that starts
+/// this process's runs, recorded with each run so it can be resumed.
+pub fn set_invocation(argv: Vec<String>) {
+    *INVOCATION.lock().unwrap_or_else(|e| e.into_inner()) = Some(argv);
+}
+
+/// Record the invocation on run `id` (the run's event 0), when one was set.
+pub fn on_begin(store: &mut Store, id: i64) {
+    let argv = INVOCATION.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(argv) = argv {
+        let v = serde_json::json!({ "type": "run.invocation", "argv": argv });
+        let _ = store.record_event(id, 0, "run.invocation", &v);
+    }
+}
+
+/// The command line run `id` was started with.
+pub fn invocation(store: &Store, id: i64) -> Result<Option<Vec<String>>, StoreError> {
+    Ok(store
+        .events(id, Some("run.invocation"))?
+        .into_iter()
+        .next()
+        .and_then(|(_, _, v)| serde_json::from_value(v["argv"].clone()).ok()))
+}
+
+/// Serve the answers and tool results of `runs` (in the order they were recorded) before
+/// asking the model. Failed requests are skipped: they gave no answer.
+pub fn start(store: &Store, runs: &[i64]) -> Result<Served, StoreError> {
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    for &id in runs {
+        calls.extend(store.loop_detail(id)?.llm_calls);
+        results.extend(store.tool_calls(id)?);
+    }
+    let answers: VecDeque<ChatResponse> = calls
+        .into_iter()
+        .filter(|c| c.error.is_none())
+        .map(|c| ChatResponse {
+            text: c.response,
+            tool_calls: serde_json::from_value(c.tool_calls).unwrap_or_default(),
+            usage: c.tokens,
+            ..Default::default()
+        })
+        .collect();
+    let results: VecDeque<Stored> = results
+        .into_iter()
+        .map(|t| Stored {
+            name: t.name,
+            arguments: t.arguments,
+            result: t.result,
+            is_error: t.is_error,
+            ms: t.duration_ms.max(0) as u64,
+        })
+        .collect();
+    let served = Served {
+        answers: answers.len(),
+        results: results.len(),
+    };
+    *REPLAYING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Replaying { answers, results });
+    Ok(served)
+}
+
+/// The next stored answer, while there is one. When they run out the stored tool results
+/// left are dropped too: from then on every call runs.
+pub fn next_answer() -> Option<ChatResponse> {
+    let mut g = REPLAYING.lock().unwrap_or_else(|e| e.into_inner());
+    let r = g.as_mut()?;
+    match r.answers.pop_front() {
+        Some(a) => Some(a),
+        None => {
+            *g = None;
+            None
+        }
+    }
+}
+
+/// The stored result of each call (by name and arguments, first match), when replaying.
+fn take_results(calls: &[ToolCall]) -> Vec<Option<Stored>> {
+    let mut g = REPLAYING.lock().unwrap_or_else(|e| e.into_inner());
+    calls
+        .iter()
+        .map(|c| {
+            let r = g.as_mut()?;
+            let at = r
+                .results
+                .iter()
+                .position(|s| s.name == c.name && s.arguments == c.arguments)?;
+            r.results.remove(at)
+        })
+        .collect()
+}
+
+/// Run a turn's calls ([`Toolbox::act`]), except those whose result is stored: those are
+/// recorded and shown again (`tool.end`) without running.
+pub(crate) async fn act(
+    toolbox: &Toolbox<'_>,
+    run: &mut Run<'_>,
+    t: &Turn<'_>,
+    calls: &[ToolCall],
+    changed: &mut Changes,
+) -> Result<Option<Vec<CallResult>>, StoreError> {
+    let turn = t.turn;
+    let stored = take_results(calls);
+    if stored.iter().all(Option::is_none) {
+        return toolbox.act(run, t, calls, changed).await;
+    }
+    let missing: Vec<ToolCall> = calls
+        .iter()
+        .zip(&stored)
+        .filter(|(_, s)| s.is_none())
+        .map(|(c, _)| c.clone())
+        .collect();
+    let mut live = if missing.is_empty() {
+        Vec::new().into_iter()
+    } else {
+        match toolbox.act(run, t, &missing, changed).await? {
+            Some(v) => v.into_iter(),
+            None => return Ok(None),
+        }
+    };
+    let mut out = Vec::with_capacity(calls.len());
+    for (c, st) in calls.iter().zip(stored) {
+        let Some(st) = st else {
+            out.extend(live.next());
+            continue;
+        };
+        run.store.record_tool_call(
+            run.id,
+            turn as i64,
+            &c.id,
+            &c.name,
+            &c.arguments,
+            &st.result,
+            st.is_error,
+            st.ms as i64,
+        )?;
+        run.emit(Event::ToolEnd {
+            turn,
+            id: c.id.clone(),
+            name: c.name.clone(),
+            ok: !st.is_error,
+            duration_ms: st.ms,
+            preview: format!(
+                "(replayed) {}",
+                st.result
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ),
+        });
+        if !st.is_error && toolbox.kind(&c.name) == Some(super::tools::Kind::Write) {
+            changed.writes += 1;
+        }
+        out.push(CallResult {
+            outcome: if st.is_error {
+                ToolOutcome::Failed(st.result)
+            } else {
+                ToolOutcome::Ok(st.result)
+            },
+            ms: st.ms,
+        });
+    }
+    Ok(Some(out))
+}

@@ -1,0 +1,252 @@
+//! Undo's files in kiln's state directory, outside the workspace (`undo/` beside the edit
+//! journal, see [`crate::state_dir`]): the pre-images, content-addressed (`objects/<sha256>`,
+//! shared by every run, so a file unchanged between runs is stored once), the stat cache
+//! (`index.json`: path → stat key and hash, so a file whose stat did not change is not read
+//! again) and one record per run (`runs/<id>.json`). Every file is written whole (temporary
+//! file, fsync, rename), mode 0600 below 0700 directories; nothing here touches a workspace.
+
+use super::UndoError;
+use super::scan::StatKey;
+use cap_std::fs::{Dir, OpenOptions};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// The record format version.
+const VERSION: u32 = 1;
+
+/// What `after` holds when the path became something other than a regular file.
+pub const NOT_REGULAR: &str = "not-a-regular-file";
+
+/// One path a run changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Workspace-relative path.
+    pub path: String,
+    /// SHA-256 of its content before the run (`None`: it did not exist; the run created it).
+    pub before: Option<String>,
+    /// SHA-256 of its content when the run last looked (`None`: the run deleted it;
+    /// [`NOT_REGULAR`]: it is no longer a regular file).
+    pub after: Option<String>,
+}
+
+/// What undo keeps about one run: `runs/<id>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Format version.
+    pub kiln_undo: u32,
+    /// The run's id in the store.
+    pub id: i64,
+    /// When the run began (ms since the epoch).
+    pub started_ms: i64,
+    /// When this record was last brought up to date.
+    pub updated_ms: i64,
+    /// The run finished (false: it is running, or it was killed).
+    pub finished: bool,
+    /// The process that ran it.
+    #[serde(default)]
+    pub pid: u32,
+    /// Files that were not backed up (larger than the limit) or `...` when the walk stopped
+    /// at its file limit: a change to them cannot be undone.
+    pub not_covered: Vec<String>,
+    /// Every path whose content differs from before the run, as of `updated_ms`.
+    pub changes: Vec<Change>,
+    /// When the run was undone, if it was.
+    pub undone_ms: Option<i64>,
+}
+
+impl RunRecord {
+    /// A new record for run `id`.
+    pub fn new(id: i64) -> RunRecord {
+        let now = crate::clock::now_ms();
+        RunRecord {
+            kiln_undo: VERSION,
+            id,
+            started_ms: now,
+            updated_ms: now,
+            finished: false,
+            pid: std::process::id(),
+            not_covered: Vec::new(),
+            changes: Vec::new(),
+            undone_ms: None,
+        }
+    }
+}
+
+/// One cached stat key and hash.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cached {
+    /// The stat key when the file was hashed.
+    pub stat: StatKey,
+    /// Its hash then.
+    pub hash: String,
+}
+
+/// `undo/` of one workspace's state directory, open.
+pub struct Backups {
+    dir: Dir,
+    path: PathBuf,
+}
+
+impl Backups {
+    /// The undo directory of the workspace at `root`; `Ok(None)` when it does not exist and
+    /// `create` is false.
+    pub fn open(root: &std::path::Path, create: bool) -> Result<Option<Backups>, UndoError> {
+        let state = match crate::state_dir::WorkspaceState::open(root, create) {
+            Ok(Some(s)) => s,
+            Ok(None) | Err(crate::state_dir::StateDirError::NoHome) if !create => return Ok(None),
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(UndoError::State(e)),
+        };
+        let path = state.path().join("undo");
+        let Some(dir) = state.subdir("undo", create)? else {
+            return Ok(None);
+        };
+        let b = Backups { dir, path };
+        if create {
+            for sub in ["objects", "runs"] {
+                b.mkdir(sub)?;
+            }
+        }
+        Ok(Some(b))
+    }
+
+    fn io(&self, rel: &str) -> impl Fn(std::io::Error) -> UndoError + '_ {
+        let path = self.path.join(rel);
+        move |source| UndoError::Io {
+            path: path.clone(),
+            source,
+        }
+    }
+
+    fn mkdir(&self, rel: &str) -> Result<(), UndoError> {
+        use cap_std::fs::DirBuilderExt;
+        let mut b = cap_std::fs::DirBuilder::new();
+        b.mode(0o700);
+        match self.dir.create_dir_with(rel, &b) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(self.io(rel)(e)),
+        }
+    }
+
+    /// Write `rel` whole: a temporary file, fsync'd, renamed into place.
+    fn put(&self, rel: &str, bytes: &[u8]) -> Result<(), UndoError> {
+        self.put_with(rel, bytes, true)
+    }
+
+    /// [`Backups::put`], the fsync left to a later [`Backups::sync`] when `!sync`.
+    fn put_with(&self, rel: &str, bytes: &[u8], sync: bool) -> Result<(), UndoError> {
+        use cap_std::fs::OpenOptionsExt;
+        let tmp = format!("{rel}.tmp-{}", std::process::id());
+        let mut opts = OpenOptions::new();
+        opts.write(true).create(true).truncate(true).mode(0o600);
+        let mut f = self.dir.open_with(&tmp, &opts).map_err(self.io(&tmp))?;
+        f.write_all(bytes).map_err(self.io(&tmp))?;
+        if sync {
+            f.sync_all().map_err(self.io(&tmp))?;
+        }
+        drop(f);
+        self.dir.rename(&tmp, &self.dir, rel).map_err(self.io(rel))
+    }
+
+    /// Whether the pre-image `hash` is stored.
+    pub fn has_object(&self, hash: &str) -> bool {
+        self.dir.is_file(format!("objects/{hash}"))
+    }
+
+    /// Store the pre-image `bytes` under its `hash`, not yet fsync'd: one [`Backups::sync`]
+    /// after a snapshot makes them all durable at once (one fsync per file made the first
+    /// snapshot of a 20,000-file workspace several times slower).
+    pub fn put_object(&self, hash: &str, bytes: &[u8]) -> Result<(), UndoError> {
+        self.put_with(&format!("objects/{hash}"), bytes, false)
+    }
+
+    /// Make everything written so far durable: `syncfs` of the file system holding the
+    /// undo directory.
+    pub fn sync(&self) -> Result<(), UndoError> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: syncfs on a valid directory descriptor we hold.
+        if unsafe { libc::syncfs(self.dir.as_raw_fd()) } != 0 {
+            return Err(self.io("objects")(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// The pre-image `hash`.
+    pub fn object(&self, hash: &str) -> Result<Vec<u8>, UndoError> {
+        let rel = format!("objects/{hash}");
+        self.dir.read(&rel).map_err(self.io(&rel))
+    }
+
+    /// Where the pre-image `hash` lies (for messages).
+    pub fn object_path(&self, hash: &str) -> PathBuf {
+        self.path.join("objects").join(hash)
+    }
+
+    /// The stat cache (empty when missing or unreadable).
+    pub fn index(&self) -> BTreeMap<String, Cached> {
+        self.dir
+            .read("index.json")
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Replace the stat cache.
+    pub fn save_index(&self, index: &BTreeMap<String, Cached>) -> Result<(), UndoError> {
+        let bytes = serde_json::to_vec(index).map_err(|e| self.io("index.json")(e.into()))?;
+        self.put("index.json", &bytes)
+    }
+
+    /// The record of run `id`, if there is one.
+    pub fn record(&self, id: i64) -> Result<Option<RunRecord>, UndoError> {
+        let rel = format!("runs/{id}.json");
+        match self.dir.read(&rel) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| self.io(&rel)(e.into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.io(&rel)(e)),
+        }
+    }
+
+    /// Write the record of a run.
+    pub fn save_record(&self, rec: &RunRecord) -> Result<(), UndoError> {
+        let rel = format!("runs/{}.json", rec.id);
+        let bytes = serde_json::to_vec_pretty(rec).map_err(|e| self.io(&rel)(e.into()))?;
+        self.put(&rel, &bytes)
+    }
+
+    /// Keep the workspace's files as run `id` found them (path → stat key and hash), to tell
+    /// later which changes the run cannot account for.
+    pub fn save_start(&self, id: i64, files: &BTreeMap<String, Cached>) -> Result<(), UndoError> {
+        let rel = format!("runs/{id}.start.json");
+        let bytes = serde_json::to_vec(files).map_err(|e| self.io(&rel)(e.into()))?;
+        self.put(&rel, &bytes)
+    }
+
+    /// The files as run `id` found them, if kept.
+    pub fn start_of(&self, id: i64) -> Option<BTreeMap<String, Cached>> {
+        let b = self.dir.read(format!("runs/{id}.start.json")).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
+    /// The ids of every recorded run, newest (highest) first.
+    pub fn runs(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self
+            .dir
+            .read_dir("runs")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.strip_suffix(".json")?.parse().ok() // `N.start.json` does not parse
+            })
+            .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        ids
+    }
+}

@@ -1,0 +1,313 @@
+//! Undo for whole runs: before a fix, agent or loop run changes anything, kiln notes every
+//! regular file of the workspace (a `stat` walk, see [`scan`]) and keeps a pre-image of each
+//! in its state directory ([`backup`]); as the run goes (after each applied edit, runner
+//! result, tool call, turn and iteration) it compares the workspace with that snapshot and
+//! brings the run's record up to date, so the record names every file the run changed,
+//! whether kiln's writer or a program the run started (a formatter, a code generator, a
+//! build script) changed it, including after the run is killed. `kiln undo` ([`restore`])
+//! puts each file back, deleting those the run created, through the one writer.
+//!
+//! What it costs: each run walks the workspace and `stat`s every file once at its start and
+//! once per checkpoint; a file is read (and hashed) only when its stat differs from the
+//! cache of the run before, and copied only when that content is not stored yet. The first
+//! run on a workspace therefore copies it once (skipping what [`scan`] skips and files over
+//! [`scan::MAX_FILE`]); later runs copy only what changed between runs.
+//!
+//! Recording is off unless the command turns it on ([`enable`]): an embedder of the library
+//! and unit tests get none of it. A nested run (an agent's `compile_loop`) belongs to the
+//! run that started it: undoing the outer run undoes both.
+
+pub mod backup;
+pub mod restore;
+pub mod scan;
+
+use backup::{Backups, Cached, Change, RunRecord};
+use scan::{Listing, Now, StatKey};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Why undo's record or an undo failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UndoError {
+    /// kiln's state directory cannot be used.
+    #[error(transparent)]
+    State(#[from] crate::state_dir::StateDirError),
+    /// A file in it could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No record for the run.
+    #[error(
+        "run {0} has no undo record in kiln's state directory (it ran before kiln kept them, ran inside another run, or was not a fix, agent or loop run)"
+    )]
+    NoRecord(i64),
+    /// No run recorded at all.
+    #[error("no run of this workspace has an undo record yet")]
+    NoRuns,
+    /// The run is still running.
+    #[error("run {0} is still running (process {1}); stop it first")]
+    Running(i64, u32),
+    /// The run was undone already.
+    #[error("run {0} was undone already")]
+    AlreadyUndone(i64),
+    /// Writing the workspace failed.
+    #[error(transparent)]
+    Edit(#[from] crate::edit::EditError),
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static ACTIVE: Mutex<Option<Recorder>> = Mutex::new(None);
+
+/// Record undo information for the runs this process starts (the CLI's fix, agent and loop).
+pub fn enable() {
+    ENABLED.store(true, Ordering::SeqCst);
+}
+
+/// The recording of one run in progress.
+struct Recorder {
+    root: PathBuf,
+    backups: Backups,
+    /// Every file at the start: stat key and hash (`None`: not backed up).
+    start: BTreeMap<String, (StatKey, Option<String>)>,
+    /// Files seen changed at the last checkpoint: stat key then and hash.
+    seen: BTreeMap<String, (StatKey, String)>,
+    record: RunRecord,
+}
+
+/// Start recording run `id` on the workspace at `root` (a no-op when recording is off or a
+/// run is already being recorded). A failure only loses undo for this run, with a warning.
+pub fn begin(root: &Path, id: i64) {
+    if !ENABLED.load(Ordering::SeqCst) {
+        return;
+    }
+    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if active.is_some() {
+        return;
+    }
+    match Recorder::start(root, id) {
+        Ok(r) => *active = Some(r),
+        Err(e) => eprintln!("warning: run {id} cannot be undone later: {e}"),
+    }
+}
+
+/// Bring the record of the run being recorded up to date, when `event` may follow a change
+/// to the workspace.
+pub fn on_event(event: &str) {
+    const AFTER_CHANGE: &[&str] = &[
+        "edit.applied",
+        "runner.finished",
+        "loop.iteration",
+        "tool.end",
+        "turn.end",
+        "round.end",
+        "phase.start",
+    ];
+    if AFTER_CHANGE.contains(&event) {
+        checkpoint(false);
+    }
+}
+
+/// The run `id` ends: its record is brought up to date a last time and closed.
+pub fn finish(id: i64) {
+    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if active.as_ref().is_some_and(|r| r.record.id == id)
+        && let Some(mut r) = active.take()
+    {
+        r.checkpoint(true);
+    }
+}
+
+fn checkpoint(finished: bool) {
+    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = active.as_mut() {
+        r.checkpoint(finished);
+    }
+}
+
+impl Recorder {
+    fn start(root: &Path, id: i64) -> Result<Recorder, UndoError> {
+        let backups = Backups::open(root, true)?.ok_or(UndoError::NoRecord(id))?;
+        let Listing { files, truncated } = scan::walk(root);
+        let old = backups.index();
+        let mut index = BTreeMap::new();
+        let mut start = BTreeMap::new();
+        let mut record = RunRecord::new(id);
+        for (rel, stat) in files {
+            let hash = backup_one(&backups, root, &rel, stat, old.get(&rel));
+            if let Some(h) = &hash {
+                index.insert(
+                    rel.clone(),
+                    Cached {
+                        stat,
+                        hash: h.clone(),
+                    },
+                );
+            } else {
+                record.not_covered.push(rel.clone());
+            }
+            start.insert(rel, (stat, hash));
+        }
+        if truncated {
+            record.not_covered.push("...".into());
+        }
+        backups.sync()?;
+        backups.save_index(&index)?;
+        backups.save_start(id, &index)?;
+        backups.save_record(&record)?;
+        Ok(Recorder {
+            root: root.to_path_buf(),
+            backups,
+            start,
+            seen: BTreeMap::new(),
+            record,
+        })
+    }
+
+    /// Compare the workspace with the snapshot and save the record.
+    fn checkpoint(&mut self, finished: bool) {
+        let now = scan::walk(&self.root);
+        let mut changes = Vec::new();
+        let Recorder {
+            root, start, seen, ..
+        } = self;
+        let mut hash_changed = |rel: &str, stat: StatKey| hash_changed(seen, root, rel, stat);
+        for (rel, (stat, before)) in start.iter() {
+            if before.is_none() {
+                // Not backed up (too large): listed in `not_covered`, never undone.
+                continue;
+            }
+            match now.files.get(rel) {
+                Some(s) if s == stat => {}
+                Some(s) => {
+                    if let Some(after) = hash_changed(rel, *s)
+                        && before.as_deref() != Some(after.as_str())
+                    {
+                        changes.push(change(rel, before.clone(), Some(after)));
+                    }
+                }
+                None => {
+                    let after = match scan::now(root, rel) {
+                        Now::Absent => None,
+                        _ => Some(backup::NOT_REGULAR.to_string()),
+                    };
+                    changes.push(change(rel, before.clone(), after));
+                }
+            }
+        }
+        for (rel, s) in &now.files {
+            if !start.contains_key(rel)
+                && let Some(after) = hash_changed(rel, *s)
+            {
+                changes.push(change(rel, None, Some(after)));
+            }
+        }
+        self.record.changes = changes;
+        self.record.finished = finished;
+        self.record.updated_ms = crate::clock::now_ms();
+        if let Err(e) = self.backups.save_record(&self.record) {
+            eprintln!(
+                "warning: cannot update the undo record of run {}: {e}",
+                self.record.id
+            );
+        }
+    }
+}
+
+/// The hash of a file whose stat differs from the snapshot (cached by stat key in `seen`).
+fn hash_changed(
+    seen: &mut BTreeMap<String, (StatKey, String)>,
+    root: &Path,
+    rel: &str,
+    stat: StatKey,
+) -> Option<String> {
+    if let Some((s, h)) = seen.get(rel)
+        && *s == stat
+    {
+        return Some(h.clone());
+    }
+    let bytes = scan::read(root, rel).ok()?;
+    let h = scan::hash(&bytes);
+    seen.insert(rel.to_string(), (stat, h.clone()));
+    Some(h)
+}
+
+fn change(path: &str, before: Option<String>, after: Option<String>) -> Change {
+    Change {
+        path: path.to_string(),
+        before,
+        after,
+    }
+}
+
+/// The hash of `rel`, its pre-image stored (`None`: too large or unreadable).
+fn backup_one(
+    backups: &Backups,
+    root: &Path,
+    rel: &str,
+    stat: StatKey,
+    cached: Option<&Cached>,
+) -> Option<String> {
+    if let Some(c) = cached
+        && c.stat == stat
+        && backups.has_object(&c.hash)
+    {
+        return Some(c.hash.clone());
+    }
+    if stat.size > scan::MAX_FILE {
+        return None;
+    }
+    let bytes = scan::read(root, rel).ok()?;
+    let h = scan::hash(&bytes);
+    if !backups.has_object(&h) {
+        backups.put_object(&h, &bytes).ok()?;
+    }
+    Some(h)
+}
+
+/// The files of the workspace at `root` that differ from what run `id` left, as far as its
+/// record says (what it found at its start, with every change it made on top): changes the
+/// run cannot account for. Files it could not back up are not compared.
+pub fn unaccounted(root: &Path, id: i64) -> Result<Vec<String>, UndoError> {
+    let b = Backups::open(root, false)?.ok_or(UndoError::NoRecord(id))?;
+    let rec = b.record(id)?.ok_or(UndoError::NoRecord(id))?;
+    let start = b.start_of(id).ok_or(UndoError::NoRecord(id))?;
+    let mut expected: BTreeMap<String, Option<String>> = start
+        .iter()
+        .map(|(p, c)| (p.clone(), Some(c.hash.clone())))
+        .collect();
+    for c in &rec.changes {
+        expected.insert(c.path.clone(), c.after.clone());
+    }
+    let changed: std::collections::BTreeSet<&str> =
+        rec.changes.iter().map(|c| c.path.as_str()).collect();
+    let now = scan::walk(root);
+    let mut out = Vec::new();
+    for (rel, stat) in &now.files {
+        if rec.not_covered.contains(rel) {
+            continue;
+        }
+        let unchanged =
+            !changed.contains(rel.as_str()) && start.get(rel).is_some_and(|c| c.stat == *stat);
+        if unchanged {
+            continue;
+        }
+        let want = expected.get(rel).cloned().flatten();
+        let have = scan::read(root, rel).ok().map(|b| scan::hash(&b));
+        if want.is_none() || have != want {
+            out.push(rel.clone());
+        }
+    }
+    for (rel, want) in &expected {
+        if want.is_some() && !now.files.contains_key(rel) && !now.truncated {
+            out.push(rel.clone());
+        }
+    }
+    out.sort();
+    Ok(out)
+}

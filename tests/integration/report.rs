@@ -1,0 +1,232 @@
+//! `kiln report ID --html FILE` rendered by a real browser: a fix loop whose runner prints a
+//! diagnostic holding `<script>` and an agent run with tool calls are written as pages, loaded
+//! in headless Chromium (Debian's `chromium`; `.ci/run` installs it), and the DOM it builds
+//! must show what the store holds: the iteration count, the stop reason, a diagnostic line
+//! (as text, never as markup), a diff line, the token numbers, the tool calls.
+
+use crate::mock_llm::{MockLlm, openai_calls, openai_text};
+use crate::support::Workspace;
+use kiln::store::Store;
+use std::path::{Path, PathBuf};
+
+/// The Chromium binary: `/usr/bin/chromium` (Debian's package).
+fn chromium() -> PathBuf {
+    let p = PathBuf::from("/usr/bin/chromium");
+    assert!(
+        p.exists(),
+        "these tests need Debian's chromium (`apt-get install -y chromium`, as .ci/run does)"
+    );
+    p
+}
+
+/// Load `page` in headless Chromium, networking off, and return the DOM it built; with
+/// `screenshot`, also save a 1200x1600 PNG of it there.
+pub fn browser_dom(page: &Path, screenshot: Option<&Path>) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(chromium());
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()));
+    if let Some(shot) = screenshot {
+        let mut c = std::process::Command::new(chromium());
+        c.args(cmd.get_args().collect::<Vec<_>>())
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg("--window-size=1200,1600")
+            .arg(format!("file://{}", page.display()));
+        let out = c.output().unwrap();
+        assert!(shot.exists(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = cmd
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn sr(search: &str, replace: &str) -> String {
+    format!("I changed the line.\n\n<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n")
+}
+
+/// The text of the element with `id` in a dumped DOM.
+fn text_of(dom: &str, id: &str) -> String {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id}"));
+    let rest = &dom[at..];
+    let start = rest.find('>').unwrap() + 1;
+    let end = rest[start..].find("</").unwrap() + start;
+    rest[start..end].to_string()
+}
+
+#[test]
+fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
+    let ws = Workspace::new();
+    ws.write("x.txt", "line one\nbroken\n");
+    ws.write(
+        "check.sh",
+        "if grep -q broken \"$1\"; then echo \"$1:2:1: error: <script>alert(1)</script> still broken\"; exit 1; fi\n",
+    );
+    let mock = MockLlm::start(vec![
+        openai_text(&sr("broken\n", "still broken\n")),
+        openai_text(&sr("still broken\n", "mended\n")),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+            "--cmd",
+            "sh check.sh {file}",
+            "--file",
+            "x.txt",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    let row = Store::open(&ws.root()).unwrap().loops(1).unwrap().remove(0);
+    assert_eq!(row.iters, 2);
+
+    let out = ws.path().parent().unwrap().join("fix-report.html");
+    let rep = ws.kiln(
+        &[
+            "report",
+            &row.id.to_string(),
+            "--html",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    rep.expect_code(0);
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("default-src 'none'"));
+    assert!(!html.contains("<script"), "the diagnostic is escaped");
+
+    let shot = std::env::var_os("KILN_REPORT_SCREENSHOT").map(PathBuf::from);
+    let dom = browser_dom(&out, shot.as_deref());
+    assert!(!dom.contains("<script"), "no script element in the DOM");
+    assert_eq!(text_of(&dom, "step-count"), "2");
+    assert_eq!(text_of(&dom, "stop-reason"), "success");
+    assert!(
+        dom.contains("x.txt:2:1: error: &lt;script&gt;alert(1)&lt;/script&gt; still broken"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("<span class=\"add\">+still broken</span>"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("<span class=\"del\">-still broken</span>"),
+        "{dom}"
+    );
+    assert_eq!(text_of(&dom, "tokens-input"), row.tokens.input.to_string());
+    assert_eq!(
+        text_of(&dom, "tokens-output"),
+        row.tokens.output.to_string()
+    );
+    assert!(row.tokens.output > 0);
+    assert!(dom.contains("I changed the line."), "the model's summary");
+    // Iteration 0 (the first check) and two iterations, in order, stop reason last.
+    let (a, b, c) = (
+        dom.find("id=\"step-0\"").unwrap(),
+        dom.find("id=\"step-1\"").unwrap(),
+        dom.find("id=\"step-2\"").unwrap(),
+    );
+    assert!(a < b && b < c && c < dom.find("id=\"stop\"").unwrap());
+
+    // Undone, the fix run leaves the file as it was, and its next report says so.
+    ws.kiln(&["undo"], &[]).expect_code(0);
+    assert_eq!(ws.read("x.txt"), "line one\nbroken\n");
+    ws.kiln(
+        &[
+            "report",
+            &row.id.to_string(),
+            "--html",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .expect_code(0);
+    assert!(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .contains("id=\"undone\"")
+    );
+}
+
+#[test]
+fn an_agent_run_report_shows_its_tool_calls() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "one\n");
+    let patch = serde_json::json!({
+        "path": "a.txt",
+        "patch": "<<<<<<< SEARCH\none\n=======\nuno\n>>>>>>> REPLACE\n",
+    })
+    .to_string();
+    let mock = MockLlm::start(vec![
+        openai_calls(&[
+            ("write_patch", &patch),
+            ("read_file", r#"{"path":"nope.txt"}"#),
+        ]),
+        crate::mock_llm::call(
+            "final_answer",
+            serde_json::json!({ "summary": "all done, a.txt says uno" }),
+        ),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+            "-p",
+            "change a",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    let id = Store::open(&ws.root()).unwrap().loops(1).unwrap()[0].id;
+    let out = ws.path().parent().unwrap().join("agent-report.html");
+    ws.kiln(
+        &["report", &id.to_string(), "--html", out.to_str().unwrap()],
+        &[],
+    )
+    .expect_code(0);
+    let shot = std::env::var_os("KILN_REPORT_SCREENSHOT_AGENT").map(PathBuf::from);
+    let dom = browser_dom(&out, shot.as_deref());
+    assert_eq!(text_of(&dom, "stop-reason"), "complete");
+    assert!(
+        dom.contains("write_patch") && dom.contains("read_file"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("class=\"okmark\"") && dom.contains("class=\"errmark\""),
+        "{dom}"
+    );
+    assert!(dom.contains("<span class=\"add\">+uno</span>"), "{dom}");
+    assert!(
+        dom.contains("final_answer: all done, a.txt says uno"),
+        "{dom}"
+    );
+}
