@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The workspace profile the plugins are built with (`[profile.plugins]` in Cargo.toml).
+const PLUGIN_PROFILE: &str = "plugins";
+
 /// One plugin crate to build: (package, file stem of its component, embedded in the binary).
 struct PluginCrate {
     package: String,
@@ -65,13 +68,23 @@ fn main() {
     cmd.current_dir(&root)
         .args([
             "build",
-            "--release",
+            "--profile",
+            PLUGIN_PROFILE,
             "--target",
             "wasm32-wasip2",
             "--target-dir",
         ])
         .arg(&target_dir);
-    let plugins = plugin_crates(&root);
+    // The test fixtures (`tests/plugins/`) are only loaded by the tests, which build with the
+    // dev profile: a release build (`cargo run --release`, `cargo bench`) skips them unless
+    // KILN_TEST_PLUGINS=1 asks for them (`cargo test --release`).
+    println!("cargo:rerun-if-env-changed=KILN_TEST_PLUGINS");
+    let fixtures = std::env::var("PROFILE").as_deref() != Ok("release")
+        || std::env::var("KILN_TEST_PLUGINS").as_deref() == Ok("1");
+    let plugins: Vec<PluginCrate> = plugin_crates(&root)
+        .into_iter()
+        .filter(|p| p.embedded || fixtures)
+        .collect();
     for p in &plugins {
         cmd.args(["-p", &p.package]);
     }
@@ -103,7 +116,7 @@ fn main() {
     }
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    let wasm_dir = target_dir.join("wasm32-wasip2").join("release");
+    let wasm_dir = target_dir.join("wasm32-wasip2").join(PLUGIN_PROFILE);
     let mut builtins = String::from(
         "/// Built-in plugin components: (file stem, bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n",
     );

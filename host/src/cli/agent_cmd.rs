@@ -57,7 +57,7 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "A,B,...", allow_hyphen_values = true)]
     pub(super) test_args: Option<String>,
     /// Default edit format of write_patch.
-    #[arg(long, default_value = "search-replace")]
+    #[arg(long, default_value = crate::engine::defaults::DEFAULT_FORMAT)]
     pub(super) format: String,
     /// Conversation size (characters) that triggers compaction.
     #[arg(long, default_value_t = 400_000)]

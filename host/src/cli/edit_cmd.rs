@@ -14,7 +14,7 @@ pub(crate) enum EditCommand {
     /// Parse a response (stdin) and print the edits it contains, or its parse errors.
     Parse {
         /// Edit format (search-replace, udiff, whole, apply-patch, or a plugin).
-        #[arg(long, default_value = "search-replace")]
+        #[arg(long, default_value = crate::engine::defaults::DEFAULT_FORMAT)]
         format: String,
         /// The files the LLM may change (workspace-relative).
         #[arg(long, num_args = 1..)]
@@ -27,7 +27,7 @@ pub(crate) enum EditCommand {
     /// 1 when an edit was refused (nothing is written).
     Apply {
         /// Edit format.
-        #[arg(long, default_value = "search-replace")]
+        #[arg(long, default_value = crate::engine::defaults::DEFAULT_FORMAT)]
         format: String,
         /// The files the LLM may change (workspace-relative).
         #[arg(long, num_args = 1..)]

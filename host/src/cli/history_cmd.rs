@@ -131,7 +131,7 @@ fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
     for (_, _, e) in store.events(r.id, Some("run.undone"))? {
         say!(
             "undone: {} by `kiln undo`{}",
-            crate::store::utc_text(e["at"].as_i64().unwrap_or(0)),
+            crate::clock::utc_text(e["at"].as_i64().unwrap_or(0)),
             if e["forced"].as_bool() == Some(true) {
                 " --force"
             } else {

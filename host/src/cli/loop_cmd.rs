@@ -29,7 +29,7 @@ pub(crate) struct LoopArgs {
     #[arg(long)]
     pub(super) test_command: Option<String>,
     /// Default edit format of write_patch.
-    #[arg(long, default_value = "search-replace")]
+    #[arg(long, default_value = crate::engine::defaults::DEFAULT_FORMAT)]
     pub(super) format: String,
     /// Per-tool timeout in seconds.
     #[arg(long, default_value_t = 30.0)]

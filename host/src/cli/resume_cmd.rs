@@ -180,7 +180,7 @@ fn check(workspace: &std::path::Path, command: &str, id: i64) -> anyhow::Result<
             store
                 .loops(10_000)?
                 .into_iter()
-                .filter(|r| r.kind.starts_with("loop-") && r.started_at >= row.started_at)
+                .filter(|r| matches!(r.kind, crate::store::RunKind::LoopExecute | crate::store::RunKind::LoopReview) && r.started_at >= row.started_at)
                 .filter(|r| r.started_at <= end && r.id > id)
                 .map(|r| r.id),
         );

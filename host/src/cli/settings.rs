@@ -20,8 +20,8 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The edit format when neither a flag nor `[fix] format` names one.
-pub(crate) const DEFAULT_FORMAT: &str = "search-replace";
+// The edit format when neither a flag nor `[fix] format` names one.
+pub(crate) use crate::engine::defaults::DEFAULT_FORMAT;
 
 /// The plugin log level of `-q` (errors only), `-v` (debug) or neither (warnings).
 pub(crate) fn log_level(quiet: bool, verbose: bool) -> LogLevel {

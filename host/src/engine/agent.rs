@@ -463,7 +463,7 @@ impl Agent<'_, '_> {
                 ws: &self.ws,
             };
             let Some(results) =
-                super::resume::act(&self.toolbox, run, &t, &calls, &mut self.changes).await?
+                super::tools::replayed::act(&self.toolbox, run, &t, &calls, &mut self.changes).await?
             else {
                 return Ok(StopReason::Cancelled);
             };

@@ -3,7 +3,8 @@
 //! options (the command line the first part was started with, recorded as its
 //! `run.invocation` event), but every answer the model already gave is served from the store
 //! instead of asked again ([`next_answer`], through [`super::model::ModelSource`]), and every
-//! tool call that already ran returns its stored result instead of running again ([`act`]).
+//! tool call that already ran returns its stored result instead of running again
+//! (`tools::replayed::act`).
 //! So the conversation is the one the first part had; the turn, write and command caps count
 //! the replayed calls; the replayed answers' tokens count in the run's totals and against its
 //! budget. Once the stored answers run out the run goes on live, from where the first part
@@ -12,10 +13,6 @@
 //! The state is process-wide: a command resumes one run (an agent, or a loop with its
 //! phases, whose answers and results are served in the order they were recorded).
 
-use super::events::Event;
-use super::run::Run;
-use super::outcome::ToolOutcome;
-use super::tools::{CallResult, Changes, Toolbox, Turn};
 use crate::llm::{ChatResponse, ToolCall};
 use crate::store::{Store, StoreError};
 use std::collections::VecDeque;
@@ -23,12 +20,12 @@ use std::sync::Mutex;
 
 /// A stored tool call's result.
 #[derive(Debug, Clone)]
-struct Stored {
-    name: String,
-    arguments: String,
-    result: String,
-    is_error: bool,
-    ms: u64,
+pub(crate) struct Stored {
+    pub name: String,
+    pub arguments: String,
+    pub result: String,
+    pub is_error: bool,
+    pub ms: u64,
 }
 
 #[derive(Default)]
@@ -125,7 +122,7 @@ pub fn next_answer() -> Option<ChatResponse> {
 }
 
 /// The stored result of each call (by name and arguments, first match), when replaying.
-fn take_results(calls: &[ToolCall]) -> Vec<Option<Stored>> {
+pub(crate) fn take_results(calls: &[ToolCall]) -> Vec<Option<Stored>> {
     let mut g = REPLAYING.lock().unwrap_or_else(|e| e.into_inner());
     calls
         .iter()
@@ -138,80 +135,4 @@ fn take_results(calls: &[ToolCall]) -> Vec<Option<Stored>> {
             r.results.remove(at)
         })
         .collect()
-}
-
-/// Run a turn's calls ([`Toolbox::act`]), except those whose result is stored: those are
-/// recorded and shown again (`tool.end`) without running.
-pub(crate) async fn act(
-    toolbox: &Toolbox<'_>,
-    run: &mut Run<'_>,
-    t: &Turn<'_>,
-    calls: &[ToolCall],
-    changed: &mut Changes,
-) -> Result<Option<Vec<CallResult>>, StoreError> {
-    let turn = t.turn;
-    let stored = take_results(calls);
-    if stored.iter().all(Option::is_none) {
-        return toolbox.act(run, t, calls, changed).await;
-    }
-    let missing: Vec<ToolCall> = calls
-        .iter()
-        .zip(&stored)
-        .filter(|(_, s)| s.is_none())
-        .map(|(c, _)| c.clone())
-        .collect();
-    let mut live = if missing.is_empty() {
-        Vec::new().into_iter()
-    } else {
-        match toolbox.act(run, t, &missing, changed).await? {
-            Some(v) => v.into_iter(),
-            None => return Ok(None),
-        }
-    };
-    let mut out = Vec::with_capacity(calls.len());
-    for (c, st) in calls.iter().zip(stored) {
-        let Some(st) = st else {
-            out.extend(live.next());
-            continue;
-        };
-        run.store.record_tool_call(
-            run.id,
-            turn as i64,
-            &c.id,
-            &c.name,
-            &c.arguments,
-            &st.result,
-            st.is_error,
-            st.ms as i64,
-        )?;
-        run.emit(Event::ToolEnd {
-            turn,
-            id: c.id.clone(),
-            name: c.name.clone(),
-            ok: !st.is_error,
-            duration_ms: st.ms,
-            preview: format!(
-                "(replayed) {}",
-                st.result
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-            ),
-        });
-        if !st.is_error && toolbox.kind(&c.name) == Some(super::tools::Kind::Write) {
-            changed.writes += 1;
-        }
-        out.push(CallResult {
-            outcome: if st.is_error {
-                ToolOutcome::Failed(st.result)
-            } else {
-                ToolOutcome::Ok(st.result)
-            },
-            ms: st.ms,
-        });
-    }
-    Ok(Some(out))
 }

@@ -78,7 +78,7 @@ pub fn render(r: &RunReport) -> String {
         let _ = write!(
             h,
             "<p class=\"undone\" id=\"undone\">Undone with <code>kiln undo</code> at {}.</p>",
-            escape(&crate::store::utc_text(at))
+            escape(&crate::clock::utc_text(at))
         );
     }
     h.push_str("</header>\n<main>");
@@ -95,7 +95,7 @@ pub fn render(r: &RunReport) -> String {
             h,
             "<section class=\"phase\" id=\"run-{}\"><h2>{} · run {} · {}</h2>",
             p.row.id,
-            escape(&p.row.kind),
+            escape(p.row.kind.as_str()),
             p.row.id,
             escape(p.row.stop_reason.as_deref().unwrap_or("not finished"))
         );
@@ -161,7 +161,7 @@ fn meta(h: &mut String, r: &RunReport) {
     );
     item(
         "started",
-        escape(&crate::store::utc_text(row.started_at)),
+        escape(&crate::clock::utc_text(row.started_at)),
         "started",
     );
     if !row.targets.is_empty() {

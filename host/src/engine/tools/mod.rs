@@ -20,6 +20,7 @@ mod history;
 mod hooks;
 mod plugin_call;
 mod registry;
+pub(crate) mod replayed;
 mod settings;
 pub mod submit_review;
 mod table;
