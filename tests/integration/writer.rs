@@ -343,7 +343,7 @@ const ALLOWED: &[(&str, &str)] = &[
         "kiln's state directory, outside the workspace",
     ),
     (
-        "store/mod.rs",
+        "store/files.rs",
         "the store: .kiln/kiln.db and .kiln/logs, opened without following links",
     ),
     (

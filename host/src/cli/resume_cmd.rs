@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// Global options that take a value (skipped when looking for the subcommand).
-const VALUED_GLOBALS: &[&str] = &["-C", "--workspace", "--plugin"];
+const VALUED_GLOBALS: &[&str] = &["-C", "--workspace", "--plugin", "--store"];
 
 /// Options that may be given with `--resume` (they change only what is shown).
 const OUTPUT_FLAGS: &[&str] = &["--json", "-q", "--quiet", "-v", "--verbose"];
@@ -24,7 +24,8 @@ pub(crate) fn rewrite(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let Some((command, id)) = resume_of(&text)? else {
-        crate::engine::resume::set_invocation(text);
+        // The store URL carries credentials: it is never recorded (a resume names it again).
+        crate::engine::resume::set_invocation(without_valued(&text, "--store"));
         return Ok(argv);
     };
     let workspace = match workspace_of(&text) {
@@ -34,17 +35,22 @@ pub(crate) fn rewrite(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     let workspace = workspace
         .canonicalize()
         .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
-    let stored = check(&workspace, &command, id)?;
+    let store = value_of(&text, "--store")
+        .or_else(|| std::env::var("KILN_STORE").ok().filter(|v| !v.is_empty()));
+    let stored = check(&workspace, store.as_deref(), &command, id)?;
     let mut out: Vec<String> = vec![text[0].clone(), "--workspace".into()];
     out.push(workspace.to_string_lossy().into_owned());
-    out.extend(without_workspace(&stored[1..]));
+    if let Some(url) = value_of(&text, "--store") {
+        out.extend(["--store".to_string(), url]);
+    }
+    out.extend(without_valued(&without_workspace(&stored[1..]), "--store"));
     // Output options given now (`--json`, `-q`, `-v`) apply to the resumed part too.
     for a in &text[1..] {
         if OUTPUT_FLAGS.contains(&a.as_str()) && !out.contains(a) {
             out.push(a.clone());
         }
     }
-    crate::engine::resume::set_invocation(out.clone());
+    crate::engine::resume::set_invocation(without_valued(&out, "--store"));
     Ok(out.into_iter().map(OsString::from).collect())
 }
 
@@ -109,6 +115,35 @@ fn workspace_of(argv: &[String]) -> Option<PathBuf> {
     found
 }
 
+/// The value of option `name` (`name VALUE` or `name=VALUE`), the last one given.
+fn value_of(argv: &[String], name: &str) -> Option<String> {
+    let mut found = None;
+    for (i, a) in argv.iter().enumerate() {
+        if a == name {
+            found = argv.get(i + 1).cloned();
+        } else if let Some(v) = a.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v.to_string());
+        }
+    }
+    found
+}
+
+/// `argv` without option `name` and its value.
+fn without_valued(argv: &[String], name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in argv {
+        if skip {
+            skip = false;
+        } else if a == name {
+            skip = true;
+        } else if !a.strip_prefix(name).is_some_and(|r| r.starts_with('=')) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
 fn without_workspace(argv: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let mut skip = false;
@@ -126,7 +161,12 @@ fn without_workspace(argv: &[String]) -> Vec<String> {
 
 /// Check that run `id` can be resumed by `command`, start serving its answers, and return
 /// the command line it was started with.
-fn check(workspace: &std::path::Path, command: &str, id: i64) -> anyhow::Result<Vec<String>> {
+fn check(
+    workspace: &std::path::Path,
+    store_url: Option<&str>,
+    command: &str,
+    id: i64,
+) -> anyhow::Result<Vec<String>> {
     // An edit the run left half-done when it was killed is finished first (as every
     // command touching the workspace does), so the comparison below sees whole files.
     match crate::edit::journal::recover_workspace(workspace) {
@@ -136,7 +176,10 @@ fn check(workspace: &std::path::Path, command: &str, id: i64) -> anyhow::Result<
             .for_each(|m| eprintln!("warning: {m}")),
         Err(e) => eprintln!("warning: cannot check for an interrupted edit: {e}"),
     }
-    let mut store = crate::store::Store::open(workspace)?;
+    let url = store_url
+        .map(str::parse::<crate::store::StoreUrl>)
+        .transpose()?;
+    let mut store = crate::store::Store::open_url(url.as_ref(), workspace)?;
     let row = store.loop_detail(id)?.row;
     if row.kind != command {
         bail!(
@@ -180,7 +223,12 @@ fn check(workspace: &std::path::Path, command: &str, id: i64) -> anyhow::Result<
             store
                 .loops(10_000)?
                 .into_iter()
-                .filter(|r| matches!(r.kind, crate::store::RunKind::LoopExecute | crate::store::RunKind::LoopReview) && r.started_at >= row.started_at)
+                .filter(|r| {
+                    matches!(
+                        r.kind,
+                        crate::store::RunKind::LoopExecute | crate::store::RunKind::LoopReview
+                    ) && r.started_at >= row.started_at
+                })
                 .filter(|r| r.started_at <= end && r.id > id)
                 .map(|r| r.id),
         );

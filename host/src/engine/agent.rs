@@ -463,7 +463,8 @@ impl Agent<'_, '_> {
                 ws: &self.ws,
             };
             let Some(results) =
-                super::tools::replayed::act(&self.toolbox, run, &t, &calls, &mut self.changes).await?
+                super::tools::replayed::act(&self.toolbox, run, &t, &calls, &mut self.changes)
+                    .await?
             else {
                 return Ok(StopReason::Cancelled);
             };

@@ -66,7 +66,12 @@ pub fn phases_of(store: &Store, row: &LoopRow) -> Result<Vec<i64>, StoreError> {
     let mut ids: Vec<i64> = store
         .loops(10_000)?
         .into_iter()
-        .filter(|r| matches!(r.kind, crate::store::RunKind::LoopExecute | crate::store::RunKind::LoopReview) && r.id > row.id)
+        .filter(|r| {
+            matches!(
+                r.kind,
+                crate::store::RunKind::LoopExecute | crate::store::RunKind::LoopReview
+            ) && r.id > row.id
+        })
         .filter(|r| r.started_at >= row.started_at && r.started_at <= end)
         .map(|r| r.id)
         .collect();

@@ -103,7 +103,8 @@ pub trait Backend: Send {
     fn event_count(&self, id: i64) -> Result<i64, StoreError>;
     /// A loop's stored events in order, `(seq, type, payload JSON text)`; only those of type
     /// `kind` when given.
-    fn events(&self, id: i64, kind: Option<&str>) -> Result<Vec<(i64, String, String)>, StoreError>;
+    fn events(&self, id: i64, kind: Option<&str>)
+    -> Result<Vec<(i64, String, String)>, StoreError>;
     /// The schema version the database is at.
     fn schema_version(&self) -> Result<i64, StoreError>;
     /// The connection itself, for tables other parts of kiln keep in the same database (the

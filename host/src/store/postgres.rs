@@ -537,7 +537,11 @@ impl Backend for Postgres {
         })
     }
 
-    fn events(&self, id: i64, kind: Option<&str>) -> Result<Vec<(i64, String, String)>, StoreError> {
+    fn events(
+        &self,
+        id: i64,
+        kind: Option<&str>,
+    ) -> Result<Vec<(i64, String, String)>, StoreError> {
         self.with(|c| {
             c.query(
                 "SELECT seq, type, payload FROM events WHERE loop_id = $1 AND ($2::TEXT IS NULL OR type = $2) ORDER BY seq, id",

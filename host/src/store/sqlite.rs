@@ -405,7 +405,11 @@ impl Backend for Sqlite {
             .map_err(|e| self.err(e))
     }
 
-    fn events(&self, id: i64, kind: Option<&str>) -> Result<Vec<(i64, String, String)>, StoreError> {
+    fn events(
+        &self,
+        id: i64,
+        kind: Option<&str>,
+    ) -> Result<Vec<(i64, String, String)>, StoreError> {
         let mut stmt = self
             .conn
             .prepare(
