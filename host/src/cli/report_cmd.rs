@@ -17,14 +17,14 @@ pub(crate) struct ReportArgs {
 }
 
 pub(crate) async fn run(ctx: &Ctx, args: ReportArgs) -> anyhow::Result<Outcome> {
-    if std::fs::symlink_metadata(ctx.workspace.join(".kiln")).is_err() {
+    if ctx.store.is_none() && std::fs::symlink_metadata(ctx.workspace.join(".kiln")).is_err() {
         anyhow::bail!(
             "no run {}: nothing is recorded in {} yet",
             args.id,
             ctx.workspace.display()
         );
     }
-    let store = crate::store::Store::open(&ctx.workspace)?;
+    let store = ctx.open_store()?;
     let report = crate::report::gather(&store, args.id, &ctx.config.pricing)?;
     let page = crate::report::html::render(&report);
     let written = crate::edit::writer::write_output(

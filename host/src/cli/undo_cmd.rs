@@ -76,7 +76,7 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
 /// A `run.undone` event on the run, so `kiln history show` says it was undone. A store that
 /// cannot take it only loses the row (the undo itself is recorded in the state directory).
 fn record(ctx: &Ctx, id: i64, files: &[String], forced: bool) {
-    let Ok(mut store) = crate::store::Store::open(&ctx.workspace) else {
+    let Ok(mut store) = ctx.open_store() else {
         return;
     };
     let seq = store.event_count(id).unwrap_or(0) + 1;
