@@ -3,6 +3,7 @@
 //! success, 2 usage, configuration or plugin-loading error.
 
 mod agent_cmd;
+mod batch_cmd;
 mod check;
 mod common;
 mod edit_cmd;
@@ -18,6 +19,7 @@ pub mod render;
 mod scaffold;
 mod tool_cmd;
 mod trust_cmd;
+mod worker_cmd;
 
 use crate::config::Config;
 use crate::plugin::{Registry, Runtime, Source};
@@ -87,6 +89,12 @@ enum Command {
     Tool(tool_cmd::ToolCommand),
     /// Trust the workspace's kiln.toml as it is now, so its grants, hooks and exec rules apply.
     Trust(trust_cmd::TrustArgs),
+    /// Many tasks (fix, agent or loop command lines, each in a fresh checkout): run a task
+    /// file here, or enqueue it for workers, and read its status and results.
+    #[command(subcommand)]
+    Batch(batch_cmd::BatchCommand),
+    /// Claim tasks from a batch queue and run them, with a lease renewed by heartbeat.
+    Worker(Box<worker_cmd::WorkerArgs>),
 }
 
 /// Outcome of a command, mapped to the exit status.
@@ -246,6 +254,8 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Plugin(cmd) => plugin_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Tool(cmd) => tool_cmd::run(&ctx, &cli.global.plugins, cmd).await,
         Command::Trust(args) => trust_cmd::run(&ctx, args),
+        Command::Batch(cmd) => batch_cmd::run(&ctx, cli.global.yes, cmd).await,
+        Command::Worker(args) => worker_cmd::run(&ctx, cli.global.yes, *args).await,
     }
 }
 
@@ -260,7 +270,12 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Mcp(_) => true,
         Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
         Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),
-        Command::History(_) | Command::Llm(_) | Command::Plugin(_) | Command::Trust(_) => false,
+        Command::History(_)
+        | Command::Llm(_)
+        | Command::Plugin(_)
+        | Command::Trust(_)
+        | Command::Batch(_)
+        | Command::Worker(_) => false,
     }
 }
 

@@ -1,0 +1,304 @@
+//! `kiln batch` and `kiln worker` end to end: task files of fix and agent tasks against a
+//! mock LLM that answers by model name (fix: a SEARCH/REPLACE fix; agent: a write_patch, then
+//! final_answer once it has seen a tool result), run locally and by workers sharing a queue.
+
+use crate::support::{Run, Workspace};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const BROKEN_C: &str = "#include <stdio.h>\n\nint main(void) {\n    int x = 1\n    printf(\"%d\\n\", x);\n    return 0;\n}\n";
+
+/// A mock LLM that answers from the request alone, so tasks running at once in any order
+/// get the right answer; counts requests.
+pub struct Mock {
+    pub url: String,
+    pub count: Arc<AtomicUsize>,
+}
+
+fn sse(chunks: &[Value]) -> String {
+    let mut s: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+fn usage() -> Value {
+    json!({"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5}})
+}
+
+/// The answer to one request body.
+fn answer(body: &Value, delay: Duration) -> String {
+    let model = body["model"].as_str().unwrap_or("");
+    let saw_tool = body["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    std::thread::sleep(delay);
+    if model == "fixer" {
+        let text =
+            "Fixed.\n\n<<<<<<< SEARCH\n    int x = 1\n=======\n    int x = 1;\n>>>>>>> REPLACE\n";
+        return sse(&[
+            json!({"choices":[{"index":0,"delta":{"role":"assistant","content":text}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+            usage(),
+        ]);
+    }
+    let (name, args) = if saw_tool {
+        ("final_answer", json!({"summary": "notes updated"}))
+    } else {
+        (
+            "write_patch",
+            json!({"path": "notes.txt", "patch": "<<<<<<< SEARCH\ntodo\n=======\ndone\n>>>>>>> REPLACE\n"}),
+        )
+    };
+    sse(&[
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":name,"arguments":args.to_string()}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        usage(),
+    ])
+}
+
+impl Mock {
+    /// Start it; each answer waits `delay` first (to keep tasks running a while).
+    pub fn start(delay: Duration) -> Mock {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = count.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { break };
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(stream.try_clone().unwrap());
+                    let mut len = 0;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.trim_end().to_ascii_lowercase();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = l.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    c.fetch_add(1, Ordering::SeqCst);
+                    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let text = answer(&body, delay);
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{text}",
+                        text.len()
+                    );
+                });
+            }
+        });
+        Mock { url, count }
+    }
+
+    pub fn requests(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+/// A plain project directory (`proj/`) with a broken C file and a notes file.
+pub fn project(ws: &Workspace) {
+    ws.write("proj/main.c", BROKEN_C);
+    ws.write("proj/notes.txt", "todo\n");
+}
+
+/// A fix task and an agent task line over `proj`.
+pub fn fix_task(id: &str, url: &str) -> Value {
+    json!({"id": id, "repo": "proj", "args": ["fix", "--base-url", url, "--model", "fixer",
+        "--cmd", "gcc -fsyntax-only {file}", "--file", "main.c"]})
+}
+
+pub fn agent_task(id: &str, url: &str) -> Value {
+    json!({"id": id, "repo": "proj", "args": ["agent", "--base-url", url, "--model", "agent-model",
+        "--max-steps", "4", "mark the notes done"]})
+}
+
+/// Write `tasks` as a JSONL file in the workspace.
+pub fn task_file(ws: &Workspace, name: &str, tasks: &[Value]) {
+    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+    ws.write(name, &text);
+}
+
+/// 20 tasks: 12 fix, 8 agent.
+pub fn twenty(url: &str) -> Vec<Value> {
+    (0..20)
+        .map(|i| {
+            if i % 5 < 3 {
+                fix_task(&format!("fix-{i}"), url)
+            } else {
+                agent_task(&format!("agent-{i}"), url)
+            }
+        })
+        .collect()
+}
+
+pub fn lines(r: &Run) -> Vec<Value> {
+    r.stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+const KEY: (&str, &str) = ("OPENAI_API_KEY", "sk-batch-test");
+
+/// Every result of a run of `twenty`: success at the first attempt, with the fix or the
+/// agent's change in its diff, tokens, a loop id and an exit code of 0.
+pub fn check_twenty(results: &[Value], attempts_ok: impl Fn(&str, i64) -> bool) {
+    assert_eq!(results.len(), 20, "{results:?}");
+    for r in results {
+        let id = r["id"].as_str().unwrap();
+        assert_eq!(r["status"], "success", "{r}");
+        assert!(attempts_ok(id, r["attempts"].as_i64().unwrap()), "{r}");
+        assert_eq!(r["exit_code"], 0, "{r}");
+        assert!(r["loop_id"].as_i64().is_some(), "{r}");
+        assert!(r["tokens"]["input"].as_u64().unwrap() >= 20, "{r}");
+        assert!(r["duration_ms"].as_u64().is_some(), "{r}");
+        let diff = r["diff"].as_str().unwrap();
+        if id.starts_with("fix") {
+            assert_eq!(r["stop_reason"], "success", "{r}");
+            assert!(diff.contains("+    int x = 1;"), "{diff}");
+        } else {
+            assert!(diff.contains("-todo\n+done"), "{diff}");
+        }
+    }
+}
+
+#[test]
+fn local_batch_of_twenty_runs_three_at_once_and_a_rerun_skips_them() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::from_millis(50));
+    project(&ws);
+    task_file(&ws, "tasks.jsonl", &twenty(&mock.url));
+    let r = ws.kiln(
+        &["batch", "run", "tasks.jsonl", "--jobs", "3", "--json"],
+        &[KEY],
+    );
+    r.expect_code(0);
+    check_twenty(&lines(&r), |_, a| a == 1);
+    // 12 fix tasks ask once, 8 agents twice.
+    assert_eq!(mock.requests(), 12 + 16);
+    let err = r.stderr();
+    assert!(err.contains("20 new, 0 already finished"), "{err}");
+    assert!(err.contains("[20/20 done, 0 running, 0 failed"), "{err}");
+    assert!(err.contains("ETA"), "{err}");
+    // The source directory is untouched: every task ran in its own copy.
+    assert_eq!(ws.read("proj/main.c"), BROKEN_C);
+
+    let again = ws.kiln(&["batch", "run", "tasks.jsonl", "--jobs", "3"], &[KEY]);
+    again.expect_code(0);
+    assert!(
+        again.stderr().contains("0 new, 20 already finished"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(mock.requests(), 28, "a rerun asked the model again");
+
+    let res = ws.kiln(&["batch", "results", "--json"], &[]);
+    res.expect_code(0);
+    check_twenty(&lines(&res), |_, a| a == 1);
+    let st = ws.kiln(&["batch", "status", "tasks", "--json"], &[]);
+    let st = st.json();
+    assert_eq!(
+        (st["success"].as_u64(), st["total"].as_u64()),
+        (Some(20), Some(20))
+    );
+}
+
+#[test]
+fn bad_task_lines_are_refused_naming_line_and_field() {
+    let ws = Workspace::new();
+    ws.write(
+        "bad.jsonl",
+        "{\"id\":\"a\",\"repo\":\"proj\",\"args\":[\"fix\"]}\n{\"id\":\"b\",\"repo\":\"proj\",\"args\":[\"history\"]}\n",
+    );
+    let r = ws.kiln(&["batch", "run", "bad.jsonl"], &[]);
+    r.expect_code(2);
+    assert!(r.stderr().contains("bad.jsonl:2: args:"), "{}", r.stderr());
+    ws.write("bad2.jsonl", "{\"repo\":\"proj\",\"args\":[\"fix\"]}\n");
+    let r = ws.kiln(&["batch", "run", "bad2.jsonl"], &[]);
+    r.expect_code(2);
+    assert!(r.stderr().contains("bad2.jsonl:1: id:"), "{}", r.stderr());
+}
+
+/// Wait until `f` holds, polling.
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The task ids of `batch_dir`'s tasks in state `status` (through `kiln batch results`).
+pub fn ids_in(ws: &Workspace, extra: &[&str], status: &str) -> Vec<String> {
+    let mut args = vec!["batch", "results", "--json"];
+    args.extend_from_slice(extra);
+    lines(&ws.kiln(&args, &[]))
+        .into_iter()
+        .filter(|r| r["status"] == status)
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn ctrl_c_kills_the_running_tasks_and_leaves_them_claimable() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::from_secs(30));
+    project(&ws);
+    task_file(
+        &ws,
+        "slow.jsonl",
+        &(0..4)
+            .map(|i| fix_task(&format!("t{i}"), &mock.url))
+            .collect::<Vec<_>>(),
+    );
+    let mut cmd = ws.command(&["batch", "run", "slow.jsonl", "--jobs", "2"]);
+    cmd.env(KEY.0, KEY.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    wait_until("two model requests", Duration::from_secs(60), || {
+        mock.requests() >= 2
+    });
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let start = Instant::now();
+    let out = Run(child.wait_with_output().unwrap());
+    out.expect_code(130);
+    assert!(start.elapsed() < Duration::from_secs(10), "slow to stop");
+    assert!(out.stderr().contains("given back"), "{}", out.stderr());
+    let queued = ids_in(&ws, &[], "queued");
+    assert_eq!(queued.len(), 4, "{queued:?}");
+    let res = lines(&ws.kiln(&["batch", "results", "--json"], &[]));
+    assert!(res.iter().all(|r| r["attempts"] == 0), "{res:?}");
+    // No task's kiln is left running.
+    let ps = std::process::Command::new("pgrep")
+        .args([
+            "-f",
+            &format!(
+                "{}/.kiln/batches/work",
+                ws.root().canonicalize().unwrap().display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+}
