@@ -302,3 +302,169 @@ fn ctrl_c_kills_the_running_tasks_and_leaves_them_claimable() {
         String::from_utf8_lossy(&ps.stdout)
     );
 }
+
+/// `kiln worker` with the queue flags `q`, exiting when nothing is left, with short leases.
+pub fn spawn_worker(ws: &Workspace, q: &[&str], lease: &str) -> std::process::Child {
+    let mut args = vec![
+        "worker",
+        "--once",
+        "--lease",
+        lease,
+        "--heartbeat",
+        "0.3",
+        "--poll",
+        "0.2",
+    ];
+    args.extend_from_slice(q);
+    let mut cmd = ws.command(&args);
+    cmd.env(KEY.0, KEY.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd.spawn().unwrap()
+}
+
+/// The results of batch `tasks` in the queue `q`.
+pub fn results_in(ws: &Workspace, q: &[&str]) -> Vec<Value> {
+    let mut args = vec!["batch", "results", "tasks", "--json"];
+    args.extend_from_slice(q);
+    let r = ws.kiln(&args, &[]);
+    r.expect_code(0);
+    lines(&r)
+}
+
+/// The id of a task running on the worker with process id `pid`, once there is one.
+pub fn task_running_on(ws: &Workspace, q: &[&str], pid: u32) -> String {
+    let tag = format!(":{pid}:");
+    let mut found = None;
+    wait_until(
+        "a task running on the worker",
+        Duration::from_secs(60),
+        || {
+            found = results_in(ws, q)
+                .into_iter()
+                .find(|r| {
+                    r["status"] == "running"
+                        && r["worker"].as_str().is_some_and(|w| w.contains(&tag))
+                })
+                .map(|r| r["id"].as_str().unwrap().to_string());
+            found.is_some()
+        },
+    );
+    found.unwrap()
+}
+
+/// Wait for a child to exit (within a minute), returning its output.
+pub fn finish(child: std::process::Child) -> Run {
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(90)) {
+        Ok(out) => Run(out.unwrap()),
+        Err(_) => {
+            // SAFETY: killing the child we started, which did not exit in time.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("process {pid} did not exit");
+        }
+    }
+}
+
+/// 20 tasks, three workers, one SIGKILLed in the middle of a task: every task ends once,
+/// with success; the killed worker's task shows attempts = 2.
+pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str]) -> String {
+    let mock = Mock::start(Duration::from_millis(300));
+    project(ws);
+    task_file(ws, "tasks.jsonl", &twenty(&mock.url));
+    let mut submit = vec!["batch", "submit", "tasks.jsonl"];
+    submit.extend_from_slice(q);
+    let r = ws.kiln(&submit, &[]);
+    r.expect_code(0);
+    assert_eq!(r.stdout().trim(), "tasks");
+    let again = ws.kiln(&submit, &[]);
+    assert!(
+        again
+            .stderr()
+            .contains("0 tasks enqueued, 20 already there"),
+        "{}",
+        again.stderr()
+    );
+
+    let workers: Vec<_> = (0..3).map(|_| spawn_worker(ws, q, "2")).collect();
+    let mut workers = workers.into_iter();
+    let mut victim = workers.next().unwrap();
+    let killed = task_running_on(ws, q, victim.id());
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let outs: Vec<Run> = workers.map(finish).collect();
+    let err: String = outs.iter().map(|o| o.stderr()).collect();
+    for o in &outs {
+        o.expect_code(0);
+    }
+    assert!(
+        err.contains(&format!("claimed tasks/{killed} (attempt 2)")),
+        "{err}"
+    );
+    let results = results_in(ws, q);
+    check_twenty(&results, |id, a| a == if id == killed { 2 } else { 1 });
+    let mut ids: Vec<&str> = results.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 20);
+    // Each task asked the model once per turn; only the killed attempt may have asked more.
+    assert!((28..=30).contains(&mock.requests()), "{}", mock.requests());
+    killed
+}
+
+/// A worker paused past its lease (presumed dead) comes back after another worker finished
+/// its task: its late result is rejected, fenced by attempt, and it says so.
+pub fn late_write_is_rejected(ws: &Workspace, q: &[&str]) {
+    let mock = Mock::start(Duration::from_millis(1500));
+    project(ws);
+    task_file(ws, "tasks.jsonl", &[fix_task("late", &mock.url)]);
+    let mut submit = vec!["batch", "submit", "tasks.jsonl"];
+    submit.extend_from_slice(q);
+    ws.kiln(&submit, &[]).expect_code(0);
+    let a = spawn_worker(ws, q, "1");
+    let apid = a.id() as i32;
+    task_running_on(ws, q, a.id());
+    // SAFETY: pausing and resuming the worker we started.
+    unsafe { libc::kill(apid, libc::SIGSTOP) };
+    let b = finish(spawn_worker(ws, q, "1"));
+    b.expect_code(0);
+    assert!(
+        b.stderr().contains("claimed tasks/late (attempt 2)"),
+        "{}",
+        b.stderr()
+    );
+    unsafe { libc::kill(apid, libc::SIGCONT) };
+    let a = finish(a);
+    a.expect_code(0);
+    assert!(
+        a.stderr().contains("tasks/late attempt 1:"),
+        "{}",
+        a.stderr()
+    );
+    assert!(a.stderr().contains("rejected"), "{}", a.stderr());
+    let r = &results_in(ws, q)[0];
+    assert_eq!(
+        (r["status"].as_str(), r["attempts"].as_i64()),
+        (Some("success"), Some(2)),
+        "{r}"
+    );
+    assert!(
+        !r["worker"].as_str().unwrap().contains(&format!(":{apid}:")),
+        "{r}"
+    );
+}
+
+#[test]
+fn fleet_on_a_shared_sqlite_directory_survives_a_killed_worker() {
+    let ws = Workspace::new();
+    fleet_survives_a_killed_worker(&ws, &["--dir", "q"]);
+}
+
+#[test]
+fn fleet_on_a_shared_sqlite_directory_rejects_a_late_write() {
+    let ws = Workspace::new();
+    late_write_is_rejected(&ws, &["--dir", "q"]);
+}

@@ -136,6 +136,8 @@ pub struct ResultRow {
     pub status: String,
     /// Attempts made.
     pub attempts: i64,
+    /// The worker holding it (while running) or that ran it.
+    pub worker: Option<String>,
     /// The recorded result (JSON), once ended.
     pub result: Option<serde_json::Value>,
 }
@@ -415,6 +417,21 @@ impl Queue {
         )
     }
 
+    /// Tasks not ended that may still run (of `batch`, or of all): running ones, and queued
+    /// ones of batches whose budget is not spent. A `--once` worker waits for these, since a
+    /// running task's worker may die and leave it to be claimed again.
+    pub fn pending(&mut self, batch: Option<&str>) -> Result<u64, DbError> {
+        let rows = self.db.query(
+            "SELECT COUNT(*) FROM kiln_batch_tasks t JOIN kiln_batches b ON b.id = t.batch
+             WHERE (CAST(?1 AS TEXT) IS NULL OR t.batch = CAST(?1 AS TEXT))
+               AND (t.status = 'running' OR (t.status = 'queued'
+                    AND (b.max_cost IS NULL OR b.spent_cost < b.max_cost)
+                    AND (b.max_tokens IS NULL OR b.spent_tokens < b.max_tokens)))",
+            &[batch.into()],
+        )?;
+        Ok(rows.first().and_then(|r| r[0].int()).unwrap_or(0) as u64)
+    }
+
     /// Tasks per state, and what the batch spent.
     pub fn counts(&mut self, batch: &str) -> Result<Counts, DbError> {
         let rows = self.db.query(
@@ -465,7 +482,7 @@ impl Queue {
     /// Every task of a batch, in task-file order.
     pub fn results(&mut self, batch: &str) -> Result<Vec<ResultRow>, DbError> {
         let rows = self.db.query(
-            "SELECT id, status, attempts, result FROM kiln_batch_tasks WHERE batch = ?1 ORDER BY seq",
+            "SELECT id, status, attempts, worker, result FROM kiln_batch_tasks WHERE batch = ?1 ORDER BY seq",
             &[batch.into()],
         )?;
         Ok(rows
@@ -474,7 +491,8 @@ impl Queue {
                 id: r[0].text().unwrap_or("").to_string(),
                 status: r[1].text().unwrap_or("").to_string(),
                 attempts: r[2].int().unwrap_or(0),
-                result: r[3].text().and_then(|t| serde_json::from_str(t).ok()),
+                worker: r[3].text().map(str::to_string),
+                result: r[4].text().and_then(|t| serde_json::from_str(t).ok()),
             })
             .collect())
     }

@@ -168,6 +168,18 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Whether tasks of this worker's scope may still need running (see [`Queue::pending`]).
+    async fn pending(&self) -> bool {
+        let batch = self.opts.batch.clone();
+        self.retry("counting pending tasks", true, move |q| {
+            q.pending(batch.as_deref())
+        })
+        .await
+        .is_some_and(|n| n > 0)
+    }
+}
+
 /// Run a worker until `--once` finds nothing more to do or `cancel` turns true. Returns
 /// whether it was interrupted.
 pub async fn run(
@@ -217,7 +229,7 @@ pub async fn run(
                 }
             }
         }
-        if *cancel.borrow() || (idle && sh.opts.once && slots.is_empty()) {
+        if *cancel.borrow() || (idle && slots.is_empty() && sh.opts.once && !sh.pending().await) {
             break;
         }
         tokio::select! {

@@ -345,6 +345,9 @@ fn print_results(rows: &[crate::batch::queue::ResultRow], json: bool) {
             v["id"] = r.id.clone().into();
             v["status"] = r.status.clone().into();
             v["attempts"] = r.attempts.into();
+            if v.get("worker").is_none() {
+                v["worker"] = r.worker.clone().into();
+            }
             print_json(&v);
         } else {
             let tokens = res["tokens"]["input"].as_u64().unwrap_or(0)

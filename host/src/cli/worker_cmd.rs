@@ -215,7 +215,14 @@ pub(crate) async fn drive(
         if quiet && !quiet_ok {
             continue;
         }
-        let Some(mut text) = super::batch_cmd::report_text(&r) else {
+        let text = match (&r, batch) {
+            (Report::Claimed(c), None) => Some(format!(
+                "claimed {}/{} (attempt {})",
+                c.batch, c.task.id, c.attempt
+            )),
+            _ => super::batch_cmd::report_text(&r),
+        };
+        let Some(mut text) = text else {
             continue;
         };
         if let (Report::Finished(_), Some(b)) = (&r, batch)
