@@ -168,6 +168,33 @@ struct File {
     /// `[budget]`: spend caps of `kiln fix`, `agent` and `loop`.
     #[serde(default)]
     budget: Option<BudgetConfig>,
+    /// `[store]`: where runs are recorded; only from the user's own file (it carries
+    /// credentials).
+    #[serde(default, skip_serializing)]
+    store: Option<StoreConfig>,
+}
+
+/// `[store]`: the store URL (`postgres://…`, `sqlite:PATH`), read only from the user's own
+/// configuration, never from a workspace `kiln.toml` (the URL carries credentials). Its
+/// `Debug` hides any password.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The store URL (`--store` and `KILN_STORE` win).
+    pub url: Option<String>,
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = self
+            .url
+            .as_deref()
+            .map(|u| match u.parse::<crate::store::StoreUrl>() {
+                Ok(parsed) => parsed.to_string(),
+                Err(_) => "(invalid)".to_string(),
+            });
+        f.debug_struct("StoreConfig").field("url", &url).finish()
+    }
 }
 
 /// `[budget]`: what one `kiln fix`, `agent` or `loop` may spend on model requests (the
@@ -271,6 +298,8 @@ pub struct Config {
     pub pricing: BTreeMap<String, crate::llm::pricing::Price>,
     /// `[budget]`, merged (a later file's value replaces; an untrusted one only lowers).
     pub budget: BudgetConfig,
+    /// `[store]`, from the user's configuration only.
+    pub store: StoreConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
@@ -542,6 +571,15 @@ impl Config {
         self.apply_pricing(path, file.pricing.unwrap_or_default())?;
         if let Some(b) = file.budget {
             self.apply_budget(path, b)?;
+        }
+        if let Some(store) = file.store {
+            if layer != Layer::User {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: "a workspace kiln.toml may not set [store]: a store URL carries credentials, so kiln reads it only from --store, KILN_STORE or [store] url in your own configuration".into(),
+                });
+            }
+            self.store = store;
         }
         if let Some(fix) = file.fix {
             if fix.prompt.is_some() {

@@ -479,7 +479,7 @@ fn a_second_loop_on_the_same_workspace_is_refused() {
     // A loop "running" in this (live) test process.
     let id = s
         .begin_loop(&kiln::store::NewLoop {
-            kind: "fix".into(),
+            kind: kiln::store::RunKind::Fix,
             runner: "command".into(),
             targets: vec!["main.c".into()],
             format: "search-replace".into(),

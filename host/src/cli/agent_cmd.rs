@@ -8,7 +8,6 @@ use crate::engine::agent::{AgentDeps, AgentOptions, run_agent};
 use crate::engine::{Event, ModelSource, Replay};
 use crate::llm::LlmClient;
 use crate::llm::pricing::format_usd;
-use crate::store::Store;
 use crate::terminal::count;
 use anyhow::Context;
 use clap::Args;
@@ -289,7 +288,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
     log.line(&banner(&model.label(), &test_command, &test_source, &args));
     let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;
-    let mut store = Store::open(&ctx.workspace)?;
+    let mut store = ctx.open_store()?;
     // MCP servers of `[mcp.servers]` (outside the sandbox), started now that they are needed.
     let external = crate::mcp::ExternalTools::start(&config.mcp.servers, &ctx.workspace).await?;
     for t in &external.skipped {
@@ -323,7 +322,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow
         let mut on_event = |e: &Event| {
             seq += 1;
             if json {
-                let mut v = e.to_json(seq, crate::store::now_ms());
+                let mut v = e.to_json(seq, crate::clock::now_ms());
                 if let (Event::AgentResult(r), serde_json::Value::Object(m)) = (e, &mut v) {
                     m.insert("cost_usd".into(), cost_of(&r.usage).into());
                 }

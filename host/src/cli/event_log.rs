@@ -102,7 +102,7 @@ impl EventLog {
         let Some((path, f)) = &mut self.file else {
             return;
         };
-        let stamp = crate::store::utc_text(crate::store::now_ms());
+        let stamp = crate::clock::utc_text(crate::clock::now_ms());
         let mut text = String::new();
         for l in line.split('\n') {
             text.push_str(&format!("{stamp} {l}\n"));

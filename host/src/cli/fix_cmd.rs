@@ -8,7 +8,6 @@ use crate::engine::{self, Event, FixOptions, ModelSource, Replay};
 use crate::llm::LlmClient;
 use crate::llm::pricing::format_usd;
 use crate::plugin::PluginKind;
-use crate::store::Store;
 use crate::terminal::count;
 use anyhow::Context;
 use clap::Args;
@@ -64,7 +63,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         ),
         None => config.fix.prompt.clone(),
     };
-    let mut store = Store::open(&ctx.workspace)?;
+    let mut store = ctx.open_store()?;
     let mut model = match (&args.replay, args.replay_loop) {
         (Some(file), _) => {
             ModelSource::replay(Replay::from_jsonl(file).map_err(|e| anyhow::anyhow!(e))?)
@@ -112,7 +111,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let mut on_event = |e: &Event| {
         seq += 1;
         if json {
-            let v = e.to_json(seq, crate::store::now_ms());
+            let v = e.to_json(seq, crate::clock::now_ms());
             if matches!(e, Event::LoopResult(_)) {
                 result_event = Some(v);
             } else {
@@ -141,7 +140,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let cost = crate::llm::pricing::cost_usd(&model_name, &usage, &config.pricing);
     if json {
         let mut v = result_event.unwrap_or_else(|| {
-            Event::LoopResult(outcome.clone()).to_json(seq + 1, crate::store::now_ms())
+            Event::LoopResult(outcome.clone()).to_json(seq + 1, crate::clock::now_ms())
         });
         if let serde_json::Value::Object(m) = &mut v {
             m.insert("cost_usd".into(), cost.into());

@@ -36,7 +36,7 @@ enum HistoryCommand {
 pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome> {
     // Reading history creates nothing: no `.kiln` yet means no loops yet. (A `.kiln` that
     // exists, even as a planted symlink, goes to the store, which refuses what it must.)
-    if std::fs::symlink_metadata(ctx.workspace.join(".kiln")).is_err() {
+    if ctx.store.is_none() && std::fs::symlink_metadata(ctx.workspace.join(".kiln")).is_err() {
         if let Some(HistoryCommand::Show { id }) = args.show {
             anyhow::bail!(
                 "no loop {id}: nothing is recorded in {} yet",
@@ -48,7 +48,7 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
         }
         return Ok(Outcome::Success);
     }
-    let store = Store::open(&ctx.workspace)?;
+    let store = ctx.open_store()?;
     match args.show {
         None => list(ctx, &store, args.limit, args.json)?,
         Some(HistoryCommand::Show { id }) => show(&store, id, args.json)?,
@@ -58,7 +58,12 @@ pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome>
 
 /// `kiln history`: the latest `limit` loops, one line (or JSON object) each.
 fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()> {
-    let rows = store.loops(limit)?;
+    // A shared store (`--store`) holds many workspaces' runs: list them all, with their project.
+    let rows = if store.is_shared() {
+        store.all_loops(limit)?
+    } else {
+        store.loops(limit)?
+    };
     if rows.is_empty() && !json {
         eprintln!("no loops recorded in {} yet", ctx.workspace.display());
     }
@@ -66,8 +71,14 @@ fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()
         if json {
             print_json(&serde_json::to_value(&r)?);
         } else {
+            // A shared store's rows carry their project (workspace) as a second column.
+            let project = if store.is_shared() {
+                format!("{}  ", r.project)
+            } else {
+                String::new()
+            };
             say!(
-                "{:>4}  {:<12} {:<8} {:<17} iters {}/{}  {}  {}",
+                "{:>4}  {project}{:<12} {:<8} {:<17} iters {}/{}  {}  {}",
                 r.id,
                 r.kind,
                 r.status,

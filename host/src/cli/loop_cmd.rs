@@ -8,7 +8,6 @@ use crate::engine::agent::AgentOptions;
 use crate::engine::review::{LoopDeps, LoopOptions, REVIEW_COMMANDS, load_task, run_loop};
 use crate::engine::{Event, ModelSource, Replay};
 use crate::llm::LlmClient;
-use crate::store::Store;
 use anyhow::Context;
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -114,7 +113,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow:
     args.budget.apply(&config, &mut model)?;
     let ctx2 = ctx.with_config(config.clone());
     let registry = ctx2.registry(extra).await?;
-    let mut store = Store::open(&ctx.workspace)?;
+    let mut store = ctx.open_store()?;
     let opts = LoopOptions {
         task_file: task_file.clone(),
         loops: args.loops.max(1),

@@ -79,6 +79,8 @@ struct Shared {
     model: tokio::sync::Mutex<Result<ModelSource, String>>,
     model_label: String,
     store: std::sync::Mutex<Store>,
+    /// Where compile_loop records its loops (`--store`; `None`: the workspace's file).
+    store_url: Option<crate::store::StoreUrl>,
 }
 
 /// One MCP connection: a session in the store, closed when the connection ends.
@@ -92,14 +94,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         let n = self.calls.load(Ordering::Relaxed);
         if let Ok(mut store) = self.shared.store.lock() {
-            let _ = store.set_iters(self.loop_id, n);
-            let _ = store.finish_loop(
-                self.loop_id,
-                "closed",
-                "closed",
-                &format!("MCP session: {n} tool call(s)"),
-                None,
-            );
+            let _ = store.close_session(self.loop_id, n, &format!("MCP session: {n} tool call(s)"));
         }
     }
 }
@@ -116,7 +111,7 @@ impl KilnMcp {
             .lock()
             .map_err(|_| anyhow::anyhow!("the store lock is poisoned"))?
             .begin_session(&NewLoop {
-                kind: "mcp".into(),
+                kind: crate::store::RunKind::Mcp,
                 runner: "-".into(),
                 targets: vec![],
                 format: shared.default_format.clone(),
@@ -244,7 +239,8 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
     });
     let shared = Arc::new(Shared {
         workspace: ctx.workspace.clone(),
-        store: std::sync::Mutex::new(Store::open(&ctx.workspace)?),
+        store: std::sync::Mutex::new(ctx.open_store()?),
+        store_url: ctx.store.clone(),
         config,
         registry,
         tools,
@@ -520,7 +516,7 @@ async fn compile_loop(
         protected: shared.config.protected(),
         ..Default::default()
     };
-    let mut store = match Store::open(&shared.workspace) {
+    let mut store = match Store::open_url(shared.store_url.as_ref(), &shared.workspace) {
         Ok(s) => s,
         Err(e) => return (e.to_string(), true),
     };

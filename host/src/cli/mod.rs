@@ -58,6 +58,16 @@ struct Global {
     /// this run only: for CI and throwaway checkouts you control.
     #[arg(long, global = true, env = "KILN_YES", value_parser = clap::builder::FalseyValueParser::new())]
     yes: bool,
+    /// Where runs are recorded: postgres://USER[:PASSWORD]@HOST[:PORT]/DB (shared by many
+    /// workspaces), sqlite:PATH or a file (default: .kiln/kiln.db in the workspace).
+    #[arg(
+        long = "store",
+        global = true,
+        env = "KILN_STORE",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    store: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,6 +128,8 @@ pub(crate) struct Ctx {
     pub runtime: std::sync::Arc<Runtime>,
     /// `-q`: no progress lines, only results and errors.
     pub quiet: bool,
+    /// `--store`, `KILN_STORE` or the user's `[store] url`; `None`: the workspace's own file.
+    pub store: Option<crate::store::StoreUrl>,
 }
 
 impl Ctx {
@@ -131,11 +143,16 @@ impl Ctx {
             .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
         let config = Config::load(&workspace, global.yes)?;
         let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
+        let store = match global.store.as_ref().or(config.store.url.as_ref()) {
+            Some(url) => Some(url.parse::<crate::store::StoreUrl>()?),
+            None => None,
+        };
         Ok(Ctx {
             workspace,
             config,
             runtime,
             quiet: global.quiet,
+            store,
         })
     }
 
@@ -146,7 +163,13 @@ impl Ctx {
             config,
             runtime: self.runtime.clone(),
             quiet: self.quiet,
+            store: self.store.clone(),
         }
+    }
+
+    /// The store runs of this workspace are recorded in (see [`Ctx::store`]).
+    pub fn open_store(&self) -> Result<crate::store::Store, crate::store::StoreError> {
+        crate::store::Store::open_url(self.store.as_ref(), &self.workspace)
     }
 
     /// Built-ins, configured plugins and `--plugin` files.

@@ -75,7 +75,7 @@ pub struct AgentOptions {
     /// Refuse to run hooks the kernel cannot fully confine (`[sandbox] require_confinement`).
     pub require_confinement: bool,
     /// The run's kind in the store (`agent`, `loop-execute`, `loop-review`).
-    pub kind: String,
+    pub kind: crate::store::RunKind,
     /// The run that started this one (exempt from the overlap guard).
     pub parent: Option<i64>,
 }
@@ -123,7 +123,7 @@ impl Default for AgentOptions {
             command_allowlist: None,
             program_writes: crate::plugin::confine::Writes::default(),
             require_confinement: false,
-            kind: "agent".into(),
+            kind: crate::store::RunKind::Agent,
             parent: None,
         }
     }
@@ -320,7 +320,7 @@ pub async fn run_agent(
     let toolbox = Toolbox::new(registry, &settings).await?;
     let system = system_prompt(opts, &toolbox);
     let new = NewLoop {
-        kind: opts.kind.clone(),
+        kind: opts.kind,
         runner: "-".into(),
         targets: vec![],
         format: opts.default_format.clone(),

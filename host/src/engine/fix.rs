@@ -294,7 +294,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
     }
     let first = first_check(opts, runner, &cancel).await?;
     let new = NewLoop {
-        kind: "fix".into(),
+        kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
         targets: opts.targets.clone(),
         format: format.name.clone(),

@@ -517,7 +517,7 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
     let task = load_task(&ws, &opts.task_file)?;
     let artifacts = Artifacts::open(workspace)?;
     let new = NewLoop {
-        kind: "loop".into(),
+        kind: crate::store::RunKind::Loop,
         runner: "-".into(),
         targets: vec![opts.task_file.clone()],
         format: opts.agent.default_format.clone(),
@@ -770,7 +770,7 @@ impl LoopState<'_, '_> {
                 .to_vec(),
             ),
             command_allowlist: Some(allow),
-            kind: "loop-execute".into(),
+            kind: crate::store::RunKind::LoopExecute,
             parent: Some(parent),
             ..self.opts.agent.clone()
         }
@@ -800,7 +800,7 @@ impl LoopState<'_, '_> {
             command_allowlist: Some(REVIEW_COMMANDS.map(String::from).to_vec()),
             // The kernel holds what the argument checks only defend: the review writes nowhere.
             program_writes: crate::plugin::confine::Writes::Nowhere,
-            kind: "loop-review".into(),
+            kind: crate::store::RunKind::LoopReview,
             parent: Some(parent),
             ..self.opts.agent.clone()
         }

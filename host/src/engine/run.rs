@@ -194,13 +194,8 @@ impl<'a> Run<'a> {
         summary: &str,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.store.finish_loop(
-            self.id,
-            reason.status().as_str(),
-            reason.as_str(),
-            summary,
-            error,
-        )
+        self.store
+            .finish_loop(self.id, reason.status(), reason, summary, error)
     }
 
     /// Borrow everything for a nested run whose events go to this run's caller (not to this
