@@ -372,7 +372,7 @@ pub fn finish(child: std::process::Child) -> Run {
 
 /// 20 tasks, three workers, one SIGKILLed in the middle of a task: every task ends once,
 /// with success; the killed worker's task shows attempts = 2.
-pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str]) -> String {
+pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str], store: &str) -> String {
     let mock = Mock::start(Duration::from_millis(300));
     project(ws);
     task_file(ws, "tasks.jsonl", &twenty(&mock.url));
@@ -394,6 +394,12 @@ pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str]) -> String {
     let mut workers = workers.into_iter();
     let mut victim = workers.next().unwrap();
     let killed = task_running_on(ws, q, victim.id());
+    // Killed once its run is recorded (waiting on the model).
+    wait_until(
+        "the victim's run in the store",
+        Duration::from_secs(30),
+        || attempt_loops(&history(ws, store), &killed, 1) == 1,
+    );
     victim.kill().unwrap();
     victim.wait().unwrap();
     let outs: Vec<Run> = workers.map(finish).collect();
@@ -412,7 +418,38 @@ pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str]) -> String {
     assert_eq!(ids.len(), 20);
     // Each task asked the model once per turn; only the killed attempt may have asked more.
     assert!((28..=30).contains(&mock.requests()), "{}", mock.requests());
+    // Both attempts' runs are in the shared store: the killed one (left running by its dead
+    // worker) and the one that finished; 20 finished runs in all, plus the killed one.
+    let loops = history(ws, store);
+    assert_eq!(
+        (
+            attempt_loops(&loops, &killed, 1),
+            attempt_loops(&loops, &killed, 2)
+        ),
+        (1, 1),
+        "{loops:?}"
+    );
+    assert_eq!(loops.len(), 21, "{loops:?}");
     killed
+}
+
+/// `kiln history --store STORE --json`: every loop.
+pub fn history(ws: &Workspace, store: &str) -> Vec<Value> {
+    let h = ws.kiln(
+        &["history", "--store", store, "--json", "--limit", "100"],
+        &[],
+    );
+    h.expect_code(0);
+    lines(&h)
+}
+
+/// How many of `loops` ran in attempt `n` of task `id`.
+pub fn attempt_loops(loops: &[Value], id: &str, n: u32) -> usize {
+    let tag = format!("/tasks/{id}/attempt-{n}/");
+    loops
+        .iter()
+        .filter(|l| l["project"].as_str().unwrap_or("").contains(&tag))
+        .count()
 }
 
 /// A worker paused past its lease (presumed dead) comes back after another worker finished
@@ -460,11 +497,70 @@ pub fn late_write_is_rejected(ws: &Workspace, q: &[&str]) {
 #[test]
 fn fleet_on_a_shared_sqlite_directory_survives_a_killed_worker() {
     let ws = Workspace::new();
-    fleet_survives_a_killed_worker(&ws, &["--dir", "q"]);
+    fleet_survives_a_killed_worker(&ws, &["--dir", "q"], "q/kiln.db");
 }
 
 #[test]
 fn fleet_on_a_shared_sqlite_directory_rejects_a_late_write() {
     let ws = Workspace::new();
     late_write_is_rejected(&ws, &["--dir", "q"]);
+}
+
+#[test]
+fn fleet_on_postgres_survives_a_killed_worker_and_history_shows_both_attempts() {
+    let url = crate::pg::PgServer::shared().fresh_db();
+    let ws = Workspace::new();
+    let q = ["--store", url.as_str()];
+    fleet_survives_a_killed_worker(&ws, &q, &url);
+    // No password in anything kiln printed or stored as a result.
+    let res = ws.kiln(&["batch", "results", "--store", &url, "--json"], &[]);
+    assert!(!res.stdout().contains(crate::pg::PASSWORD));
+}
+
+#[test]
+fn fleet_on_postgres_rejects_a_late_write() {
+    let url = crate::pg::PgServer::shared().fresh_db();
+    let ws = Workspace::new();
+    late_write_is_rejected(&ws, &["--store", &url]);
+}
+
+#[test]
+fn workers_ride_out_a_database_that_goes_away() {
+    let server = crate::pg::PgServer::start();
+    let url = server.fresh_db();
+    let ws = Workspace::new();
+    let q = ["--store", url.as_str()];
+    let mock = Mock::start(Duration::from_millis(300));
+    project(&ws);
+    let tasks: Vec<Value> = (0..10)
+        .map(|i| fix_task(&format!("t{i}"), &mock.url))
+        .collect();
+    task_file(&ws, "tasks.jsonl", &tasks);
+    ws.kiln(&["batch", "submit", "tasks.jsonl", "--store", &url], &[])
+        .expect_code(0);
+    let workers: Vec<_> = (0..2).map(|_| spawn_worker(&ws, &q, "4")).collect();
+    wait_until("two tasks done", Duration::from_secs(60), || {
+        results_in(&ws, &q)
+            .iter()
+            .filter(|r| r["status"] == "success")
+            .count()
+            >= 2
+    });
+    server.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    server.start_again();
+    let outs: Vec<Run> = workers.into_iter().map(finish).collect();
+    let err: String = outs.iter().map(|o| o.stderr()).collect();
+    for o in &outs {
+        o.expect_code(0);
+    }
+    assert!(err.contains("warning: store unreachable while"), "{err}");
+    assert!(err.contains("retrying in"), "{err}");
+    assert!(err.contains("store reachable again"), "{err}");
+    assert!(!err.contains(crate::pg::PASSWORD), "{err}");
+    let results = results_in(&ws, &q);
+    assert_eq!(results.len(), 10);
+    for r in &results {
+        assert_eq!(r["status"], "success", "{r}");
+    }
 }

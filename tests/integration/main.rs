@@ -2,6 +2,7 @@
 //! `kiln` executable, real compilers.
 
 mod mock_llm;
+mod pg;
 mod support;
 
 mod agent;

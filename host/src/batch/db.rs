@@ -200,3 +200,137 @@ impl Db for SqliteDb {
             .map_err(|e| sqlite_error(&what, e))
     }
 }
+
+/// A PostgreSQL database, through the store's reconnecting connection (a call after the
+/// server went away reconnects).
+pub struct PgDb {
+    conn: crate::store::postgres::PgConn,
+}
+
+impl PgDb {
+    /// Connect.
+    pub fn connect(url: &crate::store::PgUrl) -> Result<PgDb, DbError> {
+        crate::store::postgres::PgConn::connect(url)
+            .map(|conn| PgDb { conn })
+            .map_err(|e| pg_error(url.to_string(), e))
+    }
+
+    fn what(&self) -> String {
+        self.conn.describe()
+    }
+}
+
+fn pg_error(what: String, e: crate::store::StoreError) -> DbError {
+    DbError {
+        what,
+        transient: e.is_unreachable(),
+        message: e.to_string(),
+    }
+}
+
+/// `?N` placeholders as PostgreSQL's `$N`.
+fn pg_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('$');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl postgres::types::ToSql for Val {
+    fn to_sql(
+        &self,
+        ty: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use postgres::types::Type;
+        match self {
+            Val::Null => Ok(postgres::types::IsNull::Yes),
+            Val::Int(i) if *ty == Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+            Val::Int(i) if *ty == Type::FLOAT8 => (*i as f64).to_sql(ty, out),
+            Val::Int(i) => i.to_sql(ty, out),
+            Val::Real(f) => f.to_sql(ty, out),
+            Val::Text(s) => s.as_str().to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+fn from_pg(row: &postgres::Row, i: usize) -> Val {
+    use postgres::types::Type;
+    let ty = row.columns()[i].type_().clone();
+    let v = if ty == Type::INT8 {
+        row.try_get::<_, Option<i64>>(i)
+            .ok()
+            .flatten()
+            .map(Val::Int)
+    } else if ty == Type::INT4 {
+        row.try_get::<_, Option<i32>>(i)
+            .ok()
+            .flatten()
+            .map(|n| Val::Int(n.into()))
+    } else if ty == Type::FLOAT8 {
+        row.try_get::<_, Option<f64>>(i)
+            .ok()
+            .flatten()
+            .map(Val::Real)
+    } else {
+        row.try_get::<_, Option<String>>(i)
+            .ok()
+            .flatten()
+            .map(Val::Text)
+    };
+    v.unwrap_or(Val::Null)
+}
+
+impl Db for PgDb {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn execute(&mut self, sql: &str, params: &[Val]) -> Result<u64, DbError> {
+        let (sql, params) = (pg_sql(sql), params.to_vec());
+        let what = self.what();
+        self.conn
+            .with(move |c| {
+                let p: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    params.iter().map(|v| v as _).collect();
+                c.execute(sql.as_str(), &p)
+            })
+            .map_err(|e| pg_error(what, e))
+    }
+
+    fn query(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, DbError> {
+        let (sql, params) = (pg_sql(sql), params.to_vec());
+        let what = self.what();
+        self.conn
+            .with(move |c| {
+                let p: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    params.iter().map(|v| v as _).collect();
+                let rows = c.query(sql.as_str(), &p)?;
+                Ok(rows
+                    .iter()
+                    .map(|r| (0..r.len()).map(|i| from_pg(r, i)).collect())
+                    .collect())
+            })
+            .map_err(|e| pg_error(what, e))
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        let sql = sql.to_string();
+        let what = self.what();
+        self.conn
+            .with(move |c| c.batch_execute(&sql))
+            .map_err(|e| pg_error(what, e))
+    }
+}

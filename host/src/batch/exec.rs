@@ -17,7 +17,8 @@ pub struct ExecSettings {
     pub kiln: PathBuf,
     /// Where checkouts go: `<scratch>/<batch>/<task>/attempt-<n>/`.
     pub scratch: PathBuf,
-    /// `--store` given to each task (the batch's store), if any.
+    /// The store each task records its run in (the batch's store), handed to the child as
+    /// `KILN_STORE` so that a password stays off command lines.
     pub store: Option<String>,
     /// Pass `--yes` (apply a checkout's kiln.toml without `kiln trust`).
     pub yes: bool,
@@ -79,6 +80,9 @@ pub enum Ended {
     Done(Box<TaskResult>),
     /// Cancelled (Ctrl-C, or the lease was lost): no result.
     Cancelled,
+    /// The run failed because the store went away under it: not the task's fault, so no
+    /// result; the task is given back to run again.
+    StoreLost(String),
 }
 
 /// The attempt's directory: `<scratch>/<batch>/<task>/attempt-<n>`.
@@ -93,9 +97,6 @@ pub fn attempt_dir(s: &ExecSettings, c: &Claim) -> PathBuf {
 /// batch's per-task budget (unless the task sets its own), then the rest of the task's args.
 pub fn child_args(s: &ExecSettings, c: &Claim, workdir: &Path) -> Vec<String> {
     let mut a = vec!["-C".to_string(), workdir.to_string_lossy().into_owned()];
-    if let Some(store) = &s.store {
-        a.extend(["--store".into(), store.clone()]);
-    }
     if s.yes {
         a.push("--yes".into());
     }
@@ -182,10 +183,24 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
         }
     };
     fill_from_output(&mut res, &out, &dir.join("kiln.log"));
+    if res.status == "error"
+        && let Some(e) = res
+            .error
+            .as_deref()
+            .filter(|e| e.contains("is unreachable"))
+    {
+        return Ended::StoreLost(e.to_string());
+    }
     if res.tokens == Tokens::default()
         && let Some(id) = res.loop_id
     {
-        res.tokens = tokens_from_store(s, &workdir, id).unwrap_or_default();
+        let (store, wd) = (s.store.clone(), workdir.clone());
+        res.tokens =
+            tokio::task::spawn_blocking(move || tokens_from_store(store.as_deref(), &wd, id))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
     }
     res.diff = {
         let co = co.clone();
@@ -221,6 +236,9 @@ async fn run_child(
         .stdout(std::process::Stdio::piped())
         .stderr(log)
         .kill_on_drop(true);
+    if let Some(store) = &s.store {
+        cmd.env("KILN_STORE", store);
+    }
     // SAFETY: prctl is async-signal-safe; it only asks for SIGKILL when the parent dies.
     unsafe {
         cmd.pre_exec(|| {
@@ -306,11 +324,12 @@ fn fill_from_output(res: &mut TaskResult, out: &ChildOut, log: &Path) {
 }
 
 /// A fix loop's tokens, from the store it wrote (its checkout's, when no store was given).
-fn tokens_from_store(s: &ExecSettings, workdir: &Path, loop_id: i64) -> Option<Tokens> {
-    if s.store.is_some() {
-        return None;
-    }
-    let store = crate::store::Store::open(workdir).ok()?;
+fn tokens_from_store(store: Option<&str>, workdir: &Path, loop_id: i64) -> Option<Tokens> {
+    let url = match store {
+        Some(s) => Some(s.parse::<crate::store::StoreUrl>().ok()?),
+        None => None,
+    };
+    let store = crate::store::Store::open_url(url.as_ref(), workdir).ok()?;
     let t = store.loop_detail(loop_id).ok()?.row.tokens;
     Some(Tokens {
         input: t.input + t.cached_input,

@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS kiln_batch_tasks (
 CREATE INDEX IF NOT EXISTS kiln_batch_tasks_claim ON kiln_batch_tasks (status, lease_until);
 ";
 
+/// The advisory lock that serialises creating the batch tables on PostgreSQL.
+const SCHEMA_LOCK: i64 = 0x6b69_6c6e_6261;
+
 /// Task states: waiting, held by a worker, and the four ends.
 pub const STATUSES: &[&str] = &["queued", "running", "success", "failed", "error", "dead"];
 
@@ -149,7 +152,13 @@ fn now() -> i64 {
 impl Queue {
     /// Use `db`, creating the batch tables when missing.
     pub fn new(mut db: Box<dyn Db>) -> Result<Queue, DbError> {
-        db.batch(SCHEMA)?;
+        match db.dialect() {
+            Dialect::Sqlite => db.batch(SCHEMA)?,
+            // Workers starting together: one creates the tables, the others wait for it.
+            Dialect::Postgres => db.batch(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;"
+            ))?,
+        }
         Ok(Queue { db })
     }
 
@@ -378,19 +387,29 @@ impl Queue {
             return Ok(Completion::Accepted);
         }
         let rows = self.db.query(
-            "SELECT attempts, status FROM kiln_batch_tasks WHERE batch = ?1 AND id = ?2",
+            "SELECT attempts, status, worker, result FROM kiln_batch_tasks WHERE batch = ?1 AND id = ?2",
             &key[..2],
         )?;
-        let (attempts, status) = rows
-            .first()
-            .map(|r| {
-                (
-                    r[0].int().unwrap_or(0),
-                    r[1].text().unwrap_or("").to_string(),
-                )
-            })
-            .unwrap_or((0, "missing".into()));
-        Ok(Completion::Rejected { attempts, status })
+        let Some(r) = rows.first() else {
+            return Ok(Completion::Rejected {
+                attempts: 0,
+                status: "missing".into(),
+            });
+        };
+        let (attempts, now_status) = (r[0].int().unwrap_or(0), r[1].text().unwrap_or(""));
+        // This very result, committed by an earlier try whose answer was lost with the
+        // connection: recorded, not refused.
+        if attempts == c.attempt
+            && r[2].text() == Some(c.worker.as_str())
+            && now_status == status
+            && r[3].text() == Some(result.to_string().as_str())
+        {
+            return Ok(Completion::Accepted);
+        }
+        Ok(Completion::Rejected {
+            attempts,
+            status: now_status.to_string(),
+        })
     }
 
     /// Give a held task back (Ctrl-C): queued again, this attempt not counted.

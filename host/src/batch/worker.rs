@@ -65,6 +65,8 @@ pub enum Report {
     },
     /// A task was given back (Ctrl-C).
     Released(Box<Claim>),
+    /// A task's run failed because the store went away; it was given back to run again.
+    Requeued(Box<Claim>, String),
     /// The store failed; the operation is retried after `retry_in`.
     StoreDown {
         /// What the worker was doing.
@@ -281,17 +283,25 @@ async fn slot(sh: Shared, c: Claim) {
     match ended {
         Ended::Done(res) => record(&sh, &c, res).await,
         Ended::Cancelled if !lost => {
-            let cl = c.clone();
-            if sh
-                .retry("giving a task back", true, move |q| q.release(&cl))
-                .await
-                == Some(true)
-            {
+            if give_back(&sh, &c).await {
                 sh.say(Report::Released(Box::new(c.clone())));
             }
         }
-        Ended::Cancelled => {}
+        Ended::StoreLost(why) if !lost => {
+            if give_back(&sh, &c).await {
+                sh.say(Report::Requeued(Box::new(c.clone()), why));
+            }
+        }
+        Ended::Cancelled | Ended::StoreLost(_) => {}
     }
+}
+
+/// Give a held task back (fenced by attempt), retrying while the store is away.
+async fn give_back(sh: &Shared, c: &Claim) -> bool {
+    let cl = c.clone();
+    sh.retry("giving a task back", true, move |q| q.release(&cl))
+        .await
+        == Some(true)
 }
 
 /// Record a result, fenced by attempt, retrying while the store is away.

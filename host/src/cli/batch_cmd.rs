@@ -183,7 +183,7 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
         .with_context(|| format!("cannot create batch directory {}", dir.display()))?;
     let dir = dir.canonicalize()?;
     let _lock = worker_cmd::lock_dir(&dir)?;
-    let queue = worker_cmd::open_local(&dir)?;
+    let (queue, store) = worker_cmd::open_local(&dir)?;
     let budgets = a.budget.budgets()?;
     let (added, finished) = {
         let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -199,10 +199,10 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
             "batch {batch}: {} tasks ({added} new, {finished} already finished), {} at once; store {}",
             tasks.len(),
             a.jobs,
-            dir.join("batches.db").display()
+            dir.join("kiln.db").display()
         );
     }
-    let exec = worker_cmd::exec_settings(&dir.join("work"), yes)?;
+    let exec = worker_cmd::exec_settings(&dir.join("work"), store, yes)?;
     let opts = WorkerOptions {
         batch: Some(batch.clone()),
         jobs: a.jobs,
@@ -236,7 +236,7 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
 async fn submit(ctx: &Ctx, a: SubmitArgs) -> anyhow::Result<Outcome> {
     let tasks = read_tasks(&a.tasks)?;
     let batch = batch_id(a.batch.as_deref(), &a.tasks)?;
-    let queue = a.queue.open(ctx)?;
+    let (queue, _) = a.queue.open(ctx)?;
     let budgets = a.budget.budgets()?;
     let added = queue
         .lock()
@@ -264,7 +264,7 @@ fn which_batch(q: &mut crate::batch::Queue, given: Option<String>) -> anyhow::Re
 }
 
 async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
-    let queue = a.queue.open(ctx)?;
+    let (queue, _) = a.queue.open(ctx)?;
     let batch = which_batch(
         &mut queue.lock().unwrap_or_else(|p| p.into_inner()),
         a.batch,
@@ -293,7 +293,7 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
 }
 
 async fn results(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
-    let queue = a.queue.open(ctx)?;
+    let (queue, _) = a.queue.open(ctx)?;
     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
     let batch = which_batch(&mut q, a.batch)?;
     print_results(&q.results(&batch)?, a.json);
@@ -438,6 +438,13 @@ pub(crate) fn report_text(r: &Report) -> Option<String> {
             "warning: store unreachable while {doing}: {}; retrying in {:.1}s",
             crate::terminal::printable(error),
             retry_in.as_secs_f64()
+        ),
+        Report::Requeued(c, why) => format!(
+            "warning: {}/{} attempt {}: its run lost the store ({}); given back to run again",
+            c.batch,
+            c.task.id,
+            c.attempt,
+            crate::terminal::printable(why)
         ),
         Report::StoreBack(doing) => format!("store reachable again ({doing})"),
     })

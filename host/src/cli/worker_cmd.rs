@@ -3,10 +3,11 @@
 //! opening the queue, the lease flags, and driving a worker with progress on stderr.
 
 use super::{Ctx, Outcome};
-use crate::batch::db::SqliteDb;
+use crate::batch::db::{PgDb, SqliteDb};
 use crate::batch::exec::ExecSettings;
 use crate::batch::worker::{self, Report, SharedQueue, WorkerOptions};
 use crate::batch::{Counts, Queue};
+use crate::store::StoreUrl;
 use anyhow::Context;
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -22,22 +23,47 @@ pub(crate) struct QueueArgs {
 }
 
 impl QueueArgs {
-    /// Open the queue these flags name.
-    pub fn open(&self, ctx: &Ctx) -> anyhow::Result<SharedQueue> {
-        let dir = self
-            .dir
-            .clone()
-            .unwrap_or_else(|| ctx.workspace.join(".kiln").join("batches"));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create batch directory {}", dir.display()))?;
-        open_local(&dir)
+    /// Open the queue these flags name: `--dir`, else the configured store (`--store`,
+    /// `KILN_STORE`, `[store] url`), else the workspace's `.kiln/batches`. Also returns the
+    /// store URL the tasks record their runs in (the same database).
+    pub fn open(&self, ctx: &Ctx) -> anyhow::Result<(SharedQueue, String)> {
+        match (&self.dir, &ctx.store) {
+            (None, Some(StoreUrl::Postgres(pg))) => {
+                let db = PgDb::connect(pg)?;
+                let q = Queue::new(Box::new(db))?;
+                Ok((Arc::new(Mutex::new(q)), pg.secret_url().to_string()))
+            }
+            (None, Some(StoreUrl::Sqlite(file))) => {
+                let file = std::path::absolute(file)?;
+                let q = Queue::new(Box::new(SqliteDb::open(&file)?))?;
+                Ok((
+                    Arc::new(Mutex::new(q)),
+                    format!("sqlite:{}", file.display()),
+                ))
+            }
+            _ => {
+                let dir = self.local_dir(ctx);
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create batch directory {}", dir.display()))?;
+                open_local(&dir.canonicalize()?)
+            }
+        }
     }
 
-    /// The directory for checkouts when the queue is local.
+    /// The local batch directory (`--dir`, else `.kiln/batches` in the workspace).
     fn local_dir(&self, ctx: &Ctx) -> PathBuf {
         self.dir
             .clone()
             .unwrap_or_else(|| ctx.workspace.join(".kiln").join("batches"))
+    }
+
+    /// The default place for checkouts: the batch directory's `work/` for a local queue, else
+    /// `kiln/worker` in the user's state directory.
+    fn scratch(&self, ctx: &Ctx) -> anyhow::Result<PathBuf> {
+        if self.dir.is_none() && ctx.store.is_some() {
+            return Ok(crate::state_dir::base()?.join("worker"));
+        }
+        Ok(self.local_dir(ctx).join("work"))
     }
 }
 
@@ -119,12 +145,12 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
     if a.jobs == 0 {
         anyhow::bail!("--jobs must be 1 or more");
     }
-    let queue = a.queue.open(ctx)?;
+    let (queue, store) = a.queue.open(ctx)?;
     let scratch = match &a.scratch {
         Some(s) => s.clone(),
-        None => a.queue.local_dir(ctx).join("work"),
+        None => a.queue.scratch(ctx)?,
     };
-    let exec = exec_settings(&scratch, yes)?;
+    let exec = exec_settings(&scratch, store, yes)?;
     let opts = WorkerOptions {
         batch: a.batch.clone(),
         jobs: a.jobs,
@@ -150,10 +176,15 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
     })
 }
 
-/// Open the SQLite queue of a local batch directory (`<dir>/batches.db`).
-pub(crate) fn open_local(dir: &Path) -> anyhow::Result<SharedQueue> {
-    let db = SqliteDb::open(&dir.join("batches.db"))?;
-    Ok(Arc::new(Mutex::new(Queue::new(Box::new(db))?)))
+/// Open the SQLite store of a local batch directory (`<dir>/kiln.db`: the queue and every
+/// task's runs); returns it with its URL.
+pub(crate) fn open_local(dir: &Path) -> anyhow::Result<(SharedQueue, String)> {
+    let file = dir.join("kiln.db");
+    let db = SqliteDb::open(&file)?;
+    Ok((
+        Arc::new(Mutex::new(Queue::new(Box::new(db))?)),
+        format!("sqlite:{}", file.display()),
+    ))
 }
 
 /// Hold `<dir>/lock` exclusively for as long as the returned file lives: one `kiln batch run`
@@ -178,13 +209,17 @@ pub(crate) fn lock_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
 }
 
 /// How tasks run here: this executable, checkouts under `scratch`.
-pub(crate) fn exec_settings(scratch: &Path, yes: bool) -> anyhow::Result<ExecSettings> {
+pub(crate) fn exec_settings(
+    scratch: &Path,
+    store: String,
+    yes: bool,
+) -> anyhow::Result<ExecSettings> {
     std::fs::create_dir_all(scratch)
         .with_context(|| format!("cannot create scratch directory {}", scratch.display()))?;
     Ok(ExecSettings {
         kiln: std::env::current_exe().context("cannot find the kiln executable")?,
         scratch: scratch.canonicalize()?,
-        store: None,
+        store: Some(store),
         yes,
     })
 }
@@ -210,7 +245,10 @@ pub(crate) async fn drive(
         }
         let quiet_ok = matches!(
             r,
-            Report::Rejected { .. } | Report::LeaseLost(_) | Report::StoreDown { .. }
+            Report::Rejected { .. }
+                | Report::LeaseLost(_)
+                | Report::StoreDown { .. }
+                | Report::Requeued(..)
         );
         if quiet && !quiet_ok {
             continue;
