@@ -564,3 +564,101 @@ fn workers_ride_out_a_database_that_goes_away() {
         assert_eq!(r["status"], "success", "{r}");
     }
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_git_task_runs_at_its_revision_in_its_subdirectory() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    ws.write("repo/sub/main.c", BROKEN_C);
+    let repo = ws.root().join("repo");
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "broken"]);
+    let rev = git(&repo, &["rev-parse", "HEAD"]);
+    // A later commit the task must not see.
+    ws.write("repo/sub/main.c", "int main(void) { return 0; }\n");
+    git(&repo, &["commit", "-qam", "rewritten"]);
+    let mut t = fix_task("g", &mock.url);
+    t["repo"] = "repo".into();
+    t["rev"] = rev.into();
+    t["dir"] = "sub".into();
+    task_file(&ws, "git.jsonl", &[t]);
+    let r = ws.kiln(&["batch", "run", "git.jsonl", "--json"], &[KEY]);
+    r.expect_code(0);
+    let res = &lines(&r)[0];
+    assert_eq!(res["status"], "success", "{res}");
+    let diff = res["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("+++ b/sub/main.c") && diff.contains("+    int x = 1;"),
+        "{diff}"
+    );
+}
+
+#[test]
+fn budgets_pass_to_each_task_and_a_spent_batch_budget_stops_claims() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    project(&ws);
+    let tasks: Vec<Value> = (0..5)
+        .map(|i| fix_task(&format!("t{i}"), &mock.url))
+        .collect();
+    task_file(&ws, "b.jsonl", &tasks);
+    // Each fix asks once for 25 tokens: the batch's 50 are spent after two tasks.
+    let r = ws.kiln(
+        &[
+            "batch",
+            "run",
+            "b.jsonl",
+            "--jobs",
+            "1",
+            "--batch-max-tokens",
+            "50",
+            "--json",
+        ],
+        &[KEY],
+    );
+    r.expect_code(1);
+    let res = lines(&r);
+    let statuses: Vec<&str> = res.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(
+        statuses,
+        ["success", "success", "queued", "queued", "queued"]
+    );
+    assert!(
+        r.stderr()
+            .contains("budget is spent: 3 tasks were not started"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(mock.requests(), 2);
+    // A per-task cap reaches each task: one token is too few for any request.
+    task_file(&ws, "c.jsonl", &tasks[..2]);
+    let r = ws.kiln(
+        &["batch", "run", "c.jsonl", "--max-tokens", "1", "--json"],
+        &[KEY],
+    );
+    r.expect_code(1);
+    for t in lines(&r) {
+        assert_eq!(
+            (t["status"].as_str(), t["stop_reason"].as_str()),
+            (Some("failed"), Some("budget")),
+            "{t}"
+        );
+    }
+    assert_eq!(mock.requests(), 2);
+}
