@@ -145,35 +145,22 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
         worker: c.worker.clone(),
         checkout: co.to_string_lossy().into_owned(),
     };
-    let prep = {
-        let (task, dir, co) = (c.task.clone(), dir.clone(), co.clone());
-        tokio::task::spawn_blocking(move || {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).map_err(|source| checkout::CheckoutError::Io {
-                what: "cannot create",
-                path: dir.clone(),
-                source,
-            })?;
-            checkout::prepare(&task.repo, task.rev.as_deref(), &co)
-        })
-        .await
-    };
-    match prep {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            res.error = Some(format!("checkout: {e}"));
-            res.duration_ms = started.elapsed().as_millis() as u64;
-            return Ended::Done(Box::new(res));
-        }
-        Err(e) => {
-            res.error = Some(format!("checkout: {e}"));
-            return Ended::Done(Box::new(res));
-        }
+    if let Err(e) = prepare(c, &dir, &co).await {
+        res.error = Some(format!("checkout: {e}"));
+        res.duration_ms = started.elapsed().as_millis() as u64;
+        return Ended::Done(Box::new(res));
     }
     let workdir = match &c.task.dir {
         Some(d) => co.join(d),
         None => co.clone(),
     };
+    if !workdir.is_dir() {
+        res.error = Some(format!(
+            "`dir` {} is not a directory of the checkout",
+            c.task.dir.as_deref().unwrap_or(".")
+        ));
+        return Ended::Done(Box::new(res));
+    }
     let out = match run_child(s, c, &workdir, &dir.join("kiln.log"), &mut cancel).await {
         Ok(Some(out)) => out,
         Ok(None) => return Ended::Cancelled,
@@ -212,6 +199,23 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
     };
     res.duration_ms = started.elapsed().as_millis() as u64;
     Ended::Done(Box::new(res))
+}
+
+/// A fresh `dir` (a previous try of the same attempt removed) holding the checkout `co`.
+async fn prepare(c: &Claim, dir: &Path, co: &Path) -> Result<(), String> {
+    let (task, dir, co) = (c.task.clone(), dir.to_path_buf(), co.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|source| checkout::CheckoutError::Io {
+            what: "cannot create",
+            path: dir.clone(),
+            source,
+        })?;
+        checkout::prepare(&task.repo, task.rev.as_deref(), &co)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
 }
 
 /// What the child left: exit code and stdout.

@@ -78,6 +78,9 @@ pub struct Claim {
     pub budgets: Budgets,
 }
 
+/// A task that used its attempts: batch, id, attempts made.
+pub type DeadTask = (String, String, i64);
+
 /// What the store said to a result.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
@@ -244,7 +247,7 @@ impl Queue {
         worker: &str,
         lease_ms: i64,
         max_attempts: i64,
-    ) -> Result<(Option<Claim>, Vec<(String, String, i64)>), DbError> {
+    ) -> Result<(Option<Claim>, Vec<DeadTask>), DbError> {
         let lock = match self.db.dialect() {
             Dialect::Sqlite => "",
             Dialect::Postgres => " FOR UPDATE OF t SKIP LOCKED",

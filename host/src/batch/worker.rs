@@ -304,7 +304,8 @@ async fn give_back(sh: &Shared, c: &Claim) -> bool {
         == Some(true)
 }
 
-/// Record a result, fenced by attempt, retrying while the store is away.
+/// Record a result, fenced by attempt, retrying while the store is away (until Ctrl-C: the
+/// lease then runs out and the task runs again, so nothing is lost).
 async fn record(sh: &Shared, c: &Claim, res: Box<TaskResult>) {
     let value = serde_json::to_value(&*res).expect("results serialize");
     let (cl, status, cost, tokens) = (
@@ -314,7 +315,7 @@ async fn record(sh: &Shared, c: &Claim, res: Box<TaskResult>) {
         res.tokens.total(),
     );
     let done = sh
-        .retry("recording a result", false, move |q| {
+        .retry("recording a result", true, move |q| {
             q.complete(&cl, &status, cost, tokens, &value)
         })
         .await;
