@@ -36,7 +36,10 @@ fn answer(body: &Value, delay: Duration) -> String {
         .as_array()
         .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
     std::thread::sleep(delay);
-    if model == "fixer" {
+    if model == "slow-fixer" {
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    if model.ends_with("fixer") {
         let text =
             "Fixed.\n\n<<<<<<< SEARCH\n    int x = 1\n=======\n    int x = 1;\n>>>>>>> REPLACE\n";
         return sse(&[
@@ -375,7 +378,10 @@ pub fn finish(child: std::process::Child) -> Run {
 pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str], store: &str) -> String {
     let mock = Mock::start(Duration::from_millis(300));
     project(ws);
-    task_file(ws, "tasks.jsonl", &twenty(&mock.url));
+    let mut tasks = twenty(&mock.url);
+    // The first task is slow (3 s), so that its worker is surely killed in its middle.
+    tasks[0]["args"][4] = "slow-fixer".into();
+    task_file(ws, "tasks.jsonl", &tasks);
     let mut submit = vec!["batch", "submit", "tasks.jsonl"];
     submit.extend_from_slice(q);
     let r = ws.kiln(&submit, &[]);
@@ -390,10 +396,23 @@ pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str], store: &str) -
         again.stderr()
     );
 
-    let workers: Vec<_> = (0..3).map(|_| spawn_worker(ws, q, "2")).collect();
-    let mut workers = workers.into_iter();
-    let mut victim = workers.next().unwrap();
-    let killed = task_running_on(ws, q, victim.id());
+    let mut workers: Vec<_> = (0..3).map(|_| spawn_worker(ws, q, "2")).collect();
+    // The victim is the worker holding the slow task.
+    let killed = "fix-0".to_string();
+    let mut holder = None;
+    wait_until("the slow task running", Duration::from_secs(60), || {
+        holder = results_in(ws, q)
+            .into_iter()
+            .find(|r| r["id"] == "fix-0" && r["status"] == "running")
+            .and_then(|r| r["worker"].as_str().map(str::to_string));
+        holder.is_some()
+    });
+    let holder = holder.unwrap();
+    let at = workers
+        .iter()
+        .position(|w| holder.contains(&format!(":{}:", w.id())))
+        .expect("the holder is one of ours");
+    let mut victim = workers.remove(at);
     // Killed once its run is recorded (waiting on the model).
     wait_until(
         "the victim's run in the store",
@@ -402,7 +421,7 @@ pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str], store: &str) -
     );
     victim.kill().unwrap();
     victim.wait().unwrap();
-    let outs: Vec<Run> = workers.map(finish).collect();
+    let outs: Vec<Run> = workers.into_iter().map(finish).collect();
     let err: String = outs.iter().map(|o| o.stderr()).collect();
     for o in &outs {
         o.expect_code(0);
