@@ -681,3 +681,14 @@ fn budgets_pass_to_each_task_and_a_spent_batch_budget_stops_claims() {
     }
     assert_eq!(mock.requests(), 2);
 }
+
+#[test]
+fn status_without_a_batch_says_so_and_creates_nothing() {
+    let ws = Workspace::new();
+    for args in [&["batch", "status"][..], &["batch", "results", "--json"]] {
+        let r = ws.kiln(args, &[]);
+        r.expect_code(2);
+        assert!(r.stderr().contains("no batch in"), "{}", r.stderr());
+    }
+    assert!(std::fs::read_dir(ws.root()).unwrap().next().is_none());
+}

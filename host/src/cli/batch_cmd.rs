@@ -264,7 +264,7 @@ fn which_batch(q: &mut crate::batch::Queue, given: Option<String>) -> anyhow::Re
 }
 
 async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
-    let (queue, _) = a.queue.open(ctx)?;
+    let (queue, _) = a.queue.open_existing(ctx)?;
     let batch = which_batch(
         &mut queue.lock().unwrap_or_else(|p| p.into_inner()),
         a.batch,
@@ -293,7 +293,7 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
 }
 
 async fn results(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
-    let (queue, _) = a.queue.open(ctx)?;
+    let (queue, _) = a.queue.open_existing(ctx)?;
     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
     let batch = which_batch(&mut q, a.batch)?;
     print_results(&q.results(&batch)?, a.json);

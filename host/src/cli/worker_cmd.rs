@@ -27,6 +27,22 @@ impl QueueArgs {
     /// `KILN_STORE`, `[store] url`), else the workspace's `.kiln/batches`. Also returns the
     /// store URL the tasks record their runs in (the same database).
     pub fn open(&self, ctx: &Ctx) -> anyhow::Result<(SharedQueue, String)> {
+        self.open_or_create(ctx, true)
+    }
+
+    /// [`QueueArgs::open`] for reading only: a local batch directory that does not exist is
+    /// an error, not created.
+    pub fn open_existing(&self, ctx: &Ctx) -> anyhow::Result<(SharedQueue, String)> {
+        self.open_or_create(ctx, false)
+    }
+
+    fn open_or_create(&self, ctx: &Ctx, create: bool) -> anyhow::Result<(SharedQueue, String)> {
+        let (queue, url) = self.open_queue(ctx, create)?;
+        migrate_store(&url)?;
+        Ok((queue, url))
+    }
+
+    fn open_queue(&self, ctx: &Ctx, create: bool) -> anyhow::Result<(SharedQueue, String)> {
         match (&self.dir, &ctx.store) {
             (None, Some(StoreUrl::Postgres(pg))) => {
                 let db = PgDb::connect(pg)?;
@@ -43,6 +59,12 @@ impl QueueArgs {
             }
             _ => {
                 let dir = self.local_dir(ctx);
+                if !create && !dir.join("kiln.db").is_file() {
+                    anyhow::bail!(
+                        "no batch in {}; run `kiln batch run`, or name the queue with --dir DIR or --store URL",
+                        dir.display()
+                    );
+                }
                 std::fs::create_dir_all(&dir)
                     .with_context(|| format!("cannot create batch directory {}", dir.display()))?;
                 open_local(&dir.canonicalize()?)
@@ -176,15 +198,22 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
     })
 }
 
+/// Create or migrate the store's own tables now, before any task's kiln opens it: many
+/// children opening a new SQLite store at once would race to create them.
+fn migrate_store(url: &str) -> anyhow::Result<()> {
+    let url: StoreUrl = url.parse()?;
+    crate::store::Store::open_project(&url, "kiln batch")?;
+    Ok(())
+}
+
 /// Open the SQLite store of a local batch directory (`<dir>/kiln.db`: the queue and every
 /// task's runs); returns it with its URL.
 pub(crate) fn open_local(dir: &Path) -> anyhow::Result<(SharedQueue, String)> {
     let file = dir.join("kiln.db");
     let db = SqliteDb::open(&file)?;
-    Ok((
-        Arc::new(Mutex::new(Queue::new(Box::new(db))?)),
-        format!("sqlite:{}", file.display()),
-    ))
+    let url = format!("sqlite:{}", file.display());
+    migrate_store(&url)?;
+    Ok((Arc::new(Mutex::new(Queue::new(Box::new(db))?)), url))
 }
 
 /// Hold `<dir>/lock` exclusively for as long as the returned file lives: one `kiln batch run`
