@@ -692,3 +692,46 @@ fn status_without_a_batch_says_so_and_creates_nothing() {
     }
     assert!(std::fs::read_dir(ws.root()).unwrap().next().is_none());
 }
+
+#[test]
+fn a_task_whose_workers_keep_dying_ends_dead() {
+    let ws = Workspace::new();
+    let q = ["--dir", "q"];
+    let mock = Mock::start(Duration::ZERO);
+    project(&ws);
+    let mut t = fix_task("doomed", &mock.url);
+    t["args"][4] = "slow-fixer".into();
+    task_file(&ws, "tasks.jsonl", &[t]);
+    ws.kiln(&["batch", "submit", "tasks.jsonl", "--dir", "q"], &[])
+        .expect_code(0);
+    let mut a = spawn_worker(&ws, &q, "1");
+    task_running_on(&ws, &q, a.id());
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let mut args = vec![
+        "worker",
+        "--once",
+        "--lease",
+        "1",
+        "--poll",
+        "0.2",
+        "--max-attempts",
+        "1",
+    ];
+    args.extend_from_slice(&q);
+    let b = ws.kiln(&args, &[KEY]);
+    b.expect_code(0);
+    assert!(
+        b.stderr()
+            .contains("tasks/doomed is dead: its worker went away in each of its 1 attempt ("),
+        "{}",
+        b.stderr()
+    );
+    let r = &results_in(&ws, &q)[0];
+    assert_eq!(
+        (r["status"].as_str(), r["attempts"].as_i64()),
+        (Some("dead"), Some(1)),
+        "{r}"
+    );
+    assert!(mock.requests() <= 1);
+}

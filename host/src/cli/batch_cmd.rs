@@ -425,7 +425,10 @@ pub(crate) fn report_text(r: &Report) -> Option<String> {
             batch,
             id,
             attempts,
-        } => format!("{batch}/{id} is dead: its workers died {attempts} times"),
+        } => format!(
+            "{batch}/{id} is dead: its worker went away in each of its {} (--max-attempts)",
+            crate::terminal::count(*attempts as usize, "attempt", "attempts")
+        ),
         Report::Released(c) => format!(
             "{}/{} given back (interrupted); it will be claimed again",
             c.batch, c.task.id
