@@ -505,6 +505,25 @@ impl Config {
         Ok(ignored)
     }
 
+    /// `[store]`: taken from the user's own file only; a workspace file (trusted or not) that
+    /// sets it is refused, since a store URL carries credentials.
+    fn apply_store(
+        &mut self,
+        path: &Path,
+        store: Option<StoreConfig>,
+        layer: Layer,
+    ) -> Result<(), ConfigError> {
+        let Some(store) = store else { return Ok(()) };
+        if layer != Layer::User {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: "a workspace kiln.toml may not set [store]: a store URL carries credentials, so kiln reads it only from --store, KILN_STORE or [store] url in your own configuration".into(),
+            });
+        }
+        self.store = store;
+        Ok(())
+    }
+
     /// Merge one parsed file.
     fn apply(&mut self, path: &Path, file: File, layer: Layer) -> Result<(), ConfigError> {
         let base = path.parent().unwrap_or(Path::new("."));
@@ -572,15 +591,7 @@ impl Config {
         if let Some(b) = file.budget {
             self.apply_budget(path, b)?;
         }
-        if let Some(store) = file.store {
-            if layer != Layer::User {
-                return Err(ConfigError::Invalid {
-                    path: path.to_path_buf(),
-                    message: "a workspace kiln.toml may not set [store]: a store URL carries credentials, so kiln reads it only from --store, KILN_STORE or [store] url in your own configuration".into(),
-                });
-            }
-            self.store = store;
-        }
+        self.apply_store(path, file.store, layer)?;
         if let Some(fix) = file.fix {
             if fix.prompt.is_some() {
                 self.fix.prompt = fix.prompt;
@@ -1768,5 +1779,31 @@ command = "notes"
         // A user path and the built-in loaded instead: no user grants.
         let (g, _) = c.grant_for("lint", Component::Builtin);
         assert!(g.fs.is_none());
+    }
+
+    #[test]
+    fn only_the_users_own_file_may_set_the_store() {
+        let text = "[store]\nurl = \"postgres://u:hunter2@db.example/runs\"\n";
+        for layer in [TRUSTED, UNTRUSTED] {
+            let mut c = Config::default();
+            let e = c
+                .layer_text(Path::new("/ws/kiln.toml"), text, layer)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("may not set [store]") && e.contains("kiln.toml"),
+                "{e}"
+            );
+            assert!(!e.contains("hunter2"), "{e}");
+            assert_eq!(c.store.url, None);
+        }
+        let mut c = Config::default();
+        c.layer_text(Path::new("/home/u/config.toml"), text, Layer::User)
+            .unwrap();
+        assert_eq!(
+            c.store.url.as_deref(),
+            Some("postgres://u:hunter2@db.example/runs")
+        );
+        assert!(!format!("{c:?}").contains("hunter2"), "Debug hides it");
     }
 }

@@ -28,5 +28,6 @@ mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;
+mod store;
 mod trust;
 mod writer;

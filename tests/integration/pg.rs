@@ -8,8 +8,8 @@
 //! The postmaster is spawned and waited for by a keeper thread that lives as long as the
 //! process, with `PR_SET_PDEATHSIG`: a test binary that is killed takes its server with it,
 //! and the server is always reaped (PID 1 here reaps no orphans). The host's unit tests
-//! include this file too (`#[path]`), so it uses nothing but std, `libc`, `tempfile` and
-//! `postgres`.
+//! include this file too, as `crate::store::test_pg` (`#[path]`), so it uses nothing but std,
+//! `libc`, `tempfile` and `postgres`.
 
 #![allow(dead_code)]
 
@@ -75,12 +75,13 @@ fn is_root() -> bool {
 /// `nobody`'s uid and gid when running as root.
 const NOBODY: u32 = 65534;
 
-fn as_cluster_user(cmd: &mut Command) -> &mut Command {
+/// `cmd` run as the cluster's user, from a directory that user can enter.
+fn as_cluster_user<'c>(cmd: &'c mut Command, dir: &Path) -> &'c mut Command {
     use std::os::unix::process::CommandExt;
     if is_root() {
-        cmd.uid(NOBODY).gid(NOBODY).env("HOME", "/");
+        cmd.uid(NOBODY).gid(NOBODY).env("HOME", dir);
     }
-    cmd
+    cmd.current_dir(dir)
 }
 
 fn free_port() -> u16 {
@@ -101,10 +102,15 @@ impl PgServer {
 
     /// A cluster of the caller's own (stopped and removed on drop).
     pub fn start() -> PgServer {
-        let tmp = tempfile::Builder::new()
-            .prefix("kiln-pg-")
-            .tempdir()
-            .expect("temporary directory");
+        // As root, under /tmp: `nobody` must be able to reach it (a TMPDIR may be private).
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("kiln-pg-");
+        let tmp = if is_root() {
+            builder.tempdir_in("/tmp")
+        } else {
+            builder.tempdir()
+        }
+        .expect("temporary directory");
         let dir = tmp.path().to_path_buf();
         if is_root() {
             std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
@@ -112,7 +118,7 @@ impl PgServer {
         let bin = pg_bin();
         let pwfile = dir.join("pw");
         std::fs::write(&pwfile, PASSWORD).unwrap();
-        let out = as_cluster_user(&mut Command::new(bin.join("initdb")))
+        let out = as_cluster_user(&mut Command::new(bin.join("initdb")), &dir)
             .args([
                 "-U",
                 "kiln",
@@ -153,7 +159,7 @@ impl PgServer {
             let _ = std::os::unix::fs::chown(self.dir.join("log"), Some(NOBODY), Some(NOBODY));
         }
         let mut cmd = Command::new(self.bin.join("postgres"));
-        as_cluster_user(&mut cmd)
+        as_cluster_user(&mut cmd, &self.dir)
             .arg("-D")
             .arg(self.dir.join("data"))
             .args(["-p", &self.port.to_string()])

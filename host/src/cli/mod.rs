@@ -143,7 +143,8 @@ impl Ctx {
             .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
         let config = Config::load(&workspace, global.yes)?;
         let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
-        let store = match global.store.as_ref().or(config.store.url.as_ref()) {
+        let flag = global.store.as_ref().filter(|u| !u.is_empty());
+        let store = match flag.or(config.store.url.as_ref()) {
             Some(url) => Some(url.parse::<crate::store::StoreUrl>()?),
             None => None,
         };

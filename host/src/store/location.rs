@@ -164,7 +164,7 @@ fn redact(url: &str) -> (String, Vec<String>) {
         let pairs: Vec<String> = query
             .split('&')
             .map(|p| match p.split_once('=') {
-                Some((k, v)) if k == "password" => {
+                Some(("password", v)) => {
                     secrets.push(v.to_string());
                     "password=***".to_string()
                 }

@@ -82,9 +82,11 @@ impl PgConn {
                 *client = None;
             }
             if client.is_none() {
+                // Refused, timed out or shutting down: unreachable (worth retrying). An answer
+                // such as a wrong password or a missing database is not.
                 let c = config
                     .connect(NoTls)
-                    .map_err(|e| url_error(url, &e, true))?;
+                    .map_err(|e| url_error(url, &e, e.code().is_none() || connection_lost(&e)))?;
                 *client = Some(c);
             }
             let c = client.as_mut().expect("connected above");

@@ -4,8 +4,7 @@
 use super::*;
 use crate::llm::{ChatResponse, Usage};
 
-#[path = "../../../tests/integration/pg.rs"]
-mod pg;
+use super::test_pg as pg;
 
 /// A database of one backend, opened as a store for any project.
 enum Db {
@@ -88,6 +87,44 @@ fn run_kinds_round_trip_by_name() {
     assert!(RunKind::LoopExecute == "loop-execute");
 }
 
+fn sample_iteration() -> IterationRow {
+    IterationRow {
+        n: 1,
+        exit_code: 101,
+        stdout: "x".repeat(MAX_STORED_TEXT + 10),
+        diagnostics: serde_json::json!([{"line": 3}]),
+        fingerprint: "fp".into(),
+        llm_summary: Some("did it".into()),
+        ..Default::default()
+    }
+}
+
+fn sample_edit() -> crate::edit::EditResult {
+    crate::edit::EditResult {
+        path: "a.rs".into(),
+        kind: "replace",
+        status: "applied",
+        tier: Some("exact".into()),
+        failure: None,
+        error: None,
+        new_path: None,
+    }
+}
+
+fn sample_response() -> ChatResponse {
+    ChatResponse {
+        text: "answer".into(),
+        usage: Usage {
+            input: 10,
+            cached_input: 2,
+            cache_write: 1,
+            output: 5,
+            reasoning: 1,
+        },
+        ..Default::default()
+    }
+}
+
 /// Every write and read, on both backends: a loop with an iteration and its edits, an LLM
 /// call (tokens summed), events, tool calls, its end, and the detail read back.
 #[test]
@@ -96,36 +133,9 @@ fn a_loop_is_recorded_and_read_back_the_same_on_both_backends() {
         let b = db.name();
         let mut s = db.open("/ws/a");
         let id = s.begin_loop(&new_loop(RunKind::Agent)).unwrap();
-        let it = IterationRow {
-            n: 1,
-            exit_code: 101,
-            stdout: "x".repeat(MAX_STORED_TEXT + 10),
-            diagnostics: serde_json::json!([{"line": 3}]),
-            fingerprint: "fp".into(),
-            llm_summary: Some("did it".into()),
-            ..Default::default()
-        };
-        let edit = crate::edit::EditResult {
-            path: "a.rs".into(),
-            kind: "replace",
-            status: "applied",
-            tier: Some("exact".into()),
-            failure: None,
-            error: None,
-            new_path: None,
-        };
-        s.record_iteration(id, &it, &[edit]).unwrap();
-        let resp = ChatResponse {
-            text: "answer".into(),
-            usage: Usage {
-                input: 10,
-                cached_input: 2,
-                cache_write: 1,
-                output: 5,
-                reasoning: 1,
-            },
-            ..Default::default()
-        };
+        s.record_iteration(id, &sample_iteration(), &[sample_edit()])
+            .unwrap();
+        let resp = sample_response();
         s.record_llm_call(id, 1, "m", Ok(&resp)).unwrap();
         s.record_llm_call(id, 1, "m", Ok(&resp)).unwrap();
         s.record_llm_call(id, 2, "m", Err("timed out")).unwrap();
@@ -394,5 +404,9 @@ fn a_wrong_password_is_an_error_without_the_password() {
         .unwrap();
     let text = format!("{e} {e:?}");
     assert!(text.contains("password authentication failed"), "{text}");
+    assert!(
+        !e.is_unreachable(),
+        "a wrong password is no reason to retry: {text}"
+    );
     assert!(!text.contains("not-the-one-42"), "{text}");
 }

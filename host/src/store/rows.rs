@@ -1,0 +1,236 @@
+//! What the store records and returns: the run kinds and the rows of loops, iterations,
+//! edits, LLM calls and tool calls, the same for every backend.
+
+use super::StoreError;
+use serde::Serialize;
+
+/// What started a recorded run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunKind {
+    /// `kiln fix` (or an agent's or MCP client's `compile_loop`).
+    Fix,
+    /// `kiln agent`.
+    Agent,
+    /// `kiln loop`: the execute/review loop as a whole.
+    Loop,
+    /// One execution round of `kiln loop`.
+    LoopExecute,
+    /// One review round of `kiln loop`.
+    LoopReview,
+    /// A `kiln mcp` connection (a session, not a loop).
+    Mcp,
+}
+
+impl RunKind {
+    /// Every kind, in the order above.
+    pub const ALL: [RunKind; 6] = [
+        RunKind::Fix,
+        RunKind::Agent,
+        RunKind::Loop,
+        RunKind::LoopExecute,
+        RunKind::LoopReview,
+        RunKind::Mcp,
+    ];
+
+    /// The name stored in the `kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Fix => "fix",
+            RunKind::Agent => "agent",
+            RunKind::Loop => "loop",
+            RunKind::LoopExecute => "loop-execute",
+            RunKind::LoopReview => "loop-review",
+            RunKind::Mcp => "mcp",
+        }
+    }
+
+    /// The kind a stored name stands for.
+    pub fn parse(name: &str) -> Option<RunKind> {
+        RunKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// Runs that call tools (their `kiln history show` lists tool calls).
+    pub fn calls_tools(self) -> bool {
+        !matches!(self, RunKind::Fix | RunKind::Loop)
+    }
+}
+
+impl std::fmt::Display for RunKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for RunKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A loop as listed by `kiln history`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopRow {
+    /// The loop's id (unique in its store).
+    pub id: i64,
+    /// What started it.
+    pub kind: RunKind,
+    /// The workspace it ran in (many share one PostgreSQL store).
+    pub project: String,
+    /// The machine it ran on (absent for rows written before schema version 3).
+    pub host: Option<String>,
+    /// Runner plugin.
+    pub runner: String,
+    /// Target files.
+    pub targets: Vec<String>,
+    /// Edit format.
+    pub format: String,
+    /// Model (or `replay`).
+    pub model: String,
+    /// `running`, `success`, `failed`, `blocked`; `serving` / `closed` for MCP sessions.
+    pub status: String,
+    /// Why it ended.
+    pub stop_reason: Option<String>,
+    /// Iteration ceiling.
+    pub max_iters: i64,
+    /// Iterations run.
+    pub iters: i64,
+    /// One-line summary.
+    pub summary: Option<String>,
+    /// Last error text.
+    pub last_error: Option<String>,
+    /// Start, unix ms.
+    pub started_at: i64,
+    /// End, unix ms.
+    pub ended_at: Option<i64>,
+    /// Token totals by class.
+    pub tokens: crate::llm::Usage,
+}
+
+/// An iteration row.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct IterationRow {
+    /// 0 is the initial run, before any LLM call.
+    pub n: i64,
+    /// Runner exit code.
+    pub exit_code: i64,
+    /// Runner verdict.
+    pub ok: bool,
+    /// Captured stdout (capped).
+    pub stdout: String,
+    /// Captured stderr (capped).
+    pub stderr: String,
+    /// Diagnostics as JSON.
+    pub diagnostics: serde_json::Value,
+    /// Normalised error fingerprint.
+    pub fingerprint: String,
+    /// What the LLM said it did (first lines of its answer).
+    pub llm_summary: Option<String>,
+    /// Runner time, ms.
+    pub runner_ms: i64,
+    /// LLM time, ms.
+    pub llm_ms: i64,
+    /// Input tokens of this iteration's LLM calls.
+    pub tokens_input: i64,
+    /// Output tokens of this iteration's LLM calls.
+    pub tokens_output: i64,
+    /// Edits applied.
+    pub edits_applied: i64,
+}
+
+/// An edit row.
+#[derive(Debug, Clone, Serialize)]
+pub struct EditRow {
+    /// The iteration that proposed it.
+    pub iteration: i64,
+    /// Workspace-relative path.
+    pub path: String,
+    /// `replace`, `create`, `rewrite`, `delete`, `rename`.
+    pub kind: String,
+    /// `applied`, `already_applied`, `failed`, `not_applied`.
+    pub status: String,
+    /// The matching tier, when a search located it.
+    pub tier: Option<String>,
+    /// Failure class (`no_match`, `ambiguous`, ...).
+    pub failure: Option<String>,
+    /// The message the LLM was shown.
+    pub error: Option<String>,
+}
+
+/// An LLM call row.
+#[derive(Debug, Clone, Serialize)]
+pub struct LlmCallRow {
+    /// The iteration (or turn) it belongs to.
+    pub iteration: i64,
+    /// Model name.
+    pub model: String,
+    /// Latency, ms.
+    pub latency_ms: i64,
+    /// Token usage by class.
+    pub tokens: crate::llm::Usage,
+    /// The raw answer text.
+    pub response: String,
+    /// Tool calls as JSON.
+    pub tool_calls: serde_json::Value,
+    /// Error, if the call failed.
+    pub error: Option<String>,
+}
+
+/// Everything about one loop.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopDetail {
+    /// The loop.
+    #[serde(flatten)]
+    pub row: LoopRow,
+    /// Its iterations.
+    pub iterations: Vec<IterationRow>,
+    /// Its edits.
+    pub edits: Vec<EditRow>,
+    /// Its LLM calls.
+    pub llm_calls: Vec<LlmCallRow>,
+}
+
+/// What a new loop is.
+#[derive(Debug, Clone)]
+pub struct NewLoop {
+    /// What starts it.
+    pub kind: RunKind,
+    /// Runner plugin.
+    pub runner: String,
+    /// Target files.
+    pub targets: Vec<String>,
+    /// Edit format.
+    pub format: String,
+    /// Model (or `replay`).
+    pub model: String,
+    /// Iteration ceiling.
+    pub max_iters: i64,
+    /// The loop that starts this one (an agent's `compile_loop`): not an overlap.
+    pub parent: Option<i64>,
+}
+
+/// A recorded agent tool call.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCallRow {
+    /// Turn.
+    pub turn: i64,
+    /// Tool name.
+    pub name: String,
+    /// Arguments (JSON text).
+    pub arguments: String,
+    /// Full result text (store-capped).
+    pub result: String,
+    /// The call failed.
+    pub is_error: bool,
+    /// Duration, ms.
+    pub duration_ms: i64,
+}
+
+/// `row` with its kind set from the stored name (an unknown name is an error naming the loop).
+pub fn with_kind(mut row: LoopRow, kind: &str) -> Result<LoopRow, StoreError> {
+    row.kind = RunKind::parse(kind).ok_or_else(|| StoreError::UnknownKind {
+        id: row.id,
+        kind: kind.to_string(),
+    })?;
+    Ok(row)
+}
