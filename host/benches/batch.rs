@@ -167,9 +167,9 @@ fn sequential(url: &str, n: usize) -> Duration {
     start.elapsed()
 }
 
-/// Submit 40 tasks to a shared SQLite batch directory and run `workers` `kiln worker --once`
-/// processes; wall time from submit to the last worker's exit.
-fn fleet(url: &str, n: usize, workers: usize) -> Duration {
+/// Submit 40 tasks to a shared queue (`q`: `--dir q` or `--store URL`) and run `workers`
+/// `kiln worker --once` processes; wall time from submit to the last worker's exit.
+fn fleet(url: &str, n: usize, workers: usize, q: &[&str]) -> Duration {
     let home = tempfile::tempdir().unwrap();
     let p = home.path();
     std::fs::create_dir_all(p.join("proj")).unwrap();
@@ -184,7 +184,7 @@ fn fleet(url: &str, n: usize, workers: usize) -> Duration {
         .collect();
     std::fs::write(p.join("tasks.jsonl"), lines).unwrap();
     let start = Instant::now();
-    let out = kiln(p, p, &["batch", "submit", "tasks.jsonl", "--dir", "q"])
+    let out = kiln(p, p, &[&["batch", "submit", "tasks.jsonl"][..], q].concat())
         .output()
         .unwrap();
     assert!(
@@ -194,9 +194,13 @@ fn fleet(url: &str, n: usize, workers: usize) -> Duration {
     );
     let children: Vec<_> = (0..workers)
         .map(|_| {
-            kiln(p, p, &["worker", "--dir", "q", "--once", "--poll", "0.1"])
-                .spawn()
-                .unwrap()
+            kiln(
+                p,
+                p,
+                &[&["worker", "--once", "--poll", "0.1"][..], q].concat(),
+            )
+            .spawn()
+            .unwrap()
         })
         .collect();
     for c in children {
@@ -208,7 +212,7 @@ fn fleet(url: &str, n: usize, workers: usize) -> Duration {
         );
     }
     let took = start.elapsed();
-    let out = kiln(p, p, &["batch", "results", "--dir", "q", "--json"])
+    let out = kiln(p, p, &[&["batch", "results", "--json"][..], q].concat())
         .output()
         .unwrap();
     let ok = String::from_utf8_lossy(&out.stdout)
@@ -223,15 +227,15 @@ fn main() {
     let d = tempfile::tempdir().unwrap();
     let q = Queue::new(Box::new(SqliteDb::open(&d.path().join("q.db")).unwrap())).unwrap();
     queue_overhead(q, "SQLite", 200);
-    if Command::new("sh")
+    let have_pg = Command::new("sh")
         .args([
             "-c",
             "ls /usr/lib/postgresql/*/bin/initdb || command -v initdb",
         ])
         .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        let server = pg::PgServer::start();
+        .is_ok_and(|o| o.status.success());
+    let server = have_pg.then(pg::PgServer::start);
+    if let Some(server) = &server {
         let url: kiln::store::StoreUrl = server.fresh_db().parse().unwrap();
         let kiln::store::StoreUrl::Postgres(pg) = url else {
             unreachable!()
@@ -250,12 +254,35 @@ fn main() {
         "{n} fix tasks one after another with plain `kiln fix`: {:.2} s",
         seq.as_secs_f64()
     );
-    for w in [1, 2, 4] {
-        let t = fleet(&url, n, w);
-        println!(
-            "{n} fix tasks with {w} `kiln worker` (shared SQLite queue): {:.2} s ({:.2}x plain)",
-            t.as_secs_f64(),
-            seq.as_secs_f64() / t.as_secs_f64()
-        );
+    let mut queues: Vec<(String, Vec<String>)> = vec![(
+        "shared SQLite queue".into(),
+        vec!["--dir".into(), "q".into()],
+    )];
+    if let Some(server) = &server {
+        queues.push((
+            "PostgreSQL".into(),
+            vec!["--store".into(), server.fresh_db()],
+        ));
     }
+    for (label, q) in &queues {
+        for w in [1, 2, 4] {
+            if label == "PostgreSQL" {
+                // A fresh database per run: the same batch id again would be a no-op.
+                let db = server.as_ref().unwrap().fresh_db();
+                let t = fleet(&url, n, w, &["--store", &db]);
+                report(n, w, label, t, seq);
+            } else {
+                let q: Vec<&str> = q.iter().map(String::as_str).collect();
+                report(n, w, label, fleet(&url, n, w, &q), seq);
+            }
+        }
+    }
+}
+
+fn report(n: usize, w: usize, label: &str, t: Duration, seq: Duration) {
+    println!(
+        "{n} fix tasks with {w} `kiln worker` ({label}): {:.2} s ({:.2}x plain)",
+        t.as_secs_f64(),
+        seq.as_secs_f64() / t.as_secs_f64()
+    );
 }
