@@ -1,6 +1,7 @@
 //! kiln: a host for autonomous coding loops whose runners, edit formats and tools are
 //! sandboxed WebAssembly components.
 
+pub mod batch;
 pub mod cli;
 pub mod clock;
 pub mod config;

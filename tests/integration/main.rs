@@ -8,6 +8,7 @@ mod support;
 mod agent;
 mod agent_cli;
 mod agent_policy;
+mod batch;
 mod budget;
 mod cli;
 mod confine;

@@ -3,6 +3,7 @@
 //! success, 2 usage, configuration or plugin-loading error.
 
 mod agent_cmd;
+mod batch_cmd;
 mod check;
 mod common;
 mod edit_cmd;
@@ -22,6 +23,7 @@ mod settings;
 mod tool_cmd;
 mod trust_cmd;
 mod undo_cmd;
+mod worker_cmd;
 
 use crate::config::Config;
 use crate::plugin::{Registry, Runtime, Source};
@@ -105,6 +107,12 @@ enum Command {
     Report(report_cmd::ReportArgs),
     /// Put back every file a fix, agent or loop run changed (the latest run by default).
     Undo(undo_cmd::UndoArgs),
+    /// Many tasks (fix, agent or loop command lines, each in a fresh checkout): run a task
+    /// file here, or enqueue it for workers, and read its status and results.
+    #[command(subcommand)]
+    Batch(batch_cmd::BatchCommand),
+    /// Claim tasks from a batch queue and run them, with a lease renewed by heartbeat.
+    Worker(Box<worker_cmd::WorkerArgs>),
 }
 
 /// Outcome of a command, mapped to the exit status.
@@ -287,6 +295,8 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Trust(args) => trust_cmd::run(&ctx, args),
         Command::Undo(args) => undo_cmd::run(&ctx, args).await,
         Command::Report(args) => report_cmd::run(&ctx, args).await,
+        Command::Batch(cmd) => batch_cmd::run(&ctx, cli.global.yes, cmd).await,
+        Command::Worker(args) => worker_cmd::run(&ctx, cli.global.yes, *args).await,
     }
 }
 
@@ -306,7 +316,9 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Llm(_)
         | Command::Plugin(_)
         | Command::Trust(_)
-        | Command::Report(_) => false,
+        | Command::Report(_)
+        | Command::Batch(_)
+        | Command::Worker(_) => false,
     }
 }
 

@@ -104,6 +104,12 @@ impl PgUrl {
         Ok(pg)
     }
 
+    /// The URL as given, password included: only for handing the store to a child kiln
+    /// (through its environment), never for showing.
+    pub fn secret_url(&self) -> &str {
+        &self.url
+    }
+
     /// The driver's configuration.
     pub fn config(&self) -> Result<::postgres::Config, StoreError> {
         let query = self.url.split_once('?').map(|(_, q)| q).unwrap_or("");

@@ -1,0 +1,163 @@
+//! A task's fresh checkout in the worker's scratch directory: a git clone at the task's
+//! revision, or a copy of a plain directory made into a repository with one baseline commit,
+//! so that what the run changed is always `git diff` against where it started.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Largest diff kept in a result; a longer one is cut in the middle, saying so.
+pub const MAX_DIFF: usize = 256 * 1024;
+
+/// A checkout that could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckoutError {
+    /// A file operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What kiln was doing.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// git failed.
+    #[error("git {args} failed: {stderr}")]
+    Git {
+        /// Its arguments.
+        args: String,
+        /// Its error output (last lines).
+        stderr: String,
+    },
+    /// A revision was given for a directory that is not a git repository.
+    #[error("`rev` {0} needs a git repository, and {1} is a plain directory")]
+    RevOfPlainDir(String, String),
+}
+
+/// Run git with a fixed identity and no prompts, in `dir` (when given).
+fn git(dir: Option<&Path>, args: &[&str]) -> Result<String, CheckoutError> {
+    let mut cmd = Command::new("git");
+    if let Some(d) = dir {
+        cmd.arg("-C").arg(d);
+    }
+    cmd.args([
+        "-c",
+        "user.name=kiln",
+        "-c",
+        "user.email=kiln@localhost",
+        "-c",
+        "commit.gpgsign=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+    ])
+    .args(args)
+    .env("GIT_TERMINAL_PROMPT", "0")
+    .stdin(std::process::Stdio::null());
+    let out = cmd.output().map_err(|source| CheckoutError::Io {
+        what: "cannot run git for",
+        path: dir.map(Path::to_path_buf).unwrap_or_default(),
+        source,
+    })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+        return Err(CheckoutError::Git {
+            args: args.join(" "),
+            stderr: tail.into_iter().rev().collect::<Vec<_>>().join(" / "),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Make `dest` (which must not exist) a fresh checkout of `repo` at `rev`. A local directory
+/// without `.git` is copied (kiln's own `.kiln` left out); anything else is cloned.
+pub fn prepare(repo: &str, rev: Option<&str>, dest: &Path) -> Result<(), CheckoutError> {
+    let local = Path::new(repo);
+    let dest_s = dest.to_string_lossy().into_owned();
+    if local.is_dir() && !local.join(".git").exists() {
+        if let Some(r) = rev {
+            return Err(CheckoutError::RevOfPlainDir(r.into(), repo.into()));
+        }
+        copy_tree(local, dest)?;
+        git(Some(dest), &["init", "-q"])?;
+        git(Some(dest), &["add", "-A"])?;
+        git(
+            Some(dest),
+            &[
+                "commit",
+                "-q",
+                "--no-verify",
+                "--allow-empty",
+                "-m",
+                "kiln batch: baseline",
+            ],
+        )?;
+        return Ok(());
+    }
+    git(None, &["clone", "-q", "--", repo, &dest_s])?;
+    if let Some(r) = rev {
+        git(Some(dest), &["checkout", "-q", "--detach", r, "--"])?;
+    }
+    Ok(())
+}
+
+/// What the run changed in the checkout, new files included, as a unified diff (capped).
+pub fn diff(dest: &Path) -> Result<String, CheckoutError> {
+    git(Some(dest), &["add", "-A", "-N", "--", "."])?;
+    let d = git(Some(dest), &["diff", "--no-color", "--no-ext-diff", "HEAD"])?;
+    Ok(crate::store::cap_text(&d, MAX_DIFF))
+}
+
+/// Copy a directory tree: files with their permissions, symlinks as symlinks, `.kiln` and
+/// anything that is neither left out.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), CheckoutError> {
+    let io = |what, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CheckoutError::Io { what, path, source }
+    };
+    std::fs::create_dir_all(to).map_err(io("cannot create", to))?;
+    for entry in std::fs::read_dir(from).map_err(io("cannot read", from))? {
+        let entry = entry.map_err(io("cannot read", from))?;
+        let name = entry.file_name();
+        if name == ".kiln" {
+            continue;
+        }
+        let (src, dst) = (entry.path(), to.join(&name));
+        let t = entry.file_type().map_err(io("cannot read", &src))?;
+        if t.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if t.is_file() {
+            std::fs::copy(&src, &dst).map_err(io("cannot copy", &src))?;
+        } else if t.is_symlink() {
+            let target = std::fs::read_link(&src).map_err(io("cannot read", &src))?;
+            std::os::unix::fs::symlink(target, &dst).map_err(io("cannot create", &dst))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_directory_is_copied_and_its_changes_diffed() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir_all(src.join(".kiln")).unwrap();
+        std::fs::write(src.join("a.txt"), "one\n").unwrap();
+        std::fs::write(src.join(".kiln/kiln.db"), "x").unwrap();
+        let dest = d.path().join("co");
+        prepare(src.to_str().unwrap(), None, &dest).unwrap();
+        assert!(!dest.join(".kiln").exists());
+        std::fs::write(dest.join("a.txt"), "two\n").unwrap();
+        std::fs::write(dest.join("new.txt"), "new\n").unwrap();
+        let d = diff(&dest).unwrap();
+        assert!(d.contains("-one\n+two"), "{d}");
+        assert!(d.contains("+++ b/new.txt"), "{d}");
+        assert!(matches!(
+            prepare(src.to_str().unwrap(), Some("v1"), &dest.with_extension("x")),
+            Err(CheckoutError::RevOfPlainDir(..))
+        ));
+    }
+}

@@ -1,0 +1,349 @@
+//! Running one claimed task: its fresh checkout, then a child `kiln` (this executable) with
+//! the task's command line, `-C` the checkout, the batch's store and `--json`, whose last JSON
+//! line is the run's result. The child inherits the worker's environment (API keys come only
+//! from there) and dies with the worker (`PR_SET_PDEATHSIG`).
+
+use super::checkout;
+use super::queue::Claim;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How tasks run on this worker.
+#[derive(Debug, Clone)]
+pub struct ExecSettings {
+    /// The kiln executable run for each task.
+    pub kiln: PathBuf,
+    /// Where checkouts go: `<scratch>/<batch>/<task>/attempt-<n>/`.
+    pub scratch: PathBuf,
+    /// The store each task records its run in (the batch's store), handed to the child as
+    /// `KILN_STORE` so that a password stays off command lines.
+    pub store: Option<String>,
+    /// Pass `--yes` (apply a checkout's kiln.toml without `kiln trust`).
+    pub yes: bool,
+}
+
+/// Token totals of a task's run.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct Tokens {
+    /// Input (uncached and cached).
+    pub input: u64,
+    /// Output.
+    pub output: u64,
+}
+
+impl Tokens {
+    /// Input plus output.
+    pub fn total(&self) -> u64 {
+        self.input + self.output
+    }
+}
+
+/// The result of one attempt at a task.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskResult {
+    /// Batch.
+    pub batch: String,
+    /// Task id.
+    pub id: String,
+    /// `success` (exit 0), `failed` (1), `error` (anything else, or the task could not start).
+    pub status: String,
+    /// Attempt number.
+    pub attempts: i64,
+    /// The child's exit code (none when it did not run or was killed).
+    pub exit_code: Option<i32>,
+    /// The run's stop reason.
+    pub stop_reason: Option<String>,
+    /// The run's loop id in the store.
+    pub loop_id: Option<i64>,
+    /// Tokens used.
+    pub tokens: Tokens,
+    /// Cost in USD, when the model's price is known.
+    pub cost_usd: Option<f64>,
+    /// Wall time of the attempt, checkout included.
+    pub duration_ms: u64,
+    /// What the run changed in its checkout (a unified diff, capped).
+    pub diff: String,
+    /// Why it could not run or what it said last on failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The worker that ran it.
+    pub worker: String,
+    /// The checkout it ran in (on that worker's machine).
+    pub checkout: String,
+}
+
+/// How an attempt ended.
+pub enum Ended {
+    /// It ran to an end (any status).
+    Done(Box<TaskResult>),
+    /// Cancelled (Ctrl-C, or the lease was lost): no result.
+    Cancelled,
+    /// The run failed because the store went away under it: not the task's fault, so no
+    /// result; the task is given back to run again.
+    StoreLost(String),
+}
+
+/// The attempt's directory: `<scratch>/<batch>/<task>/attempt-<n>`.
+pub fn attempt_dir(s: &ExecSettings, c: &Claim) -> PathBuf {
+    s.scratch
+        .join(&c.batch)
+        .join(&c.task.id)
+        .join(format!("attempt-{}", c.attempt))
+}
+
+/// The child's command line: global options, then the task's command, `--json` and the
+/// batch's per-task budget (unless the task sets its own), then the rest of the task's args.
+pub fn child_args(s: &ExecSettings, c: &Claim, workdir: &Path) -> Vec<String> {
+    let mut a = vec!["-C".to_string(), workdir.to_string_lossy().into_owned()];
+    if s.yes {
+        a.push("--yes".into());
+    }
+    let args = &c.task.args;
+    let has = |flag: &str| {
+        args.iter()
+            .any(|x| x == flag || x.starts_with(&format!("{flag}=")))
+    };
+    a.push(args[0].clone());
+    if !has("--json") {
+        a.push("--json".into());
+    }
+    if let Some(m) = c.budgets.task_max_cost
+        && !has("--max-cost")
+    {
+        a.extend(["--max-cost".into(), m.to_string()]);
+    }
+    if let Some(m) = c.budgets.task_max_tokens
+        && !has("--max-tokens")
+    {
+        a.extend(["--max-tokens".into(), m.to_string()]);
+    }
+    a.extend(args[1..].iter().cloned());
+    a
+}
+
+/// Run one attempt: checkout, child, result. `cancel` turning true kills the child (SIGINT,
+/// then SIGKILL after a grace period) and ends with [`Ended::Cancelled`].
+pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<bool>) -> Ended {
+    let started = Instant::now();
+    let dir = attempt_dir(s, c);
+    let co = dir.join("checkout");
+    let mut res = TaskResult {
+        batch: c.batch.clone(),
+        id: c.task.id.clone(),
+        status: "error".into(),
+        attempts: c.attempt,
+        exit_code: None,
+        stop_reason: None,
+        loop_id: None,
+        tokens: Tokens::default(),
+        cost_usd: None,
+        duration_ms: 0,
+        diff: String::new(),
+        error: None,
+        worker: c.worker.clone(),
+        checkout: co.to_string_lossy().into_owned(),
+    };
+    if let Err(e) = prepare(c, &dir, &co).await {
+        res.error = Some(format!("checkout: {e}"));
+        res.duration_ms = started.elapsed().as_millis() as u64;
+        return Ended::Done(Box::new(res));
+    }
+    let workdir = match &c.task.dir {
+        Some(d) => co.join(d),
+        None => co.clone(),
+    };
+    if !workdir.is_dir() {
+        res.error = Some(format!(
+            "`dir` {} is not a directory of the checkout",
+            c.task.dir.as_deref().unwrap_or(".")
+        ));
+        return Ended::Done(Box::new(res));
+    }
+    let out = match run_child(s, c, &workdir, &dir.join("kiln.log"), &mut cancel).await {
+        Ok(Some(out)) => out,
+        Ok(None) => return Ended::Cancelled,
+        Err(e) => {
+            res.error = Some(format!("cannot run {}: {e}", s.kiln.display()));
+            return Ended::Done(Box::new(res));
+        }
+    };
+    fill_from_output(&mut res, &out, &dir.join("kiln.log"));
+    if res.status == "error"
+        && let Some(e) = res
+            .error
+            .as_deref()
+            .filter(|e| e.contains("is unreachable"))
+    {
+        return Ended::StoreLost(e.to_string());
+    }
+    if res.tokens == Tokens::default()
+        && let Some(id) = res.loop_id
+    {
+        let (store, wd) = (s.store.clone(), workdir.clone());
+        res.tokens =
+            tokio::task::spawn_blocking(move || tokens_from_store(store.as_deref(), &wd, id))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+    }
+    res.diff = {
+        let co = co.clone();
+        match tokio::task::spawn_blocking(move || checkout::diff(&co)).await {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => format!("(no diff: {e})"),
+            Err(e) => format!("(no diff: {e})"),
+        }
+    };
+    res.duration_ms = started.elapsed().as_millis() as u64;
+    Ended::Done(Box::new(res))
+}
+
+/// A fresh `dir` (a previous try of the same attempt removed) holding the checkout `co`.
+async fn prepare(c: &Claim, dir: &Path, co: &Path) -> Result<(), String> {
+    let (task, dir, co) = (c.task.clone(), dir.to_path_buf(), co.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|source| checkout::CheckoutError::Io {
+            what: "cannot create",
+            path: dir.clone(),
+            source,
+        })?;
+        checkout::prepare(&task.repo, task.rev.as_deref(), &co)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// What the child left: exit code and stdout.
+struct ChildOut {
+    code: Option<i32>,
+    stdout: String,
+}
+
+/// Start the child and wait for it; `Ok(None)` when cancelled (the child killed).
+async fn run_child(
+    s: &ExecSettings,
+    c: &Claim,
+    workdir: &Path,
+    log: &Path,
+    cancel: &mut watch::Receiver<bool>,
+) -> std::io::Result<Option<ChildOut>> {
+    let log = std::fs::File::create(log)?;
+    let mut cmd = tokio::process::Command::new(&s.kiln);
+    cmd.args(child_args(s, c, workdir))
+        .current_dir(workdir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true);
+    if let Some(store) = &s.store {
+        cmd.env("KILN_STORE", store);
+    }
+    // SAFETY: prctl is async-signal-safe; it only asks for SIGKILL when the parent dies.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let read = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf).await;
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    let status = tokio::select! {
+        st = child.wait() => st?,
+        _ = cancelled(cancel) => {
+            stop(&mut child).await;
+            read.abort();
+            return Ok(None);
+        }
+    };
+    let stdout = read.await.unwrap_or_default();
+    Ok(Some(ChildOut {
+        code: status.code(),
+        stdout,
+    }))
+}
+
+/// SIGINT (the run records itself as cancelled), then SIGKILL after two seconds.
+async fn stop(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: signalling our own child by its pid, which we have not reaped yet.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGINT);
+        }
+    }
+    if tokio::time::timeout(Duration::from_secs(2), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+}
+
+/// Status, stop reason, loop id, tokens and cost from the child's exit code and its last
+/// JSON line; on an error, the last line of its log.
+fn fill_from_output(res: &mut TaskResult, out: &ChildOut, log: &Path) {
+    res.exit_code = out.code;
+    res.status = match out.code {
+        Some(0) => "success",
+        Some(1) => "failed",
+        _ => "error",
+    }
+    .into();
+    let last = out
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+    if let Some(v) = last {
+        res.stop_reason = v["stop_reason"].as_str().map(str::to_string);
+        res.loop_id = v["loop_id"].as_i64().or(v["run_id"].as_i64());
+        res.cost_usd = v["cost_usd"].as_f64();
+        let u = &v["usage"];
+        if u.is_object() {
+            let n = |k: &str| u[k].as_u64().unwrap_or(0);
+            res.tokens = Tokens {
+                input: n("input") + n("cached_input"),
+                output: n("output"),
+            };
+        }
+    }
+    if res.status != "success" {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        res.error = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| crate::store::cap_text(l, 2000));
+    }
+}
+
+/// A fix loop's tokens, from the store it wrote (its checkout's, when no store was given).
+fn tokens_from_store(store: Option<&str>, workdir: &Path, loop_id: i64) -> Option<Tokens> {
+    let url = match store {
+        Some(s) => Some(s.parse::<crate::store::StoreUrl>().ok()?),
+        None => None,
+    };
+    let store = crate::store::Store::open_url(url.as_ref(), workdir).ok()?;
+    let t = store.loop_detail(loop_id).ok()?.row.tokens;
+    Some(Tokens {
+        input: t.input + t.cached_input,
+        output: t.output,
+    })
+}
+
+/// Wait until `cancel` turns true (forever if its sender is gone without doing so).
+pub(crate) async fn cancelled(cancel: &mut watch::Receiver<bool>) {
+    if cancel.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

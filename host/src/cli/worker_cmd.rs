@@ -1,0 +1,316 @@
+//! `kiln worker`: claim tasks from a shared store and run them, N at once, until stopped (or,
+//! with `--once`, until nothing is left to claim); plus what `kiln batch` shares with it:
+//! opening the queue, the lease flags, and driving a worker with progress on stderr.
+
+use super::{Ctx, Outcome};
+use crate::batch::db::{PgDb, SqliteDb};
+use crate::batch::exec::ExecSettings;
+use crate::batch::worker::{self, Report, SharedQueue, WorkerOptions};
+use crate::batch::{Counts, Queue};
+use crate::store::StoreUrl;
+use anyhow::Context;
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the queue is.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct QueueArgs {
+    /// A local batch directory (its SQLite store; default `.kiln/batches` in the workspace).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+impl QueueArgs {
+    /// Open the queue these flags name: `--dir`, else the configured store (`--store`,
+    /// `KILN_STORE`, `[store] url`), else the workspace's `.kiln/batches`. Also returns the
+    /// store URL the tasks record their runs in (the same database).
+    pub fn open(&self, ctx: &Ctx) -> anyhow::Result<(SharedQueue, String)> {
+        self.open_or_create(ctx, true)
+    }
+
+    /// [`QueueArgs::open`] for reading only: a local batch directory that does not exist is
+    /// an error, not created.
+    pub fn open_existing(&self, ctx: &Ctx) -> anyhow::Result<(SharedQueue, String)> {
+        self.open_or_create(ctx, false)
+    }
+
+    fn open_or_create(&self, ctx: &Ctx, create: bool) -> anyhow::Result<(SharedQueue, String)> {
+        let (queue, url) = self.open_queue(ctx, create)?;
+        migrate_store(&url)?;
+        Ok((queue, url))
+    }
+
+    fn open_queue(&self, ctx: &Ctx, create: bool) -> anyhow::Result<(SharedQueue, String)> {
+        match (&self.dir, &ctx.store) {
+            (None, Some(StoreUrl::Postgres(pg))) => {
+                let db = PgDb::connect(pg)?;
+                let q = Queue::new(Box::new(db))?;
+                Ok((Arc::new(Mutex::new(q)), pg.secret_url().to_string()))
+            }
+            (None, Some(StoreUrl::Sqlite(file))) => {
+                let file = std::path::absolute(file)?;
+                let q = Queue::new(Box::new(SqliteDb::open(&file)?))?;
+                Ok((
+                    Arc::new(Mutex::new(q)),
+                    format!("sqlite:{}", file.display()),
+                ))
+            }
+            _ => {
+                let dir = self.local_dir(ctx);
+                if !create && !dir.join("kiln.db").is_file() {
+                    anyhow::bail!(
+                        "no batch in {}; run `kiln batch run`, or name the queue with --dir DIR or --store URL",
+                        dir.display()
+                    );
+                }
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create batch directory {}", dir.display()))?;
+                open_local(&dir.canonicalize()?)
+            }
+        }
+    }
+
+    /// The local batch directory (`--dir`, else `.kiln/batches` in the workspace).
+    fn local_dir(&self, ctx: &Ctx) -> PathBuf {
+        self.dir
+            .clone()
+            .unwrap_or_else(|| ctx.workspace.join(".kiln").join("batches"))
+    }
+
+    /// The default place for checkouts: the batch directory's `work/` for a local queue, else
+    /// `kiln/worker` in the user's state directory.
+    fn scratch(&self, ctx: &Ctx) -> anyhow::Result<PathBuf> {
+        if self.dir.is_none() && ctx.store.is_some() {
+            return Ok(crate::state_dir::base()?.join("worker"));
+        }
+        Ok(self.local_dir(ctx).join("work"))
+    }
+}
+
+/// Lease timing (short values make tests fast).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct LeaseArgs {
+    /// Seconds a claim holds without a heartbeat; after that, another worker may take the
+    /// task (attempt + 1).
+    #[arg(long, value_name = "SECS", env = "KILN_LEASE", default_value_t = 60.0)]
+    lease: f64,
+    /// Seconds between heartbeats (default: a third of the lease).
+    #[arg(long, value_name = "SECS", env = "KILN_HEARTBEAT")]
+    heartbeat: Option<f64>,
+    /// Seconds an idle worker waits before looking for work again.
+    #[arg(long, value_name = "SECS", env = "KILN_POLL", default_value_t = 2.0)]
+    poll: f64,
+}
+
+impl LeaseArgs {
+    /// Worker options with these timings (the rest defaulted).
+    pub fn options(&self) -> anyhow::Result<WorkerOptions> {
+        let secs = |flag: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(anyhow::anyhow!(
+                    "{flag} {v}: give a number of seconds above 0"
+                ))
+            }
+        };
+        let lease = secs("--lease", self.lease)?;
+        let heartbeat = match self.heartbeat {
+            Some(h) => secs("--heartbeat", h)?,
+            None => lease / 3,
+        };
+        if heartbeat >= lease {
+            anyhow::bail!(
+                "--heartbeat must be shorter than --lease, or the lease lapses between beats"
+            );
+        }
+        Ok(WorkerOptions {
+            batch: None,
+            jobs: 1,
+            once: false,
+            lease,
+            heartbeat,
+            max_attempts: 3,
+            poll: secs("--poll", self.poll)?,
+            worker_id: String::new(),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// Tasks at once.
+    #[arg(long, short = 'j', default_value_t = 1)]
+    jobs: usize,
+    /// Exit when nothing is left to claim (and this worker's tasks are done).
+    #[arg(long)]
+    once: bool,
+    /// Attempts before a task whose workers keep dying is `dead`.
+    #[arg(long, default_value_t = 3)]
+    max_attempts: i64,
+    /// Only this batch.
+    #[arg(long, value_name = "ID")]
+    batch: Option<String>,
+    /// Where checkouts go (default: the batch directory's `work/` for a local queue, else
+    /// `kiln/worker` in the user's state directory).
+    #[arg(long, value_name = "DIR")]
+    scratch: Option<PathBuf>,
+    #[command(flatten)]
+    queue: QueueArgs,
+    #[command(flatten)]
+    lease: LeaseArgs,
+}
+
+pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<Outcome> {
+    if a.jobs == 0 {
+        anyhow::bail!("--jobs must be 1 or more");
+    }
+    let (queue, store) = a.queue.open(ctx)?;
+    let scratch = match &a.scratch {
+        Some(s) => s.clone(),
+        None => a.queue.scratch(ctx)?,
+    };
+    let exec = exec_settings(&scratch, store, yes)?;
+    let opts = WorkerOptions {
+        batch: a.batch.clone(),
+        jobs: a.jobs,
+        once: a.once,
+        max_attempts: a.max_attempts,
+        worker_id: worker::worker_id(),
+        ..a.lease.options()?
+    };
+    if !ctx.quiet {
+        eprintln!(
+            "worker {} started: {} at once, lease {:.1}s, heartbeat {:.1}s",
+            opts.worker_id,
+            opts.jobs,
+            opts.lease.as_secs_f64(),
+            opts.heartbeat.as_secs_f64()
+        );
+    }
+    let interrupted = drive(queue, exec, opts, ctx.quiet, None).await;
+    Ok(if interrupted {
+        Outcome::Interrupted
+    } else {
+        Outcome::Success
+    })
+}
+
+/// Create or migrate the store's own tables now, before any task's kiln opens it: many
+/// children opening a new SQLite store at once would race to create them.
+fn migrate_store(url: &str) -> anyhow::Result<()> {
+    let url: StoreUrl = url.parse()?;
+    crate::store::Store::open_project(&url, "kiln batch")?;
+    Ok(())
+}
+
+/// Open the SQLite store of a local batch directory (`<dir>/kiln.db`: the queue and every
+/// task's runs); returns it with its URL.
+pub(crate) fn open_local(dir: &Path) -> anyhow::Result<(SharedQueue, String)> {
+    let file = dir.join("kiln.db");
+    let db = SqliteDb::open(&file)?;
+    let url = format!("sqlite:{}", file.display());
+    migrate_store(&url)?;
+    Ok((Arc::new(Mutex::new(Queue::new(Box::new(db))?)), url))
+}
+
+/// Hold `<dir>/lock` exclusively for as long as the returned file lives: one `kiln batch run`
+/// per directory.
+pub(crate) fn lock_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        anyhow::bail!(
+            "another `kiln batch run` is using {}; wait for it, or give another --dir",
+            dir.display()
+        );
+    }
+    Ok(f)
+}
+
+/// How tasks run here: this executable, checkouts under `scratch`.
+pub(crate) fn exec_settings(
+    scratch: &Path,
+    store: String,
+    yes: bool,
+) -> anyhow::Result<ExecSettings> {
+    std::fs::create_dir_all(scratch)
+        .with_context(|| format!("cannot create scratch directory {}", scratch.display()))?;
+    Ok(ExecSettings {
+        kiln: std::env::current_exe().context("cannot find the kiln executable")?,
+        scratch: scratch.canonicalize()?,
+        store: Some(store),
+        yes,
+    })
+}
+
+/// Run a worker with Ctrl-C handling and its reports on stderr (with a progress line per
+/// ended task when `batch` is given); returns whether it was interrupted.
+pub(crate) async fn drive(
+    queue: SharedQueue,
+    exec: ExecSettings,
+    opts: WorkerOptions,
+    quiet: bool,
+    batch: Option<&str>,
+) -> bool {
+    let (cancel, ctrl_c) = super::common::ctrl_c_watch();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let jobs = opts.jobs as u64;
+    let work = tokio::spawn(worker::run(queue.clone(), exec, opts, cancel, tx));
+    let started = Instant::now();
+    let mut finished_here = 0u64;
+    while let Some(r) = rx.recv().await {
+        if matches!(r, Report::Finished(_)) {
+            finished_here += 1;
+        }
+        let quiet_ok = matches!(
+            r,
+            Report::Rejected { .. }
+                | Report::LeaseLost(_)
+                | Report::StoreDown { .. }
+                | Report::Requeued(..)
+        );
+        if quiet && !quiet_ok {
+            continue;
+        }
+        let text = match (&r, batch) {
+            (Report::Claimed(c), None) => Some(format!(
+                "claimed {}/{} (attempt {})",
+                c.batch, c.task.id, c.attempt
+            )),
+            _ => super::batch_cmd::report_text(&r),
+        };
+        let Some(mut text) = text else {
+            continue;
+        };
+        if let (Report::Finished(_), Some(b)) = (&r, batch)
+            && let Some(c) = counts(&queue, b).await
+        {
+            text = format!(
+                "{text} {}",
+                super::batch_cmd::progress_line(&c, started, finished_here, jobs)
+            );
+        }
+        eprintln!("{text}");
+    }
+    let interrupted = work.await.unwrap_or(true);
+    ctrl_c.abort();
+    interrupted
+}
+
+async fn counts(queue: &SharedQueue, batch: &str) -> Option<Counts> {
+    let (q, b) = (queue.clone(), batch.to_string());
+    tokio::task::spawn_blocking(move || q.lock().unwrap_or_else(|p| p.into_inner()).counts(&b).ok())
+        .await
+        .ok()
+        .flatten()
+}
