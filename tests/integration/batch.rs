@@ -156,7 +156,7 @@ pub fn lines(r: &Run) -> Vec<Value> {
         .collect()
 }
 
-const KEY: (&str, &str) = ("OPENAI_API_KEY", "sk-batch-test");
+pub const KEY: (&str, &str) = ("OPENAI_API_KEY", "sk-batch-test");
 
 /// Every result of a run of `twenty`: success at the first attempt, with the fix or the
 /// agent's change in its diff, tokens, a loop id and an exit code of 0.

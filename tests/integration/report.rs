@@ -230,3 +230,41 @@ fn an_agent_run_report_shows_its_tool_calls() {
         "{dom}"
     );
 }
+
+/// `kiln report --batch`: a local batch of a fix and an agent task becomes a table page whose
+/// rows (status, attempts) and links Chromium shows, each link a page of that task's run.
+#[test]
+fn a_batch_report_lists_its_tasks_and_links_each_run() {
+    use crate::batch::{KEY, Mock, agent_task, fix_task, project, task_file};
+    let ws = Workspace::new();
+    let mock = Mock::start(std::time::Duration::ZERO);
+    project(&ws);
+    task_file(
+        &ws,
+        "nightly.jsonl",
+        &[fix_task("f1", &mock.url), agent_task("a1", &mock.url)],
+    );
+    ws.kiln(&["batch", "run", "nightly.jsonl", "--jobs", "2"], &[KEY])
+        .expect_code(0);
+    let r = ws.kiln(
+        &["report", "--batch", "nightly", "--html", "nightly.html"],
+        &[],
+    );
+    r.expect_code(0);
+    let dom = browser_dom(&ws.root().join("nightly.html"), None);
+    assert_eq!(text_of(&dom, "task-count"), "2", "{dom}");
+    for task in ["f1", "a1"] {
+        let row = dom
+            .split("<tr>")
+            .find(|row| row.contains(&format!("<td>{task}</td>")))
+            .unwrap_or_else(|| panic!("no row for {task}: {dom}"));
+        assert!(row.contains(">success<") && row.contains("<td>1</td>"), "{row}");
+        assert!(row.contains(&format!("href=\"nightly-{task}.html\"")), "{row}");
+        let run = browser_dom(&ws.root().join(format!("nightly-{task}.html")), None);
+        assert!(run.contains("Stopped:"), "{task}: {run}");
+    }
+    // A batch that does not exist is named.
+    let r = ws.kiln(&["report", "--batch", "weekly", "--html", "w.html"], &[]);
+    assert_ne!(r.code(), 0);
+    assert!(r.stderr().contains("no batch `weekly`"), "{}", r.stderr());
+}

@@ -72,7 +72,20 @@ impl Sqlite {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let version = self.schema_version()?;
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        // The version is read inside a write transaction (`IMMEDIATE` takes the write lock
+        // first), so processes opening a new store at once migrate it once, one after another.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let version: i64 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(sql)?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::TooNew {
                 store: self.path.display().to_string(),
@@ -80,12 +93,9 @@ impl Sqlite {
                 supported: SCHEMA_VERSION,
             });
         }
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
-        let tx = self.conn.transaction().map_err(sql)?;
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
         for (n, step) in SQLITE_STEPS {
             if version < n {
                 tx.execute_batch(step).map_err(sql)?;
