@@ -258,8 +258,14 @@ fn a_batch_report_lists_its_tasks_and_links_each_run() {
             .split("<tr>")
             .find(|row| row.contains(&format!("<td>{task}</td>")))
             .unwrap_or_else(|| panic!("no row for {task}: {dom}"));
-        assert!(row.contains(">success<") && row.contains("<td>1</td>"), "{row}");
-        assert!(row.contains(&format!("href=\"nightly-{task}.html\"")), "{row}");
+        assert!(
+            row.contains(">success<") && row.contains("<td>1</td>"),
+            "{row}"
+        );
+        assert!(
+            row.contains(&format!("href=\"nightly-{task}.html\"")),
+            "{row}"
+        );
         let run = browser_dom(&ws.root().join(format!("nightly-{task}.html")), None);
         assert!(run.contains("Stopped:"), "{task}: {run}");
     }
