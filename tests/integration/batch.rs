@@ -293,8 +293,8 @@ fn ctrl_c_kills_the_running_tasks_and_leaves_them_claimable() {
         .args([
             "-f",
             &format!(
-                "{}/.kiln/batches/work",
-                ws.root().canonicalize().unwrap().display()
+                "{}/kiln/workspaces/.*/batches/work",
+                ws.state_home().display()
             ),
         ])
         .output()
@@ -734,4 +734,31 @@ fn a_task_whose_workers_keep_dying_ends_dead() {
         "{r}"
     );
     assert!(mock.requests() <= 1);
+}
+
+/// The local batch directory lives in kiln's state directory: a repository that ships
+/// `.kiln/batches` as a link (here to a directory standing for the user's home) gets nothing
+/// written through it, and `kiln history --store` on the batch's store sees the runs.
+#[test]
+fn a_batch_directory_planted_in_the_workspace_is_never_used() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    project(&ws);
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.root().join(".kiln")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), ws.root().join(".kiln/batches")).unwrap();
+    task_file(&ws, "t.jsonl", &[fix_task("f1", &mock.url)]);
+    ws.kiln(&["batch", "run", "t.jsonl"], &[KEY]).expect_code(0);
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "written through the planted link"
+    );
+    let status = ws.kiln(&["batch", "status", "--json"], &[]);
+    assert_eq!(
+        status.json()["success"].as_u64(),
+        Some(1),
+        "{}",
+        status.stdout()
+    );
 }

@@ -356,6 +356,22 @@ const ALLOWED: &[(&str, &str)] = &[
         "`kiln plugin new`: a new project directory the user names",
     ),
     (
+        "cli/batch_cmd.rs",
+        "the batch directory: kiln's state directory, or the --dir the user names",
+    ),
+    (
+        "cli/worker_cmd.rs",
+        "the batch directory and a worker's scratch: kiln's state directory, or the --dir/--scratch the user names",
+    ),
+    (
+        "batch/checkout.rs",
+        "a task's checkout: a copy of its repository under the batch's scratch",
+    ),
+    (
+        "batch/exec.rs",
+        "a task's attempt directory under the batch's scratch (never the workspace)",
+    ),
+    (
         "undo/backup.rs",
         "undo's pre-images and run records in kiln's state directory, outside the workspace",
     ),

@@ -73,7 +73,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     json: bool,
     /// The batch directory: its SQLite store and the tasks' checkouts (default
-    /// `.kiln/batches` in the workspace).
+    /// `batches/` in kiln's state directory for the workspace).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// The batch id (default: the task file's name without extension).
@@ -175,10 +175,7 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
     }
     let tasks = read_tasks(&a.tasks)?;
     let batch = batch_id(a.batch.as_deref(), &a.tasks)?;
-    let dir = a
-        .dir
-        .clone()
-        .unwrap_or_else(|| ctx.workspace.join(".kiln").join("batches"));
+    let dir = worker_cmd::batch_dir(ctx, a.dir.as_deref(), true)?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create batch directory {}", dir.display()))?;
     let dir = dir.canonicalize()?;

@@ -216,22 +216,7 @@ fn check(
     }
     let mut runs = vec![id];
     if command == "loop" {
-        // The loop's phases are runs of their own, begun while it ran (one loop at a time
-        // per workspace).
-        let end = row.ended_at.unwrap_or(i64::MAX);
-        runs.extend(
-            store
-                .loops(10_000)?
-                .into_iter()
-                .filter(|r| {
-                    matches!(
-                        r.kind,
-                        crate::store::RunKind::LoopExecute | crate::store::RunKind::LoopReview
-                    ) && r.started_at >= row.started_at
-                })
-                .filter(|r| r.started_at <= end && r.id > id)
-                .map(|r| r.id),
-        );
+        runs.extend(phase_runs(&store, id, &row)?);
         runs.sort_unstable();
     }
     let served = crate::engine::resume::start(&store, &runs)?;
@@ -244,4 +229,26 @@ fn check(
         crate::terminal::count(served.results, "tool result", "tool results")
     );
     Ok(argv)
+}
+
+/// The runs of a loop's phases: runs of their own, begun while it ran (one loop at a time per
+/// workspace).
+fn phase_runs(
+    store: &crate::store::Store,
+    id: i64,
+    row: &crate::store::LoopRow,
+) -> anyhow::Result<Vec<i64>> {
+    let end = row.ended_at.unwrap_or(i64::MAX);
+    Ok(store
+        .loops(10_000)?
+        .into_iter()
+        .filter(|r| {
+            matches!(
+                r.kind,
+                crate::store::RunKind::LoopExecute | crate::store::RunKind::LoopReview
+            ) && r.started_at >= row.started_at
+        })
+        .filter(|r| r.started_at <= end && r.id > id)
+        .map(|r| r.id)
+        .collect())
 }

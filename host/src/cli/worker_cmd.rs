@@ -17,14 +17,15 @@ use std::time::{Duration, Instant};
 /// Where the queue is.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct QueueArgs {
-    /// A local batch directory (its SQLite store; default `.kiln/batches` in the workspace).
+    /// A local batch directory (its SQLite store; default: `batches/` in kiln's state directory
+    /// for the workspace, `$XDG_STATE_HOME/kiln/workspaces/…`).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 }
 
 impl QueueArgs {
     /// Open the queue these flags name: `--dir`, else the configured store (`--store`,
-    /// `KILN_STORE`, `[store] url`), else the workspace's `.kiln/batches`. Also returns the
+    /// `KILN_STORE`, `[store] url`), else the workspace's batch directory in kiln's state directory. Also returns the
     /// store URL the tasks record their runs in (the same database).
     pub fn open(&self, ctx: &Ctx) -> anyhow::Result<(SharedQueue, String)> {
         self.open_or_create(ctx, true)
@@ -58,7 +59,7 @@ impl QueueArgs {
                 ))
             }
             _ => {
-                let dir = self.local_dir(ctx);
+                let dir = self.local_dir(ctx, create)?;
                 if !create && !dir.join("kiln.db").is_file() {
                     anyhow::bail!(
                         "no batch in {}; run `kiln batch run`, or name the queue with --dir DIR or --store URL",
@@ -72,11 +73,9 @@ impl QueueArgs {
         }
     }
 
-    /// The local batch directory (`--dir`, else `.kiln/batches` in the workspace).
-    fn local_dir(&self, ctx: &Ctx) -> PathBuf {
-        self.dir
-            .clone()
-            .unwrap_or_else(|| ctx.workspace.join(".kiln").join("batches"))
+    /// The local batch directory ([`batch_dir`]); created when `create`.
+    fn local_dir(&self, ctx: &Ctx, create: bool) -> anyhow::Result<PathBuf> {
+        batch_dir(ctx, self.dir.as_deref(), create)
     }
 
     /// The default place for checkouts: the batch directory's `work/` for a local queue, else
@@ -85,7 +84,7 @@ impl QueueArgs {
         if self.dir.is_none() && ctx.store.is_some() {
             return Ok(crate::state_dir::base()?.join("worker"));
         }
-        Ok(self.local_dir(ctx).join("work"))
+        Ok(self.local_dir(ctx, true)?.join("work"))
     }
 }
 
@@ -313,4 +312,24 @@ async fn counts(queue: &SharedQueue, batch: &str) -> Option<Counts> {
         .await
         .ok()
         .flatten()
+}
+
+/// A local batch directory: `given` (`--dir`), else `batches/` in kiln's state directory for
+/// the workspace (outside it, so nothing a repository ships can stand in for it); created
+/// when `create`.
+pub(crate) fn batch_dir(ctx: &Ctx, given: Option<&Path>, create: bool) -> anyhow::Result<PathBuf> {
+    use crate::state_dir::{Identity, WorkspaceState};
+    if let Some(dir) = given {
+        return Ok(dir.to_path_buf());
+    }
+    Ok(match WorkspaceState::open(&ctx.workspace, create)? {
+        Some(state) => {
+            state.subdir("batches", create)?;
+            state.path().join("batches")
+        }
+        None => crate::state_dir::base()?
+            .join("workspaces")
+            .join(Identity::of(&ctx.workspace)?.key())
+            .join("batches"),
+    })
 }
