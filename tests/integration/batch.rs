@@ -226,7 +226,7 @@ fn bad_task_lines_are_refused_naming_line_and_field() {
     let ws = Workspace::new();
     ws.write(
         "bad.jsonl",
-        "{\"id\":\"a\",\"repo\":\"proj\",\"args\":[\"fix\"]}\n{\"id\":\"b\",\"repo\":\"proj\",\"args\":[\"history\"]}\n",
+        "{\"id\":\"a\",\"repo\":\"proj\",\"args\":[\"fix\",\"--cmd\",\"true\",\"--file\",\"a.c\"]}\n{\"id\":\"b\",\"repo\":\"proj\",\"args\":[\"history\"]}\n",
     );
     let r = ws.kiln(&["batch", "run", "bad.jsonl"], &[]);
     r.expect_code(2);
@@ -235,6 +235,29 @@ fn bad_task_lines_are_refused_naming_line_and_field() {
     let r = ws.kiln(&["batch", "run", "bad2.jsonl"], &[]);
     r.expect_code(2);
     assert!(r.stderr().contains("bad2.jsonl:1: id:"), "{}", r.stderr());
+    // The worker chooses the workspace, however a task spells it.
+    for (n, args) in [
+        r#"["fix","-qC","/tmp","--file","a.c"]"#,
+        r#"["fix","--file","a.c","-C/tmp"]"#,
+        r#"["agent","--workspace=/tmp","-p","x"]"#,
+        r#"["agent","-p","x","--yes"]"#,
+    ]
+    .iter()
+    .enumerate()
+    {
+        ws.write(
+            "bad3.jsonl",
+            &format!("{{\"id\":\"c{n}\",\"repo\":\"proj\",\"args\":{args}}}\n"),
+        );
+        let r = ws.kiln(&["batch", "run", "bad3.jsonl"], &[]);
+        r.expect_code(2);
+        assert!(
+            r.stderr().contains("bad3.jsonl:1: args:")
+                && r.stderr().contains("chosen by the worker"),
+            "{args}: {}",
+            r.stderr()
+        );
+    }
 }
 
 /// Wait until `f` holds, polling.
@@ -760,5 +783,66 @@ fn a_batch_directory_planted_in_the_workspace_is_never_used() {
         Some(1),
         "{}",
         status.stdout()
+    );
+}
+
+/// A task's programs may write its checkout's `.git/config` (here a clean filter, wired up by
+/// `.gitattributes`); the diff kiln takes afterwards runs git confined to the checkout, so the
+/// filter cannot touch anything outside it (on the worker's account, with its keys).
+#[test]
+fn the_diff_after_a_task_runs_git_confined_to_its_checkout() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    project(&ws);
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("pwned");
+    ws.write(
+        "proj/plant.sh",
+        &format!(
+            "printf '[filter \"x\"]\\n\\tclean = touch {m} && cat\\n' >> .git/config\nprintf '* filter=x\\n' > .gitattributes\necho changed >> notes.txt\nexit 0\n",
+            m = marker.display()
+        ),
+    );
+    let task = json!({"id": "plant", "repo": "proj", "args": ["fix", "--base-url", mock.url,
+        "--model", "fixer", "--cmd", "sh plant.sh {file}", "--file", "main.c"]});
+    task_file(&ws, "t.jsonl", &[task]);
+    let r = ws.kiln(&["batch", "run", "t.jsonl", "--json"], &[KEY]);
+    let results = lines(&r);
+    assert_eq!(results.len(), 1, "{}\n{}", r.stdout(), r.stderr());
+    assert!(
+        !marker.exists(),
+        "the repository's filter ran outside the checkout"
+    );
+}
+
+/// A task's `dir` that the repository made a link (here to a directory standing for the
+/// worker's own files) does not move the run out of its checkout.
+#[test]
+fn a_task_dir_that_is_a_link_out_of_the_checkout_is_refused() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    project(&ws);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("main.c"), BROKEN_C).unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.root().join("proj/app")).unwrap();
+    let mut task = fix_task("linked", &mock.url);
+    task["dir"] = json!("app");
+    task_file(&ws, "t.jsonl", &[task]);
+    let r = ws.kiln(&["batch", "run", "t.jsonl", "--json"], &[KEY]);
+    let results = lines(&r);
+    assert_eq!(results.len(), 1, "{}\n{}", r.stdout(), r.stderr());
+    assert_ne!(results[0]["status"], "success", "{:?}", results[0]);
+    assert!(
+        results[0]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("is not a directory of the checkout"),
+        "{:?}",
+        results[0]
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("main.c")).unwrap(),
+        BROKEN_C,
+        "the run edited a file outside its checkout"
     );
 }

@@ -128,6 +128,59 @@ fn resume_refuses_a_finished_run_and_a_run_of_another_kind() {
     );
 }
 
+/// The recorded command line is in `.kiln/kiln.db`, which a program the run started could
+/// rewrite: a resume never takes `--yes`, `--plugin`, a workspace (however spelled) or another
+/// command from it.
+#[test]
+fn a_recorded_command_line_rewritten_in_the_store_is_refused() {
+    let ws = workspace();
+    let mock = MockLlm::start(vec![crate::mock_llm::openai_calls(&[(
+        "read_file",
+        r#"{"path":"nope.txt"}"#,
+    )])]);
+    let base = format!("{}/v1", mock.url);
+    // One step allowed: the run stops at its cap, so it could be resumed.
+    ws.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "-m",
+            "1",
+            "-p",
+            "look",
+        ],
+        &[],
+    )
+    .expect_code(1);
+    let db = rusqlite::Connection::open(ws.root().join(".kiln/kiln.db")).unwrap();
+    for (planted, why) in [
+        (r#"["kiln","--yes","agent","-p","look"]"#, "sets --yes"),
+        (
+            r#"["kiln","agent","-C/tmp","-p","look"]"#,
+            "sets -C/--workspace",
+        ),
+        (
+            r#"["kiln","agent","-qC","/tmp","-p","look"]"#,
+            "sets -C/--workspace",
+        ),
+        (r#"["kiln","trust","-p"]"#, "cannot be resumed"),
+    ] {
+        let n = db
+            .execute(
+                "UPDATE events SET payload = json_set(payload, '$.argv', json(?1)) WHERE loop_id = 1 AND type = 'run.invocation'",
+                [planted],
+            )
+            .unwrap();
+        assert_eq!(n, 1, "no run.invocation event to rewrite");
+        let r = ws.kiln(&["agent", "--resume", "1"], &[]);
+        r.expect_code(2);
+        assert!(r.stderr().contains(why), "{planted}: {}", r.stderr());
+    }
+}
+
 #[test]
 fn a_killed_loop_resumes_its_phases_without_asking_again() {
     use crate::review_loop::{final_answer, review};

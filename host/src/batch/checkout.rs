@@ -102,10 +102,57 @@ pub fn prepare(repo: &str, rev: Option<&str>, dest: &Path) -> Result<(), Checkou
 }
 
 /// What the run changed in the checkout, new files included, as a unified diff (capped).
-pub fn diff(dest: &Path) -> Result<String, CheckoutError> {
-    git(Some(dest), &["add", "-A", "-N", "--", "."])?;
-    let d = git(Some(dest), &["diff", "--no-color", "--no-ext-diff", "HEAD"])?;
+///
+/// The task's programs could write the checkout's `.git/config` (an fsmonitor hook, a clean
+/// filter, a textconv driver), so git runs here as they did: confined to the checkout, no
+/// network, an environment of PATH alone (HOME is the checkout), never with the worker's
+/// keys or files.
+pub async fn diff(dest: &Path) -> Result<String, CheckoutError> {
+    confined_git(dest, &["add", "-A", "-N", "--", "."]).await?;
+    let d = confined_git(dest, &["diff", "--no-color", "--no-ext-diff", "HEAD"]).await?;
     Ok(crate::store::cap_text(&d, MAX_DIFF))
+}
+
+/// `git ARGS` in `dest` under [`crate::plugin::run_confined`].
+async fn confined_git(dest: &Path, args: &[&str]) -> Result<String, CheckoutError> {
+    let mut words = vec![
+        "git",
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+    ];
+    words.extend_from_slice(args);
+    let env = vec![
+        (
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_default(),
+        ),
+        ("HOME".to_string(), dest.to_string_lossy().into_owned()),
+        ("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string()),
+        ("GIT_TERMINAL_PROMPT".to_string(), "0".to_string()),
+    ];
+    let out = crate::plugin::run_confined(
+        &words,
+        None,
+        dest,
+        env,
+        std::time::Duration::from_secs(120),
+        4 * MAX_DIFF,
+        false,
+    )
+    .await
+    .map_err(|e| CheckoutError::Git {
+        args: args.join(" "),
+        stderr: e.to_string(),
+    })?;
+    if out.exit_code != Some(0) {
+        return Err(CheckoutError::Git {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Copy a directory tree: files with their permissions, symlinks as symlinks, `.kiln` and
@@ -152,7 +199,8 @@ mod tests {
         assert!(!dest.join(".kiln").exists());
         std::fs::write(dest.join("a.txt"), "two\n").unwrap();
         std::fs::write(dest.join("new.txt"), "new\n").unwrap();
-        let d = diff(&dest).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let d = rt.block_on(diff(&dest)).unwrap();
         assert!(d.contains("-one\n+two"), "{d}");
         assert!(d.contains("+++ b/new.txt"), "{d}");
         assert!(matches!(

@@ -150,17 +150,22 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
         res.duration_ms = started.elapsed().as_millis() as u64;
         return Ended::Done(Box::new(res));
     }
+    // A `dir` that is a link in the repository must not move the run out of its checkout.
     let workdir = match &c.task.dir {
-        Some(d) => co.join(d),
-        None => co.clone(),
+        Some(d) => co
+            .join(d)
+            .canonicalize()
+            .ok()
+            .filter(|w| co.canonicalize().is_ok_and(|root| w.starts_with(&root))),
+        None => Some(co.clone()),
     };
-    if !workdir.is_dir() {
+    let Some(workdir) = workdir.filter(|w| w.is_dir()) else {
         res.error = Some(format!(
             "`dir` {} is not a directory of the checkout",
             c.task.dir.as_deref().unwrap_or(".")
         ));
         return Ended::Done(Box::new(res));
-    }
+    };
     let out = match run_child(s, c, &workdir, &dir.join("kiln.log"), &mut cancel).await {
         Ok(Some(out)) => out,
         Ok(None) => return Ended::Cancelled,
@@ -189,13 +194,9 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
                 .flatten()
                 .unwrap_or_default();
     }
-    res.diff = {
-        let co = co.clone();
-        match tokio::task::spawn_blocking(move || checkout::diff(&co)).await {
-            Ok(Ok(d)) => d,
-            Ok(Err(e)) => format!("(no diff: {e})"),
-            Err(e) => format!("(no diff: {e})"),
-        }
+    res.diff = match checkout::diff(&co).await {
+        Ok(d) => d,
+        Err(e) => format!("(no diff: {e})"),
     };
     res.duration_ms = started.elapsed().as_millis() as u64;
     Ended::Done(Box::new(res))

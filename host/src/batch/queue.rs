@@ -415,16 +415,19 @@ impl Queue {
         })
     }
 
-    /// Give a held task back (Ctrl-C): queued again, this attempt not counted.
-    pub fn release(&mut self, c: &Claim) -> Result<bool, DbError> {
+    /// Give a held task back: queued again; this attempt not counted (Ctrl-C) or counted (a
+    /// run that lost the store: the attempt was made, and a task that keeps losing it ends
+    /// `dead` after `--max-attempts` instead of coming back forever).
+    pub fn release(&mut self, c: &Claim, counted: bool) -> Result<bool, DbError> {
         let n = self.db.execute(
-            "UPDATE kiln_batch_tasks SET status = 'queued', attempts = attempts - 1, worker = NULL, lease_until = NULL
+            "UPDATE kiln_batch_tasks SET status = 'queued', attempts = attempts - ?5, worker = NULL, lease_until = NULL
              WHERE batch = ?1 AND id = ?2 AND attempts = ?3 AND worker = ?4 AND status = 'running'",
             &[
                 c.batch.as_str().into(),
                 c.task.id.as_str().into(),
                 c.attempt.into(),
                 c.worker.as_str().into(),
+                i64::from(!counted).into(),
             ],
         )?;
         Ok(n == 1)
@@ -600,10 +603,19 @@ mod tests {
         assert_eq!(dead, vec![("b".to_string(), "t0".to_string(), 1)]);
         let c = c.unwrap();
         assert_eq!(c.task.id, "t1");
-        assert!(q.release(&c).unwrap());
+        assert!(q.release(&c, false).unwrap());
         let again = q.claim(None, "w2", 60_000, 1).unwrap().0.unwrap();
         assert_eq!((again.task.id.as_str(), again.attempt), ("t1", 1));
         assert_eq!(q.counts("b").unwrap().dead, 1);
+        // Given back after losing the store, the attempt counts: the next claim is attempt
+        // 2, and with 2 allowed the one after that makes it dead, never an endless requeue.
+        assert!(q.release(&again, true).unwrap());
+        let third = q.claim(None, "w3", 60_000, 2).unwrap().0.unwrap();
+        assert_eq!((third.task.id.as_str(), third.attempt), ("t1", 2));
+        assert!(q.release(&third, true).unwrap());
+        let (none, dead) = q.claim(None, "w4", 60_000, 2).unwrap();
+        assert!(none.is_none());
+        assert_eq!(dead, vec![("b".to_string(), "t1".to_string(), 2)]);
     }
 
     #[test]

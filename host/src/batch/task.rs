@@ -8,10 +8,6 @@ use std::path::{Path, PathBuf};
 /// The commands a task may run.
 pub const TASK_COMMANDS: &[&str] = &["fix", "agent", "loop"];
 
-/// Global options a task may not set: the worker chooses the workspace, the store, the
-/// plugins it trusts and whether a checkout's kiln.toml applies.
-const REFUSED_OPTIONS: &[&str] = &["-C", "--workspace", "--store", "--plugin", "--yes"];
-
 /// One task: a kiln command line run in a fresh checkout of `repo` at `rev`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,17 +101,28 @@ impl Task {
                 ),
             ));
         }
-        if let Some(a) = self.args.iter().find(|a| {
-            REFUSED_OPTIONS
-                .iter()
-                .any(|o| a == o || a.starts_with(&format!("{o}=")))
-        }) {
-            return Some((
+        // Parsed as kiln parses it, so no spelling (`-qC DIR`, `--workspace=DIR`) slips by.
+        match crate::cli::chosen_globals(&self.args) {
+            Err(e) => Some((
                 "args",
-                format!("`{a}` is chosen by the worker, not by a task"),
-            ));
+                format!(
+                    "not a kiln command line: {}",
+                    e.to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .trim_start_matches("error: ")
+                ),
+            )),
+            Ok((_, chosen)) if !chosen.is_empty() => Some((
+                "args",
+                format!(
+                    "{} is chosen by the worker, not by a task",
+                    chosen.join(", ")
+                ),
+            )),
+            Ok(_) => None,
         }
-        None
     }
 }
 

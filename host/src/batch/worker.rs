@@ -283,12 +283,12 @@ async fn slot(sh: Shared, c: Claim) {
     match ended {
         Ended::Done(res) => record(&sh, &c, res).await,
         Ended::Cancelled if !lost => {
-            if give_back(&sh, &c).await {
+            if give_back(&sh, &c, false).await {
                 sh.say(Report::Released(Box::new(c.clone())));
             }
         }
         Ended::StoreLost(why) if !lost => {
-            if give_back(&sh, &c).await {
+            if give_back(&sh, &c, true).await {
                 sh.say(Report::Requeued(Box::new(c.clone()), why));
             }
         }
@@ -297,9 +297,9 @@ async fn slot(sh: Shared, c: Claim) {
 }
 
 /// Give a held task back (fenced by attempt), retrying while the store is away.
-async fn give_back(sh: &Shared, c: &Claim) -> bool {
+async fn give_back(sh: &Shared, c: &Claim, counted: bool) -> bool {
     let cl = c.clone();
-    sh.retry("giving a task back", true, move |q| q.release(&cl))
+    sh.retry("giving a task back", true, move |q| q.release(&cl, counted))
         .await
         == Some(true)
 }

@@ -74,6 +74,34 @@ struct Global {
     store: Option<String>,
 }
 
+/// What a kiln command line (`argv` without the program name) chooses that only the person
+/// running kiln may choose: its subcommand, and which of `-C/--workspace`, `--plugin`,
+/// `--yes` and `--store` it gives, however spelled (`-qC DIR`, `--workspace=DIR`, after the
+/// subcommand). For command lines kiln did not get from the person: a batch task's `args`, a
+/// resumed run's stored command line. `Err`: not a command line kiln accepts.
+pub(crate) fn chosen_globals(
+    argv: &[String],
+) -> Result<(Option<String>, Vec<&'static str>), clap::Error> {
+    use clap::CommandFactory;
+    use clap::parser::ValueSource;
+    let m = Cli::command()
+        .try_get_matches_from(std::iter::once("kiln".to_string()).chain(argv.iter().cloned()))?;
+    let given =
+        |m: &clap::ArgMatches, id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+    let mut found = Vec::new();
+    for (id, name) in [
+        ("workspace", "-C/--workspace"),
+        ("plugins", "--plugin"),
+        ("yes", "--yes"),
+        ("store", "--store"),
+    ] {
+        if given(&m, id) || m.subcommand().is_some_and(|(_, sm)| given(sm, id)) {
+            found.push(name);
+        }
+    }
+    Ok((m.subcommand_name().map(String::from), found))
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The coding agent: think, act with sandboxed tools, observe, until done or a cap.

@@ -43,7 +43,9 @@ pub(crate) fn rewrite(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     if let Some(url) = value_of(&text, "--store") {
         out.extend(["--store".to_string(), url]);
     }
-    out.extend(without_valued(&without_workspace(&stored[1..]), "--store"));
+    let rest = without_valued(&without_workspace(&stored[1..]), "--store");
+    recorded_line_is_safe(&rest, &command, id)?;
+    out.extend(rest);
     // Output options given now (`--json`, `-q`, `-v`) apply to the resumed part too.
     for a in &text[1..] {
         if OUTPUT_FLAGS.contains(&a.as_str()) && !out.contains(a) {
@@ -251,4 +253,27 @@ fn phase_runs(
         .filter(|r| r.started_at <= end && r.id > id)
         .map(|r| r.id)
         .collect())
+}
+
+/// The recorded command line lives in the store, which programs the run started could write:
+/// it is taken only when it is a `kiln COMMAND` line, parsed as kiln parses it, that chooses
+/// none of what only the person running kiln may choose (`-C`, `--plugin`, `--yes`, `--store`).
+fn recorded_line_is_safe(rest: &[String], command: &str, id: i64) -> anyhow::Result<()> {
+    let why = match crate::cli::chosen_globals(rest) {
+        Ok((Some(sub), chosen)) if sub == command && chosen.is_empty() => return Ok(()),
+        Ok((Some(sub), _)) if sub != command => format!("is a `kiln {sub}` command"),
+        Ok((None, _)) => "names no command".to_string(),
+        Ok((_, chosen)) => format!("sets {}", chosen.join(", ")),
+        Err(e) => format!(
+            "does not parse ({})",
+            e.to_string()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+        ),
+    };
+    bail!(
+        "run {id} cannot be resumed: its recorded command line {why}, which a resume never takes from the store; start a new run instead"
+    )
 }

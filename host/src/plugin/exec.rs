@@ -367,6 +367,25 @@ pub async fn run_host_program(
     cap: usize,
     require: bool,
 ) -> Result<Finished, HostProgramError> {
+    let env = ["PATH", "HOME"]
+        .iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect();
+    run_confined(words, stdin, workspace, env, timeout, cap, require).await
+}
+
+/// [`run_host_program`] with exactly the environment `env`: for a program kiln runs on its
+/// own account over content it does not trust (`git diff` in a batch task's checkout, whose
+/// `.git/config` the task's programs could write).
+pub async fn run_confined(
+    words: &[&str],
+    stdin: Option<Vec<u8>>,
+    workspace: &Path,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+    cap: usize,
+    require: bool,
+) -> Result<Finished, HostProgramError> {
     let (program, args) = words.split_first().ok_or(HostProgramError::Empty)?;
     // The user configured the command: an absolute path is taken as written.
     let program = if Path::new(program).is_absolute() && is_executable(Path::new(program)) {
@@ -376,10 +395,6 @@ pub async fn run_host_program(
             .map_err(|e| HostProgramError::NotFound(e.to_string()))?
     };
     let cwd = open_cwd(None, workspace).map_err(|e| HostProgramError::NotFound(e.to_string()))?;
-    let env = ["PATH", "HOME"]
-        .iter()
-        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
-        .collect();
     let confinement = confine::Confinement::prepare(&confine::Policy {
         workspace,
         program: &program,
