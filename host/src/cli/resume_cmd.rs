@@ -105,26 +105,27 @@ fn resume_of(argv: &[String]) -> anyhow::Result<Option<(String, i64)>> {
     Ok(id.map(|id| (command.clone(), id)))
 }
 
+/// The workspace a command line names (`-C DIR`, `--workspace DIR`, `--workspace=DIR`; the
+/// last one given).
 fn workspace_of(argv: &[String]) -> Option<PathBuf> {
-    let mut found = None;
-    for (i, a) in argv.iter().enumerate() {
-        if a == "-C" || a == "--workspace" {
-            found = argv.get(i + 1).map(PathBuf::from);
-        } else if let Some(v) = a.strip_prefix("--workspace=") {
-            found = Some(PathBuf::from(v));
-        }
-    }
-    found
+    value_of_any(argv, &["-C", "--workspace"]).map(PathBuf::from)
 }
 
 /// The value of option `name` (`name VALUE` or `name=VALUE`), the last one given.
 fn value_of(argv: &[String], name: &str) -> Option<String> {
+    value_of_any(argv, &[name])
+}
+
+/// The value of the last of `names` given (`NAME VALUE` or `NAME=VALUE`).
+fn value_of_any(argv: &[String], names: &[&str]) -> Option<String> {
     let mut found = None;
     for (i, a) in argv.iter().enumerate() {
-        if a == name {
-            found = argv.get(i + 1).cloned();
-        } else if let Some(v) = a.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
-            found = Some(v.to_string());
+        for name in names {
+            if a == name {
+                found = argv.get(i + 1).cloned();
+            } else if let Some(v) = a.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+                found = Some(v.to_string());
+            }
         }
     }
     found
@@ -147,18 +148,7 @@ fn without_valued(argv: &[String], name: &str) -> Vec<String> {
 }
 
 fn without_workspace(argv: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut skip = false;
-    for a in argv {
-        if skip {
-            skip = false;
-        } else if a == "-C" || a == "--workspace" {
-            skip = true;
-        } else if !a.starts_with("--workspace=") {
-            out.push(a.clone());
-        }
-    }
-    out
+    without_valued(&without_valued(argv, "-C"), "--workspace")
 }
 
 /// Check that run `id` can be resumed by `command`, start serving its answers, and return
