@@ -484,12 +484,7 @@ pub fn open_log(
         path: p.display().to_string(),
         message: super::describe_io(&e),
     };
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().map_err(|e| io(path, e))?.join(path)
-    };
-    let abs = lexical(&abs);
+    let abs = user_path(path)?;
     let root = workspace.canonicalize().map_err(|e| io(workspace, e))?;
     // The log's directory, resolved (the user's own path may pass through links up to the
     // workspace); what lies inside the workspace is the writer's.
@@ -524,6 +519,19 @@ pub fn open_log(
     Ok((abs, f))
 }
 
+/// A path the user named on the command line, absolute (against the current directory) and
+/// with `.`/`..` resolved lexically.
+fn user_path(path: &Path) -> Result<PathBuf, EditError> {
+    if path.is_absolute() {
+        return Ok(lexical(path));
+    }
+    let cwd = std::env::current_dir().map_err(|e| EditError::Io {
+        path: path.display().to_string(),
+        message: super::describe_io(&e),
+    })?;
+    Ok(lexical(&cwd.join(path)))
+}
+
 /// Write a file the user names on the command line (a report) whole, replacing it: inside
 /// the workspace through the [`Writer`] and its journal (never a protected path, never through
 /// a link); outside, a temporary file beside it renamed into place, no link followed at its
@@ -539,12 +547,7 @@ pub fn write_output(
         path: p.display().to_string(),
         message: super::describe_io(&e),
     };
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().map_err(|e| io(path, e))?.join(path)
-    };
-    let abs = lexical(&abs);
+    let abs = user_path(path)?;
     let root = workspace.canonicalize().map_err(|e| io(workspace, e))?;
     let parent = abs.parent().unwrap_or(Path::new("/"));
     let name = abs
