@@ -297,7 +297,8 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn io_err(path: impl Into<String>, e: &std::io::Error) -> EditError {
+/// An I/O error on `path`, described as a person reads it.
+pub(super) fn io_err(path: impl Into<String>, e: &std::io::Error) -> EditError {
     EditError::Io {
         path: path.into(),
         message: super::describe_io(e),

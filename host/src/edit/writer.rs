@@ -480,10 +480,7 @@ pub fn open_log(
     path: &Path,
     protected: &Protected,
 ) -> Result<(PathBuf, std::fs::File), EditError> {
-    let io = |p: &Path, e: std::io::Error| EditError::Io {
-        path: p.display().to_string(),
-        message: super::describe_io(&e),
-    };
+    let io = |p: &Path, e: std::io::Error| journal::io_err(p.display().to_string(), &e);
     let abs = user_path(path)?;
     let root = workspace.canonicalize().map_err(|e| io(workspace, e))?;
     // The log's directory, resolved (the user's own path may pass through links up to the
@@ -525,10 +522,8 @@ fn user_path(path: &Path) -> Result<PathBuf, EditError> {
     if path.is_absolute() {
         return Ok(lexical(path));
     }
-    let cwd = std::env::current_dir().map_err(|e| EditError::Io {
-        path: path.display().to_string(),
-        message: super::describe_io(&e),
-    })?;
+    let cwd =
+        std::env::current_dir().map_err(|e| journal::io_err(path.display().to_string(), &e))?;
     Ok(lexical(&cwd.join(path)))
 }
 
@@ -543,10 +538,7 @@ pub fn write_output(
     protected: &Protected,
 ) -> Result<PathBuf, EditError> {
     use std::io::Write;
-    let io = |p: &Path, e: std::io::Error| EditError::Io {
-        path: p.display().to_string(),
-        message: super::describe_io(&e),
-    };
+    let io = |p: &Path, e: std::io::Error| journal::io_err(p.display().to_string(), &e);
     let abs = user_path(path)?;
     let root = workspace.canonicalize().map_err(|e| io(workspace, e))?;
     let parent = abs.parent().unwrap_or(Path::new("/"));
