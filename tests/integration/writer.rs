@@ -421,6 +421,20 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// The `#[cfg(test)]` modules of a source file: (offset, name, inline). `mod name;` is declared
+/// out of line (its own file); `mod name {` is inline.
+fn test_mods(text: &str) -> Vec<(usize, &str, bool)> {
+    const MARK: &str = "#[cfg(test)]\nmod ";
+    text.match_indices(MARK)
+        .filter_map(|(at, _)| {
+            let rest = &text[at + MARK.len()..];
+            let end = rest.find(['{', ';', '\n'])?;
+            let inline = rest[end..].starts_with('{');
+            (inline || rest[end..].starts_with(';')).then(|| (at, rest[..end].trim(), inline))
+        })
+        .collect()
+}
+
 #[test]
 fn only_the_writer_writes_the_workspace() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -439,11 +453,10 @@ fn only_the_writer_writes_the_workspace() {
             } else {
                 f.with_extension("")
             };
-            text.split("#[cfg(test)]\nmod ")
-                .skip(1)
-                .filter_map(|rest| rest.split_once(';').map(|(name, _)| name.to_string()))
-                .filter(|name| !name.contains(['{', '\n']))
-                .map(|name| dir.join(format!("{name}.rs")))
+            test_mods(&text)
+                .into_iter()
+                .filter(|&(_, _, inline)| !inline)
+                .map(|(_, name, _)| dir.join(format!("{name}.rs")))
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -464,14 +477,10 @@ fn only_the_writer_writes_the_workspace() {
         }
         let text = std::fs::read_to_string(&f).unwrap();
         // Code up to the first inline test module (`#[cfg(test)]\nmod name {`).
-        let code = text
-            .match_indices("#[cfg(test)]\nmod ")
-            .find(|(at, m)| {
-                let rest = &text[at + m.len()..];
-                rest.find(['{', ';', '\n'])
-                    .is_some_and(|i| rest[i..].starts_with('{'))
-            })
-            .map_or(text.as_str(), |(at, _)| &text[..at]);
+        let code = test_mods(&text)
+            .into_iter()
+            .find(|&(_, _, inline)| inline)
+            .map_or(text.as_str(), |(at, _, _)| &text[..at]);
         for (i, line) in code.lines().enumerate() {
             let t = line.trim_start();
             if t.starts_with("//") {
