@@ -34,4 +34,5 @@ mod sandbox;
 mod store;
 mod trust;
 mod undo;
+mod view;
 mod writer;

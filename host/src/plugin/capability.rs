@@ -86,6 +86,9 @@ pub struct Effective {
     /// Refuse to run programs that Landlock cannot fully confine (`[sandbox]
     /// require_confinement`).
     pub require_confinement: bool,
+    /// `[sandbox] protect` globs: kept read-only in the view of every program (with `.git`,
+    /// `kiln.toml` and `.kiln`, which are always).
+    pub protect: Vec<String>,
 }
 
 /// Why a capability check failed; rendered as the WIT `denied` text.
@@ -279,6 +282,7 @@ impl Effective {
             writes: super::confine::Writes::default(),
             net: grant.net == Some(true),
             require_confinement: false,
+            protect: Vec::new(),
         }
     }
 
@@ -300,6 +304,7 @@ impl Effective {
             writes: super::confine::Writes::default(),
             net: false,
             require_confinement: false,
+            protect: Vec::new(),
         }
     }
 

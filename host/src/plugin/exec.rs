@@ -3,9 +3,9 @@
 //! output caps, a timeout, and every descendant killed when the call ends (`reap`). Policy
 //! checks happen before this in `host_impl`.
 
-use super::{confine, reap};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
+use kiln_sandbox::{self as confine, reap};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -147,6 +147,92 @@ pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, CwdError> {
             }
         }
     })
+}
+
+/// What a program of a call may reach beyond its view's fixed parts: the grant's paths, where
+/// it may write, the network, and whether gaps are refused.
+#[derive(Debug, Clone, Copy)]
+pub struct Reach<'a> {
+    /// Granted read paths outside the workspace (absolute).
+    pub read: &'a [PathBuf],
+    /// Granted write paths outside the workspace (absolute).
+    pub write: &'a [PathBuf],
+    /// Where writes may go.
+    pub writes: confine::Writes,
+    /// The network is granted.
+    pub net: bool,
+    /// `[sandbox] require_confinement`.
+    pub require: bool,
+    /// `[sandbox] protect` globs.
+    pub protect: &'a [String],
+}
+
+/// The confinement of one call of `program` in `workspace` (starting in the workspace-relative
+/// `cwd`) with the environment `env` (its `PATH` and `HOME` shape the view).
+pub fn confinement(
+    workspace: &Path,
+    cwd: Option<&str>,
+    program: &Path,
+    env: &[(String, String)],
+    reach: Reach<'_>,
+) -> Result<confine::Confinement, confine::Refusal> {
+    let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let path: Vec<PathBuf> = var("PATH")
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    let home = var("HOME").map(Path::new);
+    let mut protect = protected_in(workspace, reach.protect);
+    // Cargo's unpacked sources stay as cargo unpacked them, even where the registry is granted.
+    for w in reach.write {
+        let src = w.join("src");
+        if w.file_name().is_some_and(|n| n == "registry") && src.is_dir() {
+            protect.push(src);
+        }
+    }
+    let cwd = match cwd {
+        Some(rel) => workspace.join(crate::path::normalize(rel)),
+        None => workspace.to_path_buf(),
+    };
+    confine::Confinement::prepare(&confine::Policy {
+        workspace,
+        cwd: &cwd,
+        program,
+        path: &path,
+        home,
+        protect: &protect,
+        read: reach.read,
+        write: reach.write,
+        writes: reach.writes,
+        net: reach.net,
+        require: reach.require,
+    })
+}
+
+/// The paths of `workspace` a program must not change, whatever it may write: every `.git`,
+/// `.kiln` and `kiln.toml` at any depth, and what `[sandbox] protect` matches. Found by one walk
+/// that follows no link and does not descend into what it found.
+pub fn protected_in(workspace: &Path, globs: &[String]) -> Vec<PathBuf> {
+    let rules = crate::path::Protected::new(globs);
+    let mut found = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(workspace.join(&rel)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let child = rel.join(&name);
+            let always = name == ".git" || name == ".kiln" || name == "kiln.toml";
+            if always || rules.why(&child.to_string_lossy()).is_some() {
+                found.push(workspace.join(&child));
+                continue;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(child);
+            }
+        }
+    }
+    found
 }
 
 /// What a descendant still holding the pipes gets to finish writing once the program exited.
@@ -291,7 +377,7 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         cap,
         confinement,
     } = spawn;
-    let mut cmd = command(&program, &args, &env, confinement.tmp(), stdin.is_some());
+    let mut cmd = command(&program, &args, &env, &confinement.tmp(), stdin.is_some());
     let child = confinement.child(cwd.as_fd().as_raw_fd());
     // SAFETY: `enter` makes only async-signal-safe system calls and allocates nothing; `cwd` and
     // `confinement` (which own the descriptors and the filter `child` names) live until after
@@ -395,15 +481,20 @@ pub async fn run_confined(
             .map_err(|e| HostProgramError::NotFound(e.to_string()))?
     };
     let cwd = open_cwd(None, workspace).map_err(|e| HostProgramError::NotFound(e.to_string()))?;
-    let confinement = confine::Confinement::prepare(&confine::Policy {
+    let confinement = confinement(
         workspace,
-        program: &program,
-        read: &[],
-        write: &[],
-        writes: confine::Writes::WorkspaceAndGrants,
-        net: false,
-        require,
-    })
+        None,
+        &program,
+        &env,
+        Reach {
+            read: &[],
+            write: &[],
+            writes: confine::Writes::WorkspaceAndGrants,
+            net: false,
+            require,
+            protect: &[],
+        },
+    )
     .map_err(|r| match r {
         confine::Refusal::Denied(m) | confine::Refusal::Failed(m) => HostProgramError::Refused(m),
     })?;
@@ -429,24 +520,30 @@ mod tests {
     }
 
     fn spawn_writing(ws: &Path, script: &str, writes: confine::Writes) -> Spawn {
+        let env = vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())];
         Spawn {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],
-            env: vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())],
             cwd: open_cwd(None, ws).unwrap(),
             stdin: None,
             timeout: Duration::from_secs(30),
             cap: 1 << 20,
-            confinement: confine::Confinement::prepare(&confine::Policy {
-                workspace: ws,
-                program: Path::new("/bin/sh"),
-                read: &[],
-                write: &[],
-                writes,
-                net: false,
-                require: false,
-            })
+            confinement: confinement(
+                ws,
+                None,
+                Path::new("/bin/sh"),
+                &env,
+                Reach {
+                    read: &[],
+                    write: &[],
+                    writes,
+                    net: false,
+                    require: false,
+                    protect: &[],
+                },
+            )
             .unwrap(),
+            env,
         }
     }
 

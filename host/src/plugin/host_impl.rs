@@ -3,7 +3,7 @@
 
 use super::bindings::{exec, log, types};
 use super::capability::Effective;
-use super::confine::{Confinement, Policy, Refusal};
+use super::confine::Refusal;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -304,15 +304,20 @@ impl State {
             cap = cap.min(c as usize);
         }
         let e = &self.effective;
-        let confinement = Confinement::prepare(&Policy {
-            workspace: &self.workspace,
-            program: &program,
-            read: &e.read,
-            write: &e.write,
-            writes: e.writes,
-            net: e.net,
-            require: e.require_confinement,
-        })
+        let confinement = super::exec::confinement(
+            &self.workspace,
+            cmd.cwd.as_deref(),
+            &program,
+            &env,
+            super::exec::Reach {
+                read: &e.read,
+                write: &e.write,
+                writes: e.writes,
+                net: e.net,
+                require: e.require_confinement,
+                protect: &e.protect,
+            },
+        )
         .map_err(|r| match r {
             Refusal::Denied(why) => {
                 types::Error::Denied(format!("running `{}`: {why}", cmd.program))

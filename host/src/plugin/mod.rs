@@ -6,16 +6,16 @@
 //! Files, one job each: `runtime` (engine, compile, check, link), `contract` (contract version,
 //! world, manifest name), `kind` (plugin kind and source), `instance` (the loaded plugin and its
 //! per-call store), `calls` (one method per world function), `error` (what can go wrong),
-//! `diagnostic` (severity names and JSON); `bindings`, `host_impl`, `capability`, `confine`,
-//! `exec`, `reap`, `seccomp` (the network filter of programs), `cache`, `registry` and
-//! `builtin` as before.
+//! `diagnostic` (severity names and JSON); `bindings`, `host_impl`, `capability`, `exec` (a
+//! program run in the world `kiln-sandbox` builds for it), `cache`, `registry` and `builtin` as
+//! before. `confine` is the `kiln-sandbox` crate.
 
 pub mod bindings;
 pub mod builtin;
 mod cache;
 mod calls;
 pub mod capability;
-pub mod confine;
+pub use kiln_sandbox as confine;
 mod contract;
 mod diagnostic;
 mod error;
@@ -23,10 +23,8 @@ mod exec;
 mod host_impl;
 mod instance;
 mod kind;
-mod reap;
 mod registry;
 mod runtime;
-mod seccomp;
 
 pub use bindings::types::Error as PluginCallError;
 pub use bindings::types::{Diagnostic, Manifest, Severity};

@@ -259,6 +259,7 @@ impl Runtime {
         plugin.name = manifest.name.clone();
         let mut effective = Effective::compute(&manifest, &grant);
         effective.require_confinement = config.sandbox.require_confinement == Some(true);
+        effective.protect = config.sandbox.protect.clone().unwrap_or_default();
         let protected = config.protected();
         effective
             .check_protected(&manifest.name, &protected, workspace)

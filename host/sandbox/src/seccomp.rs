@@ -3,7 +3,8 @@
 //! create `AF_UNIX` sockets only (so no TCP, UDP, MPTCP, raw, packet or netlink sockets) and
 //! refuses `io_uring_setup(2)` (an io_uring can open sockets of its own); and, with or without
 //! `net`, refuses a file mode with the set-user-ID or set-group-ID bit in `chmod`, `open` and
-//! their kin (Landlock does not cover `chmod`). The child installs it between
+//! their kin (Landlock does not cover `chmod`), a special file in `mknod` (only regular files
+//! and FIFOs), and every keyring call (`keyctl`, `add_key`, `request_key`). The child installs it between
 //! fork and exec, after `no_new_privs`, with one `prctl` on memory built beforehand.
 
 use seccompiler::{
@@ -83,15 +84,31 @@ fn mode_calls() -> Vec<(i64, u8)> {
         // fchmodat2 (Linux 6.6), the same number on every architecture.
         (452, 2),
         (libc::SYS_openat, 3),
+        (libc::SYS_mknodat, 2),
     ];
     #[cfg(target_arch = "x86_64")]
     calls.extend([
         (libc::SYS_chmod, 1),
         (libc::SYS_open, 2),
         (libc::SYS_creat, 1),
+        (libc::SYS_mknod, 1),
     ]);
     calls
 }
+
+/// The system calls that make a file of a given type, and the index of the mode argument:
+/// only a regular file or a FIFO may be made (no device, socket or other special file, which a
+/// program could leave for kiln or the user to open).
+fn mknod_calls() -> Vec<(i64, u8)> {
+    let mut calls = vec![(libc::SYS_mknodat, 2)];
+    #[cfg(target_arch = "x86_64")]
+    calls.push((libc::SYS_mknod, 1));
+    calls
+}
+
+/// The kernel's keyrings hold secrets that are not files (Kerberos tickets, credential
+/// helpers' keys): no program kiln runs may reach them.
+const KEYRING_CALLS: &[i64] = &[libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_request_key];
 
 /// Whether the kernel takes seccomp filters: `PR_SET_SECCOMP` with a null filter fails with
 /// `EFAULT` when it does, `EINVAL` when it does not.
@@ -137,6 +154,9 @@ fn compile(sockets: bool) -> Result<BpfProgram, NoFilter> {
             // An empty rule list matches every call.
             rules.insert(libc::SYS_io_uring_setup, Vec::new());
         }
+        for nr in KEYRING_CALLS {
+            rules.insert(*nr, Vec::new());
+        }
         for (nr, arg) in mode_calls() {
             let bit = |b: u64| -> Result<SeccompRule, seccompiler::BackendError> {
                 SeccompRule::new(vec![SeccompCondition::new(
@@ -146,10 +166,23 @@ fn compile(sockets: bool) -> Result<BpfProgram, NoFilter> {
                     b,
                 )?])
             };
-            rules.insert(
-                nr,
-                vec![bit(libc::S_ISUID as u64)?, bit(libc::S_ISGID as u64)?],
-            );
+            let mut refused = vec![bit(libc::S_ISUID as u64)?, bit(libc::S_ISGID as u64)?];
+            if mknod_calls().iter().any(|(n, _)| *n == nr) {
+                // Every file type but 0 (a regular file), S_IFREG and S_IFIFO.
+                let ifmt = libc::S_IFMT as u64;
+                for ty in (1u64..16).map(|t| t << 12) {
+                    if ty == libc::S_IFREG as u64 || ty == libc::S_IFIFO as u64 {
+                        continue;
+                    }
+                    refused.push(SeccompRule::new(vec![SeccompCondition::new(
+                        arg,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(ifmt),
+                        ty,
+                    )?])?);
+                }
+            }
+            rules.insert(nr, refused);
         }
         let filter = SeccompFilter::new(
             rules,
@@ -298,6 +331,42 @@ mod tests {
                     libc::WEXITSTATUS(st)
                 }
             };
+            let run = |f: &dyn Fn() -> libc::c_long| -> i32 {
+                // SAFETY: the child only makes system calls and exits.
+                unsafe {
+                    let pid = libc::fork();
+                    if pid == 0 {
+                        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                        if install(raw).is_err() {
+                            libc::_exit(100);
+                        }
+                        libc::_exit(if f() >= 0 {
+                            0
+                        } else {
+                            *libc::__errno_location()
+                        });
+                    }
+                    let mut st = 0;
+                    libc::waitpid(pid, &mut st, 0);
+                    libc::WEXITSTATUS(st)
+                }
+            };
+            let node = |name: &str, mode: libc::mode_t| {
+                let p = std::ffi::CString::new(dir.path().join(name).to_str().unwrap()).unwrap();
+                // SAFETY: mknodat on a live path.
+                run(&|| unsafe {
+                    libc::mknodat(libc::AT_FDCWD, p.as_ptr(), mode, 0) as libc::c_long
+                })
+            };
+            assert_eq!(node(&format!("reg{}", raw.0), libc::S_IFREG | 0o644), 0);
+            assert_eq!(node(&format!("fifo{}", raw.0), libc::S_IFIFO | 0o644), 0);
+            assert_eq!(node("suid", libc::S_IFREG | 0o4755), libc::EACCES);
+            assert_eq!(node("chr", libc::S_IFCHR | 0o644), libc::EACCES);
+            assert_eq!(node("blk", libc::S_IFBLK | 0o644), libc::EACCES);
+            assert_eq!(node("sock", libc::S_IFSOCK | 0o644), libc::EACCES);
+            // SAFETY: keyctl(KEYCTL_GET_KEYRING_ID, @s, 0) reads nothing of ours.
+            let key = run(&|| unsafe { libc::syscall(libc::SYS_keyctl, 0, -3, 0) });
+            assert_eq!(key, libc::EACCES, "keyrings are out of reach");
             assert_eq!(chmod(0o755), 0);
             assert_eq!(chmod(0o4755), libc::EACCES);
             assert_eq!(chmod(0o2755), libc::EACCES);

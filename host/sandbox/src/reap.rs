@@ -173,7 +173,119 @@ pub fn lifeline() -> libc::c_int {
     })
 }
 
-/// In the child, between fork and exec: enter a new PID namespace. The calling process (the
+/// The namespaces a call's view needs on top of [`NS`]: its own mounts and host name, and its
+/// own network (only `lo`, down) unless `net` is granted.
+pub fn view_flags(net: bool) -> libc::c_int {
+    libc::CLONE_NEWNS | libc::CLONE_NEWUTS | if net { 0 } else { libc::CLONE_NEWNET }
+}
+
+/// Whether calls can get a view of their own here (mount, UTS and network namespaces beside the
+/// PID one, a tmpfs and a procfs mounted inside): `None` when they can, else why not. Probed
+/// once per process in a forked child, as the calls will do it.
+pub fn view_missing() -> Option<&'static str> {
+    static CURRENT: OnceLock<Option<String>> = OnceLock::new();
+    CURRENT
+        .get_or_init(|| {
+            if cfg!(debug_assertions) && std::env::var_os(TEST_NO_VIEW).is_some_and(|v| v == "1") {
+                return Some(format!("turned off by {TEST_NO_VIEW}=1 (debug build)"));
+            }
+            if let Some(why) = PidNs::current().missing() {
+                return Some(why.to_string());
+            }
+            probe_view()
+        })
+        .as_deref()
+}
+
+/// Test hook: in debug builds only, `KILN_TEST_NO_VIEW=1` makes kiln behave as on a kernel that
+/// refuses mount namespaces (the fallback: Landlock and seccomp only). Release builds ignore it.
+const TEST_NO_VIEW: &str = "KILN_TEST_NO_VIEW";
+
+fn probe_view() -> Option<String> {
+    // SAFETY: the children make system calls on constants and exit; the parent waits for its
+    // own child only.
+    let code = unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            let flags = NS | view_flags(false);
+            let rc = match &PidNs::current().user {
+                None => libc::unshare(flags),
+                Some((uid_map, gid_map)) => {
+                    let mut rc = libc::unshare(flags | libc::CLONE_NEWUSER);
+                    if rc == 0
+                        && (write_proc(c"/proc/self/setgroups", b"deny").is_err()
+                            || write_proc(c"/proc/self/uid_map", uid_map).is_err()
+                            || write_proc(c"/proc/self/gid_map", gid_map).is_err())
+                    {
+                        rc = -1;
+                    }
+                    rc
+                }
+            };
+            if rc != 0 {
+                libc::_exit(1);
+            }
+            // The mounts are made by a process of the new PID namespace, as a call's are.
+            let inner = libc::fork();
+            if inner == 0 {
+                let null = std::ptr::null::<libc::c_char>();
+                let ok = libc::mount(
+                    null,
+                    c"/".as_ptr(),
+                    null,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    null.cast(),
+                ) == 0
+                    && libc::mount(
+                        c"tmpfs".as_ptr(),
+                        c"/tmp".as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        0,
+                        null.cast(),
+                    ) == 0
+                    && libc::mkdir(c"/tmp/p".as_ptr(), 0o755) == 0
+                    && libc::mount(
+                        c"proc".as_ptr(),
+                        c"/tmp/p".as_ptr(),
+                        c"proc".as_ptr(),
+                        0,
+                        null.cast(),
+                    ) == 0;
+                libc::_exit(if ok { 0 } else { 2 });
+            }
+            let mut st = 0;
+            libc::waitpid(inner, &mut st, 0);
+            libc::_exit(if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                3
+            });
+        }
+        if pid < 0 {
+            return Some("cannot probe: fork failed".into());
+        }
+        let mut st = 0;
+        while libc::waitpid(pid, &mut st, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                return Some("cannot probe: waitpid failed".into());
+            }
+        }
+        if libc::WIFEXITED(st) {
+            libc::WEXITSTATUS(st)
+        } else {
+            3
+        }
+    };
+    match code {
+        0 => None,
+        1 => Some("the kernel refuses mount or network namespaces to kiln".into()),
+        2 => Some("the kernel refuses mounting a tmpfs or /proc in a new namespace (a container that hides parts of /proc?)".into()),
+        _ => Some("the namespace probe failed".into()),
+    }
+}
+
+/// In the child, between fork and exec: enter a new PID namespace (and, with `view` flags,
+/// the other namespaces of the call's view). The calling process (the
 /// one kiln waits for) forks the namespace's init and only waits for it, then exits as the
 /// program did; init forks the program's process and reaps orphans until the program exits,
 /// then exits, and the kernel kills whatever is left in the namespace. When kiln dies first
@@ -183,20 +295,20 @@ pub fn lifeline() -> libc::c_int {
 /// # Safety
 /// Async-signal-safe system calls only, no allocation (runs after `fork` in a copy of a
 /// multi-threaded process). Never returns in the two waiting processes.
-pub unsafe fn enter_pid_ns(lifeline: libc::c_int) -> std::io::Result<()> {
+pub unsafe fn enter_pid_ns(lifeline: libc::c_int, view: libc::c_int) -> std::io::Result<()> {
     let err = std::io::Error::last_os_error;
     // SAFETY: system calls on this process and on descriptors it just created.
     unsafe {
         match &PidNs::current().user {
             None => {
-                if libc::unshare(NS) != 0 {
+                if libc::unshare(NS | view) != 0 {
                     return Err(err());
                 }
             }
             Some((uid_map, gid_map)) => {
                 // kiln is not root: a user namespace where its ids map to themselves, which
                 // may then create the PID and IPC namespaces.
-                if libc::unshare(NS | libc::CLONE_NEWUSER) != 0 {
+                if libc::unshare(NS | view | libc::CLONE_NEWUSER) != 0 {
                     return Err(err());
                 }
                 write_proc(c"/proc/self/setgroups", b"deny")?;

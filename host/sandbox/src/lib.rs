@@ -1,0 +1,486 @@
+//! The world a program kiln runs lives in (plugins' `exec`, runners, `run_cmd`, hooks, the
+//! review phase's commands): built for each call, not filtered. Owns the namespaces, mounts,
+//! seccomp filter, Landlock rules, capabilities and the reaping of every process of a call.
+//! Depends on no kiln crate and must never import one: its input is a small [`Policy`].
+//!
+//! Each call runs in mount, user, PID, IPC, UTS and (without `net`) network namespaces of its
+//! own, in a root made of nothing ([`view`]): system directories and the declared toolchains
+//! read-only, the workspace, a fresh `/tmp` and granted `write` paths read-write, `.git`,
+//! `kiln.toml`, `.kiln` and `[sandbox] protect` read-only over them, an empty `HOME`, a filtered
+//! `/etc`, its own `/proc` and a `/dev` of the usual nodes. It holds no capability, sets
+//! `no_new_privs`, gets a fresh session keyring, and runs under a seccomp filter (no sockets but
+//! `AF_UNIX` without `net`, no keyrings, no special files, no set-user-ID modes) and Landlock as
+//! a second layer. Where the kernel refuses namespaces, the call falls back to Landlock rules
+//! over the host's files, the seccomp filter and a `/proc` sweep, and kiln warns once naming
+//! what is not held (or refuses, with `require`).
+//!
+//! Everything is built in kiln; the child applies it between fork and exec with
+//! async-signal-safe system calls only (kiln is multi-threaded).
+
+mod caps;
+pub mod landlock;
+mod paths;
+pub mod reap;
+pub mod seccomp;
+pub mod view;
+mod world;
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use landlock::Landlock;
+pub use paths::{DEVICES, SYSTEM_READ, expand_home, install_roots, toolchain_roots};
+use seccomp::NetFilter;
+
+/// The kernel mechanisms that hold the boundaries of programs, and what is missing here for a
+/// grant with or without `net`: each entry names the boundary that is not held.
+pub fn gaps(net: bool) -> Vec<String> {
+    let mut gaps = Landlock::current().gaps(net);
+    if !net && let Some(why) = NetFilter::current().missing() {
+        gaps.push(format!(
+            "denying UDP, MPTCP and raw sockets ({why}; only Landlock's TCP rules hold)"
+        ));
+    }
+    if let Some(why) = reap::PidNs::current().missing() {
+        gaps.push(format!(
+            "a PID namespace per call ({why}): descendants are frozen and killed by a /proc sweep instead"
+        ));
+    }
+    if let Some(why) = reap::view_missing() {
+        gaps.push(format!(
+            "a view built for each call ({why}): programs see the host's files as Landlock filters them, so kernel keyrings are shielded only by seccomp, pathname UNIX sockets the user can open (ssh-agent, docker.sock) and other processes' /proc stay reachable, and .git inside the workspace is writable"
+        ));
+    }
+    gaps
+}
+
+/// The status of every boundary of a plugin's programs and what holds it, as `kiln plugin
+/// inspect` shows it.
+pub fn describe(net: bool, require: bool) -> serde_json::Value {
+    let ll = Landlock::current();
+    let gaps = gaps(net);
+    let state = if ll.missing.is_some() {
+        "missing"
+    } else if gaps.is_empty() {
+        "enforced"
+    } else {
+        "partial"
+    };
+    let held = |missing: Option<&str>, by: &str| match missing {
+        None => serde_json::json!({ "held_by": by, "state": "enforced" }),
+        Some(why) => serde_json::json!({ "held_by": by, "state": "missing", "why": why }),
+    };
+    let ll_missing = ll.missing.as_deref();
+    let seccomp = NetFilter::current().missing().map(|why| why.to_string());
+    let seccomp = seccomp.as_deref();
+    let pidns = reap::PidNs::current().missing();
+    let view = reap::view_missing();
+    let by_view = |by: &str| match view {
+        None => {
+            serde_json::json!({ "held_by": format!("a view built for the call (mount namespace), and {by}"), "state": "enforced" })
+        }
+        Some(why) => match ll_missing {
+            None => serde_json::json!({ "held_by": by, "state": "partial", "why": why }),
+            Some(ll_why) => {
+                serde_json::json!({ "held_by": by, "state": "missing", "why": format!("{why}; {ll_why}") })
+            }
+        },
+    };
+    let network = if net {
+        serde_json::json!({ "held_by": "granted: net = true", "state": "open" })
+    } else {
+        serde_json::json!({
+            "held_by": "seccomp filter (socket/socketpair: AF_UNIX only; no io_uring) and Landlock TCP rules",
+            "state": match (seccomp, ll_missing.is_some() || ll.abi < landlock::NET_ABI) {
+                (None, false) => "enforced",
+                (Some(_), true) => "missing",
+                _ => "partial",
+            },
+            "seccomp": seccomp.unwrap_or("enforced"),
+        })
+    };
+    serde_json::json!({
+        "state": state,
+        "abi": ll.abi,
+        "missing": ll.missing,
+        "gaps": gaps,
+        "scoped_signals_and_sockets": ll.scoped(),
+        "on_gaps": if require { "refuse to run (require_confinement)" } else { "warn once and run" },
+        "boundaries": {
+            "view": match view {
+                None => serde_json::json!({ "held_by": "mount, user, PID, IPC, UTS and network namespaces per call", "state": "enforced" }),
+                Some(why) => serde_json::json!({ "held_by": "Landlock and seccomp only (fallback)", "state": "missing", "why": why }),
+            },
+            "reads": by_view("Landlock read rules"),
+            "writes": by_view("Landlock write rules; .git, kiln.toml, .kiln and [sandbox] protect mounted read-only"),
+            "network": network,
+            "descendants": match pidns {
+                None => serde_json::json!({ "held_by": "a PID namespace per call", "state": "enforced" }),
+                Some(why) => serde_json::json!({
+                    "held_by": "freeze-and-kill of the call's processes until none is left",
+                    "state": "partial",
+                    "why": why,
+                }),
+            },
+            "privilege": held(seccomp, "no capabilities, no_new_privs, a fresh session keyring, seccomp (no keyrings, no special files, no set-user-ID modes)"),
+            "kiln": held(ll_missing, "Landlock ptrace scoping and dropped capabilities"),
+        },
+    })
+}
+
+/// Where the programs of a call may write. A type, not a flag: the review phase asks for
+/// [`Writes::Nowhere`] and nothing on the way can widen it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Writes {
+    /// The workspace, the call's temp dir and the grant's `write` paths.
+    #[default]
+    WorkspaceAndGrants,
+    /// Nothing but the device files: the workspace and the temp dir are read-only.
+    Nowhere,
+}
+
+/// What one call's programs may reach.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// The workspace (readable; writable unless `writes` is [`Writes::Nowhere`]).
+    pub workspace: &'a Path,
+    /// Where the program starts: the workspace or a directory in it (absolute). In a view it is
+    /// entered by this path, resolved inside the view.
+    pub cwd: &'a Path,
+    /// The program, as resolved: the installation it comes from stays readable.
+    pub program: &'a Path,
+    /// The program's `PATH` entries: the installations they come from are readable.
+    pub path: &'a [PathBuf],
+    /// The program's `HOME`: an empty directory of the call's own in a view.
+    pub home: Option<&'a Path>,
+    /// Paths inside writable trees that stay read-only (absolute): `.git` at any depth,
+    /// `kiln.toml`, `.kiln`, `[sandbox] protect` matches, cargo's unpacked sources.
+    pub protect: &'a [PathBuf],
+    /// Granted read paths outside the workspace (absolute).
+    pub read: &'a [PathBuf],
+    /// Granted write paths outside the workspace (absolute).
+    pub write: &'a [PathBuf],
+    /// Where writes may go.
+    pub writes: Writes,
+    /// TCP, UDP and every other socket family allowed.
+    pub net: bool,
+    /// Refuse rather than run with a gap (`[sandbox] require_confinement`).
+    pub require: bool,
+}
+
+/// The confinement of one exec call: its temp dir (removed when this is dropped), the Landlock
+/// ruleset and the other mechanisms the child applies to itself.
+#[derive(Debug)]
+pub struct Confinement {
+    tmp: tempfile::TempDir,
+    ruleset: Option<OwnedFd>,
+    filter: Option<(usize, u16)>,
+    pid_ns: bool,
+    /// The call's view, when the kernel builds one (boxed: the child reads it by address).
+    view: Option<Box<view::View>>,
+    /// The namespaces of the view beside the PID one.
+    view_flags: libc::c_int,
+    /// The paths of the view, for inspection.
+    layout: Option<view::Layout>,
+}
+
+/// What the child applies between fork and exec (plain values: it allocates nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Child {
+    cwd: RawFd,
+    ruleset: Option<RawFd>,
+    filter: Option<(usize, u16)>,
+    pid_ns: bool,
+    lifeline: RawFd,
+    /// The address of the call's [`view::View`] (0: none), alive as long as the [`Confinement`].
+    view: usize,
+    view_flags: libc::c_int,
+    /// Landlock rights for the view's own paths (read, all), from [`landlock::masks`].
+    masks: (u64, u64),
+}
+
+impl Confinement {
+    /// Create the call's temp dir and build the ruleset. `Err(refusal)` when the program may
+    /// not run: confinement is required (`[sandbox] require_confinement`) but not complete here,
+    /// or the ruleset could not be built.
+    pub fn prepare(policy: &Policy<'_>) -> Result<Confinement, Refusal> {
+        let ll = Landlock::current();
+        let gaps = gaps(policy.net);
+        if !gaps.is_empty() {
+            if policy.require {
+                return Err(Refusal::Denied(format!(
+                    "[sandbox] require_confinement is set, but the kernel cannot confine this program: {}; the program was not run",
+                    gaps.join("; ")
+                )));
+            }
+            warn_once(&gaps);
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix("kiln-exec-")
+            .tempdir()
+            .map_err(|e| Refusal::Failed(format!("cannot create the call's temp dir: {e}")))?;
+        let failed =
+            |e: std::io::Error| Refusal::Failed(format!("cannot prepare the call's temp dir: {e}"));
+        std::fs::create_dir(tmp.path().join("tmp")).map_err(failed)?;
+        std::fs::create_dir(tmp.path().join("home")).map_err(failed)?;
+        let in_view = reap::view_missing().is_none();
+        let (layout, view) = if in_view {
+            let layout = world::layout(policy, tmp.path());
+            let view = layout
+                .compile(policy.cwd)
+                .map_err(|e| Refusal::Failed(format!("cannot build the program's view: {e}")))?;
+            (Some(layout), Some(Box::new(view)))
+        } else {
+            (None, None)
+        };
+        let ruleset =
+            if ll.missing.is_none() {
+                let (read, write) = world::landlock_paths(policy, tmp.path(), in_view);
+                Some(landlock::ruleset(&read, &write, policy.net).map_err(|e| {
+                    Refusal::Failed(format!("cannot build the Landlock ruleset: {e}"))
+                })?)
+            } else {
+                None
+            };
+        let filter = if policy.net {
+            NetFilter::current().raw_with_net()
+        } else {
+            NetFilter::current().raw()
+        };
+        Ok(Confinement {
+            tmp,
+            ruleset,
+            filter,
+            pid_ns: reap::PidNs::current().available(),
+            view,
+            view_flags: if in_view {
+                reap::view_flags(policy.net)
+            } else {
+                0
+            },
+            layout,
+        })
+    }
+
+    /// The child's `TMPDIR`: `/tmp` of its view, or the call's temp dir on the host.
+    pub fn tmp(&self) -> PathBuf {
+        if self.view.is_some() {
+            PathBuf::from("/tmp")
+        } else {
+            self.tmp.path().join("tmp")
+        }
+    }
+
+    /// The call's programs run in a view built for them.
+    pub fn in_view(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// What the view holds (path as the program sees it, and what it is); empty without one.
+    pub fn describe_view(&self) -> Vec<(PathBuf, String)> {
+        self.layout
+            .as_ref()
+            .map(view::Layout::describe)
+            .unwrap_or_default()
+    }
+
+    /// The call runs in a PID namespace of its own: when its direct child has been waited for,
+    /// every process of the call is gone.
+    pub fn pid_ns(&self) -> bool {
+        self.pid_ns
+    }
+
+    /// What the child applies for [`enter`], entering `cwd`; `self` must outlive the spawn.
+    pub fn child(&self, cwd: RawFd) -> Child {
+        Child {
+            cwd,
+            ruleset: self.ruleset.as_ref().map(|f| f.as_raw_fd()),
+            filter: self.filter,
+            pid_ns: self.pid_ns,
+            lifeline: if self.pid_ns { reap::lifeline() } else { -1 },
+            view: self
+                .view
+                .as_deref()
+                .map_or(0, |v| v as *const view::View as usize),
+            view_flags: self.view_flags,
+            masks: landlock::masks(),
+        }
+    }
+}
+
+/// Why a program may not run.
+#[derive(Debug)]
+pub enum Refusal {
+    /// A policy says no (WIT `denied`).
+    Denied(String),
+    /// Setting up the confinement failed (WIT `failed`).
+    Failed(String),
+}
+
+fn warn_once(gaps: &[String]) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "kiln: warning: programs run by plugins are not fully confined: {}. To refuse instead, set in kiln.toml:\n  [sandbox]\n  require_confinement = true",
+            gaps.join("; ")
+        );
+    }
+}
+
+/// In the child, between fork and exec: start a new session (so the call's processes can be
+/// found and killed, and none can join kiln's), enter the checked cwd by its descriptor, set
+/// `no_new_privs`, enter a PID namespace of the call's own (the process that returns from here
+/// is the program's, below the namespace's init), drop the capabilities that would step around
+/// the sandbox, apply the Landlock ruleset and the seccomp filter (sockets without `net`, modes always).
+///
+/// # Safety
+/// Runs after `fork` in a copy of a multi-threaded process: it only makes async-signal-safe
+/// system calls and allocates nothing. The descriptors in `child` must be open, and the
+/// [`Confinement`] it came from alive.
+pub unsafe fn enter(child: Child) -> std::io::Result<()> {
+    // SAFETY: plain system calls on descriptors the caller keeps open across the fork; the view
+    // is alive (the `Confinement` outlives the spawn) and only read.
+    unsafe {
+        if libc::setsid() < 0 || libc::fchdir(child.cwd) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Always: no setuid gains, and the mark `reap` recognises the call's descendants by.
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if child.pid_ns {
+            // Needs CAP_SYS_ADMIN: before the capabilities are dropped.
+            reap::enter_pid_ns(child.lifeline, child.view_flags)?;
+        }
+        if child.view != 0 {
+            let view = &*(child.view as *const view::View);
+            if let Err(f) = view.build() {
+                report_failure(f);
+                return Err(std::io::Error::from_raw_os_error(f.errno));
+            }
+        }
+        caps::drop_caps()?;
+        caps::fresh_keyring();
+        if let Some(fd) = child.ruleset {
+            if child.view != 0 {
+                // The view's own root, procfs and shared memory exist only here: readable
+                // (everything below the root is what the view put in), `/dev/shm` writable.
+                landlock::add_rule(fd, c"/", child.masks.0)?;
+                landlock::add_rule(fd, c"/dev/shm", child.masks.1)?;
+            }
+            if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if let Some(raw) = child.filter {
+            seccomp::install(raw)?;
+        }
+        // No descriptor kiln inherited (a secret file its parent opened, another process's
+        // pipe) reaches the program: everything past the standard streams closes at exec.
+        caps::cloexec_from(3);
+    }
+    Ok(())
+}
+
+/// Say on the program's standard error which step of building its view failed (the spawn
+/// then fails with the system's error).
+///
+/// # Safety
+/// System calls only.
+unsafe fn report_failure(f: view::Failed) {
+    // SAFETY: writes of static bytes to descriptor 2.
+    unsafe {
+        let w = |b: &[u8]| libc::write(2, b.as_ptr().cast(), b.len());
+        w(b"kiln: cannot build the program's view: ");
+        w(f.step.as_bytes());
+        w(b"\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_name_what_an_old_or_missing_landlock_cannot_enforce() {
+        let missing = Landlock {
+            abi: 0,
+            missing: Some("no Landlock".into()),
+        };
+        let g = missing.gaps(true);
+        assert_eq!(g.len(), 1);
+        assert!(
+            g[0].contains("no confinement at all (no Landlock)"),
+            "{g:?}"
+        );
+        let v2 = Landlock {
+            abi: 2,
+            missing: None,
+        };
+        let g = v2.gaps(false);
+        assert!(g[0].contains("truncate") && g[1].contains("TCP"), "{g:?}");
+        assert_eq!(v2.gaps(true).len(), 1, "with net granted TCP is no gap");
+        let v7 = Landlock {
+            abi: 7,
+            missing: None,
+        };
+        assert!(v7.gaps(false).is_empty() && v7.scoped());
+    }
+
+    #[test]
+    fn a_program_outside_the_system_keeps_its_installation_readable_and_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        // A pyenv shim: the manager's root.
+        std::fs::create_dir_all(home.join(".pyenv/shims")).unwrap();
+        std::fs::write(home.join(".pyenv/shims/python3"), "#!/bin/sh\n").unwrap();
+        let roots = paths::install_roots(&home.join(".pyenv/shims/python3"));
+        assert_eq!(roots, [home.join(".pyenv"), home.join(".pyenv/shims")]);
+        // A rustup proxy found as `cargo`: its bin directory and rustup's toolchains, never
+        // CARGO_HOME itself.
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+        std::fs::write(home.join(".cargo/bin/rustup"), "").unwrap();
+        std::os::unix::fs::symlink("rustup", home.join(".cargo/bin/cargo")).unwrap();
+        let roots = paths::install_roots(&home.join(".cargo/bin/cargo"));
+        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
+        assert!(roots.iter().any(|r| r.ends_with("toolchains")), "{roots:?}");
+        assert!(!roots.contains(&home.join(".cargo")), "{roots:?}");
+        assert!(!roots.iter().any(|r| r == home), "{roots:?}");
+        // A system program adds nothing.
+        assert!(install_roots(Path::new("/bin/sh")).is_empty());
+        // A program of the workspace adds nothing, and a `libexec -> /` link it ships is never
+        // followed; neither is a PATH entry inside the workspace.
+        let ws = home.join("ws");
+        std::fs::create_dir_all(ws.join("bin")).unwrap();
+        std::fs::write(ws.join("bin/test"), "").unwrap();
+        std::os::unix::fs::symlink("/", ws.join("libexec")).unwrap();
+        let roots = toolchain_roots(
+            &ws.join("bin/test"),
+            &[ws.join("bin"), home.join(".cargo/bin")],
+            &ws,
+            Some(home),
+        );
+        assert!(roots.iter().all(|r| !r.starts_with(&ws)), "{roots:?}");
+        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
+        // A toolchain directory that resolves to `/` or to a directory holding HOME is left out.
+        std::fs::create_dir_all(home.join("tool/bin")).unwrap();
+        std::os::unix::fs::symlink("/", home.join("tool/libexec")).unwrap();
+        let roots = toolchain_roots(
+            Path::new("/bin/sh"),
+            &[home.join("tool/bin")],
+            &ws,
+            Some(home),
+        );
+        assert!(roots.contains(&home.join("tool/bin")), "{roots:?}");
+        assert!(!roots.contains(&home.join("tool/libexec")), "{roots:?}");
+    }
+
+    #[test]
+    fn home_is_expanded() {
+        let home = std::env::var("HOME").unwrap();
+        assert_eq!(expand_home("~/.cargo"), Path::new(&home).join(".cargo"));
+        assert_eq!(expand_home("/opt/x"), PathBuf::from("/opt/x"));
+    }
+}

@@ -1,0 +1,248 @@
+//! The world a program kiln runs sees (`kiln-sandbox`'s view): built for the call, so what was
+//! not put in does not exist. Each test is one way out that a filter once left open: git
+//! hooks, a `libexec -> /` link, `/etc/shadow` for root, kernel keyrings, other processes'
+//! command lines, a UNIX socket in `$HOME`, metadata of the user's files, special files.
+
+use crate::support::{Run, Workspace};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// `kiln check --cmd CMD --file a.txt --json` in `ws`.
+fn check(ws: &Workspace, cmd: &str) -> Run {
+    ws.kiln(&["check", "--cmd", cmd, "--file", "a.txt", "--json"], &[])
+}
+
+/// The program's stdout and stderr.
+fn output(r: &Run) -> String {
+    let j = r.json();
+    format!(
+        "{}{}",
+        j["stdout"].as_str().unwrap_or(""),
+        j["stderr"].as_str().unwrap_or("")
+    )
+}
+
+fn workspace() -> Workspace {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    ws
+}
+
+#[test]
+fn git_metadata_kiln_toml_and_kiln_state_are_read_only_at_any_depth() {
+    let ws = workspace();
+    ws.write(".git/config", "[core]\n");
+    ws.write(".git/hooks/README", "hooks\n");
+    ws.write("vendor/lib/.git/config", "[core]\n");
+    ws.write("kiln.toml", "");
+    ws.write(".kiln/keep", "");
+    let r = check(
+        &ws,
+        "sh -c 'echo evil > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         printf \"[core]\\n\\tfsmonitor = /tmp/evil\\n\" >> .git/config; \
+         echo x >> vendor/lib/.git/config; rm -f vendor/lib/.git/config; \
+         echo \"[llm]\" >> kiln.toml; echo x > .kiln/planted; \
+         mv .git .git-moved; echo written > a.txt; echo done'",
+    );
+    let out = output(&r);
+    assert!(out.contains("done"), "{out}\n{}", r.stderr());
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!ws.root().join(".git/hooks/pre-commit").exists(), "{out}");
+    assert_eq!(ws.read(".git/config"), "[core]\n");
+    assert_eq!(ws.read("vendor/lib/.git/config"), "[core]\n");
+    assert_eq!(ws.read("kiln.toml"), "");
+    assert!(!ws.root().join(".kiln/planted").exists());
+    assert!(ws.root().join(".git").is_dir());
+    // The workspace itself stays writable.
+    assert_eq!(ws.read("a.txt"), "written\n");
+}
+
+#[test]
+fn a_link_the_repository_ships_under_its_program_prefix_shows_nothing_outside() {
+    let ws = workspace();
+    let secret = ws.path().join("id_secret");
+    std::fs::write(&secret, "s3cret-key").unwrap();
+    ws.write(
+        "bin/test",
+        &format!("#!/bin/sh\ncat {} {}\n", secret.display(), "/etc/hostname"),
+    );
+    std::fs::set_permissions(
+        ws.root().join("bin/test"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/", ws.root().join("libexec")).unwrap();
+    std::os::unix::fs::symlink("/", ws.root().join("lib")).unwrap();
+    let r = check(&ws, "bin/test");
+    let out = output(&r);
+    assert!(!out.contains("s3cret-key"), "{out}");
+    assert!(out.contains("No such file or directory"), "{out}");
+}
+
+#[test]
+fn etc_holds_what_programs_need_and_never_shadow_even_for_root() {
+    let ws = workspace();
+    let r = check(
+        &ws,
+        "sh -c 'cat /etc/shadow; cat /etc/gshadow; ls /etc/ssh /etc/ssl/private; ls /etc; id -un'",
+    );
+    let out = output(&r);
+    assert!(!out.contains("root:$") && !out.contains("root:*:"), "{out}");
+    assert!(
+        out.contains("/etc/shadow: No such file or directory"),
+        "{out}"
+    );
+    for needed in ["passwd", "group", "hosts", "ld.so.cache"] {
+        if Path::new("/etc").join(needed).exists() {
+            assert!(out.lines().any(|l| l == needed), "{needed} missing: {out}");
+        }
+    }
+    assert!(
+        !out.lines().any(|l| l == "shadow" || l == "sudoers"),
+        "{out}"
+    );
+    // Users still resolve (id reads /etc/passwd).
+    let me = if unsafe { libc::getuid() } == 0 {
+        "root"
+    } else {
+        ""
+    };
+    assert!(out.contains(me), "{out}");
+}
+
+#[test]
+fn keyrings_are_out_of_reach() {
+    let ws = workspace();
+    // keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING) and of the session keyring;
+    // x86-64 numbers (perl is in every Debian).
+    let r = check(
+        &ws,
+        "perl -e '$!=0; $u=syscall(250, 0, -4, 0); print \"user $u $!\\n\"; $!=0; $s=syscall(250, 0, -3, 0); print \"session $s $!\\n\"'",
+    );
+    let out = output(&r);
+    assert!(out.contains("user -1 Permission denied"), "{out}");
+    assert!(out.contains("session -1 Permission denied"), "{out}");
+}
+
+#[test]
+fn other_processes_are_invisible_in_proc() {
+    let ws = workspace();
+    let mut outside = std::process::Command::new("sleep")
+        .arg("97.25")
+        .spawn()
+        .unwrap();
+    let r = check(
+        &ws,
+        "sh -c 'cat /proc/*/cmdline | tr \"\\0\" \" \"; echo; ls /proc | grep -c \"^[0-9]\"; cat /proc/1/cmdline | tr \"\\0\" \" \"'",
+    );
+    let _ = outside.kill();
+    let _ = outside.wait();
+    let out = output(&r);
+    assert!(!out.contains("97.25"), "a host process was visible: {out}");
+    assert!(out.contains("cat"), "its own processes are: {out}");
+}
+
+#[test]
+fn a_unix_socket_in_home_cannot_be_reached() {
+    let ws = workspace();
+    let sock = ws.path().join("agent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let r = check(
+        &ws,
+        &format!(
+            "perl -MIO::Socket::UNIX -e '$s = IO::Socket::UNIX->new(Peer => \"{}\"); print $s ? \"connected\\n\" : \"refused: $!\\n\"'",
+            sock.display()
+        ),
+    );
+    let out = output(&r);
+    assert!(out.contains("refused"), "{out}");
+    assert!(listener.accept().is_err(), "the socket took a connection");
+}
+
+#[test]
+fn metadata_of_the_users_files_outside_the_workspace_is_untouched() {
+    let ws = workspace();
+    let file = ws.path().join("notes.txt");
+    std::fs::write(&file, "mine\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let before = std::fs::metadata(&file).unwrap();
+    let r = check(
+        &ws,
+        &format!(
+            "sh -c 'chmod 777 {f}; touch -d 2001-01-01 {f}; echo tried'",
+            f = file.display()
+        ),
+    );
+    let out = output(&r);
+    assert!(out.contains("tried"), "{out}");
+    let after = std::fs::metadata(&file).unwrap();
+    assert_eq!(after.permissions().mode() & 0o777, 0o640, "{out}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(after.mtime(), before.mtime(), "{out}");
+}
+
+#[test]
+fn no_special_file_and_no_set_user_id_file_can_be_made() {
+    let ws = workspace();
+    let r = check(
+        &ws,
+        "python3 -c \"
+import os, stat
+for name, mode in [('suid', stat.S_IFREG | 0o4755), ('dev', stat.S_IFCHR | 0o644), ('sock', stat.S_IFSOCK | 0o644), ('fifo', stat.S_IFIFO | 0o644), ('plain', stat.S_IFREG | 0o644)]:
+    try:
+        os.mknod(name, mode, os.makedev(1, 3))
+        print(name, 'made')
+    except OSError as e:
+        print(name, 'refused', e.errno)
+\"",
+    );
+    let out = output(&r);
+    for refused in ["suid", "dev", "sock"] {
+        assert!(out.contains(&format!("{refused} refused")), "{out}");
+        assert!(!ws.root().join(refused).exists(), "{out}");
+    }
+    assert!(
+        out.contains("fifo made") && out.contains("plain made"),
+        "{out}"
+    );
+}
+
+#[test]
+fn programs_find_their_tools_on_path_and_home_is_empty() {
+    let ws = workspace();
+    let local_bin = ws.path().join(".local/bin");
+    std::fs::create_dir_all(&local_bin).unwrap();
+    std::fs::write(
+        local_bin.join("hello-kiln"),
+        "#!/bin/sh\necho hello from local bin\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        local_bin.join("hello-kiln"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(ws.path().join(".netrc"), "machine x password p\n").unwrap();
+    let path = format!(
+        "{}:{}",
+        local_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let r = ws.kiln(
+        &[
+            "check",
+            "--cmd",
+            "sh -c 'hello-kiln; python3 --version; ls -A $HOME; echo tmp=$TMPDIR; touch /tmp/t && echo tmp-ok'",
+            "--file",
+            "a.txt",
+            "--json",
+        ],
+        &[("PATH", &path)],
+    );
+    let out = output(&r);
+    assert!(out.contains("hello from local bin"), "{out}");
+    assert!(out.contains("Python 3"), "{out}");
+    assert!(!out.contains(".netrc"), "HOME is empty: {out}");
+    assert!(out.contains("tmp=/tmp") && out.contains("tmp-ok"), "{out}");
+}
