@@ -36,7 +36,24 @@ use seccomp::NetFilter;
 /// The kernel mechanisms that hold the boundaries of programs, and what is missing here for a
 /// grant with or without `net`: each entry names the boundary that is not held.
 pub fn gaps(net: bool) -> Vec<String> {
-    let mut gaps = Landlock::current().gaps(net);
+    let ll = Landlock::current();
+    let mut gaps = Vec::new();
+    if reap::view_missing().is_none() {
+        // The view holds reads, writes and (without `net`) the network; Landlock is the
+        // second layer.
+        if let Some(why) = &ll.missing {
+            gaps.push(format!(
+                "Landlock, the second layer ({why}): the view alone holds reads and writes"
+            ));
+        }
+        if let Some(why) = NetFilter::current().missing() {
+            gaps.push(format!(
+                "the seccomp filter ({why}): keyrings, special files and set-user-ID modes are not refused"
+            ));
+        }
+        return gaps;
+    }
+    gaps.extend(ll.gaps(net));
     if !net && let Some(why) = NetFilter::current().missing() {
         gaps.push(format!(
             "denying UDP, MPTCP and raw sockets ({why}; only Landlock's TCP rules hold)"
@@ -74,8 +91,8 @@ pub fn describe(net: bool, require: bool) -> serde_json::Value {
     let ll_missing = ll.missing.as_deref();
     let seccomp = NetFilter::current().missing().map(|why| why.to_string());
     let seccomp = seccomp.as_deref();
-    let pidns = reap::PidNs::current().missing();
     let view = reap::view_missing();
+    let pidns = reap::PidNs::current().missing();
     let by_view = |by: &str| match view {
         None => {
             serde_json::json!({ "held_by": format!("a view built for the call (mount namespace), and {by}"), "state": "enforced" })
@@ -89,6 +106,12 @@ pub fn describe(net: bool, require: bool) -> serde_json::Value {
     };
     let network = if net {
         serde_json::json!({ "held_by": "granted: net = true", "state": "open" })
+    } else if view.is_none() {
+        serde_json::json!({
+            "held_by": "a network namespace of the call's own (no device but lo), the seccomp filter (AF_UNIX sockets only) and Landlock TCP rules",
+            "state": "enforced",
+            "seccomp": seccomp.unwrap_or("enforced"),
+        })
     } else {
         serde_json::json!({
             "held_by": "seccomp filter (socket/socketpair: AF_UNIX only; no io_uring) and Landlock TCP rules",

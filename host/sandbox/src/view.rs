@@ -424,6 +424,62 @@ fn fd_path(fd: libc::c_int, buf: &mut [u8; 64]) -> *const libc::c_char {
     buf.as_ptr().cast()
 }
 
+/// Make the mount at `path` (and, `recursive`, every mount below it) read-only, without
+/// set-user-ID or devices (`mount_setattr`, Linux 5.12; before it, a remount of the top one
+/// keeping the flags the kernel locks).
+///
+/// # Safety
+/// System calls only, on a live NUL-terminated path.
+unsafe fn read_only(path: &CString, recursive: bool) -> bool {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    const MOUNT_ATTR_NODEV: u64 = 0x4;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: the system calls read the live `attr` and path.
+    unsafe {
+        let rc = libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            if recursive { AT_RECURSIVE } else { 0 },
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        );
+        if rc == 0 {
+            return true;
+        }
+        if errno() != libc::ENOSYS {
+            return false;
+        }
+        let flags = libc::MS_REMOUNT
+            | libc::MS_BIND
+            | libc::MS_RDONLY
+            | libc::MS_NOSUID
+            | libc::MS_NODEV
+            | locked_flags(path);
+        mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    }
+}
+
 impl View {
     /// Build the view and enter it, then enter the cwd. In the program's process (inside the
     /// call's mount, user and PID namespaces), between fork and exec.
@@ -479,6 +535,15 @@ impl View {
             }
             for op in &self.ops {
                 self.step(op)?;
+            }
+            // Read-only binds, now that nothing more is mounted below them (one at a time: a
+            // writable path inside a read-only one stays writable).
+            for op in &self.ops {
+                if let Op::Bind { dst, rw: false, .. } = op
+                    && !read_only(dst, false)
+                {
+                    return Err(fail("making a path of the view read-only"));
+                }
             }
             if libc::umount2(c"/oldroot".as_ptr(), libc::MNT_DETACH) != 0 {
                 return Err(fail("detaching the host's root"));
@@ -540,7 +605,21 @@ impl View {
                     }
                     let mut buf = [0u8; 64];
                     let by_fd = fd_path(fd, &mut buf);
-                    let ok = mount(by_fd, dst.as_ptr(), null, libc::MS_BIND, null);
+                    let mut ok = mount(by_fd, dst.as_ptr(), null, libc::MS_BIND, null);
+                    let mut with_children = false;
+                    if !ok && errno() == libc::EINVAL {
+                        // In a user namespace a mount with mounts below it can only be bound
+                        // with them (they are locked to it); they are made read-only with it,
+                        // at once.
+                        ok = mount(
+                            by_fd,
+                            dst.as_ptr(),
+                            null,
+                            libc::MS_BIND | libc::MS_REC,
+                            null,
+                        );
+                        with_children = true;
+                    }
                     let e = errno();
                     libc::close(fd);
                     if !ok {
@@ -549,16 +628,9 @@ impl View {
                             errno: e,
                         });
                     }
-                    if !*rw {
-                        let flags = libc::MS_REMOUNT
-                            | libc::MS_BIND
-                            | libc::MS_RDONLY
-                            | libc::MS_NOSUID
-                            | libc::MS_NODEV
-                            | locked_flags(dst);
-                        if !mount(null, dst.as_ptr(), null, flags, null) {
-                            return Err(fail("making a path of the view read-only"));
-                        }
+                    // Otherwise read-only comes once every mount point below is made.
+                    if !*rw && with_children && !read_only(dst, true) {
+                        return Err(fail("making a path of the view read-only"));
                     }
                 }
                 Op::Tmpfs(p) => {
@@ -590,13 +662,8 @@ impl View {
                     }
                 }
                 Op::Seal(p) => {
-                    let flags = libc::MS_REMOUNT
-                        | libc::MS_BIND
-                        | libc::MS_RDONLY
-                        | libc::MS_NOSUID
-                        | libc::MS_NODEV
-                        | locked_flags(p);
-                    if !mount(null, p.as_ptr(), null, flags, null) {
+                    // The tmpfs only: what is mounted below it keeps its own access.
+                    if !read_only(p, false) {
                         return Err(fail("sealing a directory of the view"));
                     }
                 }
