@@ -107,22 +107,32 @@ pub fn prepare(repo: &str, rev: Option<&str>, dest: &Path) -> Result<(), Checkou
 /// filter, a textconv driver), so git runs here as they did: confined to the checkout, no
 /// network, an environment of PATH alone (HOME is the checkout), never with the worker's
 /// keys or files.
+///
+/// `.git` is read-only in the program's view, so new files are marked in a copy of the index
+/// in the call's own temp dir (`GIT_INDEX_FILE`, with new objects there too and the checkout's
+/// as alternates), never in the checkout's.
 pub async fn diff(dest: &Path) -> Result<String, CheckoutError> {
-    confined_git(dest, &["add", "-A", "-N", "--", "."]).await?;
-    let d = confined_git(dest, &["diff", "--no-color", "--no-ext-diff", "HEAD"]).await?;
+    let d = confined_git(
+        dest,
+        "diff",
+        &[
+            "sh",
+            "-c",
+            "cp .git/index \"$TMPDIR/index\" 2>/dev/null; mkdir \"$TMPDIR/objects\" && \
+             export GIT_INDEX_FILE=\"$TMPDIR/index\" GIT_OBJECT_DIRECTORY=\"$TMPDIR/objects\" \
+             GIT_ALTERNATE_OBJECT_DIRECTORIES=\"$PWD/.git/objects\"; \
+             git -c core.hooksPath=/dev/null -c core.fsmonitor=false add -A -N -- . && \
+             git -c core.hooksPath=/dev/null -c core.fsmonitor=false diff --no-color --no-ext-diff HEAD",
+        ],
+    )
+    .await?;
     Ok(crate::store::cap_text(&d, MAX_DIFF))
 }
 
-/// `git ARGS` in `dest` under [`crate::plugin::run_confined`].
-async fn confined_git(dest: &Path, args: &[&str]) -> Result<String, CheckoutError> {
-    let mut words = vec![
-        "git",
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
-    ];
-    words.extend_from_slice(args);
+/// `words` (a git command line, or a shell line of git commands named `what`) in `dest` under
+/// [`crate::plugin::run_confined`].
+async fn confined_git(dest: &Path, what: &str, words: &[&str]) -> Result<String, CheckoutError> {
+    let args = [what];
     let env = vec![
         (
             "PATH".to_string(),
@@ -133,7 +143,7 @@ async fn confined_git(dest: &Path, args: &[&str]) -> Result<String, CheckoutErro
         ("GIT_TERMINAL_PROMPT".to_string(), "0".to_string()),
     ];
     let out = crate::plugin::run_confined(
-        &words,
+        words,
         None,
         dest,
         env,
