@@ -1,11 +1,12 @@
 //! Cost of the kernel-held boundaries per program run: the median wall time of `/bin/true`
 //! (200 runs) and of `cargo check` on a tiny crate (a few runs, its source touched each time)
 //! through kiln's confined exec path (`plugin::run_host_program`, the path of every program
-//! kiln runs), with everything on (Landlock read and write rules, the seccomp network filter, a
-//! PID namespace per call) and with the seccomp filter and the PID namespace off (the debug
-//! hooks `KILN_TEST_NO_SECCOMP`/`KILN_TEST_NO_PIDNS`: Landlock plus the `/proc` sweep at the
-//! end of each call, as before issue 21). The hooks work in debug builds only, so run it with
-//! `cargo bench --bench confine --profile dev` (dependencies are optimised in that profile too).
+//! kiln runs), with everything on (a view built for each call: mount, user, PID, IPC, UTS and
+//! network namespaces and some forty mounts; Landlock as the second layer; seccomp) and without
+//! the view (the debug hook `KILN_TEST_NO_VIEW`: Landlock read and write rules over the host's
+//! files, seccomp and a PID namespace, as before issue 30). The hook works in debug builds only,
+//! so run it with `cargo bench --bench confine --profile dev` (dependencies are optimised in
+//! that profile too).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -86,8 +87,7 @@ fn main() {
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
         cmd.env("KILN_BENCH_CHILD", label);
         if off {
-            cmd.env("KILN_TEST_NO_SECCOMP", "1")
-                .env("KILN_TEST_NO_PIDNS", "1");
+            cmd.env("KILN_TEST_NO_VIEW", "1");
         }
         let out = cmd.output().unwrap();
         assert!(
@@ -109,7 +109,7 @@ fn main() {
     };
     let (bt, bc) = parse(&before);
     let (at, ac) = parse(&after);
-    println!("per program run, median (debug hooks off = before):");
+    println!("per program run, median (before: no view, Landlock + seccomp + PID namespace):");
     println!(
         "  /bin/true ({TRUE_RUNS} runs)        before {bt:7.3} ms   after {at:7.3} ms   ({:+.3} ms)",
         at - bt

@@ -304,6 +304,27 @@ fn without_landlock_kiln_warns_once_and_the_view_still_holds() {
 }
 
 #[test]
+fn require_confinement_refuses_where_the_kernel_builds_no_view() {
+    let ws = workspace(&format!(
+        "{}\n[sandbox]\nrequire_confinement = true\n",
+        grant("")
+    ));
+    let r = exec(
+        &ws,
+        "sh",
+        "echo ran > ran.txt",
+        &[("KILN_TEST_NO_VIEW", "1")],
+    );
+    r.expect_code(1);
+    let msg = error_of(&r, "denied");
+    assert!(
+        msg.contains("a view built for each call") && msg.contains("was not run"),
+        "{msg}"
+    );
+    assert!(!ws.root().join("ran.txt").exists());
+}
+
+#[test]
 fn without_a_view_or_landlock_kiln_warns_once_and_runs_unconfined() {
     let ws = workspace(&grant(""));
     let r = exec(

@@ -554,7 +554,7 @@ fn without_root_descendants_still_end_with_the_call() {
             "--json",
         ])
         .arg("--cmd")
-        .arg("sh -c '(setsid sleep 79.5 </dev/null >/dev/null 2>&1 &); echo $$'")
+        .arg("sh -c '(setsid sleep 79.5 </dev/null >/dev/null 2>&1 &); echo $$; ls -A $HOME; cat /etc/shadow; true'")
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", base)
@@ -565,12 +565,20 @@ fn without_root_descendants_still_end_with_the_call() {
     let r = Run(out);
     let j = r.json();
     assert_eq!(j["exit_code"], 0, "{j}\n{}", r.stderr());
-    // The program is PID 2 of its own namespace (its init is 1).
+    // The program is PID 2 of its own namespace (its init is 1), and its view holds for a
+    // user too: $HOME shows only the way to the workspace, /etc no shadow.
     assert_eq!(
         j["stdout"].as_str().unwrap().trim(),
-        "2",
+        "2\nws",
         "{j}\n{}",
         r.stderr()
+    );
+    assert!(
+        j["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("/etc/shadow: No such file or directory"),
+        "{j}"
     );
     let alive = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
         std::fs::read_to_string(e.path().join("cmdline"))

@@ -86,6 +86,8 @@ pub struct Layout {
     mounts: BTreeMap<PathBuf, Mount>,
     /// Tmpfs directories made read-only once filled.
     sealed: BTreeSet<PathBuf>,
+    /// Paths bound read-only by [`Layout::protect`]: nothing later makes them writable.
+    protected: BTreeSet<PathBuf>,
 }
 
 /// Why a path cannot go into a view.
@@ -130,6 +132,11 @@ impl Layout {
             dir: meta.is_dir(),
         };
         let at = normalize(at);
+        if force {
+            self.protected.insert(at.clone());
+        } else if self.protected.contains(&at) {
+            return;
+        }
         match self.mounts.get(&at) {
             Some(Mount::Bind { rw: true, .. }) if !force => {}
             Some(Mount::Bind { rw: false, .. }) if !force && !rw => {}
