@@ -252,7 +252,7 @@ fn exec_timeout_kills_the_whole_process_group() {
     assert_eq!(r.json()["result"]["timed_out"], true);
     assert!(ws.read("bg.pid").trim().parse::<i32>().is_ok());
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let left = crate::kernel::alive_with("sleep\030.4711");
+    let left = crate::kernel::alive_with("sleep\u{0}30.4711");
     assert!(
         left.is_empty(),
         "the background child {left:?} survived the timeout"
