@@ -63,6 +63,15 @@ pub enum Report {
         /// Attempts made.
         attempts: i64,
     },
+    /// A claimed queue row was not a valid task: it ended `error` without running.
+    Refused {
+        /// Batch.
+        batch: String,
+        /// Task.
+        id: String,
+        /// Why.
+        why: String,
+    },
     /// A task was given back (Ctrl-C).
     Released(Box<Claim>),
     /// A task's run failed because the store went away; it was given back to run again.
@@ -205,7 +214,7 @@ pub async fn run(
         while slots.len() < sh.opts.jobs && !*cancel.borrow() {
             let (batch, worker) = (sh.opts.batch.clone(), sh.opts.worker_id.clone());
             let (lease, max) = (sh.opts.lease.as_millis() as i64, sh.opts.max_attempts);
-            let Some((claim, dead)) = sh
+            let Some((claim, dead, refused)) = sh
                 .retry("claiming a task", true, move |q| {
                     q.claim(batch.as_deref(), &worker, lease, max)
                 })
@@ -219,6 +228,9 @@ pub async fn run(
                     id,
                     attempts,
                 });
+            }
+            for (batch, id, why) in refused {
+                sh.say(Report::Refused { batch, id, why });
             }
             match claim {
                 Some(c) => {
