@@ -293,7 +293,11 @@ impl TaskSpec {
         only("limits.context_chars", l.context_chars.is_some(), &[Agent])?;
         only("limits.loops", l.loops.is_some(), &[Loop])?;
         only("limits.iterations", l.iterations.is_some(), &[Loop])?;
-        only("limits.tool_timeout", l.tool_timeout.is_some(), &[Agent, Loop])?;
+        only(
+            "limits.tool_timeout",
+            l.tool_timeout.is_some(),
+            &[Agent, Loop],
+        )?;
 
         if self.targets.len() > MAX_TARGETS {
             return Err(bad(
@@ -438,7 +442,8 @@ impl TaskSpec {
     pub fn from_json(v: serde_json::Value) -> Result<TaskSpec, SpecError> {
         let spec: TaskSpec = serde_json::from_value(v).map_err(|e| {
             let msg = e.to_string();
-            bad(field_in(&msg).unwrap_or("task"), msg)
+            let field = field_in(&msg).unwrap_or("task").to_string();
+            bad(&field, msg)
         })?;
         spec.check()?;
         Ok(spec)
@@ -483,19 +488,52 @@ mod tests {
     #[test]
     fn unknown_and_foreign_fields_are_refused_by_name() {
         for (v, field) in [
-            (json!({"kind": "agent", "prompt": "x", "base_url": "http://e"}), "base_url"),
-            (json!({"kind": "agent", "prompt": "x", "log_file": "/tmp/x"}), "log_file"),
-            (json!({"kind": "agent", "prompt": "x", "system_file": "/etc/passwd"}), "system_file"),
-            (json!({"kind": "fix", "targets": ["a.c"], "prompt_file": "/x"}), "prompt_file"),
-            (json!({"kind": "fix", "targets": ["a.c"], "yes": true}), "yes"),
-            (json!({"kind": "agent", "prompt": "x", "limits": {"store": "x"}}), "store"),
+            (
+                json!({"kind": "agent", "prompt": "x", "base_url": "http://e"}),
+                "base_url",
+            ),
+            (
+                json!({"kind": "agent", "prompt": "x", "log_file": "/tmp/x"}),
+                "log_file",
+            ),
+            (
+                json!({"kind": "agent", "prompt": "x", "system_file": "/etc/passwd"}),
+                "system_file",
+            ),
+            (
+                json!({"kind": "fix", "targets": ["a.c"], "prompt_file": "/x"}),
+                "prompt_file",
+            ),
+            (
+                json!({"kind": "fix", "targets": ["a.c"], "yes": true}),
+                "yes",
+            ),
+            (
+                json!({"kind": "agent", "prompt": "x", "limits": {"store": "x"}}),
+                "store",
+            ),
             (json!({"kind": "fix", "targets": ["../x.c"]}), "targets"),
-            (json!({"kind": "fix", "targets": ["/etc/passwd"]}), "targets"),
+            (
+                json!({"kind": "fix", "targets": ["/etc/passwd"]}),
+                "targets",
+            ),
             (json!({"kind": "fix", "targets": []}), "targets"),
-            (json!({"kind": "agent", "prompt": "x", "runner": "cargo"}), "runner"),
-            (json!({"kind": "fix", "targets": ["a"], "runner": "../x.wasm"}), "runner"),
-            (json!({"kind": "fix", "targets": ["a"], "limits": {"max_iters": 100000}}), "limits.max_iters"),
-            (json!({"kind": "fix", "targets": ["a"], "limits": {"max_cost": -1.0}}), "limits.max_cost"),
+            (
+                json!({"kind": "agent", "prompt": "x", "runner": "cargo"}),
+                "runner",
+            ),
+            (
+                json!({"kind": "fix", "targets": ["a"], "runner": "../x.wasm"}),
+                "runner",
+            ),
+            (
+                json!({"kind": "fix", "targets": ["a"], "limits": {"max_iters": 100000}}),
+                "limits.max_iters",
+            ),
+            (
+                json!({"kind": "fix", "targets": ["a"], "limits": {"max_cost": -1.0}}),
+                "limits.max_cost",
+            ),
             (json!({"kind": "history"}), "task"),
         ] {
             let e = TaskSpec::from_json(v.clone()).expect_err(&v.to_string());
@@ -519,7 +557,10 @@ mod tests {
         s.check_allowed(&allowed).unwrap();
         s.limits.max_cost = Some(50.0);
         let c = s.clone().capped(Some(1.0), Some(10));
-        assert_eq!((c.limits.max_cost, c.limits.max_tokens), (Some(1.0), Some(10)));
+        assert_eq!(
+            (c.limits.max_cost, c.limits.max_tokens),
+            (Some(1.0), Some(10))
+        );
         s.limits.max_cost = Some(0.5);
         assert_eq!(s.capped(Some(1.0), None).limits.max_cost, Some(0.5));
     }

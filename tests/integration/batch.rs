@@ -32,10 +32,9 @@ fn usage() -> Value {
 /// The answer to one request body: an agent's request offers `final_answer`; a task whose
 /// prompt says `SLOW-TASK` is answered 3 s late.
 fn answer(body: &Value, delay: Duration) -> String {
-    let agent = body["tools"].as_array().is_some_and(|t| {
-        t.iter()
-            .any(|t| t["function"]["name"] == "final_answer")
-    });
+    let agent = body["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "final_answer"));
     let saw_tool = body["messages"]
         .as_array()
         .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
@@ -282,7 +281,8 @@ fn bad_task_lines_are_refused_naming_line_and_field() {
     }
     let r = ws.kiln(&["batch", "run", "bad3.jsonl"], &[]);
     assert!(
-        r.stderr().contains("`kind` (fix, agent or loop), `targets`"),
+        r.stderr()
+            .contains("`kind` (fix, agent or loop), `targets`"),
         "{}",
         r.stderr()
     );
@@ -606,9 +606,7 @@ fn workers_ride_out_a_database_that_goes_away() {
     let mock = Mock::start(Duration::from_millis(300));
     project(&ws);
     mock.configure(&ws);
-    let tasks: Vec<Value> = (0..10)
-        .map(|i| fix_task(&format!("t{i}")))
-        .collect();
+    let tasks: Vec<Value> = (0..10).map(|i| fix_task(&format!("t{i}"))).collect();
     task_file(&ws, "tasks.jsonl", &tasks);
     ws.kiln(&["batch", "submit", "tasks.jsonl", "--store", &url], &[])
         .expect_code(0);
@@ -690,9 +688,7 @@ fn budgets_pass_to_each_task_and_a_spent_batch_budget_stops_claims() {
     let mock = Mock::start(Duration::ZERO);
     project(&ws);
     mock.configure(&ws);
-    let tasks: Vec<Value> = (0..5)
-        .map(|i| fix_task(&format!("t{i}")))
-        .collect();
+    let tasks: Vec<Value> = (0..5).map(|i| fix_task(&format!("t{i}"))).collect();
     task_file(&ws, "b.jsonl", &tasks);
     // Each fix asks once for 25 tokens: the batch's 50 are spent after two tasks.
     let r = ws.kiln(

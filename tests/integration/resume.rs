@@ -50,7 +50,10 @@ fn a_killed_agent_run_resumes_without_asking_or_running_again() {
     ws.write("b.txt", "someone else\n");
     let base = format!("{}/v1", mock.url);
     let model = ["--base-url", base.as_str(), "--model", "test-model"];
-    let r = ws.kiln(&[&["agent", "--resume", &id.to_string()][..], &model].concat(), &[]);
+    let r = ws.kiln(
+        &[&["agent", "--resume", &id.to_string()][..], &model].concat(),
+        &[],
+    );
     r.expect_code(2);
     assert!(
         r.stderr().contains("cannot account for (b.txt)"),
@@ -62,7 +65,11 @@ fn a_killed_agent_run_resumes_without_asking_or_running_again() {
 
     // The model settings are the resume's own (here the same server): the record holds none.
     let r = ws.kiln(
-        &[&["agent", "--resume", &id.to_string(), "--json"][..], &model].concat(),
+        &[
+            &["agent", "--resume", &id.to_string(), "--json"][..],
+            &model,
+        ]
+        .concat(),
         &[],
     );
     r.expect_code(1);

@@ -224,7 +224,10 @@ fn a_task_id_that_leaves_the_scratch_directory_is_refused() {
     assert!(err.contains("refused when claimed"), "{err}");
     assert!(err.contains("id:"), "{err}");
     // `<q>/work/tasks/../../x` would be `<q>/x`.
-    assert!(!ws.root().join("q/x").exists(), "a checkout left the scratch directory");
+    assert!(
+        !ws.root().join("q/x").exists(),
+        "a checkout left the scratch directory"
+    );
     assert_eq!(mock.requests(), 0);
 }
 
@@ -232,7 +235,17 @@ fn a_task_id_that_leaves_the_scratch_directory_is_refused() {
 /// by a model error), so it can be resumed; its id.
 fn stopped_run(ws: &Workspace, mock: &MockLlm, max_steps: &str, code: i32) -> i64 {
     let base = format!("{}/v1", mock.url);
-    let args = ["agent", "--base-url", &base, "--model", "m", "-m", max_steps, "-p", "look"];
+    let args = [
+        "agent",
+        "--base-url",
+        &base,
+        "--model",
+        "m",
+        "-m",
+        max_steps,
+        "-p",
+        "look",
+    ];
     ws.kiln(&args, &[]).expect_code(code);
     let h = ws.kiln(&["history", "--json", "--limit", "1"], &[]);
     let row: Value = serde_json::from_str(h.stdout().lines().next().unwrap()).unwrap();
@@ -281,7 +294,15 @@ fn a_run_record_rewritten_in_the_store_chooses_no_option() {
         )
         .unwrap();
         let r = ws.kiln(
-            &["agent", "--resume", &id.to_string(), "--base-url", &base, "--model", "m"],
+            &[
+                "agent",
+                "--resume",
+                &id.to_string(),
+                "--base-url",
+                &base,
+                "--model",
+                "m",
+            ],
             &[],
         );
         r.expect_code(2);
@@ -316,7 +337,10 @@ fn a_run_record_rewritten_in_the_store_chooses_no_option() {
     r.expect_code(2);
     assert!(r.stderr().contains("older kiln"), "{}", r.stderr());
     assert!(!log.exists(), "a log file the store chose was written");
-    assert!(elsewhere.recorded().is_empty(), "the endpoint the store chose was used");
+    assert!(
+        elsewhere.recorded().is_empty(),
+        "the endpoint the store chose was used"
+    );
     assert_eq!(mock.recorded().len(), 1, "a refused resume asked the model");
 }
 
@@ -350,7 +374,11 @@ fn a_resume_takes_the_model_settings_given_now() {
     let asked = now.recorded();
     assert_eq!(asked.len(), 1, "{}", r.stderr());
     assert_eq!(asked[0].body["model"], "other-model");
-    assert_eq!(first.recorded().len(), 2, "the first server was asked again");
+    assert_eq!(
+        first.recorded().len(),
+        2,
+        "the first server was asked again"
+    );
 }
 
 /// Hole 6: `--base-url https://user:PASSWORD@host/v1` was stored with the run as typed. The
@@ -392,7 +420,10 @@ fn a_run_record_holds_no_credentials() {
     let record: Value = serde_json::from_str(&payloads[0]).unwrap();
     assert_eq!(record["type"], "run.task", "{record}");
     assert!(!payloads[0].contains("PASSWORD"), "{record}");
-    assert!(!payloads[0].contains(&mock.url), "an endpoint is recorded: {record}");
+    assert!(
+        !payloads[0].contains(&mock.url),
+        "an endpoint is recorded: {record}"
+    );
     assert_eq!(
         record["task"]["system"], "mirror at https://example.com/x",
         "{record}"
@@ -401,6 +432,9 @@ fn a_run_record_holds_no_credentials() {
     for file in ["kiln.db", "kiln.db-wal"] {
         let bytes = std::fs::read(ws.root().join(".kiln").join(file)).unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);
-        assert!(!text.contains("BASEURLPASSWORD"), "{file} holds the password");
+        assert!(
+            !text.contains("BASEURLPASSWORD"),
+            "{file} holds the password"
+        );
     }
 }

@@ -320,7 +320,9 @@ impl Queue {
             }
             let checked = check_id(&b)
                 .map_err(|why| format!("batch: {why}"))
-                .and_then(|_| Task::from_row(row[2].text().unwrap_or("")).map_err(|e| e.to_string()))
+                .and_then(|_| {
+                    Task::from_row(row[2].text().unwrap_or("")).map_err(|e| e.to_string())
+                })
                 .and_then(|t| {
                     if t.id == id {
                         Ok(t)
@@ -331,7 +333,9 @@ impl Queue {
             let task = match checked {
                 Ok(t) => t,
                 Err(why) => {
-                    let why = format!("refused when claimed, not run: the queue row is not a valid task: {why}");
+                    let why = format!(
+                        "refused when claimed, not run: the queue row is not a valid task: {why}"
+                    );
                     self.refuse(&b, &id, attempts, worker, &why)?;
                     refused.push((b, id, why));
                     continue;
@@ -637,9 +641,18 @@ mod tests {
         let mut q = queue(d.path());
         q.submit("b", &tasks(4), &Budgets::default()).unwrap();
         for (id, spec) in [
-            ("t0", r#"{"id":"t0","repo":".","kind":"fix","targets":["a.c"],"yes":true}"#),
-            ("t1", r#"{"id":"t1","repo":".","args":["fix","--yes","--file","a.c"]}"#),
-            ("t2", r#"{"id":"../../x","repo":".","kind":"fix","targets":["a.c"]}"#),
+            (
+                "t0",
+                r#"{"id":"t0","repo":".","kind":"fix","targets":["a.c"],"yes":true}"#,
+            ),
+            (
+                "t1",
+                r#"{"id":"t1","repo":".","args":["fix","--yes","--file","a.c"]}"#,
+            ),
+            (
+                "t2",
+                r#"{"id":"../../x","repo":".","kind":"fix","targets":["a.c"]}"#,
+            ),
         ] {
             q.db.execute(
                 "UPDATE kiln_batch_tasks SET spec = ?2 WHERE id = ?1",
@@ -653,12 +666,21 @@ mod tests {
             .iter()
             .map(|(_, id, why)| (id.as_str(), why.contains("not a valid task")))
             .collect();
-        assert_eq!(fields, [("t0", true), ("t1", true), ("t2", true)], "{refused:?}");
+        assert_eq!(
+            fields,
+            [("t0", true), ("t1", true), ("t2", true)],
+            "{refused:?}"
+        );
         assert!(refused[0].2.contains("yes"), "{}", refused[0].2);
         assert!(refused[1].2.contains("args"), "{}", refused[1].2);
         assert_eq!(q.counts("b").unwrap().error, 3);
         let rows = q.results("b").unwrap();
-        assert!(rows[0].result.as_ref().unwrap()["error"].as_str().unwrap().contains("yes"));
+        assert!(
+            rows[0].result.as_ref().unwrap()["error"]
+                .as_str()
+                .unwrap()
+                .contains("yes")
+        );
     }
 
     #[test]

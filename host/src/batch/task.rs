@@ -97,7 +97,8 @@ impl TryFrom<Map<String, Value>> for Task {
         }
         let spec: TaskSpec = serde_json::from_value(Value::Object(m)).map_err(|e| {
             let msg = e.to_string();
-            bad(field_in(&msg).unwrap_or("kind"), msg)
+            let field = field_in(&msg).unwrap_or("kind").to_string();
+            bad(&field, msg)
         })?;
         Ok(Task {
             id,
@@ -185,9 +186,7 @@ pub fn classify_repo(repo: &str) -> Result<Repo<'_>, String> {
         return Ok(Repo::Remote(repo));
     }
     if repo.contains("::") {
-        return Err(format!(
-            "`{repo}` names a git transport a task may not use"
-        ));
+        return Err(format!("`{repo}` names a git transport a task may not use"));
     }
     // scp-like `[user@]host:path`: a colon before any slash.
     if let Some(colon) = repo.find(':')
@@ -200,9 +199,7 @@ pub fn classify_repo(repo: &str) -> Result<Repo<'_>, String> {
     // its hidden entries; an absolute one (as submitted) is judged by the worker's roots.
     let p = Path::new(repo);
     use std::path::Component;
-    let hidden = |c: &Component| {
-        matches!(c, Component::Normal(n) if n.to_string_lossy().starts_with('.'))
-    };
+    let hidden = |c: &Component<'_>| matches!(c, Component::Normal(n) if n.to_string_lossy().starts_with('.'));
     if p.components().any(|c| matches!(c, Component::ParentDir))
         || (!p.is_absolute() && p.components().any(|c| hidden(&c)))
     {
@@ -372,8 +369,16 @@ mod tests {
     #[test]
     fn errors_name_line_and_field() {
         let cases = [
-            ("{\"id\":\"a\",\"kind\":\"fix\",\"targets\":[\"a\"]}", 1, "repo"),
-            ("\n{\"id\":\"a\",\"repo\":\".\",\"kind\":\"history\"}", 2, "kind"),
+            (
+                "{\"id\":\"a\",\"kind\":\"fix\",\"targets\":[\"a\"]}",
+                1,
+                "repo",
+            ),
+            (
+                "\n{\"id\":\"a\",\"repo\":\".\",\"kind\":\"history\"}",
+                2,
+                "kind",
+            ),
             (
                 "{\"id\":\"a b\",\"repo\":\".\",\"kind\":\"fix\",\"targets\":[\"a\"]}",
                 1,
@@ -389,7 +394,11 @@ mod tests {
                 1,
                 "dir",
             ),
-            ("{\"id\":\"a\",\"repo\":\".\",\"args\":[\"fix\"]}", 1, "args"),
+            (
+                "{\"id\":\"a\",\"repo\":\".\",\"args\":[\"fix\"]}",
+                1,
+                "args",
+            ),
             (
                 "{\"id\":\"a\",\"repo\":\".\",\"kind\":\"fix\",\"targets\":[\"a\"],\"extra\":1}",
                 1,
@@ -415,7 +424,11 @@ mod tests {
                 1,
                 "repo",
             ),
-            ("{\"id\":\"a\",\"repo\":\".\",\"kind\":\"agent\"}", 1, "prompt"),
+            (
+                "{\"id\":\"a\",\"repo\":\".\",\"kind\":\"agent\"}",
+                1,
+                "prompt",
+            ),
             ("not json", 1, "line"),
             (
                 "{\"id\":\"a\",\"repo\":\"r\",\"kind\":\"fix\",\"targets\":[\"a\"]}\n{\"id\":\"a\",\"repo\":\"r\",\"kind\":\"fix\",\"targets\":[\"a\"]}",

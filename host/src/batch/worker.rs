@@ -39,7 +39,7 @@ pub struct WorkerOptions {
 #[derive(Debug)]
 pub enum Report {
     /// A task was claimed.
-    Claimed(Claim),
+    Claimed(Box<Claim>),
     /// A task ended and its result was recorded.
     Finished(Box<TaskResult>),
     /// A result was refused: another attempt holds the task now.
@@ -234,7 +234,7 @@ pub async fn run(
             }
             match claim {
                 Some(c) => {
-                    sh.say(Report::Claimed(c.clone()));
+                    sh.say(Report::Claimed(Box::new(c.clone())));
                     slots.spawn(slot(sh.clone(), c));
                 }
                 None => {

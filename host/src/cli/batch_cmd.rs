@@ -184,7 +184,8 @@ fn check_here(
             .check_allowed(&exec.allowed)
             .map_err(|e| fail(e.to_string()))?;
         if let Ok(task::Repo::Local(p)) = task::classify_repo(&t.repo) {
-            task::allowed_local(p, &exec.local_repos).map_err(|why| fail(format!("repo: {why}")))?;
+            task::allowed_local(p, &exec.local_repos)
+                .map_err(|why| fail(format!("repo: {why}")))?;
         }
     }
     Ok(())

@@ -53,10 +53,7 @@ pub(crate) fn check_line(argv: &[OsString]) -> anyhow::Result<()> {
             1
         };
     }
-    if !text
-        .get(i)
-        .is_some_and(|c| c == "agent" || c == "loop")
-    {
+    if !text.get(i).is_some_and(|c| c == "agent" || c == "loop") {
         return Ok(());
     }
     let rest = &text[i + 1..];

@@ -257,9 +257,7 @@ pub(crate) fn exec_settings(
             None => PathBuf::from(r),
         };
         if !path.is_absolute() {
-            anyhow::bail!(
-                "[batch] local_repos: `{r}` must be an absolute path or start with `~/`"
-            );
+            anyhow::bail!("[batch] local_repos: `{r}` must be an absolute path or start with `~/`");
         }
         match path.canonicalize() {
             Ok(p) => local_repos.push(p),
