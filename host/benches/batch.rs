@@ -10,6 +10,7 @@ mod pg;
 
 use kiln::batch::db::{PgDb, SqliteDb};
 use kiln::batch::{Budgets, Queue, Task};
+use kiln::task_spec::{Kind, TaskSpec};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -36,7 +37,11 @@ fn queue_overhead(mut q: Queue, label: &str, n: usize) {
             repo: ".".into(),
             rev: None,
             dir: None,
-            args: vec!["fix".into()],
+            spec: {
+                let mut s = TaskSpec::new(Kind::Fix);
+                s.targets = vec!["main.c".into()];
+                s
+            },
         })
         .collect();
     q.submit("bench", &tasks, &Budgets::default()).unwrap();
@@ -174,11 +179,22 @@ fn fleet(url: &str, n: usize, workers: usize, q: &[&str]) -> Duration {
     let p = home.path();
     std::fs::create_dir_all(p.join("proj")).unwrap();
     std::fs::write(p.join("proj/main.c"), BROKEN_C).unwrap();
+    // The workers' model and the local repositories they may copy are their user's
+    // configuration; a task names neither.
+    std::fs::write(
+        p.join("no-config.toml"),
+        format!(
+            "[llm]\nbase_url = \"{url}\"\nmodel = \"fixer\"\n\n[batch]\nlocal_repos = [\"{}\"]\n",
+            p.display()
+        ),
+    )
+    .unwrap();
     let lines: String = (0..n)
         .map(|i| {
             format!(
                 "{}\n",
-                json!({"id": format!("t{i}"), "repo": "proj", "args": fix_args(url)})
+                json!({"id": format!("t{i}"), "repo": "proj", "kind": "fix",
+                    "cmd": "gcc -fsyntax-only {file}", "targets": ["main.c"]})
             )
         })
         .collect();

@@ -178,6 +178,21 @@ struct File {
     /// credentials).
     #[serde(default, skip_serializing)]
     store: Option<StoreConfig>,
+    /// `[batch]`: what batch tasks may name; only from the user's own file.
+    #[serde(default, skip_serializing)]
+    batch: Option<BatchConfig>,
+}
+
+/// `[batch]`: the local directories a batch task's `repo` may name (absolute, or starting
+/// with `~/`). Read only from the user's own configuration: a task or a workspace never
+/// chooses which of the worker's directories it may copy. Default: none (git URLs only, and
+/// for `kiln batch run` the task file's own directory).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Directories under which a task's local `repo` may be.
+    #[serde(default)]
+    pub local_repos: Vec<String>,
 }
 
 /// `[store]`: the store URL (`postgres://…`, `sqlite:PATH`), read only from the user's own
@@ -306,6 +321,8 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// `[store]`, from the user's configuration only.
     pub store: StoreConfig,
+    /// `[batch]`, from the user's configuration only.
+    pub batch: BatchConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
@@ -559,6 +576,15 @@ impl Config {
             self.apply_budget(path, b)?;
         }
         self.apply_store(path, file.store, layer)?;
+        if let Some(batch) = file.batch {
+            if layer != Layer::User {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: "a workspace kiln.toml may not set [batch]: which of your directories a batch task may copy is yours to say, in your own configuration".into(),
+                });
+            }
+            self.batch = batch;
+        }
         if let Some(fix) = file.fix {
             self.apply_fix(fix, layer);
         }

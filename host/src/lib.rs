@@ -15,5 +15,6 @@ pub mod report;
 pub mod state_dir;
 pub mod store;
 pub mod suggest;
+pub mod task_spec;
 pub mod terminal;
 pub mod undo;

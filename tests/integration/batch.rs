@@ -29,17 +29,20 @@ fn usage() -> Value {
     json!({"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5}})
 }
 
-/// The answer to one request body.
+/// The answer to one request body: an agent's request offers `final_answer`; a task whose
+/// prompt says `SLOW-TASK` is answered 3 s late.
 fn answer(body: &Value, delay: Duration) -> String {
-    let model = body["model"].as_str().unwrap_or("");
+    let agent = body["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "final_answer"));
     let saw_tool = body["messages"]
         .as_array()
         .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
     std::thread::sleep(delay);
-    if model == "slow-fixer" {
+    if body["messages"].to_string().contains("SLOW-TASK") {
         std::thread::sleep(Duration::from_secs(3));
     }
-    if model.ends_with("fixer") {
+    if !agent {
         let text =
             "Fixed.\n\n<<<<<<< SEARCH\n    int x = 1\n=======\n    int x = 1;\n>>>>>>> REPLACE\n";
         return sse(&[
@@ -111,6 +114,16 @@ impl Mock {
     pub fn requests(&self) -> usize {
         self.count.load(Ordering::SeqCst)
     }
+
+    /// The user's configuration of the workspace's kiln processes (the workers): this mock as
+    /// the model, and local repositories allowed under the workspace. Tasks name neither.
+    pub fn configure(&self, ws: &Workspace) {
+        ws.user_config(&format!(
+            "[llm]\nbase_url = \"{}\"\nmodel = \"mock\"\n\n[batch]\nlocal_repos = [\"{}\"]\n",
+            self.url,
+            ws.root().display()
+        ));
+    }
 }
 
 /// A plain project directory (`proj/`) with a broken C file and a notes file.
@@ -120,14 +133,14 @@ pub fn project(ws: &Workspace) {
 }
 
 /// A fix task and an agent task line over `proj`.
-pub fn fix_task(id: &str, url: &str) -> Value {
-    json!({"id": id, "repo": "proj", "args": ["fix", "--base-url", url, "--model", "fixer",
-        "--cmd", "gcc -fsyntax-only {file}", "--file", "main.c"]})
+pub fn fix_task(id: &str) -> Value {
+    json!({"id": id, "repo": "proj", "kind": "fix", "cmd": "gcc -fsyntax-only {file}",
+        "targets": ["main.c"]})
 }
 
-pub fn agent_task(id: &str, url: &str) -> Value {
-    json!({"id": id, "repo": "proj", "args": ["agent", "--base-url", url, "--model", "agent-model",
-        "--max-steps", "4", "mark the notes done"]})
+pub fn agent_task(id: &str) -> Value {
+    json!({"id": id, "repo": "proj", "kind": "agent", "prompt": "mark the notes done",
+        "limits": {"max_steps": 4}})
 }
 
 /// Write `tasks` as a JSONL file in the workspace.
@@ -137,13 +150,13 @@ pub fn task_file(ws: &Workspace, name: &str, tasks: &[Value]) {
 }
 
 /// 20 tasks: 12 fix, 8 agent.
-pub fn twenty(url: &str) -> Vec<Value> {
+pub fn twenty() -> Vec<Value> {
     (0..20)
         .map(|i| {
             if i % 5 < 3 {
-                fix_task(&format!("fix-{i}"), url)
+                fix_task(&format!("fix-{i}"))
             } else {
-                agent_task(&format!("agent-{i}"), url)
+                agent_task(&format!("agent-{i}"))
             }
         })
         .collect()
@@ -185,7 +198,8 @@ fn local_batch_of_twenty_runs_three_at_once_and_a_rerun_skips_them() {
     let ws = Workspace::new();
     let mock = Mock::start(Duration::from_millis(50));
     project(&ws);
-    task_file(&ws, "tasks.jsonl", &twenty(&mock.url));
+    mock.configure(&ws);
+    task_file(&ws, "tasks.jsonl", &twenty());
     let r = ws.kiln(
         &["batch", "run", "tasks.jsonl", "--jobs", "3", "--json"],
         &[KEY],
@@ -226,38 +240,52 @@ fn bad_task_lines_are_refused_naming_line_and_field() {
     let ws = Workspace::new();
     ws.write(
         "bad.jsonl",
-        "{\"id\":\"a\",\"repo\":\"proj\",\"args\":[\"fix\",\"--cmd\",\"true\",\"--file\",\"a.c\"]}\n{\"id\":\"b\",\"repo\":\"proj\",\"args\":[\"history\"]}\n",
+        "{\"id\":\"a\",\"repo\":\"proj\",\"kind\":\"fix\",\"cmd\":\"true\",\"targets\":[\"a.c\"]}\n{\"id\":\"b\",\"repo\":\"proj\",\"kind\":\"history\"}\n",
     );
     let r = ws.kiln(&["batch", "run", "bad.jsonl"], &[]);
     r.expect_code(2);
-    assert!(r.stderr().contains("bad.jsonl:2: args:"), "{}", r.stderr());
-    ws.write("bad2.jsonl", "{\"repo\":\"proj\",\"args\":[\"fix\"]}\n");
+    assert!(r.stderr().contains("bad.jsonl:2: kind:"), "{}", r.stderr());
+    ws.write(
+        "bad2.jsonl",
+        "{\"repo\":\"proj\",\"kind\":\"fix\",\"targets\":[\"a.c\"]}\n",
+    );
     let r = ws.kiln(&["batch", "run", "bad2.jsonl"], &[]);
     r.expect_code(2);
     assert!(r.stderr().contains("bad2.jsonl:1: id:"), "{}", r.stderr());
-    // The worker chooses the workspace, however a task spells it.
-    for (n, args) in [
-        r#"["fix","-qC","/tmp","--file","a.c"]"#,
-        r#"["fix","--file","a.c","-C/tmp"]"#,
-        r#"["agent","--workspace=/tmp","-p","x"]"#,
-        r#"["agent","-p","x","--yes"]"#,
+    // The worker chooses the workspace, trust and the store: a task has no field for them,
+    // and an old task line (a command line) is refused, naming the fields that replace it.
+    for (n, extra) in [
+        r#""workspace":"/tmp""#,
+        r#""yes":true"#,
+        r#""store":"sqlite:/tmp/x.db""#,
+        r#""plugin":"/tmp/x.wasm""#,
+        r#""args":["agent","-p","x","--yes"]"#,
     ]
     .iter()
     .enumerate()
     {
         ws.write(
             "bad3.jsonl",
-            &format!("{{\"id\":\"c{n}\",\"repo\":\"proj\",\"args\":{args}}}\n"),
+            &format!(
+                "{{\"id\":\"c{n}\",\"repo\":\"proj\",\"kind\":\"agent\",\"prompt\":\"x\",{extra}}}\n"
+            ),
         );
         let r = ws.kiln(&["batch", "run", "bad3.jsonl"], &[]);
         r.expect_code(2);
+        let field = extra.split('"').nth(1).unwrap();
         assert!(
-            r.stderr().contains("bad3.jsonl:1: args:")
-                && r.stderr().contains("chosen by the worker"),
-            "{args}: {}",
+            r.stderr().contains(&format!("bad3.jsonl:1: {field}:")),
+            "{extra}: {}",
             r.stderr()
         );
     }
+    let r = ws.kiln(&["batch", "run", "bad3.jsonl"], &[]);
+    assert!(
+        r.stderr()
+            .contains("`kind` (fix, agent or loop), `targets`"),
+        "{}",
+        r.stderr()
+    );
 }
 
 /// Wait until `f` holds, polling.
@@ -285,11 +313,12 @@ fn ctrl_c_kills_the_running_tasks_and_leaves_them_claimable() {
     let ws = Workspace::new();
     let mock = Mock::start(Duration::from_secs(30));
     project(&ws);
+    mock.configure(&ws);
     task_file(
         &ws,
         "slow.jsonl",
         &(0..4)
-            .map(|i| fix_task(&format!("t{i}"), &mock.url))
+            .map(|i| fix_task(&format!("t{i}")))
             .collect::<Vec<_>>(),
     );
     let mut cmd = ws.command(&["batch", "run", "slow.jsonl", "--jobs", "2"]);
@@ -401,9 +430,10 @@ pub fn finish(child: std::process::Child) -> Run {
 pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str], store: &str) -> String {
     let mock = Mock::start(Duration::from_millis(300));
     project(ws);
-    let mut tasks = twenty(&mock.url);
+    mock.configure(ws);
+    let mut tasks = twenty();
     // The first task is slow (3 s), so that its worker is surely killed in its middle.
-    tasks[0]["args"][4] = "slow-fixer".into();
+    tasks[0]["prompt"] = "SLOW-TASK".into();
     task_file(ws, "tasks.jsonl", &tasks);
     let mut submit = vec!["batch", "submit", "tasks.jsonl"];
     submit.extend_from_slice(q);
@@ -499,7 +529,8 @@ pub fn attempt_loops(loops: &[Value], id: &str, n: u32) -> usize {
 pub fn late_write_is_rejected(ws: &Workspace, q: &[&str]) {
     let mock = Mock::start(Duration::from_millis(1500));
     project(ws);
-    task_file(ws, "tasks.jsonl", &[fix_task("late", &mock.url)]);
+    mock.configure(ws);
+    task_file(ws, "tasks.jsonl", &[fix_task("late")]);
     let mut submit = vec!["batch", "submit", "tasks.jsonl"];
     submit.extend_from_slice(q);
     ws.kiln(&submit, &[]).expect_code(0);
@@ -574,9 +605,8 @@ fn workers_ride_out_a_database_that_goes_away() {
     let q = ["--store", url.as_str()];
     let mock = Mock::start(Duration::from_millis(300));
     project(&ws);
-    let tasks: Vec<Value> = (0..10)
-        .map(|i| fix_task(&format!("t{i}"), &mock.url))
-        .collect();
+    mock.configure(&ws);
+    let tasks: Vec<Value> = (0..10).map(|i| fix_task(&format!("t{i}"))).collect();
     task_file(&ws, "tasks.jsonl", &tasks);
     ws.kiln(&["batch", "submit", "tasks.jsonl", "--store", &url], &[])
         .expect_code(0);
@@ -635,7 +665,8 @@ fn a_git_task_runs_at_its_revision_in_its_subdirectory() {
     // A later commit the task must not see.
     ws.write("repo/sub/main.c", "int main(void) { return 0; }\n");
     git(&repo, &["commit", "-qam", "rewritten"]);
-    let mut t = fix_task("g", &mock.url);
+    mock.configure(&ws);
+    let mut t = fix_task("g");
     t["repo"] = "repo".into();
     t["rev"] = rev.into();
     t["dir"] = "sub".into();
@@ -656,9 +687,8 @@ fn budgets_pass_to_each_task_and_a_spent_batch_budget_stops_claims() {
     let ws = Workspace::new();
     let mock = Mock::start(Duration::ZERO);
     project(&ws);
-    let tasks: Vec<Value> = (0..5)
-        .map(|i| fix_task(&format!("t{i}"), &mock.url))
-        .collect();
+    mock.configure(&ws);
+    let tasks: Vec<Value> = (0..5).map(|i| fix_task(&format!("t{i}"))).collect();
     task_file(&ws, "b.jsonl", &tasks);
     // Each fix asks once for 25 tokens: the batch's 50 are spent after two tasks.
     let r = ws.kiln(
@@ -722,8 +752,9 @@ fn a_task_whose_workers_keep_dying_ends_dead() {
     let q = ["--dir", "q"];
     let mock = Mock::start(Duration::ZERO);
     project(&ws);
-    let mut t = fix_task("doomed", &mock.url);
-    t["args"][4] = "slow-fixer".into();
+    mock.configure(&ws);
+    let mut t = fix_task("doomed");
+    t["prompt"] = "SLOW-TASK".into();
     task_file(&ws, "tasks.jsonl", &[t]);
     ws.kiln(&["batch", "submit", "tasks.jsonl", "--dir", "q"], &[])
         .expect_code(0);
@@ -770,7 +801,8 @@ fn a_batch_directory_planted_in_the_workspace_is_never_used() {
     let elsewhere = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(ws.root().join(".kiln")).unwrap();
     std::os::unix::fs::symlink(elsewhere.path(), ws.root().join(".kiln/batches")).unwrap();
-    task_file(&ws, "t.jsonl", &[fix_task("f1", &mock.url)]);
+    mock.configure(&ws);
+    task_file(&ws, "t.jsonl", &[fix_task("f1")]);
     ws.kiln(&["batch", "run", "t.jsonl"], &[KEY]).expect_code(0);
     assert_eq!(
         std::fs::read_dir(elsewhere.path()).unwrap().count(),
@@ -803,8 +835,9 @@ fn the_diff_after_a_task_runs_git_confined_to_its_checkout() {
             m = marker.display()
         ),
     );
-    let task = json!({"id": "plant", "repo": "proj", "args": ["fix", "--base-url", mock.url,
-        "--model", "fixer", "--cmd", "sh plant.sh {file}", "--file", "main.c"]});
+    mock.configure(&ws);
+    let task = json!({"id": "plant", "repo": "proj", "kind": "fix", "cmd": "sh plant.sh {file}",
+        "targets": ["main.c"]});
     task_file(&ws, "t.jsonl", &[task]);
     let r = ws.kiln(&["batch", "run", "t.jsonl", "--json"], &[KEY]);
     let results = lines(&r);
@@ -825,7 +858,8 @@ fn a_task_dir_that_is_a_link_out_of_the_checkout_is_refused() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("main.c"), BROKEN_C).unwrap();
     std::os::unix::fs::symlink(outside.path(), ws.root().join("proj/app")).unwrap();
-    let mut task = fix_task("linked", &mock.url);
+    mock.configure(&ws);
+    let mut task = fix_task("linked");
     task["dir"] = json!("app");
     task_file(&ws, "t.jsonl", &[task]);
     let r = ws.kiln(&["batch", "run", "t.jsonl", "--json"], &[KEY]);

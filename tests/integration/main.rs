@@ -32,6 +32,7 @@ mod runner;
 mod runtime;
 mod sandbox;
 mod store;
+mod task_spec;
 mod trust;
 mod undo;
 mod view;

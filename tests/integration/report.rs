@@ -239,11 +239,8 @@ fn a_batch_report_lists_its_tasks_and_links_each_run() {
     let ws = Workspace::new();
     let mock = Mock::start(std::time::Duration::ZERO);
     project(&ws);
-    task_file(
-        &ws,
-        "nightly.jsonl",
-        &[fix_task("f1", &mock.url), agent_task("a1", &mock.url)],
-    );
+    mock.configure(&ws);
+    task_file(&ws, "nightly.jsonl", &[fix_task("f1"), agent_task("a1")]);
     ws.kiln(&["batch", "run", "nightly.jsonl", "--jobs", "2"], &[KEY])
         .expect_code(0);
     let r = ws.kiln(

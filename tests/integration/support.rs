@@ -72,6 +72,11 @@ impl Workspace {
         cmd
     }
 
+    /// Write the user's own configuration file of the kiln processes (`KILN_CONFIG`).
+    pub fn user_config(&self, text: &str) {
+        std::fs::write(self.path().join("no-user-config.toml"), text).unwrap();
+    }
+
     /// Run `kiln` in the workspace with a clean environment plus `env`.
     pub fn kiln(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let mut cmd = self.command(args);

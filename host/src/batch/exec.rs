@@ -1,10 +1,16 @@
-//! Running one claimed task: its fresh checkout, then a child `kiln` (this executable) with
-//! the task's command line, `-C` the checkout, the batch's store and `--json`, whose last JSON
-//! line is the run's result. The child inherits the worker's environment (API keys come only
-//! from there) and dies with the worker (`PR_SET_PDEATHSIG`).
+//! Running one claimed task: the task checked again against what this worker allows (its
+//! installed plugins, its local repository roots, its budget), its fresh checkout, then a
+//! child `kiln -C <checkout> run-task` (this executable) that reads the task's [`TaskSpec`]
+//! on stdin, checks it once more and runs it with `--json`; its last JSON line is the run's
+//! result. The task is never a command line: the child's command line is the worker's own.
+//! The child inherits the worker's environment (API keys and model settings come only from
+//! there and the worker's configuration) and dies with the worker (`PR_SET_PDEATHSIG`).
+//!
+//! [`TaskSpec`]: crate::task_spec::TaskSpec
 
 use super::checkout;
 use super::queue::Claim;
+use crate::task_spec::TaskSpec;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,8 +26,13 @@ pub struct ExecSettings {
     /// The store each task records its run in (the batch's store), handed to the child as
     /// `KILN_STORE` so that a password stays off command lines.
     pub store: Option<String>,
-    /// Pass `--yes` (apply a checkout's kiln.toml without `kiln trust`).
+    /// Pass `--yes` (apply a checkout's kiln.toml without `kiln trust`): the worker's own flag,
+    /// never a task's.
     pub yes: bool,
+    /// The plugins installed here and the user's own budget caps.
+    pub allowed: crate::task_spec::Allowed,
+    /// Canonical directories under which a task's local `repo` may be.
+    pub local_repos: Vec<PathBuf>,
 }
 
 /// Token totals of a task's run.
@@ -93,40 +104,51 @@ pub fn attempt_dir(s: &ExecSettings, c: &Claim) -> PathBuf {
         .join(format!("attempt-{}", c.attempt))
 }
 
-/// The child's command line: global options, then the task's command, `--json` and the
-/// batch's per-task budget (unless the task sets its own), then the rest of the task's args.
-pub fn child_args(s: &ExecSettings, c: &Claim, workdir: &Path) -> Vec<String> {
+/// The child's command line: the worker's own options only (the task goes on stdin).
+pub fn child_args(s: &ExecSettings, workdir: &Path) -> Vec<String> {
     let mut a = vec!["-C".to_string(), workdir.to_string_lossy().into_owned()];
     if s.yes {
         a.push("--yes".into());
     }
-    let args = &c.task.args;
-    let has = |flag: &str| {
-        args.iter()
-            .any(|x| x == flag || x.starts_with(&format!("{flag}=")))
-    };
-    a.push(args[0].clone());
-    if !has("--json") {
-        a.push("--json".into());
-    }
-    if let Some(m) = c.budgets.task_max_cost
-        && !has("--max-cost")
-    {
-        a.extend(["--max-cost".into(), m.to_string()]);
-    }
-    if let Some(m) = c.budgets.task_max_tokens
-        && !has("--max-tokens")
-    {
-        a.extend(["--max-tokens".into(), m.to_string()]);
-    }
-    a.extend(args[1..].iter().cloned());
+    a.push("run-task".into());
     a
+}
+
+/// Check the claimed task once more, here, where it runs: the task itself, the batch id,
+/// its plugins among those installed here, and a local repository under an allowed root.
+/// Returns the repository to check out and the spec to run, its budget lowered to the
+/// batch's per-task budget and the user's own.
+pub fn checked(s: &ExecSettings, c: &Claim) -> Result<(String, TaskSpec), String> {
+    use super::task::{Repo, allowed_local, check_id, classify_repo};
+    check_id(&c.batch).map_err(|why| format!("batch: {why}"))?;
+    if let Some((field, why)) = c.task.problem() {
+        return Err(format!("{field}: {why}"));
+    }
+    c.task
+        .spec
+        .check_allowed(&s.allowed)
+        .map_err(|e| e.to_string())?;
+    let repo = match classify_repo(&c.task.repo).map_err(|why| format!("repo: {why}"))? {
+        Repo::Remote(url) => url.to_string(),
+        Repo::Local(p) => allowed_local(p, &s.local_repos)
+            .map_err(|why| format!("repo: {why}"))?
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let spec = c
+        .task
+        .spec
+        .clone()
+        .capped(c.budgets.task_max_cost, c.budgets.task_max_tokens)
+        .capped(s.allowed.max_cost, s.allowed.max_tokens);
+    Ok((repo, spec))
 }
 
 /// Run one attempt: checkout, child, result. `cancel` turning true kills the child (SIGINT,
 /// then SIGKILL after a grace period) and ends with [`Ended::Cancelled`].
 pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<bool>) -> Ended {
     let started = Instant::now();
+    let checked = checked(s, c);
     let dir = attempt_dir(s, c);
     let co = dir.join("checkout");
     let mut res = TaskResult {
@@ -145,7 +167,15 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
         worker: c.worker.clone(),
         checkout: co.to_string_lossy().into_owned(),
     };
-    if let Err(e) = prepare(c, &dir, &co).await {
+    let (repo, spec) = match checked {
+        Ok(v) => v,
+        Err(why) => {
+            res.error = Some(format!("refused, not run: {why}"));
+            res.checkout = String::new();
+            return Ended::Done(Box::new(res));
+        }
+    };
+    if let Err(e) = prepare(&repo, c.task.rev.as_deref(), &dir, &co).await {
         res.error = Some(format!("checkout: {e}"));
         res.duration_ms = started.elapsed().as_millis() as u64;
         return Ended::Done(Box::new(res));
@@ -166,7 +196,7 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
         ));
         return Ended::Done(Box::new(res));
     };
-    let out = match run_child(s, c, &workdir, &dir.join("kiln.log"), &mut cancel).await {
+    let out = match run_child(s, &spec, &workdir, &dir.join("kiln.log"), &mut cancel).await {
         Ok(Some(out)) => out,
         Ok(None) => return Ended::Cancelled,
         Err(e) => {
@@ -202,9 +232,11 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
     Ended::Done(Box::new(res))
 }
 
-/// A fresh `dir` (a previous try of the same attempt removed) holding the checkout `co`.
-async fn prepare(c: &Claim, dir: &Path, co: &Path) -> Result<(), String> {
-    let (task, dir, co) = (c.task.clone(), dir.to_path_buf(), co.to_path_buf());
+/// A fresh `dir` (a previous try of the same attempt removed) holding the checkout `co` of
+/// `repo` (already checked) at `rev`.
+async fn prepare(repo: &str, rev: Option<&str>, dir: &Path, co: &Path) -> Result<(), String> {
+    let (repo, rev) = (repo.to_string(), rev.map(str::to_string));
+    let (dir, co) = (dir.to_path_buf(), co.to_path_buf());
     tokio::task::spawn_blocking(move || {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|source| checkout::CheckoutError::Io {
@@ -212,7 +244,7 @@ async fn prepare(c: &Claim, dir: &Path, co: &Path) -> Result<(), String> {
             path: dir.clone(),
             source,
         })?;
-        checkout::prepare(&task.repo, task.rev.as_deref(), &co)
+        checkout::prepare(&repo, rev.as_deref(), &co)
     })
     .await
     .map_err(|e| e.to_string())?
@@ -228,16 +260,16 @@ struct ChildOut {
 /// Start the child and wait for it; `Ok(None)` when cancelled (the child killed).
 async fn run_child(
     s: &ExecSettings,
-    c: &Claim,
+    spec: &TaskSpec,
     workdir: &Path,
     log: &Path,
     cancel: &mut watch::Receiver<bool>,
 ) -> std::io::Result<Option<ChildOut>> {
     let log = std::fs::File::create(log)?;
     let mut cmd = tokio::process::Command::new(&s.kiln);
-    cmd.args(child_args(s, c, workdir))
+    cmd.args(child_args(s, workdir))
         .current_dir(workdir)
-        .stdin(std::process::Stdio::null())
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(log)
         .kill_on_drop(true);
@@ -252,6 +284,12 @@ async fn run_child(
         });
     }
     let mut child = cmd.spawn()?;
+    let spec_json = serde_json::to_vec(spec).expect("specs serialize");
+    let mut stdin = child.stdin.take().expect("piped");
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let _ = stdin.write_all(&spec_json).await;
+    });
     let mut stdout = child.stdout.take().expect("piped");
     let read = tokio::spawn(async move {
         use tokio::io::AsyncReadExt;

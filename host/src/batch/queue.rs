@@ -10,7 +10,7 @@
 //! attempt holds the task: a worker presumed dead cannot overwrite a newer attempt.
 
 use super::db::{Db, DbError, Dialect, Val};
-use super::task::Task;
+use super::task::{Task, check_id};
 
 /// The batch tables, in SQL both SQLite and PostgreSQL accept.
 const SCHEMA: &str = "
@@ -80,6 +80,14 @@ pub struct Claim {
 
 /// A task that used its attempts: batch, id, attempts made.
 pub type DeadTask = (String, String, i64);
+
+/// A task refused when claimed (its row is not a valid task): batch, id, why. It ends
+/// `error` with that reason as its result, and is never run.
+pub type RefusedTask = (String, String, String);
+
+/// What a claim found: the task claimed (if any), tasks that used their attempts, and rows
+/// refused as not valid tasks.
+pub type Claimed = (Option<Claim>, Vec<DeadTask>, Vec<RefusedTask>);
 
 /// What the store said to a result.
 #[derive(Debug, Clone, PartialEq)]
@@ -198,6 +206,20 @@ impl Queue {
         tasks: &[Task],
         budgets: &Budgets,
     ) -> Result<u64, DbError> {
+        check_id(batch).map_err(|why| DbError {
+            what: "batch".into(),
+            message: format!("batch id {why}"),
+            transient: false,
+        })?;
+        for task in tasks {
+            if let Some((field, why)) = task.problem() {
+                return Err(DbError {
+                    what: "task".into(),
+                    message: format!("task {}: {field}: {why}", task.id),
+                    transient: false,
+                });
+            }
+        }
         let t = now();
         self.transaction(|db| {
             db.execute(
@@ -241,13 +263,17 @@ impl Queue {
     /// Claim the next task (of `batch`, or of any batch), holding it for `lease_ms`. A task
     /// whose lease expired after `max_attempts` attempts is marked `dead` and reported in the
     /// second value. Batches whose budget is spent are skipped.
+    ///
+    /// The row is checked again as a task ([`Task::from_row`], the batch id as a path
+    /// component): a row edited in the database is not trusted. One that is not a valid task
+    /// ends `error`, reported in the third value, and the next is claimed.
     pub fn claim(
         &mut self,
         batch: Option<&str>,
         worker: &str,
         lease_ms: i64,
         max_attempts: i64,
-    ) -> Result<(Option<Claim>, Vec<DeadTask>), DbError> {
+    ) -> Result<Claimed, DbError> {
         let lock = match self.db.dialect() {
             Dialect::Sqlite => "",
             Dialect::Postgres => " FOR UPDATE OF t SKIP LOCKED",
@@ -277,12 +303,13 @@ impl Queue {
             max_attempts.into(),
             batch.into(),
         ];
-        let mut dead = Vec::new();
-        // A dead task is reported and the next one claimed, until a claim or nothing.
+        let (mut dead, mut refused) = (Vec::new(), Vec::new());
+        // A dead or refused task is reported and the next one claimed, until a claim or
+        // nothing.
         loop {
             let rows = self.transaction(|db| db.query(&sql, &params))?;
             let Some(row) = rows.into_iter().next() else {
-                return Ok((None, dead));
+                return Ok((None, dead, refused));
             };
             let b = row[0].text().unwrap_or_default().to_string();
             let id = row[1].text().unwrap_or_default().to_string();
@@ -291,14 +318,27 @@ impl Queue {
                 dead.push((b, id, attempts));
                 continue;
             }
-            let task: Task = match serde_json::from_str(row[2].text().unwrap_or("")) {
+            let checked = check_id(&b)
+                .map_err(|why| format!("batch: {why}"))
+                .and_then(|_| {
+                    Task::from_row(row[2].text().unwrap_or("")).map_err(|e| e.to_string())
+                })
+                .and_then(|t| {
+                    if t.id == id {
+                        Ok(t)
+                    } else {
+                        Err(format!("id: the row's task says `{}`", t.id))
+                    }
+                });
+            let task = match checked {
                 Ok(t) => t,
-                Err(e) => {
-                    return Err(DbError {
-                        what: "kiln_batch_tasks".into(),
-                        message: format!("task {id} of batch {b} is not a task: {e}"),
-                        transient: false,
-                    });
+                Err(why) => {
+                    let why = format!(
+                        "refused when claimed, not run: the queue row is not a valid task: {why}"
+                    );
+                    self.refuse(&b, &id, attempts, worker, &why)?;
+                    refused.push((b, id, why));
+                    continue;
                 }
             };
             let budgets = self.budgets(&b)?;
@@ -311,8 +351,37 @@ impl Queue {
                     budgets,
                 }),
                 dead,
+                refused,
             ));
         }
+    }
+
+    /// End a claimed row that is not a valid task: `error`, with `why` as its result.
+    fn refuse(
+        &mut self,
+        batch: &str,
+        id: &str,
+        attempt: i64,
+        worker: &str,
+        why: &str,
+    ) -> Result<(), DbError> {
+        let result = serde_json::json!({
+            "batch": batch, "id": id, "status": "error", "attempts": attempt,
+            "error": why, "worker": worker,
+        });
+        self.db.execute(
+            "UPDATE kiln_batch_tasks SET status = 'error', result = ?5, finished_at = ?6, lease_until = NULL
+             WHERE batch = ?1 AND id = ?2 AND attempts = ?3 AND worker = ?4 AND status = 'running'",
+            &[
+                batch.into(),
+                id.into(),
+                attempt.into(),
+                worker.into(),
+                result.to_string().into(),
+                now().into(),
+            ],
+        )?;
+        Ok(())
     }
 
     /// A batch's budgets.
@@ -532,6 +601,12 @@ mod tests {
         Queue::new(Box::new(SqliteDb::open(&dir.join("q.db")).unwrap())).unwrap()
     }
 
+    fn fix_spec() -> crate::task_spec::TaskSpec {
+        let mut s = crate::task_spec::TaskSpec::new(crate::task_spec::Kind::Fix);
+        s.targets = vec!["a.c".into()];
+        s
+    }
+
     fn tasks(n: usize) -> Vec<Task> {
         (0..n)
             .map(|i| Task {
@@ -539,7 +614,7 @@ mod tests {
                 repo: ".".into(),
                 rev: None,
                 dir: None,
-                args: vec!["fix".into()],
+                spec: fix_spec(),
             })
             .collect()
     }
@@ -550,11 +625,62 @@ mod tests {
         let mut q = queue(d.path());
         assert_eq!(q.submit("b", &tasks(3), &Budgets::default()).unwrap(), 3);
         assert_eq!(q.submit("b", &tasks(4), &Budgets::default()).unwrap(), 1);
-        let (c, _) = q.claim(Some("b"), "w1", 60_000, 3).unwrap();
+        let (c, _, _) = q.claim(Some("b"), "w1", 60_000, 3).unwrap();
         let c = c.unwrap();
         assert_eq!((c.task.id.as_str(), c.attempt), ("t0", 1));
         assert_eq!(q.counts("b").unwrap().running, 1);
         assert_eq!(q.counts("b").unwrap().queued, 3);
+    }
+
+    /// A row edited in the database to carry what only the worker chooses, or an id that
+    /// would leave the scratch directory, is refused when claimed and ends `error`; the next
+    /// task is claimed instead.
+    #[test]
+    fn an_edited_row_is_refused_at_claim() {
+        let d = tempfile::tempdir().unwrap();
+        let mut q = queue(d.path());
+        q.submit("b", &tasks(4), &Budgets::default()).unwrap();
+        for (id, spec) in [
+            (
+                "t0",
+                r#"{"id":"t0","repo":".","kind":"fix","targets":["a.c"],"yes":true}"#,
+            ),
+            (
+                "t1",
+                r#"{"id":"t1","repo":".","args":["fix","--yes","--file","a.c"]}"#,
+            ),
+            (
+                "t2",
+                r#"{"id":"../../x","repo":".","kind":"fix","targets":["a.c"]}"#,
+            ),
+        ] {
+            q.db.execute(
+                "UPDATE kiln_batch_tasks SET spec = ?2 WHERE id = ?1",
+                &[id.into(), spec.into()],
+            )
+            .unwrap();
+        }
+        let (c, _, refused) = q.claim(None, "w", 60_000, 3).unwrap();
+        assert_eq!(c.unwrap().task.id, "t3");
+        let fields: Vec<(&str, bool)> = refused
+            .iter()
+            .map(|(_, id, why)| (id.as_str(), why.contains("not a valid task")))
+            .collect();
+        assert_eq!(
+            fields,
+            [("t0", true), ("t1", true), ("t2", true)],
+            "{refused:?}"
+        );
+        assert!(refused[0].2.contains("yes"), "{}", refused[0].2);
+        assert!(refused[1].2.contains("args"), "{}", refused[1].2);
+        assert_eq!(q.counts("b").unwrap().error, 3);
+        let rows = q.results("b").unwrap();
+        assert!(
+            rows[0].result.as_ref().unwrap()["error"]
+                .as_str()
+                .unwrap()
+                .contains("yes")
+        );
     }
 
     #[test]
@@ -599,7 +725,7 @@ mod tests {
         let a = q.claim(None, "w", -1, 1).unwrap().0.unwrap();
         assert_eq!(a.task.id, "t0");
         // t0's lease expired after its one allowed attempt: dead; t1 is claimed instead.
-        let (c, dead) = q.claim(None, "w", 60_000, 1).unwrap();
+        let (c, dead, _) = q.claim(None, "w", 60_000, 1).unwrap();
         assert_eq!(dead, vec![("b".to_string(), "t0".to_string(), 1)]);
         let c = c.unwrap();
         assert_eq!(c.task.id, "t1");
@@ -613,7 +739,7 @@ mod tests {
         let third = q.claim(None, "w3", 60_000, 2).unwrap().0.unwrap();
         assert_eq!((third.task.id.as_str(), third.attempt), ("t1", 2));
         assert!(q.release(&third, true).unwrap());
-        let (none, dead) = q.claim(None, "w4", 60_000, 2).unwrap();
+        let (none, dead, _) = q.claim(None, "w4", 60_000, 2).unwrap();
         assert!(none.is_none());
         assert_eq!(dead, vec![("b".to_string(), "t1".to_string(), 2)]);
     }

@@ -39,7 +39,7 @@ pub struct WorkerOptions {
 #[derive(Debug)]
 pub enum Report {
     /// A task was claimed.
-    Claimed(Claim),
+    Claimed(Box<Claim>),
     /// A task ended and its result was recorded.
     Finished(Box<TaskResult>),
     /// A result was refused: another attempt holds the task now.
@@ -62,6 +62,15 @@ pub enum Report {
         id: String,
         /// Attempts made.
         attempts: i64,
+    },
+    /// A claimed queue row was not a valid task: it ended `error` without running.
+    Refused {
+        /// Batch.
+        batch: String,
+        /// Task.
+        id: String,
+        /// Why.
+        why: String,
     },
     /// A task was given back (Ctrl-C).
     Released(Box<Claim>),
@@ -205,7 +214,7 @@ pub async fn run(
         while slots.len() < sh.opts.jobs && !*cancel.borrow() {
             let (batch, worker) = (sh.opts.batch.clone(), sh.opts.worker_id.clone());
             let (lease, max) = (sh.opts.lease.as_millis() as i64, sh.opts.max_attempts);
-            let Some((claim, dead)) = sh
+            let Some((claim, dead, refused)) = sh
                 .retry("claiming a task", true, move |q| {
                     q.claim(batch.as_deref(), &worker, lease, max)
                 })
@@ -220,9 +229,12 @@ pub async fn run(
                     attempts,
                 });
             }
+            for (batch, id, why) in refused {
+                sh.say(Report::Refused { batch, id, why });
+            }
             match claim {
                 Some(c) => {
-                    sh.say(Report::Claimed(c.clone()));
+                    sh.say(Report::Claimed(Box::new(c.clone())));
                     slots.spawn(slot(sh.clone(), c));
                 }
                 None => {

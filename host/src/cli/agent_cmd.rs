@@ -68,6 +68,9 @@ pub(crate) struct AgentArgs {
     /// A file whose text replaces kiln's system prompt (--system is still appended).
     #[arg(long, value_name = "PATH")]
     pub(super) system_file: Option<PathBuf>,
+    /// Text that replaces kiln's system prompt, from a task spec (never a flag).
+    #[arg(skip)]
+    pub(super) system_text: Option<String>,
     /// Do not print the event lines on stderr (also AGENT_CONSOLE_LOGGING=false); the answer
     /// and the final summary line are still printed.
     #[arg(long)]
@@ -86,7 +89,7 @@ pub(crate) struct AgentArgs {
     pub(super) json: bool,
     /// Continue run ID (cancelled or crashed) from its stored conversation: the answers and
     /// tool results it already had are replayed, not asked for or run again; it keeps the
-    /// options it was started with.
+    /// task it was started with (model, log and output options may be given again).
     #[arg(long, value_name = "ID")]
     pub(super) resume: Option<i64>,
     #[command(flatten)]
@@ -143,7 +146,16 @@ fn next_task(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Optio
     }
 }
 
-pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: AgentArgs) -> anyhow::Result<Outcome> {
+pub(crate) async fn run(
+    ctx: &Ctx,
+    extra: &[PathBuf],
+    mut args: AgentArgs,
+) -> anyhow::Result<Outcome> {
+    if let Some(id) = args.resume {
+        let spec = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Agent, id)?;
+        super::task_cmd::apply_agent(&mut args, &spec);
+    }
+    crate::engine::resume::set_record(super::task_cmd::spec_of_agent(&args));
     let mut s = AgentSettings::resolve(ctx, args)?;
     s.log.line(&banner(&s));
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;

@@ -153,27 +153,49 @@ fn batch_id(given: Option<&str>, tasks: &Path) -> anyhow::Result<String> {
     Ok(id)
 }
 
-/// Parse the task file; a relative local `repo` is taken relative to the file's directory.
-fn read_tasks(path: &Path) -> anyhow::Result<Vec<task::Task>> {
+/// Parse the task file; a relative local `repo` is taken relative to the file's directory
+/// (and must stay below it). Returns the tasks and that directory.
+fn read_tasks(path: &Path) -> anyhow::Result<(Vec<task::Task>, PathBuf)> {
     let mut tasks = task::parse_file(path)?;
     let base = path
         .canonicalize()
         .with_context(|| format!("task file {}", path.display()))?;
-    let base = base.parent().unwrap_or(Path::new("/"));
+    let base = base.parent().unwrap_or(Path::new("/")).to_path_buf();
     for t in &mut tasks {
-        let local = base.join(&t.repo);
-        if !Path::new(&t.repo).is_absolute() && !t.repo.contains("://") && local.exists() {
-            t.repo = local.to_string_lossy().into_owned();
+        if let Ok(task::Repo::Local(p)) = task::classify_repo(&t.repo)
+            && !p.is_absolute()
+        {
+            t.repo = base.join(p).to_string_lossy().into_owned();
         }
     }
-    Ok(tasks)
+    Ok((tasks, base))
+}
+
+/// For a local run: every task's plugins installed here and its local repository allowed
+/// (under the task file's directory or `[batch] local_repos`), said before any task runs.
+fn check_here(
+    path: &Path,
+    tasks: &[task::Task],
+    exec: &crate::batch::exec::ExecSettings,
+) -> anyhow::Result<()> {
+    for t in tasks {
+        let fail = |why: String| anyhow::anyhow!("{}: task {}: {why}", path.display(), t.id);
+        t.spec
+            .check_allowed(&exec.allowed)
+            .map_err(|e| fail(e.to_string()))?;
+        if let Ok(task::Repo::Local(p)) = task::classify_repo(&t.repo) {
+            task::allowed_local(p, &exec.local_repos)
+                .map_err(|why| fail(format!("repo: {why}")))?;
+        }
+    }
+    Ok(())
 }
 
 async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> {
     if a.jobs == 0 {
         anyhow::bail!("--jobs must be 1 or more");
     }
-    let tasks = read_tasks(&a.tasks)?;
+    let (tasks, base) = read_tasks(&a.tasks)?;
     let batch = batch_id(a.batch.as_deref(), &a.tasks)?;
     let dir = worker_cmd::batch_dir(ctx, a.dir.as_deref(), true)?;
     std::fs::create_dir_all(&dir)
@@ -181,6 +203,9 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
     let dir = dir.canonicalize()?;
     let _lock = worker_cmd::lock_dir(&dir)?;
     let (queue, store) = worker_cmd::open_local(&dir)?;
+    // Naming the task file consents to copying directories beside it, nothing else.
+    let exec = worker_cmd::exec_settings(ctx, &dir.join("work"), store, yes, &[base])?;
+    check_here(&a.tasks, &tasks, &exec)?;
     let budgets = a.budget.budgets()?;
     let (added, finished) = {
         let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -199,7 +224,6 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
             dir.join("kiln.db").display()
         );
     }
-    let exec = worker_cmd::exec_settings(&dir.join("work"), store, yes)?;
     let opts = WorkerOptions {
         batch: Some(batch.clone()),
         jobs: a.jobs,
@@ -231,7 +255,7 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
 }
 
 async fn submit(ctx: &Ctx, a: SubmitArgs) -> anyhow::Result<Outcome> {
-    let tasks = read_tasks(&a.tasks)?;
+    let (tasks, _) = read_tasks(&a.tasks)?;
     let batch = batch_id(a.batch.as_deref(), &a.tasks)?;
     let (queue, _) = a.queue.open(ctx)?;
     let budgets = a.budget.budgets()?;
@@ -425,6 +449,12 @@ pub(crate) fn report_text(r: &Report) -> Option<String> {
         } => format!(
             "{batch}/{id} is dead: its worker went away in each of its {} (--max-attempts)",
             crate::terminal::count(*attempts as usize, "attempt", "attempts")
+        ),
+        Report::Refused { batch, id, why } => format!(
+            "error: {}/{}: {}",
+            crate::terminal::printable(batch),
+            crate::terminal::printable(id),
+            crate::terminal::printable(why)
         ),
         Report::Released(c) => format!(
             "{}/{} given back (interrupted); it will be claimed again",

@@ -34,6 +34,9 @@ pub(crate) struct FixArgs {
     /// The task prompt, from a file (default: `[fix] prompt` in kiln.toml).
     #[arg(long)]
     pub(super) prompt_file: Option<PathBuf>,
+    /// The task prompt as text, from a task spec (never a flag).
+    #[arg(skip)]
+    pub(super) prompt_text: Option<String>,
     /// Replay recorded LLM responses from a JSONL file instead of calling a model.
     #[arg(long, conflicts_with = "replay_loop")]
     pub(super) replay: Option<PathBuf>,

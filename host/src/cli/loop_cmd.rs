@@ -17,7 +17,7 @@ pub(crate) struct LoopArgs {
     /// The task file (inside the workspace). Optional TOML front matter (`+++` fences) with
     /// `[tools] bash = ["python3", ...]` lets the execution phase run those programs.
     #[arg(long)]
-    pub(super) task: PathBuf,
+    pub(super) task: Option<PathBuf>,
     /// Rounds (each an execution phase, then a review unless the work is complete).
     #[arg(long, default_value_t = 5)]
     pub(super) loops: u32,
@@ -54,7 +54,19 @@ pub(crate) struct LoopArgs {
     pub(super) budget: super::common::BudgetArgs,
 }
 
-pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: LoopArgs) -> anyhow::Result<Outcome> {
+pub(crate) async fn run(
+    ctx: &Ctx,
+    extra: &[PathBuf],
+    mut args: LoopArgs,
+) -> anyhow::Result<Outcome> {
+    if let Some(id) = args.resume {
+        let spec = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Loop, id)?;
+        super::task_cmd::apply_loop(&mut args, &spec, &ctx.workspace);
+    }
+    if let Some(task) = &args.task {
+        let rel = super::settings::task_path(&ctx.workspace, task)?;
+        crate::engine::resume::set_record(super::task_cmd::spec_of_loop(&args, &rel));
+    }
     let mut s = LoopSettings::resolve(ctx, args)?;
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
     let mut store = ctx.open_store()?;

@@ -20,6 +20,7 @@ mod report_cmd;
 mod resume_cmd;
 mod scaffold;
 mod settings;
+mod task_cmd;
 mod tool_cmd;
 mod trust_cmd;
 mod undo_cmd;
@@ -74,34 +75,6 @@ struct Global {
     store: Option<String>,
 }
 
-/// What a kiln command line (`argv` without the program name) chooses that only the person
-/// running kiln may choose: its subcommand, and which of `-C/--workspace`, `--plugin`,
-/// `--yes` and `--store` it gives, however spelled (`-qC DIR`, `--workspace=DIR`, after the
-/// subcommand). For command lines kiln did not get from the person: a batch task's `args`, a
-/// resumed run's stored command line. `Err`: not a command line kiln accepts.
-pub(crate) fn chosen_globals(
-    argv: &[String],
-) -> Result<(Option<String>, Vec<&'static str>), clap::Error> {
-    use clap::CommandFactory;
-    use clap::parser::ValueSource;
-    let m = Cli::command()
-        .try_get_matches_from(std::iter::once("kiln".to_string()).chain(argv.iter().cloned()))?;
-    let given =
-        |m: &clap::ArgMatches, id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
-    let mut found = Vec::new();
-    for (id, name) in [
-        ("workspace", "-C/--workspace"),
-        ("plugins", "--plugin"),
-        ("yes", "--yes"),
-        ("store", "--store"),
-    ] {
-        if given(&m, id) || m.subcommand().is_some_and(|(_, sm)| given(sm, id)) {
-            found.push(name);
-        }
-    }
-    Ok((m.subcommand_name().map(String::from), found))
-}
-
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The coding agent: think, act with sandboxed tools, observe, until done or a cap.
@@ -135,12 +108,15 @@ enum Command {
     Report(report_cmd::ReportArgs),
     /// Put back every file a fix, agent or loop run changed (the latest run by default).
     Undo(undo_cmd::UndoArgs),
-    /// Many tasks (fix, agent or loop command lines, each in a fresh checkout): run a task
-    /// file here, or enqueue it for workers, and read its status and results.
+    /// Many tasks (fix, agent or loop runs, each in a fresh checkout): run a task file here,
+    /// or enqueue it for workers, and read its status and results.
     #[command(subcommand)]
     Batch(batch_cmd::BatchCommand),
     /// Claim tasks from a batch queue and run them, with a lease renewed by heartbeat.
     Worker(Box<worker_cmd::WorkerArgs>),
+    /// Run one task (a JSON task spec on stdin) in the workspace: how a worker runs each task.
+    #[command(hide = true)]
+    RunTask,
 }
 
 /// Outcome of a command, mapped to the exit status.
@@ -251,13 +227,11 @@ pub fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let argv = match resume_cmd::rewrite(std::env::args_os().collect()) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
-            return ExitCode::from(2);
-        }
-    };
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(e) = resume_cmd::check_line(&argv) {
+        eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
+        return ExitCode::from(2);
+    }
     let cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
         Err(e) => {
@@ -302,7 +276,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     }
     if matches!(
         cli.command,
-        Command::Agent(_) | Command::Fix(_) | Command::Loop(_)
+        Command::Agent(_) | Command::Fix(_) | Command::Loop(_) | Command::RunTask
     ) {
         crate::undo::enable();
     }
@@ -325,6 +299,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Report(args) => report_cmd::run(&ctx, args).await,
         Command::Batch(cmd) => batch_cmd::run(&ctx, cli.global.yes, cmd).await,
         Command::Worker(args) => worker_cmd::run(&ctx, cli.global.yes, *args).await,
+        Command::RunTask => task_cmd::run(&ctx, &cli.global.plugins).await,
     }
 }
 
@@ -337,6 +312,7 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Loop(_)
         | Command::Check(_)
         | Command::Mcp(_)
+        | Command::RunTask
         | Command::Undo(_) => true,
         Command::Edit(cmd) => matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
         Command::Tool(cmd) => matches!(cmd, tool_cmd::ToolCommand::Call { .. }),

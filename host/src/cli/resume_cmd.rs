@@ -1,177 +1,111 @@
-//! `kiln agent --resume ID` and `kiln loop --resume ID`: before the command line is parsed,
-//! a resume is turned into the command line run ID was started with (its `run.invocation`
-//! event), once kiln has checked that the run can be resumed (an agent or loop run that did
-//! not succeed, whose workspace holds exactly what the run left: [`crate::undo::unaccounted`])
-//! and told the engine to serve the run's stored answers and tool results first
-//! ([`crate::engine::resume`]). Every other command line is recorded as it is, so the runs it
-//! starts can be resumed later.
+//! `kiln agent --resume ID` and `kiln loop --resume ID`: the run's recorded task (its
+//! `run.task` event, a [`TaskSpec`]) is read back from the store, checked as any task from
+//! data is (the store is written by the programs a run starts, so it is not trusted), and its
+//! fields are put on the command's options one by one; never a command line parsed again.
+//! Model settings (provider, endpoint, model), logs, output and the workspace's trust come
+//! from the person resuming, as for any run. Before that kiln checks that the run can be
+//! resumed (an agent or loop run that did not succeed, whose workspace holds exactly what the
+//! run left: [`crate::undo::unaccounted`]) and tells the engine to serve the run's stored
+//! answers and tool results first ([`crate::engine::resume`]).
 
+use super::Ctx;
+use crate::task_spec::{Allowed, Kind, TaskSpec};
 use anyhow::{Context, bail};
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 /// Global options that take a value (skipped when looking for the subcommand).
 const VALUED_GLOBALS: &[&str] = &["-C", "--workspace", "--plugin", "--store"];
 
-/// Options that may be given with `--resume` (they change only what is shown).
-const OUTPUT_FLAGS: &[&str] = &["--json", "-q", "--quiet", "-v", "--verbose"];
+/// Options that may be given with `--resume`: what is shown, where logs go, and which model
+/// answers (the person resuming chooses these, as for any run).
+const RESUME_FLAGS: &[&str] = &[
+    "--json",
+    "-q",
+    "--quiet",
+    "-v",
+    "--verbose",
+    "--no-console-log",
+    "--file-log",
+];
 
-/// The command line to parse: `argv` itself, or for a resume the one the run was started
-/// with (its workspace given as this one's).
-pub(crate) fn rewrite(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
+/// Options with a value that may be given with `--resume`.
+const RESUME_VALUED: &[&str] = &[
+    "--provider",
+    "--base-url",
+    "--model",
+    "--max-reply-bytes",
+    "--log-file",
+    "--log-path",
+];
+
+/// Refuse a `--resume` command line that also sets what the resumed run takes from its
+/// record (`--max-steps`, a task, ...). Other command lines pass as they are.
+pub(crate) fn check_line(argv: &[OsString]) -> anyhow::Result<()> {
     let text: Vec<String> = argv
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let Some((command, id)) = resume_of(&text)? else {
-        // The store URL carries credentials: it is never recorded (a resume names it again).
-        crate::engine::resume::set_invocation(without_valued(&text, "--store"));
-        return Ok(argv);
-    };
-    let workspace = match workspace_of(&text) {
-        Some(w) => w,
-        None => std::env::current_dir().context("cannot determine the current directory")?,
-    };
-    let workspace = workspace
-        .canonicalize()
-        .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
-    let store = value_of(&text, "--store")
-        .or_else(|| std::env::var("KILN_STORE").ok().filter(|v| !v.is_empty()));
-    let stored = check(&workspace, store.as_deref(), &command, id)?;
-    let mut out: Vec<String> = vec![text[0].clone(), "--workspace".into()];
-    out.push(workspace.to_string_lossy().into_owned());
-    if let Some(url) = value_of(&text, "--store") {
-        out.extend(["--store".to_string(), url]);
-    }
-    let rest = without_valued(&without_workspace(&stored[1..]), "--store");
-    recorded_line_is_safe(&rest, &command, id)?;
-    out.extend(rest);
-    // Output options given now (`--json`, `-q`, `-v`) apply to the resumed part too.
-    for a in &text[1..] {
-        if OUTPUT_FLAGS.contains(&a.as_str()) && !out.contains(a) {
-            out.push(a.clone());
-        }
-    }
-    crate::engine::resume::set_invocation(without_valued(&out, "--store"));
-    Ok(out.into_iter().map(OsString::from).collect())
-}
-
-/// `(agent|loop, ID)` when the command line asks to resume.
-fn resume_of(argv: &[String]) -> anyhow::Result<Option<(String, i64)>> {
     let mut i = 1;
-    while i < argv.len() && argv[i].starts_with('-') {
-        i += if VALUED_GLOBALS.contains(&argv[i].as_str()) {
+    while i < text.len() && text[i].starts_with('-') {
+        i += if VALUED_GLOBALS.contains(&text[i].as_str()) {
             2
         } else {
             1
         };
     }
-    let Some(command) = argv.get(i).filter(|c| *c == "agent" || *c == "loop") else {
-        return Ok(None);
+    if !text.get(i).is_some_and(|c| c == "agent" || c == "loop") {
+        return Ok(());
+    }
+    let rest = &text[i + 1..];
+    let Some(at) = rest
+        .iter()
+        .position(|a| a == "--resume" || a.starts_with("--resume="))
+    else {
+        return Ok(());
     };
-    let rest = &argv[i + 1..];
-    let mut id = None;
-    for (j, a) in rest.iter().enumerate() {
-        let value = if a == "--resume" {
-            rest.get(j + 1).cloned()
-        } else if let Some(v) = a.strip_prefix("--resume=") {
-            Some(v.to_string())
-        } else {
+    let value = if rest[at] == "--resume" {
+        rest.get(at + 1).cloned().unwrap_or_default()
+    } else {
+        rest[at]["--resume=".len()..].to_string()
+    };
+    value
+        .parse::<i64>()
+        .with_context(|| format!("--resume takes a run id (see `kiln history`), not `{value}`"))?;
+    let mut others = Vec::new();
+    let mut j = 0;
+    while j < rest.len() {
+        let a = &rest[j];
+        if j == at {
+            j += if a == "--resume" { 2 } else { 1 };
             continue;
-        };
-        let v = value.unwrap_or_default();
-        id =
-            Some(v.parse::<i64>().with_context(|| {
-                format!("--resume takes a run id (see `kiln history`), not `{v}`")
-            })?);
-        let others: Vec<&String> = rest
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| *k != j && !(a == "--resume" && *k == j + 1))
-            .map(|(_, x)| x)
-            .filter(|x| !OUTPUT_FLAGS.contains(&x.as_str()))
-            .collect();
-        if !others.is_empty() {
-            bail!(
-                "--resume continues run {v} with the options it was started with; leave out {}",
-                others
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
+        }
+        if RESUME_FLAGS.contains(&a.as_str())
+            || RESUME_VALUED
+                .iter()
+                .any(|f| a.strip_prefix(f).is_some_and(|r| r.starts_with('=')))
+        {
+            j += 1;
+        } else if RESUME_VALUED.contains(&a.as_str()) {
+            j += 2;
+        } else {
+            others.push(a.as_str());
+            j += 1;
         }
     }
-    Ok(id.map(|id| (command.clone(), id)))
-}
-
-/// The workspace a command line names (`-C DIR`, `--workspace DIR`, `--workspace=DIR`; the
-/// last one given).
-fn workspace_of(argv: &[String]) -> Option<PathBuf> {
-    value_of_any(argv, &["-C", "--workspace"]).map(PathBuf::from)
-}
-
-/// The value of option `name` (`name VALUE` or `name=VALUE`), the last one given.
-fn value_of(argv: &[String], name: &str) -> Option<String> {
-    value_of_any(argv, &[name])
-}
-
-/// The value of the last of `names` given (`NAME VALUE` or `NAME=VALUE`).
-fn value_of_any(argv: &[String], names: &[&str]) -> Option<String> {
-    let mut found = None;
-    for (i, a) in argv.iter().enumerate() {
-        for name in names {
-            if a == name {
-                found = argv.get(i + 1).cloned();
-            } else if let Some(v) = a.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
-                found = Some(v.to_string());
-            }
-        }
+    if !others.is_empty() {
+        bail!(
+            "--resume continues run {value} with the task it was started with; leave out {} (model, log and output options may be given)",
+            others.join(" ")
+        );
     }
-    found
+    Ok(())
 }
 
-/// `argv` without option `name` and its value.
-fn without_valued(argv: &[String], name: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut skip = false;
-    for a in argv {
-        if skip {
-            skip = false;
-        } else if a == name {
-            skip = true;
-        } else if !a.strip_prefix(name).is_some_and(|r| r.starts_with('=')) {
-            out.push(a.clone());
-        }
-    }
-    out
-}
-
-fn without_workspace(argv: &[String]) -> Vec<String> {
-    without_valued(&without_valued(argv, "-C"), "--workspace")
-}
-
-/// Check that run `id` can be resumed by `command`, start serving its answers, and return
-/// the command line it was started with.
-fn check(
-    workspace: &std::path::Path,
-    store_url: Option<&str>,
-    command: &str,
-    id: i64,
-) -> anyhow::Result<Vec<String>> {
-    // An edit the run left half-done when it was killed is finished first (as every
-    // command touching the workspace does), so the comparison below sees whole files.
-    match crate::edit::journal::recover_workspace(workspace) {
-        Ok(report) => report
-            .messages()
-            .iter()
-            .for_each(|m| eprintln!("warning: {m}")),
-        Err(e) => eprintln!("warning: cannot check for an interrupted edit: {e}"),
-    }
-    let url = store_url
-        .map(str::parse::<crate::store::StoreUrl>)
-        .transpose()?;
-    let mut store = crate::store::Store::open_url(url.as_ref(), workspace)?;
+/// Check that run `id` can be resumed as a `kind` run, start serving its answers, and return
+/// the task it was started with, checked.
+pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<TaskSpec> {
+    let command = kind.name();
+    let mut store = ctx.open_store()?;
     let row = store.loop_detail(id)?.row;
     if row.kind != command {
         bail!(
@@ -183,21 +117,33 @@ fn check(
     if row.status == "success" {
         bail!("run {id} finished successfully: there is nothing to resume");
     }
-    let Some(argv) = crate::engine::resume::invocation(&store, id)? else {
-        bail!(
-            "run {id} has no recorded command line (it was started by an older kiln), so it cannot be resumed"
-        );
+    let Some(value) = crate::engine::resume::recorded(&store, id)? else {
+        if crate::engine::resume::has_old_invocation(&store, id)? {
+            bail!(
+                "run {id} was recorded by an older kiln as a command line, which a resume no longer reads: start it again"
+            );
+        }
+        bail!("run {id} has no recorded task, so it cannot be resumed");
     };
-    let has_task = argv
-        .iter()
-        .any(|a| a == "-p" || a == "--prompt" || a == "--task")
-        || command == "loop";
-    if !has_task {
+    // The store is written by the programs the run started: its record is data, checked as
+    // any task is, and holds no option but the task's own.
+    let refuse = |why: String| {
+        anyhow::anyhow!(
+            "run {id} cannot be resumed: its recorded task {why}; a resume takes only a valid task from the store: start a new run instead"
+        )
+    };
+    let spec = TaskSpec::from_json(value).map_err(|e| refuse(format!("is not valid ({e})")))?;
+    spec.check_allowed(&Allowed::from_config(&ctx.config))
+        .map_err(|e| refuse(format!("is not valid here ({e})")))?;
+    if spec.kind != kind {
+        return Err(refuse(format!("is a {} task", spec.kind.name())));
+    }
+    if kind == Kind::Agent && spec.prompt.is_none() {
         bail!(
             "run {id} took its tasks from standard input (interactive mode): it cannot be resumed"
         );
     }
-    let changed = crate::undo::unaccounted(workspace, id).map_err(|e| {
+    let changed = crate::undo::unaccounted(&ctx.workspace, id).map_err(|e| {
         anyhow::anyhow!("cannot tell whether the workspace changed since run {id}: {e}")
     })?;
     if !changed.is_empty() {
@@ -207,7 +153,7 @@ fn check(
         );
     }
     let mut runs = vec![id];
-    if command == "loop" {
+    if kind == Kind::Loop {
         runs.extend(phase_runs(&store, id, &row)?);
         runs.sort_unstable();
     }
@@ -220,7 +166,7 @@ fn check(
         crate::terminal::count(served.answers, "answer", "answers"),
         crate::terminal::count(served.results, "tool result", "tool results")
     );
-    Ok(argv)
+    Ok(spec)
 }
 
 /// The runs of a loop's phases: runs of their own, begun while it ran (one loop at a time per
@@ -243,27 +189,4 @@ fn phase_runs(
         .filter(|r| r.started_at <= end && r.id > id)
         .map(|r| r.id)
         .collect())
-}
-
-/// The recorded command line lives in the store, which programs the run started could write:
-/// it is taken only when it is a `kiln COMMAND` line, parsed as kiln parses it, that chooses
-/// none of what only the person running kiln may choose (`-C`, `--plugin`, `--yes`, `--store`).
-fn recorded_line_is_safe(rest: &[String], command: &str, id: i64) -> anyhow::Result<()> {
-    let why = match crate::cli::chosen_globals(rest) {
-        Ok((Some(sub), chosen)) if sub == command && chosen.is_empty() => return Ok(()),
-        Ok((Some(sub), _)) if sub != command => format!("is a `kiln {sub}` command"),
-        Ok((None, _)) => "names no command".to_string(),
-        Ok((_, chosen)) => format!("sets {}", chosen.join(", ")),
-        Err(e) => format!(
-            "does not parse ({})",
-            e.to_string()
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ")
-        ),
-    };
-    bail!(
-        "run {id} cannot be resumed: its recorded command line {why}, which a resume never takes from the store; start a new run instead"
-    )
 }

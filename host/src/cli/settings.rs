@@ -81,6 +81,7 @@ impl FixSettings {
         let mut config = ctx.config.clone();
         let runner_settings = args.runner.consent(&mut config)?;
         let prompt = match &args.prompt_file {
+            _ if args.prompt_text.is_some() => args.prompt_text.clone(),
             Some(p) => Some(
                 std::fs::read_to_string(p)
                     .with_context(|| format!("cannot read --prompt-file {}", p.display()))?,
@@ -147,6 +148,7 @@ impl AgentSettings {
             crate::config::grant_test_command(&mut config, cmd)?;
         }
         let system_prompt = match &args.system_file {
+            _ if args.system_text.is_some() => args.system_text.clone(),
             Some(p) => Some(
                 std::fs::read_to_string(p)
                     .with_context(|| format!("cannot read --system-file {}", p.display()))?,
@@ -285,7 +287,11 @@ pub(crate) struct LoopSettings {
 
 impl LoopSettings {
     pub fn resolve(ctx: &Ctx, args: LoopArgs) -> anyhow::Result<LoopSettings> {
-        let task_file = task_path(&ctx.workspace, &args.task)?;
+        let given = args
+            .task
+            .as_deref()
+            .context("name the task file with --task FILE")?;
+        let task_file = task_path(&ctx.workspace, given)?;
         let ws = crate::edit::Workspace::open(&ctx.workspace)?;
         let task = load_task(&ws, &task_file)?;
         for w in &task.warnings {
@@ -337,7 +343,7 @@ impl LoopSettings {
 
 /// The task file as a workspace-relative path; a file outside the workspace (through `..`,
 /// an absolute path or a symbolic link) is refused.
-fn task_path(workspace: &Path, given: &Path) -> anyhow::Result<String> {
+pub(super) fn task_path(workspace: &Path, given: &Path) -> anyhow::Result<String> {
     let abs = if given.is_absolute() {
         given.to_path_buf()
     } else {

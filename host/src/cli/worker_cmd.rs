@@ -171,7 +171,7 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
         Some(s) => s.clone(),
         None => a.queue.scratch(ctx)?,
     };
-    let exec = exec_settings(&scratch, store, yes)?;
+    let exec = exec_settings(ctx, &scratch, store, yes, &[])?;
     let opts = WorkerOptions {
         batch: a.batch.clone(),
         jobs: a.jobs,
@@ -236,19 +236,42 @@ pub(crate) fn lock_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
     Ok(f)
 }
 
-/// How tasks run here: this executable, checkouts under `scratch`.
+/// How tasks run here: this executable, checkouts under `scratch`, the plugins and budget
+/// of the user's configuration, local repositories under `[batch] local_repos` and `roots`.
 pub(crate) fn exec_settings(
+    ctx: &Ctx,
     scratch: &Path,
     store: String,
     yes: bool,
+    roots: &[PathBuf],
 ) -> anyhow::Result<ExecSettings> {
     std::fs::create_dir_all(scratch)
         .with_context(|| format!("cannot create scratch directory {}", scratch.display()))?;
+    let mut local_repos = Vec::new();
+    for r in &ctx.config.batch.local_repos {
+        let path = match r.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .context("[batch] local_repos: HOME is not set")?
+                .join(rest),
+            None => PathBuf::from(r),
+        };
+        if !path.is_absolute() {
+            anyhow::bail!("[batch] local_repos: `{r}` must be an absolute path or start with `~/`");
+        }
+        match path.canonicalize() {
+            Ok(p) => local_repos.push(p),
+            Err(e) => eprintln!("warning: [batch] local_repos: {}: {e}", path.display()),
+        }
+    }
+    local_repos.extend(roots.iter().filter_map(|r| r.canonicalize().ok()));
     Ok(ExecSettings {
         kiln: std::env::current_exe().context("cannot find the kiln executable")?,
         scratch: scratch.canonicalize()?,
         store: Some(store),
         yes,
+        allowed: crate::task_spec::Allowed::from_config(&ctx.config),
+        local_repos,
     })
 }
 
@@ -277,6 +300,7 @@ pub(crate) async fn drive(
                 | Report::LeaseLost(_)
                 | Report::StoreDown { .. }
                 | Report::Requeued(..)
+                | Report::Refused { .. }
         );
         if quiet && !quiet_ok {
             continue;

@@ -1,7 +1,7 @@
 //! Resuming a cancelled or crashed agent or loop run (`kiln agent --resume ID`, `kiln loop
 //! --resume ID`). The resumed run drives the same policy again from its start, with the same
-//! options (the command line the first part was started with, recorded as its
-//! `run.invocation` event), but every answer the model already gave is served from the store
+//! task (the [`TaskSpec`] the first part was started with, recorded as its `run.task` event;
+//! never a command line, never an endpoint or a credential), but every answer the model already gave is served from the store
 //! instead of asked again ([`next_answer`], through [`super::model::ModelSource`]), and every
 //! tool call that already ran returns its stored result instead of running again
 //! (`tools::replayed::act`).
@@ -15,6 +15,7 @@
 
 use crate::llm::{ChatResponse, ToolCall};
 use crate::store::{Store, StoreError};
+use crate::task_spec::TaskSpec;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -35,7 +36,7 @@ struct Replaying {
 }
 
 static REPLAYING: Mutex<Option<Replaying>> = Mutex::new(None);
-static INVOCATION: Mutex<Option<Vec<String>>> = Mutex::new(None);
+static RECORD: Mutex<Option<TaskSpec>> = Mutex::new(None);
 
 /// What a resume serves from the store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,28 +47,34 @@ pub struct Served {
     pub results: usize,
 }
 
-/// The command line (without secrets: kiln takes keys from the environment) that starts
-/// this process's runs, recorded with each run so it can be resumed.
-pub fn set_invocation(argv: Vec<String>) {
-    *INVOCATION.lock().unwrap_or_else(|e| e.into_inner()) = Some(argv);
+/// The task (typed, without endpoints or secrets) this process's runs do, recorded with each
+/// run so it can be resumed.
+pub fn set_record(spec: TaskSpec) {
+    *RECORD.lock().unwrap_or_else(|e| e.into_inner()) = Some(spec);
 }
 
-/// Record the invocation on run `id` (the run's event 0), when one was set.
+/// Record the task on run `id` (the run's event 0), when one was set.
 pub fn on_begin(store: &mut Store, id: i64) {
-    let argv = INVOCATION.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if let Some(argv) = argv {
-        let v = serde_json::json!({ "type": "run.invocation", "argv": argv });
-        let _ = store.record_event(id, 0, "run.invocation", &v);
+    let spec = RECORD.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(spec) = spec {
+        let v = serde_json::json!({ "type": "run.task", "task": spec });
+        let _ = store.record_event(id, 0, "run.task", &v);
     }
 }
 
-/// The command line run `id` was started with.
-pub fn invocation(store: &Store, id: i64) -> Result<Option<Vec<String>>, StoreError> {
+/// What run `id` recorded as its task, as stored (to be checked by the caller: the store is
+/// data a run's programs could have written).
+pub fn recorded(store: &Store, id: i64) -> Result<Option<serde_json::Value>, StoreError> {
     Ok(store
-        .events(id, Some("run.invocation"))?
+        .events(id, Some("run.task"))?
         .into_iter()
         .next()
-        .and_then(|(_, _, v)| serde_json::from_value(v["argv"].clone()).ok()))
+        .map(|(_, _, v)| v["task"].clone()))
+}
+
+/// Whether run `id` recorded a command line (kiln before typed records), which is never read.
+pub fn has_old_invocation(store: &Store, id: i64) -> Result<bool, StoreError> {
+    Ok(!store.events(id, Some("run.invocation"))?.is_empty())
 }
 
 /// Serve the answers and tool results of `runs` (in the order they were recorded) before
