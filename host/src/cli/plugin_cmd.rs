@@ -213,14 +213,43 @@ fn confinement(p: &Plugin, workspace: &Path) -> Value {
             "read": read,
             "write": write,
             "net": e.net,
-            "kiln": "its memory and /proc/<kiln>/environ are out of reach (Landlock ptrace scoping; capabilities that would step around it, such as CAP_SYS_ADMIN, CAP_PERFMON and CAP_SYS_PTRACE, are dropped)",
+            "kiln": "its memory and /proc/<kiln>/environ are out of reach (not in the program's view; Landlock ptrace scoping; every capability dropped)",
             "descendants": descendants,
+            "view": view(e, workspace),
         })
     };
     json!({
         "plugin": "WebAssembly sandbox: only the preopens, imports and limits shown here",
         "programs": programs,
     })
+}
+
+/// What a program of this plugin sees (`sh` from `PATH` standing for the program), path by
+/// path; empty where the kernel builds no view.
+fn view(e: &crate::plugin::Effective, workspace: &Path) -> Value {
+    let env: Vec<(String, String)> = ["PATH", "HOME"]
+        .iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect();
+    let Ok(program) = crate::plugin::resolve_program("sh", workspace) else {
+        return Value::Null;
+    };
+    let reach = crate::plugin::Reach {
+        read: &e.read,
+        write: &e.write,
+        writes: e.writes,
+        net: e.net,
+        require: false,
+        protect: &e.protect,
+    };
+    match crate::plugin::confinement(workspace, None, &program, &env, reach) {
+        Ok(c) => c
+            .describe_view()
+            .into_iter()
+            .map(|(path, what)| json!({ "path": path, "what": what }))
+            .collect(),
+        Err(_) => Value::Null,
+    }
 }
 
 /// Everything `inspect` shows, as JSON (the human form is rendered from it).
@@ -456,8 +485,13 @@ fn print_confinement(c: &Value) {
         println!("      after   {}", s(&p["descendants"]));
         return;
     }
+    let by = if ll["boundaries"]["view"]["state"] == "enforced" {
+        "a view built for each call (namespaces), Landlock as a second layer"
+    } else {
+        "Landlock (no view: the kernel refuses namespaces)"
+    };
     println!(
-        "      confined by Landlock (kernel ABI {}, {})",
+        "      confined by {by} (Landlock ABI {}, {})",
         ll["abi"],
         s(&ll["state"])
     );
@@ -486,6 +520,15 @@ fn print_confinement(c: &Value) {
     }
     if ll["scoped_signals_and_sockets"] == true {
         println!("      scope   signals and abstract UNIX sockets stay inside the sandbox");
+    }
+    if let Some(view) = p["view"].as_array() {
+        println!(
+            "      view    what a program sees ({} paths; nothing else exists):",
+            view.len()
+        );
+        for v in view {
+            println!("        {:<48} {}", s(&v["path"]), s(&v["what"]));
+        }
     }
     println!("      after   {}", s(&p["descendants"]));
 }

@@ -32,7 +32,9 @@ pub use capability::Effective;
 pub use contract::{CONTRACT_VERSION, contract_compatible};
 pub use diagnostic::{diagnostic_json, diagnostic_line, severity_name};
 pub use error::{PluginError, call_error_parts, describe_call_error};
-pub use exec::{Finished, HostProgramError, run_confined, run_host_program};
+pub use exec::{
+    Finished, HostProgramError, Reach, confinement, resolve_program, run_confined, run_host_program,
+};
 pub use host_impl::{LogLevel, State, set_log_level};
 pub use instance::{HeldInstance, Plugin};
 pub use kind::{PluginKind, Source};
