@@ -400,7 +400,7 @@ fn plugin_inspect_says_what_confines_the_programs() {
     human.expect_code(0);
     let out = human.stdout();
     for want in [
-        "confined by Landlock",
+        "confined by a view built for each call",
         "write   /opt/kiln-granted-cache (granted (write)) [does not exist",
         "TCP bind/connect denied (grant with `net = true`)",
         "/proc/<kiln>/environ are out of reach",
@@ -408,10 +408,21 @@ fn plugin_inspect_says_what_confines_the_programs() {
     ] {
         assert!(out.contains(want), "{want}:\n{out}");
     }
-    // Without Landlock it says so.
+    // Without Landlock it says the second layer is missing; without a view too, that
+    // nothing confines the programs.
     let r = ws.kiln(
         &["plugin", "inspect", plugin.to_str().unwrap()],
         &[("KILN_TEST_NO_LANDLOCK", "1")],
+    );
+    assert!(
+        r.stdout()
+            .contains("not enforced: Landlock, the second layer"),
+        "{}",
+        r.stdout()
+    );
+    let r = ws.kiln(
+        &["plugin", "inspect", plugin.to_str().unwrap()],
+        &[("KILN_TEST_NO_LANDLOCK", "1"), ("KILN_TEST_NO_VIEW", "1")],
     );
     assert!(r.stdout().contains("NOT confined"), "{}", r.stdout());
 }

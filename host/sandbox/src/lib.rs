@@ -77,7 +77,7 @@ pub fn gaps(net: bool) -> Vec<String> {
 pub fn describe(net: bool, require: bool) -> serde_json::Value {
     let ll = Landlock::current();
     let gaps = gaps(net);
-    let state = if ll.missing.is_some() {
+    let state = if ll.missing.is_some() && reap::view_missing().is_some() {
         "missing"
     } else if gaps.is_empty() {
         "enforced"

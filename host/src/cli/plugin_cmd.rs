@@ -476,7 +476,7 @@ fn print_confinement(c: &Value) {
         "    programs  checked by kiln: {}",
         s(&p["checked_by_host"])
     );
-    if ll["state"] == "missing" {
+    if ll["state"] == "missing" && ll["boundaries"]["view"]["state"] != "enforced" {
         println!(
             "      NOT confined: {}; they can read and write anywhere you can, use the network and read kiln's environment ({})",
             s(&ll["missing"]),
