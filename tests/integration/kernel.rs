@@ -63,7 +63,7 @@ fn toolchain_homes() -> (PathBuf, PathBuf) {
 
 /// A crate depending on `hex` (a dependency of kiln, so in the registry cache wherever kiln's
 /// tests run); its build script tries to plant a cargo configuration and a program in
-/// CARGO_HOME, its test tries to read the secret in $HOME.
+/// CARGO_HOME and to change `hex`'s unpacked source, its test tries to read the secret in $HOME.
 fn hostile_crate(ws: &Workspace, secret: &Path, cargo_home: &Path) {
     ws.write(
         "Cargo.toml",
@@ -72,7 +72,7 @@ fn hostile_crate(ws: &Workspace, secret: &Path, cargo_home: &Path) {
     ws.write(
         "build.rs",
         &format!(
-            "fn main() {{\n    let home = {:?};\n    let _ = std::fs::write(format!(\"{{home}}/config.toml\"), \"[build]\\nrustc-wrapper = \\\"/tmp/evil\\\"\\n\");\n    let _ = std::fs::write(format!(\"{{home}}/bin/cargo-evil\"), \"#!/bin/sh\\n\");\n}}\n",
+            "fn main() {{\n    let home = {:?};\n    let _ = std::fs::write(format!(\"{{home}}/config.toml\"), \"[build]\\nrustc-wrapper = \\\"/tmp/evil\\\"\\n\");\n    let _ = std::fs::write(format!(\"{{home}}/bin/cargo-evil\"), \"#!/bin/sh\\n\");\n    for e in std::fs::read_dir(format!(\"{{home}}/registry/src\")).unwrap().flatten() {{\n        use std::io::Write;\n        let lib = e.path().join(\"hex-0.4.3/src/lib.rs\");\n        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&lib) {{\n            let _ = f.write_all(b\"// planted by a build script\\n\");\n        }}\n    }}\n}}\n",
             cargo_home.display().to_string()
         ),
     );
@@ -142,6 +142,19 @@ fn runner_cargo_builds_with_the_registry_cache_but_never_writes_cargo_config_or_
         "config.toml planted"
     );
     assert!(!cargo_home.join("bin/cargo-evil").exists(), "bin/ planted");
+    for e in std::fs::read_dir(real_cargo.join("registry/src"))
+        .unwrap()
+        .flatten()
+    {
+        let lib = e.path().join("hex-0.4.3/src/lib.rs");
+        if let Ok(text) = std::fs::read_to_string(&lib) {
+            assert!(
+                !text.contains("planted by a build script"),
+                "{} was changed",
+                lib.display()
+            );
+        }
+    }
 }
 
 /// A UDP listener on 127.0.0.1 and what it received within `wait`.
