@@ -181,7 +181,12 @@ pub fn confinement(
         .map(|p| std::env::split_paths(p).collect())
         .unwrap_or_default();
     let home = var("HOME").map(Path::new);
-    let mut protect = protected_in(workspace, reach.protect);
+    // Only a view can keep paths inside the workspace read-only: without one, no walk.
+    let mut protect = if confine::reap::view_missing().is_none() {
+        protected_in(workspace, reach.protect)
+    } else {
+        Vec::new()
+    };
     // Cargo's unpacked sources stay as cargo unpacked them, even where the registry is granted.
     for w in reach.write {
         let src = w.join("src");
@@ -212,7 +217,7 @@ pub fn confinement(
 /// `.kiln` and `kiln.toml` at any depth, and what `[sandbox] protect` matches. Found by one walk
 /// that follows no link and does not descend into what it found.
 pub fn protected_in(workspace: &Path, globs: &[String]) -> Vec<PathBuf> {
-    let rules = crate::path::Protected::new(globs);
+    let rules = (!globs.is_empty()).then(|| crate::path::Protected::new(globs));
     let mut found = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
@@ -223,7 +228,11 @@ pub fn protected_in(workspace: &Path, globs: &[String]) -> Vec<PathBuf> {
             let name = entry.file_name();
             let child = rel.join(&name);
             let always = name == ".git" || name == ".kiln" || name == "kiln.toml";
-            if always || rules.why(&child.to_string_lossy()).is_some() {
+            if always
+                || rules
+                    .as_ref()
+                    .is_some_and(|r| r.why(&child.to_string_lossy()).is_some())
+            {
                 found.push(workspace.join(&child));
                 continue;
             }
