@@ -8,7 +8,7 @@
 //! per-call store), `calls` (one method per world function), `error` (what can go wrong),
 //! `diagnostic` (severity names and JSON); `bindings`, `host_impl`, `capability`, `confine`,
 //! `exec`, `reap`, `seccomp` (the network filter of programs), `cache`, `registry` and
-//! `builtin` as before.
+//! `builtin` as before; `fs_guard` (protected paths held on every `wasi:filesystem` write).
 
 pub mod bindings;
 pub mod builtin;
@@ -20,6 +20,7 @@ mod contract;
 mod diagnostic;
 mod error;
 mod exec;
+mod fs_guard;
 mod host_impl;
 mod instance;
 mod kind;
