@@ -332,6 +332,7 @@ fn a_plugin_granted_a_directory_cannot_write_the_protected_paths_inside_it() {
     ws.write("sub/.kiln/state", "s\n");
     std::fs::create_dir_all(ws.root().join("sub/.kiln/empty")).unwrap();
     ws.write("sub/ok.txt", "ok\n");
+    std::fs::create_dir_all(ws.root().join("sub/plain")).unwrap();
     // A link the repository ships, leading into the nested repository.
     std::os::unix::fs::symlink(".git", ws.root().join("sub/docs")).unwrap();
     ws.write(
@@ -373,7 +374,8 @@ fn a_plugin_granted_a_directory_cannot_write_the_protected_paths_inside_it() {
         ("overwrite", ".kiln/state", ""),
         ("create", ".kiln/x", ""),
         ("rmdir", ".kiln/empty", ""),
-        ("mkdir", "nested/.git", ""),
+        ("mkdir", "plain/.git", ""),
+        ("mkdir", "docs/hooks", ""),
     ] {
         let r = fs(op, path, to);
         assert_ne!(r.code(), 0, "{op} {path} {to}: {}", r.stdout());
@@ -398,7 +400,7 @@ fn a_plugin_granted_a_directory_cannot_write_the_protected_paths_inside_it() {
         "stolen",
         "alias",
         ".kiln/x",
-        "nested",
+        "plain/.git",
     ] {
         assert!(!ws.root().join("sub").join(gone).exists(), "{gone}");
     }

@@ -218,12 +218,12 @@ fn undo_gives_back_the_recorded_mode_and_never_a_set_user_id_bit() {
             "-p",
             "swap the tool",
             "--test-command",
-            "true",
+            "sh swap.sh",
         ],
         &[],
     );
     r.expect_code(0);
-    assert_eq!(ws.read("bin/tool"), "");
+    assert_eq!(ws.read("bin/tool"), "", "{}", r.stdout());
     // As a `mknod(S_IFREG | 04700)` would leave it (set here: the program's seccomp filter
     // refuses a set-user-ID chmod).
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4700)).unwrap();
