@@ -49,7 +49,9 @@ fn main() {
     };
     let read = |args: &str| {
         let t = Instant::now();
-        rt.block_on(plugin.tool_call("read", args)).unwrap().unwrap();
+        rt.block_on(plugin.tool_call("read", args))
+            .unwrap()
+            .unwrap();
         t.elapsed()
     };
     // Warm up.
@@ -83,7 +85,16 @@ fn main() {
             .collect(),
     );
     println!("plugin tool call, median of {rounds} (fresh instance each):");
-    println!("  create + write a new file   {:>8.1} µs", create.as_secs_f64() * 1e6);
-    println!("  overwrite an existing file  {:>8.1} µs", overwrite.as_secs_f64() * 1e6);
-    println!("  read a file (unchecked)     {:>8.1} µs", reading.as_secs_f64() * 1e6);
+    println!(
+        "  create + write a new file   {:>8.1} µs",
+        create.as_secs_f64() * 1e6
+    );
+    println!(
+        "  overwrite an existing file  {:>8.1} µs",
+        overwrite.as_secs_f64() * 1e6
+    );
+    println!(
+        "  read a file (unchecked)     {:>8.1} µs",
+        reading.as_secs_f64() * 1e6
+    );
 }

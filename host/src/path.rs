@@ -347,7 +347,13 @@ mod tests {
         ] {
             assert!(p.why(bad).is_some(), "{bad} should be protected");
         }
-        for ok in ["src/kiln.toml.bak", "src/main.rs", ".github/x.yml", "secretsx", ".kilnx"] {
+        for ok in [
+            "src/kiln.toml.bak",
+            "src/main.rs",
+            ".github/x.yml",
+            "secretsx",
+            ".kilnx",
+        ] {
             assert_eq!(p.why(ok), None, "{ok}");
         }
         assert!(p.covered_by(".").is_some());

@@ -808,7 +808,10 @@ async fn tool_call_names_and_ids_count_toward_max_reply_bytes() {
     );
     let reply = Reply::Repeat("text/event-stream", first, more, 4 << 10, String::new());
     let e = refused_at_once(Provider::Openai, reply, true).await;
-    assert!(matches!(e, LlmError::ReplyTooLarge { limit } if limit == 1 << 20), "{e}");
+    assert!(
+        matches!(e, LlmError::ReplyTooLarge { limit } if limit == 1 << 20),
+        "{e}"
+    );
     // One chunk whose id alone is past the cap.
     let mut parts = openai_events(&[
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"i".repeat(2 << 20),"function":{"name":"read_file","arguments":"{}"}}]}}]}),

@@ -4,13 +4,13 @@
 use super::bindings::{exec, log, types};
 use super::capability::Effective;
 use super::confine::{Confinement, Policy, Refusal};
+use super::fs_guard::{FsGuard, Guarded, WritePolicy};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use super::fs_guard::{FsGuard, Guarded, WritePolicy};
 use wasmtime_wasi::filesystem::WasiFilesystemView;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 

@@ -551,7 +551,11 @@ fn written_files_never_carry_set_user_id_set_group_id_or_sticky_bits() {
     commit_with(
         &d.b,
         &d.state,
-        &[change("suid", None), change("sgid", None), change("sticky", Some(0o4711))],
+        &[
+            change("suid", None),
+            change("sgid", None),
+            change("sticky", Some(0o4711)),
+        ],
         &mut |_| true,
     )
     .unwrap();

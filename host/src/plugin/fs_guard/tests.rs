@@ -101,7 +101,11 @@ fn sandbox_protect_globs_are_held_and_an_unknown_workspace_refuses_everything() 
         root: None,
         protected: Protected::default(),
     }));
-    assert!(unknown.check_entry(sub.as_raw_fd(), "ok.txt", false).is_err());
+    assert!(
+        unknown
+            .check_entry(sub.as_raw_fd(), "ok.txt", false)
+            .is_err()
+    );
     assert!(
         unknown.refusals().unwrap().contains("cannot tell"),
         "{:?}",
