@@ -564,3 +564,24 @@ fn written_files_never_carry_set_user_id_set_group_id_or_sticky_bits() {
     assert_eq!(mode_of("sgid"), 0o750);
     assert_eq!(mode_of("sticky"), 0o711);
 }
+
+#[test]
+fn a_roll_back_never_puts_back_a_set_user_id_bit() {
+    use std::os::unix::fs::PermissionsExt;
+    let (t, d) = ws();
+    let files = scenario(t.path());
+    let a = t.path().join("a.txt");
+    std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // Stopped after the first rename with the second temporary file lost: rolled back, a.txt
+    // from its backup (a hard link to the file as it was, set-user-ID bit and all).
+    let _ = commit_with(&d.b, &d.state, &changes(&files), &mut |what| {
+        !what.starts_with("renamed")
+    });
+    let tmp_b = find_temps(&d.b, Some(Path::new("sub")));
+    std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
+    let report = recover(&d.b, Some(&d.state)).unwrap();
+    assert_eq!(report.recovered[0].direction, Direction::Back);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "a old\n");
+    let mode = std::fs::metadata(&a).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755, "{mode:o}");
+}
