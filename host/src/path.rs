@@ -130,10 +130,12 @@ impl Protected {
         if parts.is_empty() {
             return Some("it is the workspace root".into());
         }
-        if parts.len() == 1 && parts[0] == "kiln.toml" {
+        // At any depth: a nested repository or workspace (`vendor/x/.git`, `sub/kiln.toml`)
+        // is one the user may work in next.
+        if parts.last().is_some_and(|p| p == "kiln.toml") {
             return Some("kiln.toml is kiln's configuration".into());
         }
-        if parts[0] == ".kiln" {
+        if parts.iter().any(|p| p == ".kiln") {
             return Some(".kiln/ holds kiln's own state".into());
         }
         if parts.iter().any(|p| p == ".git") {
@@ -338,12 +340,20 @@ mod tests {
             ".kiln/kiln.db",
             ".git/hooks/post-checkout",
             "vendor/lib/.git/config",
+            "sub/kiln.toml",
+            "sub/.kiln/x",
             "secrets/key",
             "a/b/c.pem",
         ] {
             assert!(p.why(bad).is_some(), "{bad} should be protected");
         }
-        for ok in ["src/kiln.toml", "src/main.rs", ".github/x.yml", "secretsx"] {
+        for ok in [
+            "src/kiln.toml.bak",
+            "src/main.rs",
+            ".github/x.yml",
+            "secretsx",
+            ".kilnx",
+        ] {
             assert_eq!(p.why(ok), None, "{ok}");
         }
         assert!(p.covered_by(".").is_some());

@@ -1,6 +1,7 @@
 //! The ways out of the sandbox found by trying it as an attacker would (symlinked grants,
-//! limits a manifest raises, model-chosen arguments, kiln's own files, untrusted kiln.toml):
-//! each is refused, and the refusal says what to do instead.
+//! limits a manifest raises, model-chosen arguments, kiln's own files, untrusted kiln.toml,
+//! protected paths inside a plugin's grant): each is refused, and the refusal says what to do
+//! instead.
 
 use crate::support::{Workspace, wasm};
 
@@ -318,4 +319,109 @@ fn an_untrusted_kiln_toml_grants_nothing_until_kiln_trust() {
     // The trust record lives outside the workspace.
     assert!(ws.state_home().join("kiln/trust").is_dir());
     assert!(!ws.root().join(".kiln/trusted").exists());
+}
+
+// 5. A grant over a nested repository.
+
+#[test]
+fn a_plugin_granted_a_directory_cannot_write_the_protected_paths_inside_it() {
+    let ws = Workspace::new();
+    ws.write("sub/.git/config", "[core]\n");
+    ws.write("sub/.git/HEAD", "ref: refs/heads/main\n");
+    ws.write("sub/kiln.toml", "[sandbox]\n");
+    ws.write("sub/.kiln/state", "s\n");
+    std::fs::create_dir_all(ws.root().join("sub/.kiln/empty")).unwrap();
+    ws.write("sub/ok.txt", "ok\n");
+    std::fs::create_dir_all(ws.root().join("sub/plain")).unwrap();
+    // A link the repository ships, leading into the nested repository.
+    std::os::unix::fs::symlink(".git", ws.root().join("sub/docs")).unwrap();
+    ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nfs = [{ path = \"sub\", access = \"read-write\" }]\n",
+    );
+    let mtime = |p: &str| {
+        std::fs::metadata(ws.root().join(p))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
+    let config_mtime = mtime("sub/.git/config");
+    let fs = |op: &str, path: &str, to: &str| {
+        let args = serde_json::json!({
+            "op": op,
+            "path": format!("/workspace/sub/{path}"),
+            "to": format!("/workspace/sub/{to}"),
+            "content": "[core]\n\tfsmonitor = /tmp/evil\n",
+        });
+        escape(&ws, "fs", &args.to_string())
+    };
+    for (op, path, to) in [
+        ("overwrite", ".git/config", ""),
+        ("modify", ".git/config", ""),
+        ("append", ".git/config", ""),
+        ("truncate", ".git/config", ""),
+        ("touch", ".git/config", ""),
+        ("create", ".git/hooks-pre-commit", ""),
+        ("mkdir", ".git/hooks", ""),
+        ("remove", ".git/HEAD", ""),
+        ("rename", "ok.txt", ".git/config"),
+        ("rename", ".git/config", "stolen"),
+        ("link", ".git/config", "alias"),
+        ("link", "ok.txt", ".git/alias"),
+        ("overwrite", "docs/config", ""),
+        ("overwrite", "kiln.toml", ""),
+        ("remove", "kiln.toml", ""),
+        ("overwrite", ".kiln/state", ""),
+        ("create", ".kiln/x", ""),
+        ("rmdir", ".kiln/empty", ""),
+        ("mkdir", "plain/.git", ""),
+        ("mkdir", "docs/hooks", ""),
+    ] {
+        let r = fs(op, path, to);
+        assert_ne!(r.code(), 0, "{op} {path} {to}: {}", r.stdout());
+        let j = r.json();
+        assert_eq!(j["error"]["kind"], "denied", "{op} {path} {to}: {j}");
+        assert!(
+            r.stderr().contains("kiln refused a write to `sub/"),
+            "{op} {path} {to}: {}",
+            r.stderr()
+        );
+    }
+    assert_eq!(ws.read("sub/.git/config"), "[core]\n");
+    assert_eq!(ws.read("sub/.git/HEAD"), "ref: refs/heads/main\n");
+    assert_eq!(mtime("sub/.git/config"), config_mtime);
+    assert_eq!(ws.read("sub/kiln.toml"), "[sandbox]\n");
+    assert_eq!(ws.read("sub/.kiln/state"), "s\n");
+    assert_eq!(ws.read("sub/ok.txt"), "ok\n");
+    for gone in [
+        ".git/hooks-pre-commit",
+        ".git/hooks",
+        ".git/alias",
+        "stolen",
+        "alias",
+        ".kiln/x",
+        "plain/.git",
+    ] {
+        assert!(!ws.root().join("sub").join(gone).exists(), "{gone}");
+    }
+    assert!(ws.root().join("sub/.kiln/empty").is_dir());
+
+    // Ordinary writes in the same grant still work.
+    for (op, path, to) in [
+        ("create", "new.txt", ""),
+        ("overwrite", "ok.txt", ""),
+        ("append", "ok.txt", ""),
+        ("touch", "ok.txt", ""),
+        ("mkdir", "dir", ""),
+        ("rename", "new.txt", "dir/moved.txt"),
+        ("link", "dir/moved.txt", "linked.txt"),
+        ("remove", "linked.txt", ""),
+        ("overwrite", "kiln.toml.bak", ""),
+    ] {
+        let r = fs(op, path, to);
+        r.expect_code(0);
+        assert!(!r.stderr().contains("refused"), "{}", r.stderr());
+    }
+    assert!(ws.read("sub/ok.txt").ends_with("fsmonitor = /tmp/evil\n"));
+    assert!(ws.root().join("sub/dir/moved.txt").is_file());
 }

@@ -729,3 +729,129 @@ fn wait_with_peak_rss(mut child: std::process::Child) -> (std::process::Output, 
     };
     (out, usage.ru_maxrss)
 }
+
+/// `complete` of `reply` (one scripted reply, nothing after it), with a 1 MiB cap: the error,
+/// after checking it came at once and was not retried.
+async fn refused_at_once(provider: Provider, reply: Reply, stream: bool) -> LlmError {
+    let mock = MockLlm::start(vec![reply]);
+    let mut s = settings(&mock, provider);
+    s.max_reply_bytes = 1 << 20;
+    s.stream = stream;
+    let t = Instant::now();
+    let (r, _) = complete(s, &tool_req()).await;
+    let e = r.expect_err("refused");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(!e.retryable() && !e.is_broken_stream(), "{e}");
+    assert_eq!(mock.recorded().len(), 1, "never retried: {e}");
+    e
+}
+
+#[tokio::test]
+async fn a_tool_call_index_far_past_the_calls_so_far_fails_fast() {
+    // One 300-byte chunk naming call 100,000,000: kiln used to grow a vector that long.
+    let mut parts = openai_events(&[
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":100_000_000,"id":"c1","type":"function","function":{"name":"read_file","arguments":"{}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    let e = refused_at_once(Provider::Openai, Reply::sse(parts), true).await;
+    assert!(
+        matches!(&e, LlmError::Protocol { dialect: "OpenAI", message } if message.contains("index 100000000")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("breaks the OpenAI protocol"), "{e}");
+    // A gap of one is refused too; the next index and one seen already are fine.
+    let mut parts = openai_events(&[
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"read_file","arguments":"{\"pa"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"read_file","arguments":"{}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":\"x\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    let mock = MockLlm::start(vec![Reply::sse(parts)]);
+    let (r, _) = complete(settings(&mock, Provider::Openai), &tool_req()).await;
+    let calls = r.unwrap().tool_calls;
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].arguments, r#"{"path":"x"}"#);
+    let mut parts = openai_events(&[
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"id":"a","function":{"name":"read_file","arguments":"{}"}}]}}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    let e = refused_at_once(Provider::Openai, Reply::sse(parts), true).await;
+    assert!(matches!(e, LlmError::Protocol { .. }), "{e}");
+
+    // The Anthropic dialect: a content block far past the blocks so far.
+    let events = anthropic_events(&[
+        json!({"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":5,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":100_000_000,"content_block":{"type":"tool_use","id":"tu_1","name":"read_file","input":{}}}),
+        json!({"type":"content_block_stop","index":100_000_000}),
+        json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}),
+        json!({"type":"message_stop"}),
+    ]);
+    let e = refused_at_once(Provider::Anthropic, Reply::sse(events), true).await;
+    assert!(
+        matches!(&e, LlmError::Protocol { dialect: "Anthropic", message } if message.contains("index 100000000")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn tool_call_names_and_ids_count_toward_max_reply_bytes() {
+    // OpenAI, streamed: a name of 4 MiB in 1000-byte fragments against a 1 MiB cap.
+    let first = format!(
+        "data: {}\n\n",
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"n","arguments":""}}]}}]})
+    );
+    let more = format!(
+        "data: {}\n\n",
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"n".repeat(1000)}}]}}]})
+    );
+    let reply = Reply::Repeat("text/event-stream", first, more, 4 << 10, String::new());
+    let e = refused_at_once(Provider::Openai, reply, true).await;
+    assert!(
+        matches!(e, LlmError::ReplyTooLarge { limit } if limit == 1 << 20),
+        "{e}"
+    );
+    // One chunk whose id alone is past the cap.
+    let mut parts = openai_events(&[
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"i".repeat(2 << 20),"function":{"name":"read_file","arguments":"{}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    let e = refused_at_once(Provider::Openai, Reply::sse(parts), true).await;
+    assert!(matches!(e, LlmError::ReplyTooLarge { .. }), "{e}");
+    // Not streamed: a 2 MiB name in a whole body.
+    let body = json!({"choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"n".repeat(2 << 20),"arguments":"{}"}}]}}]});
+    let e = refused_at_once(Provider::Openai, Reply::json(200, body), false).await;
+    assert!(matches!(e, LlmError::ReplyTooLarge { .. }), "{e}");
+
+    // Anthropic, streamed: a 2 MiB name, then a 2 MiB id, each in one content block.
+    for (id, name) in [
+        ("tu_1".to_string(), "n".repeat(2 << 20)),
+        ("i".repeat(2 << 20), "read_file".to_string()),
+    ] {
+        let events = anthropic_events(&[
+            json!({"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":5,"output_tokens":1}}}),
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
+            json!({"type":"content_block_stop","index":0}),
+            json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}),
+            json!({"type":"message_stop"}),
+        ]);
+        let e = refused_at_once(Provider::Anthropic, Reply::sse(events), true).await;
+        assert!(matches!(e, LlmError::ReplyTooLarge { .. }), "{e}");
+    }
+    // Anthropic, streamed: tool input past the cap, in fragments.
+    let head = anthropic_events(&[
+        json!({"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":5,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"tu_1","name":"read_file","input":{}}}),
+    ])
+    .concat();
+    let part = anthropic_events(&[json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"x".repeat(1000)}})]).concat();
+    let reply = Reply::Repeat("text/event-stream", head, part, 4 << 10, String::new());
+    let e = refused_at_once(Provider::Anthropic, reply, true).await;
+    assert!(matches!(e, LlmError::ReplyTooLarge { .. }), "{e}");
+    // Not streamed: a 2 MiB name.
+    let body = json!({"type":"message","model":"claude-x","stop_reason":"tool_use","content":[{"type":"tool_use","id":"tu","name":"n".repeat(2 << 20),"input":{}}],"usage":{"input_tokens":1,"output_tokens":1}});
+    let e = refused_at_once(Provider::Anthropic, Reply::json(200, body), false).await;
+    assert!(matches!(e, LlmError::ReplyTooLarge { .. }), "{e}");
+}

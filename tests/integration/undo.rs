@@ -193,3 +193,47 @@ fn a_run_killed_in_the_middle_is_undone() {
     assert!(u.stderr().contains("did not finish"), "{}", u.stderr());
     assert_as_before(&ws);
 }
+
+#[test]
+fn undo_gives_back_the_recorded_mode_and_never_a_set_user_id_bit() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    let tool = ws.write("bin/tool", "#!/bin/sh\necho tool\n");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The run's program replaces the tracked executable with an empty file.
+    ws.write("swap.sh", "rm -f bin/tool\n: > bin/tool\n");
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("run_cmd", r#"{"command":"sh swap.sh"}"#)]),
+        openai_text("done"),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+            "-p",
+            "swap the tool",
+            "--test-command",
+            "sh swap.sh",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert_eq!(ws.read("bin/tool"), "", "{}", r.stdout());
+    // As a `mknod(S_IFREG | 04700)` would leave it (set here: the program's seccomp filter
+    // refuses a set-user-ID chmod).
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4700)).unwrap();
+
+    ws.kiln(&["undo"], &[]).expect_code(0);
+    assert_eq!(ws.read("bin/tool"), "#!/bin/sh\necho tool\n");
+    let mode = std::fs::metadata(&tool).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o7777,
+        0o755,
+        "the mode recorded before the run, not {mode:o}"
+    );
+}

@@ -112,7 +112,10 @@ fn reason(e: &LlmError) -> &'static str {
         LlmError::ContextOverflow { .. } => "context_overflow",
         LlmError::Http { .. } => "http_error",
         LlmError::ReplyTooLarge { .. } => "reply_too_large",
-        LlmError::Truncated(_) | LlmError::Stream(_) | LlmError::Decode(_) => "bad_response",
+        LlmError::Truncated(_)
+        | LlmError::Stream(_)
+        | LlmError::Decode(_)
+        | LlmError::Protocol { .. } => "bad_response",
     }
 }
 

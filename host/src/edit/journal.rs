@@ -56,11 +56,15 @@ static COMMITS: RwLock<()> = RwLock::new(());
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Change<'a> {
     /// Create or replace `path` with `text`. `before` is the content the plan was made from
-    /// (`None`: the file does not exist).
+    /// (`None`: the file does not exist). `mode`: the permission bits to give it (undo's
+    /// recorded ones); `None` keeps those of the file it replaces (a new file gets 0666 less
+    /// the umask). Only the bits of `0o777` are ever set: never set-user-ID, set-group-ID or
+    /// sticky.
     Write {
         path: &'a str,
         text: &'a str,
         before: Option<&'a str>,
+        mode: Option<u32>,
     },
     /// Delete `path`, whose content is `before`.
     Remove {
@@ -545,7 +549,9 @@ fn plan(ws: &Beneath, changes: &[Change<'_>], id: &str) -> (Vec<Step>, Vec<Strin
     let mut created_dirs: Vec<String> = Vec::new();
     for (i, c) in changes.iter().enumerate() {
         match *c {
-            Change::Write { path, text, before } => {
+            Change::Write {
+                path, text, before, ..
+            } => {
                 let mut prefix = PathBuf::new();
                 if let Some(parent) = parent_of(path) {
                     for part in parent.components() {
@@ -753,13 +759,13 @@ fn prepare(
         sync_parent(ws, d).map_err(|e| io_err(d.as_str(), &e))?;
     }
     for (s, c) in journal.steps.iter().zip(changes) {
-        let (Step::Write { path, tmp, .. }, Change::Write { text, .. }) = (s, c) else {
+        let (Step::Write { path, tmp, .. }, Change::Write { text, mode, .. }) = (s, c) else {
             continue;
         };
         let io = |e: std::io::Error| io_err(path.as_str(), &e);
         let mut f = ws.create_new(tmp).map_err(io)?;
         f.write_all(text.as_bytes()).map_err(io)?;
-        if let Some(mode) = ws.mode(path) {
+        if let Some(mode) = mode.or_else(|| ws.mode(path)) {
             set_mode(&f, mode);
         }
         f.sync_all().map_err(io)?;
@@ -770,11 +776,13 @@ fn prepare(
     Ok(())
 }
 
-/// Give the open file `f` the permission bits `mode` (best effort: the content matters).
+/// Give the open file `f` the permission bits of `mode` (best effort: the content matters).
+/// Only `mode & 0o777`: kiln never makes a set-user-ID, set-group-ID or sticky file, whatever
+/// mode the file it replaces (or a backup of it) had.
 fn set_mode(f: &impl std::os::fd::AsRawFd, mode: u32) {
     // SAFETY: fchmod on a valid open descriptor.
     unsafe {
-        libc::fchmod(f.as_raw_fd(), (mode & 0o7777) as libc::mode_t);
+        libc::fchmod(f.as_raw_fd(), (mode & 0o777) as libc::mode_t);
     }
 }
 
@@ -1006,6 +1014,16 @@ fn restore(ws: &Beneath, bdir: &Dir, id: &str, s: &Step, hash: &str, out: &mut R
         });
         return;
     };
+    // A backup hard-linked to the file it saved has that file's mode: what is put back never
+    // carries a set-user-ID, set-group-ID or sticky bit.
+    if let Ok(f) = bdir.open(backup)
+        && let Ok(meta) = f.metadata()
+    {
+        use cap_std::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o7000 != 0 {
+            set_mode(&f, meta.permissions().mode());
+        }
+    }
     // The backup is renamed into place (parent directories made again, never through a
     // link), or copied through a fsync'd temporary file when it lives on another file system.
     let r = match ws.rename_from(bdir, backup, &path) {

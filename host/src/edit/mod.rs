@@ -596,6 +596,7 @@ fn commit_plan(
                 } else {
                     p.original.as_deref()
                 },
+                mode: None,
             });
             report.written.push(dest.to_string());
         }

@@ -163,6 +163,7 @@ pub fn apply_files(
             path: &f.path,
             text: &f.new_text,
             before: Some(before.as_str()),
+            mode: None,
         })
         .collect();
     ws.writer(protected, &[]).commit(&changes)?;

@@ -555,6 +555,7 @@ pub fn write_output(
             path: &rel,
             text,
             before: before.as_deref(),
+            mode: None,
         }])?;
         return Ok(abs);
     }

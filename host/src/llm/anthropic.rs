@@ -110,7 +110,7 @@ pub(super) fn parse_full(v: &Value) -> Result<ChatResponse, LlmError> {
 }
 
 /// Assembles Messages stream events; tool input arrives as `input_json_delta` fragments.
-#[derive(Default)]
+/// Every tool call's id, name and input count toward the reply's size as they arrive.
 pub(super) struct StreamAssembler {
     r: ChatResponse,
     /// Content blocks by index: `Some(call)` for tool_use blocks.
@@ -118,34 +118,80 @@ pub(super) struct StreamAssembler {
     stopped: bool,
     /// Bytes of thinking streamed; counted, not kept.
     reasoning_bytes: usize,
+    /// Bytes of the tool calls so far (see [`ToolCall::reply_bytes`]).
+    call_bytes: usize,
+    /// `max_reply_bytes`.
+    cap: u64,
 }
 
 impl StreamAssembler {
+    /// An assembler refusing a reply past `cap` bytes (`max_reply_bytes`).
+    pub(super) fn new(cap: u64) -> StreamAssembler {
+        StreamAssembler {
+            r: ChatResponse::default(),
+            blocks: Vec::new(),
+            stopped: false,
+            reasoning_bytes: 0,
+            call_bytes: 0,
+            cap,
+        }
+    }
+
+    /// Count `more` bytes of tool calls, refusing them past the cap (before they are kept).
+    fn count(&mut self, more: usize) -> Result<(), LlmError> {
+        let total = self.r.text.len() + self.reasoning_bytes + self.call_bytes + more;
+        if total as u64 > self.cap {
+            return Err(LlmError::ReplyTooLarge { limit: self.cap });
+        }
+        self.call_bytes += more;
+        Ok(())
+    }
+
     /// A content block opens: a tool call (announced to `sink`) or text, maybe with its first
-    /// words.
-    fn block_start(&mut self, v: &Value, sink: &mut dyn FnMut(Delta)) {
-        let idx = v["index"].as_u64().unwrap_or(0) as usize;
-        while self.blocks.len() <= idx {
+    /// words. Its index is that of the next block, or of one open already; nothing beyond.
+    fn block_start(&mut self, v: &Value, sink: &mut dyn FnMut(Delta)) -> Result<(), LlmError> {
+        let idx = v
+            .get("index")
+            .filter(|i| !i.is_null())
+            .map_or(Some(0), Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| *i <= self.blocks.len())
+            .ok_or_else(|| LlmError::Protocol {
+                dialect: "Anthropic",
+                message: format!(
+                    "a content block has index {}, but only {} block(s) came before it",
+                    crate::terminal::printable(
+                        &v["index"].to_string().chars().take(40).collect::<String>()
+                    ),
+                    self.blocks.len()
+                ),
+            })?;
+        if idx == self.blocks.len() {
             self.blocks.push(None);
         }
         let cb = &v["content_block"];
         if cb["type"] == "tool_use" {
-            let name = cb["name"].as_str().unwrap_or_default().to_string();
-            sink(Delta::ToolCall { name: name.clone() });
+            let id = cb["id"].as_str().unwrap_or_default();
+            let name = cb["name"].as_str().unwrap_or_default();
+            let replaced = self.blocks[idx].as_ref().map_or(0, ToolCall::reply_bytes);
+            self.call_bytes -= replaced;
+            self.count(super::CALL_OVERHEAD + id.len() + name.len())?;
+            sink(Delta::ToolCall { name: name.into() });
             self.blocks[idx] = Some(ToolCall {
-                id: cb["id"].as_str().unwrap_or_default().into(),
-                name,
+                id: id.into(),
+                name: name.into(),
                 arguments: String::new(),
             });
         } else if let Some(t) = cb["text"].as_str().filter(|t| !t.is_empty()) {
             self.r.text.push_str(t);
             sink(Delta::Text(t.into()));
         }
+        Ok(())
     }
 
     /// More of a content block: text (passed to `sink`), thinking (counted) or a fragment of
     /// a tool call's JSON input.
-    fn block_delta(&mut self, v: &Value, sink: &mut dyn FnMut(Delta)) {
+    fn block_delta(&mut self, v: &Value, sink: &mut dyn FnMut(Delta)) -> Result<(), LlmError> {
         let idx = v["index"].as_u64().unwrap_or(0) as usize;
         let d = &v["delta"];
         match d["type"].as_str() {
@@ -158,13 +204,17 @@ impl StreamAssembler {
                 self.reasoning_bytes += d["thinking"].as_str().map_or(0, str::len);
             }
             Some("input_json_delta") => {
-                if let Some(Some(call)) = self.blocks.get_mut(idx) {
-                    call.arguments
-                        .push_str(d["partial_json"].as_str().unwrap_or_default());
+                if matches!(self.blocks.get(idx), Some(Some(_))) {
+                    let part = d["partial_json"].as_str().unwrap_or_default();
+                    self.count(part.len())?;
+                    if let Some(Some(call)) = self.blocks.get_mut(idx) {
+                        call.arguments.push_str(part);
+                    }
                 }
             }
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -194,8 +244,8 @@ impl Assembler for StreamAssembler {
                     .and_then(Value::as_str)
                     .map(String::from);
             }
-            "content_block_start" => self.block_start(&v, sink),
-            "content_block_delta" => self.block_delta(&v, sink),
+            "content_block_start" => self.block_start(&v, sink)?,
+            "content_block_delta" => self.block_delta(&v, sink)?,
             "message_delta" => {
                 if let Some(sr) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.r.finish_reason = Some(sr.into());
@@ -241,14 +291,7 @@ impl Assembler for StreamAssembler {
     }
 
     fn reply_bytes(&self) -> usize {
-        self.r.text.len()
-            + self
-                .blocks
-                .iter()
-                .flatten()
-                .map(|c| c.arguments.len())
-                .sum::<usize>()
-            + self.reasoning_bytes
+        self.r.text.len() + self.call_bytes + self.reasoning_bytes
     }
 
     fn missing(&self) -> String {

@@ -217,6 +217,15 @@ pub enum LlmError {
     /// A body or chunk that is not what the dialect promises.
     #[error("the LLM sent something kiln cannot read: {0}")]
     Decode(String),
+    /// A reply that breaks its dialect's rules in a way no retry mends (a tool-call index far
+    /// past the calls so far): not retried.
+    #[error("the LLM's reply breaks the {dialect} protocol: {message}")]
+    Protocol {
+        /// `OpenAI` or `Anthropic`.
+        dialect: &'static str,
+        /// What was wrong.
+        message: String,
+    },
     /// The reply carried more text than `max_reply_bytes` allows; kiln stopped reading it.
     #[error(
         "the model's reply passed the size cap of {limit} bytes (`max_reply_bytes`), so kiln stopped reading it; if a reply this large is expected, raise `max_reply_bytes` under [llm] in your user configuration or pass --max-reply-bytes"
@@ -285,6 +294,10 @@ impl LlmError {
             LlmError::Truncated(m) => LlmError::Truncated(s(m)),
             LlmError::Stream(m) => LlmError::Stream(s(m)),
             LlmError::Decode(m) => LlmError::Decode(s(m)),
+            LlmError::Protocol { dialect, message } => LlmError::Protocol {
+                dialect,
+                message: s(message),
+            },
             e @ (LlmError::Timeout { .. } | LlmError::ReplyTooLarge { .. }) => e,
         }
     }
@@ -389,9 +402,14 @@ trait Assembler: Send {
     fn finish(self: Box<Self>) -> ChatResponse;
     /// What is missing when the stream ended early.
     fn missing(&self) -> String;
-    /// Bytes of reply text so far: content, tool-call arguments and reasoning.
+    /// Bytes of reply so far: content, reasoning, and each tool call's id, name and
+    /// arguments (plus [`CALL_OVERHEAD`] per call).
     fn reply_bytes(&self) -> usize;
 }
+
+/// What each tool call counts toward `max_reply_bytes` besides its id, name and arguments:
+/// the memory a call costs, so a reply of many empty calls is capped too.
+const CALL_OVERHEAD: usize = 64;
 
 /// The most bytes kept of an HTTP error body (only its message is used).
 const ERROR_BODY_MAX: usize = 64 << 10;
@@ -427,13 +445,21 @@ async fn read_capped(resp: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>
     }
 }
 
-/// The reply text of a complete answer: content and tool-call arguments.
+/// The reply of a complete answer as [`Assembler::reply_bytes`] counts it: content and each
+/// tool call's id, name and arguments.
 fn reply_bytes(r: &ChatResponse) -> usize {
     r.text.len()
         + r.tool_calls
             .iter()
-            .map(|c| c.arguments.len())
+            .map(ToolCall::reply_bytes)
             .sum::<usize>()
+}
+
+impl ToolCall {
+    /// What the call counts toward `max_reply_bytes`.
+    fn reply_bytes(&self) -> usize {
+        CALL_OVERHEAD + self.id.len() + self.name.len() + self.arguments.len()
+    }
 }
 
 impl LlmClient {
@@ -687,8 +713,8 @@ impl LlmClient {
     ) -> Result<ChatResponse, Failure> {
         let s = &self.settings;
         let mut asm: Box<dyn Assembler> = match s.provider {
-            Provider::Openai => Box::new(openai::StreamAssembler::default()),
-            Provider::Anthropic => Box::new(anthropic::StreamAssembler::default()),
+            Provider::Openai => Box::new(openai::StreamAssembler::new(s.max_reply_bytes)),
+            Provider::Anthropic => Box::new(anthropic::StreamAssembler::new(s.max_reply_bytes)),
         };
         let too_large = || {
             (

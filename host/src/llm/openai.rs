@@ -117,14 +117,95 @@ pub(super) fn parse_full(v: &Value) -> Result<ChatResponse, LlmError> {
     })
 }
 
+/// The most bytes of a tool call's name announced with each fragment ([`Delta::ToolCall`]).
+const SHOWN_NAME_MAX: usize = 256;
+
 /// Assembles `chat.completion.chunk`s; tool-call arguments arrive in fragments by index.
-#[derive(Default)]
+/// Every call's id, name and arguments count toward the reply's size as they arrive, so no
+/// part of a reply grows past `max_reply_bytes`, even inside one chunk.
 pub(super) struct StreamAssembler {
     r: ChatResponse,
     calls: Vec<ToolCall>,
     finished: bool,
     /// Bytes of reasoning streamed (`reasoning_content` / `reasoning`); counted, not kept.
     reasoning_bytes: usize,
+    /// Bytes of the tool calls so far (see [`ToolCall::reply_bytes`]).
+    call_bytes: usize,
+    /// `max_reply_bytes`.
+    cap: u64,
+}
+
+impl StreamAssembler {
+    /// An assembler refusing a reply past `cap` bytes (`max_reply_bytes`).
+    pub(super) fn new(cap: u64) -> StreamAssembler {
+        StreamAssembler {
+            r: ChatResponse::default(),
+            calls: Vec::new(),
+            finished: false,
+            reasoning_bytes: 0,
+            call_bytes: 0,
+            cap,
+        }
+    }
+
+    /// Apply one `tool_calls[]` fragment. A call's `index` may name a call seen already or
+    /// the next one, nothing beyond: an index far ahead would make kiln hold that many calls.
+    fn tool_call(&mut self, tc: &Value, sink: &mut dyn FnMut(Delta)) -> Result<(), LlmError> {
+        let idx = match tc.get("index").filter(|v| !v.is_null()) {
+            None => self.calls.len().saturating_sub(1),
+            Some(v) => v
+                .as_u64()
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|i| *i <= self.calls.len())
+                .ok_or_else(|| LlmError::Protocol {
+                    dialect: "OpenAI",
+                    message: format!(
+                        "a tool call has index {}, but only {} call(s) came before it (an index may name a call seen already or the next one)",
+                        crate::terminal::printable(&v.to_string().chars().take(40).collect::<String>()),
+                        self.calls.len()
+                    ),
+                })?,
+        };
+        if idx == self.calls.len() {
+            self.calls.push(ToolCall {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            });
+            self.call_bytes += super::CALL_OVERHEAD;
+        }
+        let id = tc["id"].as_str();
+        let name = tc.pointer("/function/name").and_then(Value::as_str);
+        let args = tc.pointer("/function/arguments").and_then(Value::as_str);
+        let call = &self.calls[idx];
+        // Counted before anything is kept: the id replaces the one before, the name and
+        // arguments grow.
+        let grown = self.call_bytes - id.map_or(0, |_| call.id.len())
+            + id.map_or(0, str::len)
+            + name.map_or(0, str::len)
+            + args.map_or(0, str::len);
+        if (self.r.text.len() + self.reasoning_bytes + grown) as u64 > self.cap {
+            return Err(LlmError::ReplyTooLarge { limit: self.cap });
+        }
+        self.call_bytes = grown;
+        let call = &mut self.calls[idx];
+        if let Some(id) = id {
+            call.id = id.to_string();
+        }
+        if let Some(name) = name {
+            call.name.push_str(name);
+            // Shown as it grows, at most its first bytes: a name streamed in many fragments
+            // is not copied whole for each.
+            let shown = call.name.floor_char_boundary(SHOWN_NAME_MAX);
+            sink(Delta::ToolCall {
+                name: call.name[..shown].to_string(),
+            });
+        }
+        if let Some(args) = args {
+            call.arguments.push_str(args);
+        }
+        Ok(())
+    }
 }
 
 impl Assembler for StreamAssembler {
@@ -174,30 +255,7 @@ impl Assembler for StreamAssembler {
                 self.reasoning_bytes += delta[k].as_str().map_or(0, str::len);
             }
             for tc in delta["tool_calls"].as_array().into_iter().flatten() {
-                let idx = tc["index"]
-                    .as_u64()
-                    .unwrap_or(self.calls.len().saturating_sub(1) as u64)
-                    as usize;
-                while self.calls.len() <= idx {
-                    self.calls.push(ToolCall {
-                        id: String::new(),
-                        name: String::new(),
-                        arguments: String::new(),
-                    });
-                }
-                let call = &mut self.calls[idx];
-                if let Some(id) = tc["id"].as_str() {
-                    call.id = id.to_string();
-                }
-                if let Some(name) = tc.pointer("/function/name").and_then(Value::as_str) {
-                    call.name.push_str(name);
-                    sink(Delta::ToolCall {
-                        name: call.name.clone(),
-                    });
-                }
-                if let Some(args) = tc.pointer("/function/arguments").and_then(Value::as_str) {
-                    call.arguments.push_str(args);
-                }
+                self.tool_call(tc, sink)?;
             }
             if let Some(fr) = choice["finish_reason"].as_str() {
                 self.r.finish_reason = Some(fr.to_string());
@@ -223,9 +281,7 @@ impl Assembler for StreamAssembler {
     }
 
     fn reply_bytes(&self) -> usize {
-        self.r.text.len()
-            + self.calls.iter().map(|c| c.arguments.len()).sum::<usize>()
-            + self.reasoning_bytes
+        self.r.text.len() + self.call_bytes + self.reasoning_bytes
     }
 
     fn missing(&self) -> String {

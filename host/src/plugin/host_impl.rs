@@ -4,12 +4,14 @@
 use super::bindings::{exec, log, types};
 use super::capability::Effective;
 use super::confine::Refusal;
+use super::fs_guard::{FsGuard, Guarded, WritePolicy};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
+use wasmtime_wasi::filesystem::WasiFilesystemView;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Longest log message kept from a plugin.
@@ -151,6 +153,8 @@ pub struct State {
     workspace: Arc<Path>,
     deadline: Instant,
     log: LogBudget,
+    /// The write guard of the call's `wasi:filesystem`.
+    fs_guard: Arc<FsGuard>,
 }
 
 impl State {
@@ -159,6 +163,7 @@ impl State {
         effective: Arc<Effective>,
         workspace: Arc<Path>,
         wasi: WasiCtx,
+        fs_policy: Arc<WritePolicy>,
     ) -> State {
         let limits = effective.limits;
         State {
@@ -170,6 +175,26 @@ impl State {
             effective,
             workspace,
             log: LogBudget::default(),
+            fs_guard: Arc::new(FsGuard::new(fs_policy)),
+        }
+    }
+
+    /// wasmtime-wasi's filesystem view of the store with the call's write guard: what the
+    /// guarded `wasi:filesystem/types` is linked with.
+    pub(crate) fn guarded_fs(&mut self) -> Guarded<'_> {
+        let guard = self.fs_guard.clone();
+        Guarded {
+            inner: self.filesystem(),
+            guard,
+        }
+    }
+
+    /// Say once, at the end of a call, which writes to protected paths were refused.
+    pub(crate) fn report_refused_writes(&self) {
+        if let Some(line) = self.fs_guard.refusals()
+            && log_shown(LogLevel::Warn)
+        {
+            eprintln!("[plugin {}] warn: {line}", self.plugin);
         }
     }
 

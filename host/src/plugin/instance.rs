@@ -44,6 +44,8 @@ pub struct Plugin {
     pub(super) workspace: Arc<Path>,
     /// The workspace opened once; every preopen is opened beneath it.
     pub(super) root: Arc<cap_std::fs::Dir>,
+    /// What the plugin's `wasi:filesystem` writes may not touch.
+    pub(super) fs_policy: Arc<super::fs_guard::WritePolicy>,
     pub(super) pre: Pre,
 }
 
@@ -71,6 +73,7 @@ impl Plugin {
             effective,
             self.workspace.clone(),
             wasi,
+            self.fs_policy.clone(),
         );
         let mut store = Store::new(self.pre_engine(), state);
         store.limiter(|s| &mut s.limiter);
@@ -110,6 +113,7 @@ impl Plugin {
         stderr: &MemoryOutputPipe,
     ) -> Result<R, PluginError> {
         store.data().report_dropped_logs();
+        store.data().report_refused_writes();
         let limits = self.effective.limits;
         match res {
             Ok(Ok(r)) => Ok(r),

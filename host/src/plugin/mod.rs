@@ -8,7 +8,8 @@
 //! per-call store), `calls` (one method per world function), `error` (what can go wrong),
 //! `diagnostic` (severity names and JSON); `bindings`, `host_impl`, `capability`, `exec` (a
 //! program run in the world `kiln-sandbox` builds for it), `cache`, `registry` and `builtin` as
-//! before. `confine` is the `kiln-sandbox` crate.
+//! before; `fs_guard` (protected paths held on every `wasi:filesystem` write). `confine` is the
+//! `kiln-sandbox` crate.
 
 pub mod bindings;
 pub mod builtin;
@@ -20,6 +21,7 @@ mod contract;
 mod diagnostic;
 mod error;
 mod exec;
+mod fs_guard;
 mod host_impl;
 mod instance;
 mod kind;

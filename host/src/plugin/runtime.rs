@@ -65,6 +65,9 @@ impl Runtime {
         let mut linker = Linker::<State>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| PluginError::Engine(e.to_string()))?;
+        // Plugins' writes through `wasi:filesystem` go through kiln's guard of protected paths.
+        super::fs_guard::add_to_linker(&mut linker, State::guarded_fs)
+            .map_err(|e| PluginError::Engine(e.to_string()))?;
         bindings::HostImports::add_to_linker::<State, wasmtime::component::HasSelf<State>>(
             &mut linker,
             |s| s,
@@ -218,6 +221,12 @@ impl Runtime {
             }
             PluginKind::Tool => Pre::Tool(tool::ToolPluginPre::new(pre).map_err(link_err)?),
         };
+        let root = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
+            .map_err(|e| PluginError::Sandbox {
+                plugin: source_name.clone(),
+                message: format!("cannot open the workspace {}: {e}", workspace.display()),
+            })?;
+        let fs_policy = Arc::new(super::fs_guard::WritePolicy::new(&root, config.protected()));
         let mut plugin = Plugin {
             name: source_name.clone(),
             kind: checked.kind,
@@ -228,13 +237,8 @@ impl Runtime {
             effective: Arc::new(Effective::none()),
             settings: BTreeMap::new(),
             workspace: Arc::from(workspace),
-            root: Arc::new(
-                cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
-                    .map_err(|e| PluginError::Sandbox {
-                        plugin: source_name.clone(),
-                        message: format!("cannot open the workspace {}: {e}", workspace.display()),
-                    })?,
-            ),
+            root: Arc::new(root),
+            fs_policy,
             pre,
         };
         let manifest = plugin.get_manifest().await?;

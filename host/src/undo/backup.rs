@@ -29,6 +29,10 @@ pub struct Change {
     /// SHA-256 of its content when the run last looked (`None`: the run deleted it;
     /// [`NOT_REGULAR`]: it is no longer a regular file).
     pub after: Option<String>,
+    /// Its permission bits before the run (`& 0o777`), which undo gives it back; `None` when
+    /// it did not exist, or in a record written before kiln kept them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
 }
 
 /// What undo keeps about one run: `runs/<id>.json`.

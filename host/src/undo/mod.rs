@@ -188,7 +188,7 @@ impl Recorder {
                     if let Some(after) = hash_changed(rel, *s)
                         && before.as_deref() != Some(after.as_str())
                     {
-                        changes.push(change(rel, before.clone(), Some(after)));
+                        changes.push(change(rel, before.clone(), Some(after), stat));
                     }
                 }
                 None => {
@@ -196,7 +196,7 @@ impl Recorder {
                         Now::Absent => None,
                         _ => Some(backup::NOT_REGULAR.to_string()),
                     };
-                    changes.push(change(rel, before.clone(), after));
+                    changes.push(change(rel, before.clone(), after, stat));
                 }
             }
         }
@@ -204,7 +204,12 @@ impl Recorder {
             if !start.contains_key(rel)
                 && let Some(after) = hash_changed(rel, *s)
             {
-                changes.push(change(rel, None, Some(after)));
+                changes.push(Change {
+                    path: rel.clone(),
+                    before: None,
+                    after: Some(after),
+                    mode: None,
+                });
             }
         }
         self.record.changes = changes;
@@ -237,11 +242,14 @@ fn hash_changed(
     Some(h)
 }
 
-fn change(path: &str, before: Option<String>, after: Option<String>) -> Change {
+/// A change to `path`, a file the run found with stat `start`: its mode then is what undo
+/// puts back (never the mode the run left).
+fn change(path: &str, before: Option<String>, after: Option<String>, start: &StatKey) -> Change {
     Change {
         path: path.to_string(),
         before,
         after,
+        mode: Some(start.mode & 0o777),
     }
 }
 

@@ -44,7 +44,14 @@ pub struct Item {
     /// Its content before the run (`None`: it did not exist).
     #[serde(skip)]
     before: Option<String>,
+    /// Its permission bits before the run, as recorded.
+    #[serde(skip)]
+    mode: Option<u32>,
 }
+
+/// The permission bits undo gives a file whose record predates recorded modes: a plain
+/// file's usual ones, never the current file's (a program of the run may have set those).
+const MODE_UNRECORDED: u32 = 0o644;
 
 /// What undoing a run would do.
 #[derive(Debug, Clone, Serialize)]
@@ -141,6 +148,7 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
         why: None,
         now: None,
         before: None,
+        mode: c.mode,
     };
     let now_hash = match scan::now(root, &c.path) {
         Now::Absent => None,
@@ -192,7 +200,8 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
 }
 
 /// Undo: write back every file of `plan` (those changed since too when `force`), all at once
-/// through the writer, then mark the run's record undone. Returns the files written.
+/// through the writer, each with the permission bits recorded before the run (`& 0o777`),
+/// then mark the run's record undone. Returns the files written.
 pub fn apply(
     root: &Path,
     plan: &Plan,
@@ -214,6 +223,7 @@ pub fn apply(
                 path: &i.path,
                 text,
                 before: i.now.as_deref(),
+                mode: Some(i.mode.unwrap_or(MODE_UNRECORDED) & 0o777),
             },
             None => Change::Remove {
                 path: &i.path,

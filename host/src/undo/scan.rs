@@ -28,6 +28,9 @@ pub struct StatKey {
     pub ctime_ns: i64,
     /// Inode number.
     pub ino: u64,
+    /// Permission bits (`st_mode & 0o7777`); 0 in a cache written before kiln kept them.
+    #[serde(default)]
+    pub mode: u32,
 }
 
 impl StatKey {
@@ -37,6 +40,7 @@ impl StatKey {
             mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
             ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
             ino: m.ino(),
+            mode: m.mode() & 0o7777,
         }
     }
 }

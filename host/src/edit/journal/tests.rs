@@ -165,6 +165,7 @@ fn changes<'a>(
                 path: p,
                 text,
                 before: *old,
+                mode: None,
             })
         })
         .collect();
@@ -313,6 +314,7 @@ fn stale_temporary_files_beside_written_files_are_removed_by_the_apply() {
             path: "src/a.rs",
             text: "new",
             before: Some("old"),
+            mode: None,
         }],
         &mut |_| true,
     )
@@ -438,6 +440,7 @@ fn nothing_is_written_through_a_link_in_the_workspace() {
             path: "g/hooks/pre-commit",
             text: "#!/bin/sh\necho owned\n",
             before: None,
+            mode: None,
         }],
         &mut |_| true,
     )
@@ -483,11 +486,13 @@ fn a_path_changed_twice_is_refused_before_anything_is_written() {
                 path: "x",
                 text: "1",
                 before: None,
+                mode: None,
             },
             Change::Write {
                 path: "./x",
                 text: "2",
                 before: None,
+                mode: None,
             },
         ],
         &mut |_| true,
@@ -520,4 +525,63 @@ fn a_damaged_journal_is_set_aside() {
     assert_eq!(report.damaged.len(), 2);
     assert!(sp.join("apply-1-2-3.json.damaged").exists());
     assert!(recover(&d.b, Some(&d.state)).unwrap().is_empty());
+}
+
+#[test]
+fn written_files_never_carry_set_user_id_set_group_id_or_sticky_bits() {
+    use std::os::unix::fs::PermissionsExt;
+    let (t, d) = ws();
+    let mode_of = |p: &str| {
+        std::fs::metadata(t.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    for (name, m) in [("suid", 0o4755), ("sgid", 0o2750), ("sticky", 0o1644)] {
+        std::fs::write(t.path().join(name), "old").unwrap();
+        std::fs::set_permissions(t.path().join(name), std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    let change = |path, mode| Change::Write {
+        path,
+        text: "new",
+        before: Some("old"),
+        mode,
+    };
+    commit_with(
+        &d.b,
+        &d.state,
+        &[
+            change("suid", None),
+            change("sgid", None),
+            change("sticky", Some(0o4711)),
+        ],
+        &mut |_| true,
+    )
+    .unwrap();
+    // The replaced file's bits are kept, a given mode is used: both only within 0o777.
+    assert_eq!(mode_of("suid"), 0o755);
+    assert_eq!(mode_of("sgid"), 0o750);
+    assert_eq!(mode_of("sticky"), 0o711);
+}
+
+#[test]
+fn a_roll_back_never_puts_back_a_set_user_id_bit() {
+    use std::os::unix::fs::PermissionsExt;
+    let (t, d) = ws();
+    let files = scenario(t.path());
+    let a = t.path().join("a.txt");
+    std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // Stopped after the first rename with the second temporary file lost: rolled back, a.txt
+    // from its backup (a hard link to the file as it was, set-user-ID bit and all).
+    let _ = commit_with(&d.b, &d.state, &changes(&files), &mut |what| {
+        !what.starts_with("renamed")
+    });
+    let tmp_b = find_temps(&d.b, Some(Path::new("sub")));
+    std::fs::remove_file(t.path().join(&tmp_b[0])).unwrap();
+    let report = recover(&d.b, Some(&d.state)).unwrap();
+    assert_eq!(report.recovered[0].direction, Direction::Back);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "a old\n");
+    let mode = std::fs::metadata(&a).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755, "{mode:o}");
 }

@@ -34,7 +34,7 @@ impl Tool for Escape {
 
     fn list_tools() -> Vec<ToolSpec> {
         let mut tools: Vec<ToolSpec> = [
-            "read", "write", "exec", "env", "spin", "grow", "flood", "panic",
+            "read", "write", "fs", "exec", "env", "spin", "grow", "flood", "panic",
         ]
         .iter()
         .map(|n| tool::spec(n, "escape attempt", r#"{"type":"object"}"#, false))
@@ -59,6 +59,9 @@ impl Tool for Escape {
             "write" => std::fs::write(arg(&args, "path"), arg(&args, "content"))
                 .map(|_| "{}".to_string())
                 .map_err(|e| Error::Denied(format!("write failed: {e}"))),
+            "fs" => fs_op(&args)
+                .map(|()| "{}".to_string())
+                .map_err(|e| Error::Denied(format!("{} failed: {e}", arg(&args, "op")))),
             "exec" => {
                 let program = arg(&args, "program");
                 let argv: Vec<String> = args
@@ -125,6 +128,41 @@ impl Tool for Escape {
             }
             other => Err(Error::InvalidInput(format!("unknown tool {other}"))),
         }
+    }
+}
+
+/// One filesystem change `op` on `path` (and `to`): each way a guest can create, change,
+/// remove or rename an entry through `wasi:filesystem`.
+fn fs_op(args: &Value) -> std::io::Result<()> {
+    use std::io::Write;
+    let (path, to) = (arg(args, "path"), arg(args, "to"));
+    let content = arg(args, "content");
+    match arg(args, "op").as_str() {
+        "create" => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?
+            .write_all(content.as_bytes()),
+        "overwrite" => std::fs::write(&path, &content),
+        "modify" => std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)?
+            .write_all(content.as_bytes()),
+        "append" => std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)?
+            .write_all(content.as_bytes()),
+        "truncate" => std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)?
+            .set_len(0),
+        "touch" => std::fs::File::open(&path)?.set_modified(std::time::SystemTime::UNIX_EPOCH),
+        "mkdir" => std::fs::create_dir(&path),
+        "remove" => std::fs::remove_file(&path),
+        "rmdir" => std::fs::remove_dir(&path),
+        "rename" => std::fs::rename(&path, &to),
+        "link" => std::fs::hard_link(&path, &to),
+        other => Err(std::io::Error::other(format!("unknown op {other}"))),
     }
 }
 
