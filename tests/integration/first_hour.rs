@@ -9,10 +9,10 @@ use crate::support::{Run, Workspace, last_event};
 use kiln::store::Store;
 
 fn loops(ws: &Workspace) -> Vec<kiln::store::LoopRow> {
-    if !ws.root().join(".kiln/kiln.db").exists() {
+    if !ws.store_path().exists() {
         return Vec::new();
     }
-    Store::open(&ws.root()).unwrap().loops(100).unwrap()
+    ws.store().loops(100).unwrap()
 }
 
 fn fix(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {

@@ -19,6 +19,7 @@ mod fix;
 mod fs_search;
 mod hardening;
 mod journal;
+mod kiln_state;
 mod kernel;
 mod languages;
 mod llm;

@@ -82,7 +82,7 @@ fn a_killed_agent_run_resumes_without_asking_or_running_again() {
     // Token totals count both parts: 4 answers of 30 in / 7 out.
     let new_id = last["loop_id"].as_i64().unwrap();
     assert_ne!(new_id, id);
-    let row = Store::open(&ws.root())
+    let row = ws.store()
         .unwrap()
         .loops(5)
         .unwrap()
@@ -128,8 +128,8 @@ fn resume_refuses_a_finished_run_and_a_run_of_another_kind() {
     );
 }
 
-/// The recorded command line is in `.kiln/kiln.db`, which a program the run started could
-/// rewrite: a resume never takes `--yes`, `--plugin`, a workspace (however spelled) or another
+/// The recorded command line is in the store, which (when it still lived in `.kiln/kiln.db`) a
+/// program the run started could rewrite: a resume never takes `--yes`, `--plugin`, a workspace (however spelled) or another
 /// command from it.
 #[test]
 fn a_recorded_command_line_rewritten_in_the_store_is_refused() {
@@ -155,7 +155,7 @@ fn a_recorded_command_line_rewritten_in_the_store_is_refused() {
         &[],
     )
     .expect_code(1);
-    let db = rusqlite::Connection::open(ws.root().join(".kiln/kiln.db")).unwrap();
+    let db = rusqlite::Connection::open(ws.store_path()).unwrap();
     for (planted, why) in [
         (r#"["kiln","--yes","agent","-p","look"]"#, "sets --yes"),
         (
@@ -233,7 +233,7 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait_with_output().unwrap();
     assert_eq!(ws.read("hello.txt"), "hi\n");
-    let id = Store::open(&ws.root())
+    let id = ws.store()
         .unwrap()
         .loops(10)
         .unwrap()
@@ -261,7 +261,7 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     assert_eq!(ws.read("README.md"), "# hello\n");
 
     // The resumed loop's report shows each phase, the replayed ones included.
-    let new_id = Store::open(&ws.root())
+    let new_id = ws.store()
         .unwrap()
         .loops(20)
         .unwrap()

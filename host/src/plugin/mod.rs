@@ -23,6 +23,7 @@ mod exec;
 mod host_impl;
 mod instance;
 mod kind;
+pub mod kiln_dirs;
 mod reap;
 mod registry;
 mod runtime;
