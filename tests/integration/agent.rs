@@ -4,7 +4,6 @@
 
 use crate::mock_llm::{MockLlm, Reply, openai_calls, openai_text};
 use crate::support::{Run, Workspace, agent, agent_result, wasm};
-use kiln::store::Store;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 
 use crate::mock_llm::{MockLlm, Reply, openai_events};
 use crate::support::{Run, Workspace, last_event};
-use kiln::store::{LoopRow, Store};
+use kiln::store::LoopRow;
 use serde_json::{Value, json};
 
 fn loops(ws: &Workspace) -> Vec<LoopRow> {

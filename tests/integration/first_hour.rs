@@ -6,7 +6,6 @@
 
 use crate::mock_llm::{MockLlm, openai_text};
 use crate::support::{Run, Workspace, last_event};
-use kiln::store::Store;
 
 fn loops(ws: &Workspace) -> Vec<kiln::store::LoopRow> {
     if !ws.store_path().exists() {

@@ -5,7 +5,6 @@
 
 use crate::mock_llm::{MockLlm, openai_calls};
 use crate::support::Workspace;
-use kiln::store::Store;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, Request,
     ServerResult,
@@ -162,7 +161,6 @@ async fn serves_plugin_tools_edits_and_refusals_over_stdio() {
     let session = mcp_session(&ws);
     assert_eq!(session.status, "closed");
     let calls = ws.store()
-        .unwrap()
         .tool_calls(session.id)
         .unwrap();
     let got: Vec<(&str, bool)> = calls
@@ -293,7 +291,6 @@ async fn a_cancelled_call_is_dropped_and_the_server_goes_on() {
     let cancelled = loop {
         let session = mcp_session(&ws);
         let calls = ws.store()
-            .unwrap()
             .tool_calls(session.id)
             .unwrap();
         if let Some(c) = calls.into_iter().find(|c| c.name == "run_cmd") {

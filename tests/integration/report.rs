@@ -6,7 +6,6 @@
 
 use crate::mock_llm::{MockLlm, openai_calls, openai_text};
 use crate::support::Workspace;
-use kiln::store::Store;
 use std::path::{Path, PathBuf};
 
 /// The Chromium binary: `/usr/bin/chromium` (Debian's package).

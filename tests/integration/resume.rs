@@ -6,7 +6,6 @@
 use crate::mock_llm::{MockLlm, Reply, openai_events, openai_text};
 use crate::support::Workspace;
 use crate::undo::{assert_as_before, assert_changed, killed_agent_run, patch, workspace};
-use kiln::store::Store;
 
 /// A streamed OpenAI answer calling one tool, with usage (30 in, 7 out).
 fn call_with_usage(name: &str, args: &str) -> Reply {
@@ -83,7 +82,6 @@ fn a_killed_agent_run_resumes_without_asking_or_running_again() {
     let new_id = last["loop_id"].as_i64().unwrap();
     assert_ne!(new_id, id);
     let row = ws.store()
-        .unwrap()
         .loops(5)
         .unwrap()
         .into_iter()
@@ -234,7 +232,6 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     child.wait_with_output().unwrap();
     assert_eq!(ws.read("hello.txt"), "hi\n");
     let id = ws.store()
-        .unwrap()
         .loops(10)
         .unwrap()
         .into_iter()
@@ -262,7 +259,6 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
 
     // The resumed loop's report shows each phase, the replayed ones included.
     let new_id = ws.store()
-        .unwrap()
         .loops(20)
         .unwrap()
         .into_iter()

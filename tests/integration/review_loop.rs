@@ -5,7 +5,6 @@
 
 use crate::mock_llm::{MockLlm, call, openai_calls, tool_contents};
 use crate::support::{Run, Workspace, loop_result};
-use kiln::store::Store;
 use serde_json::json;
 
 fn kiln_loop(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
