@@ -164,7 +164,9 @@ fn read_key(path: &Path) -> Result<[u8; CACHE_KEY_LEN], StateDirError> {
         return Err(bad("another user owns it"));
     }
     if meta.mode() & 0o077 != 0 {
-        return Err(bad("other users may read or write it (it must be mode 0600)"));
+        return Err(bad(
+            "other users may read or write it (it must be mode 0600)",
+        ));
     }
     let mut key = [0u8; CACHE_KEY_LEN];
     let mut rest = Vec::new();
@@ -182,13 +184,7 @@ fn random(buf: &mut [u8]) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         // SAFETY: the pointer and length describe the unfilled part of `buf`.
-        let n = unsafe {
-            libc::getrandom(
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                0,
-            )
-        };
+        let n = unsafe { libc::getrandom(buf[done..].as_mut_ptr().cast(), buf.len() - done, 0) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == ErrorKind::Interrupted {

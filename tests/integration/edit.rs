@@ -237,10 +237,7 @@ fn parse_prints_edits_as_json() {
 
 async fn formats(ws: &Workspace) -> (Runtime, Config) {
     let _ = ws;
-    (
-        crate::support::shared_runtime(),
-        Config::default(),
-    )
+    (crate::support::shared_runtime(), Config::default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,7 +122,10 @@ fn a_symlinked_logs_dir_is_refused_and_a_planted_database_is_ignored() {
     fix_replay(&ws).expect_code(1);
     ws.kiln(&["history"], &[]).expect_code(0);
     assert!(is_empty_dir(&elsewhere), "the database was created outside");
-    assert!(ws.store_path().is_file(), "the run was recorded in the state directory");
+    assert!(
+        ws.store_path().is_file(),
+        "the run was recorded in the state directory"
+    );
 
     // The fix loop's log lands inside.
     assert!(logs.join("fix-loop.log").is_file());

@@ -51,7 +51,11 @@ fn a_program_cannot_rewrite_the_record_a_later_history_reads() {
         "the program ran and wrote where the store used to be"
     );
     assert!(!store.starts_with(ws.root()), "{}", store.display());
-    assert!(store.is_file(), "the run was recorded in {}", store.display());
+    assert!(
+        store.is_file(),
+        "the run was recorded in {}",
+        store.display()
+    );
 
     let r = ws.kiln(&["history", "--json"], &[]);
     r.expect_code(0);
@@ -122,7 +126,11 @@ fn an_old_store_in_the_workspace_is_named_and_ignored() {
         first.stderr()
     );
     let second = fix_running(&ws, "exit 1\n");
-    assert!(!second.stderr().contains("is ignored"), "{}", second.stderr());
+    assert!(
+        !second.stderr().contains("is ignored"),
+        "{}",
+        second.stderr()
+    );
     let rows = ws.store().loops(10).unwrap();
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.runner == "command"), "{rows:?}");
@@ -204,7 +212,8 @@ fn grants_covering_kiln_dirs_are_refused_naming_the_overlap() {
     assert!(
         r.stderr().contains("`write = [\"~/.cache\"]`")
             && r.stderr().contains("contains kiln's compile cache")
-            && r.stderr().contains(&home.join(".cache/kiln").display().to_string()),
+            && r.stderr()
+                .contains(&home.join(".cache/kiln").display().to_string()),
         "{}",
         r.stderr()
     );
@@ -239,7 +248,10 @@ fn a_tampered_compiled_plugin_is_recompiled_not_loaded() {
     let other = std::fs::read(crate::support::wasm("kiln_plugin_search_replace")).unwrap();
     let load = |bytes: &[u8]| {
         let rt = runtime_with_cache(&cache, &key);
-        rt.check_bytes(bytes, Source::Builtin).unwrap().info.from_cache
+        rt.check_bytes(bytes, Source::Builtin)
+            .unwrap()
+            .info
+            .from_cache
     };
     assert!(!load(&fs), "a fresh cache compiles");
     let entry = only_entry(&cache);
@@ -278,14 +290,22 @@ fn a_tampered_compiled_plugin_is_recompiled_not_loaded() {
         assert!(!load(&fs), "{what} was loaded");
         let now = std::fs::read(&entry).unwrap();
         assert_ne!(now, bytes, "{what} was left in place");
-        assert!(now.starts_with(b"kilnmac1"), "{what}: not replaced by a signed entry");
+        assert!(
+            now.starts_with(b"kilnmac1"),
+            "{what}: not replaced by a signed entry"
+        );
         assert!(load(&fs), "{what}: the fresh entry loads");
     }
 
     // Signed with another key (another user's cache, or a key file replaced): recompiled.
     let t2 = tempfile::tempdir().unwrap();
     let rt = runtime_with_cache(&cache, &t2.path().join("key"));
-    assert!(!rt.check_bytes(&fs, Source::Builtin).unwrap().info.from_cache);
+    assert!(
+        !rt.check_bytes(&fs, Source::Builtin)
+            .unwrap()
+            .info
+            .from_cache
+    );
 }
 
 /// Through the CLI: a cached runner replaced by an unsigned artifact is not run; kiln
@@ -323,7 +343,12 @@ fn kiln_replaces_a_tampered_runner_and_still_runs_it() {
     check(&ws);
     for (e, raw) in entries.iter().zip(&tampered) {
         let now = std::fs::read(e).unwrap();
-        assert_ne!(&now, raw, "{} still holds the planted artifact", e.display());
+        assert_ne!(
+            &now,
+            raw,
+            "{} still holds the planted artifact",
+            e.display()
+        );
         assert!(now.starts_with(b"kilnmac1"), "{}", e.display());
     }
 }

@@ -160,9 +160,7 @@ async fn serves_plugin_tools_edits_and_refusals_over_stdio() {
     s.cancel().await.unwrap();
     let session = mcp_session(&ws);
     assert_eq!(session.status, "closed");
-    let calls = ws.store()
-        .tool_calls(session.id)
-        .unwrap();
+    let calls = ws.store().tool_calls(session.id).unwrap();
     let got: Vec<(&str, bool)> = calls
         .iter()
         .map(|c| (c.name.as_str(), c.is_error))
@@ -290,9 +288,7 @@ async fn a_cancelled_call_is_dropped_and_the_server_goes_on() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let cancelled = loop {
         let session = mcp_session(&ws);
-        let calls = ws.store()
-            .tool_calls(session.id)
-            .unwrap();
+        let calls = ws.store().tool_calls(session.id).unwrap();
         if let Some(c) = calls.into_iter().find(|c| c.name == "run_cmd") {
             break c;
         }

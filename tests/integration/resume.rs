@@ -81,7 +81,8 @@ fn a_killed_agent_run_resumes_without_asking_or_running_again() {
     // Token totals count both parts: 4 answers of 30 in / 7 out.
     let new_id = last["loop_id"].as_i64().unwrap();
     assert_ne!(new_id, id);
-    let row = ws.store()
+    let row = ws
+        .store()
         .loops(5)
         .unwrap()
         .into_iter()
@@ -231,7 +232,8 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait_with_output().unwrap();
     assert_eq!(ws.read("hello.txt"), "hi\n");
-    let id = ws.store()
+    let id = ws
+        .store()
         .loops(10)
         .unwrap()
         .into_iter()
@@ -258,7 +260,8 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     assert_eq!(ws.read("README.md"), "# hello\n");
 
     // The resumed loop's report shows each phase, the replayed ones included.
-    let new_id = ws.store()
+    let new_id = ws
+        .store()
         .loops(20)
         .unwrap()
         .into_iter()

@@ -55,7 +55,11 @@ pub fn kiln_dirs(cache_dir: Option<&Path>) -> Vec<KilnDir> {
         add("the compile cache's key", key, true);
     }
     let default_cache = super::cache::default_dir();
-    for cache in cache_dir.map(Path::to_path_buf).into_iter().chain(default_cache) {
+    for cache in cache_dir
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(default_cache)
+    {
         add("kiln's compile cache (native code kiln runs)", cache, false);
     }
     out
@@ -183,16 +187,31 @@ mod tests {
         let d = dirs(t.path());
         let home = t.path().join("home");
         for (key, path, relation, what) in [
-            ("write", home.join(".cache"), "contains", "kiln's compile cache"),
+            (
+                "write",
+                home.join(".cache"),
+                "contains",
+                "kiln's compile cache",
+            ),
             ("write", home.clone(), "contains", "kiln's state directory"),
-            ("write", home.join(".cache/kiln"), "is", "kiln's compile cache"),
+            (
+                "write",
+                home.join(".cache/kiln"),
+                "is",
+                "kiln's compile cache",
+            ),
             (
                 "write",
                 home.join(".cache/kiln/components"),
                 "is inside",
                 "kiln's compile cache",
             ),
-            ("read", home.join(".local"), "contains", "kiln's state directory"),
+            (
+                "read",
+                home.join(".local"),
+                "contains",
+                "kiln's state directory",
+            ),
             (
                 "read",
                 home.join(".local/state/kiln/workspaces"),
@@ -224,8 +243,13 @@ mod tests {
         std::os::unix::fs::symlink(t.path().join("home/.local"), &link).unwrap();
         let e = check_grant("p", &grant("read", &link), t.path(), &d).unwrap_err();
         assert_eq!(e.relation, "contains", "{e}");
-        let e = check_grant("p", &grant("write", &link.join("state/kiln/../kiln/x")), t.path(), &d)
-            .unwrap_err();
+        let e = check_grant(
+            "p",
+            &grant("write", &link.join("state/kiln/../kiln/x")),
+            t.path(),
+            &d,
+        )
+        .unwrap_err();
         assert_eq!(e.relation, "is inside", "{e}");
     }
 }

@@ -12,7 +12,7 @@
 
 pub mod bindings;
 pub mod builtin;
-mod cache;
+pub mod cache;
 mod calls;
 pub mod capability;
 pub mod confine;
@@ -22,8 +22,8 @@ mod error;
 mod exec;
 mod host_impl;
 mod instance;
-mod kind;
 pub mod kiln_dirs;
+mod kind;
 mod reap;
 mod registry;
 mod runtime;

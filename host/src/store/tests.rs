@@ -250,10 +250,17 @@ fn another_projects_run_is_not_found_like_a_missing_one() {
         );
         // Its own run, and the user's own look at any project's, still answer.
         assert!(
-            matches!(crate::engine::history::loop_detail(&a, la), ToolOutcome::Ok(_)),
+            matches!(
+                crate::engine::history::loop_detail(&a, la),
+                ToolOutcome::Ok(_)
+            ),
             "{b}"
         );
-        assert_eq!(other.any_loop_detail(la).unwrap().row.project, "/ws/a", "{b}");
+        assert_eq!(
+            other.any_loop_detail(la).unwrap().row.project,
+            "/ws/a",
+            "{b}"
+        );
         let listed: Vec<i64> = match crate::engine::history::loops(&other, 0) {
             ToolOutcome::Ok(text) => serde_json::from_str::<Vec<serde_json::Value>>(&text)
                 .unwrap()
@@ -262,7 +269,11 @@ fn another_projects_run_is_not_found_like_a_missing_one() {
                 .collect(),
             o => panic!("{b}: {o:?}"),
         };
-        assert_eq!(listed, [lb], "{b}: get_loops lists this project's runs only");
+        assert_eq!(
+            listed,
+            [lb],
+            "{b}: get_loops lists this project's runs only"
+        );
     }
 }
 
