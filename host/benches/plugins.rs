@@ -1,11 +1,15 @@
 //! Plugin runtime benchmark: for each built-in plugin, cold load (JIT compile), warm load
-//! (from the on-disk cache), instantiate + trivial call, and memory per live instance.
+//! (from the on-disk cache), instantiate + trivial call, and memory per live instance. Warm
+//! load is also split: `signed µs` is the cache lookup alone (read, HMAC check, deserialize
+//! from memory), `mmap µs` wasmtime's `deserialize_file` of an unsigned artifact (what the
+//! lookup was before entries were signed).
 //! Prints medians. Run with `cargo bench --bench plugins`.
 //! Targets (issue 2): warm load < 10 ms, instantiate + call < 100 µs.
 
 use kiln::config::Config;
-use kiln::plugin::{Runtime, Source, builtin};
+use kiln::plugin::{Runtime, Source, builtin, cache};
 use std::time::{Duration, Instant};
+use wasmtime::component::Component;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -29,10 +33,19 @@ fn main() {
         .unwrap();
     let ws = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
+    let key = cache.path().with_extension("key");
+    let cached = || Runtime::with_cache(Some((cache.path().to_path_buf(), key.clone()))).unwrap();
     let config = Config::default();
     println!(
-        "{:<12} {:>10} {:>12} {:>14} {:>16} {:>10}",
-        "plugin", "size KiB", "cold ms", "warm µs", "inst+call µs", "KiB/inst"
+        "{:<12} {:>10} {:>12} {:>14} {:>12} {:>10} {:>16} {:>10}",
+        "plugin",
+        "size KiB",
+        "cold ms",
+        "warm µs",
+        "signed µs",
+        "mmap µs",
+        "inst+call µs",
+        "KiB/inst"
     );
     // Extra components to compare (e.g. plugins built from Python or JavaScript):
     // KILN_BENCH_PLUGINS=name=path.wasm:other=path2.wasm
@@ -66,11 +79,8 @@ fn main() {
                 })
                 .collect(),
         );
-        Runtime::new(Some(cache.path().to_path_buf()))
-            .unwrap()
-            .check_bytes(bytes, Source::Builtin)
-            .unwrap();
-        let runtime = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
+        cached().check_bytes(bytes, Source::Builtin).unwrap();
+        let runtime = cached();
         let warm = median(
             (0..30)
                 .map(|_| {
@@ -78,6 +88,34 @@ fn main() {
                     let c = runtime.check_bytes(bytes, Source::Builtin).unwrap();
                     let e = t.elapsed();
                     assert!(c.info.from_cache);
+                    e
+                })
+                .collect(),
+        );
+        let engine = runtime.engine();
+        let entry = cache::entry_path(cache.path(), engine, bytes);
+        let signer = cache::Signer::load(&key, cache.path()).unwrap();
+        let signed = median(
+            (0..30)
+                .map(|_| {
+                    let t = Instant::now();
+                    let hit = cache::load(engine, &entry, &signer);
+                    let e = t.elapsed();
+                    assert!(matches!(hit, cache::Lookup::Hit(_)));
+                    e
+                })
+                .collect(),
+        );
+        let raw = cache.path().join("unsigned.cwasm");
+        std::fs::write(&raw, engine.precompile_component(bytes).unwrap()).unwrap();
+        let mmap = median(
+            (0..30)
+                .map(|_| {
+                    let t = Instant::now();
+                    // SAFETY: an artifact this engine just compiled.
+                    let c = unsafe { Component::deserialize_file(engine, &raw) }.unwrap();
+                    let e = t.elapsed();
+                    drop(c);
                     e
                 })
                 .collect(),
@@ -105,13 +143,16 @@ fn main() {
             (after.saturating_sub(before)) / 200
         });
         println!(
-            "{:<12} {:>10} {:>12.1} {:>14.0} {:>16.1} {:>10}",
+            "{:<12} {:>10} {:>12.1} {:>14.0} {:>12.0} {:>10.0} {:>16.1} {:>10}",
             stem,
             bytes.len() / 1024,
             cold.as_secs_f64() * 1e3,
             warm.as_secs_f64() * 1e6,
+            signed.as_secs_f64() * 1e6,
+            mmap.as_secs_f64() * 1e6,
             call.as_secs_f64() * 1e6,
             per_instance
         );
     }
+    let _ = std::fs::remove_file(&key);
 }

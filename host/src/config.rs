@@ -1249,14 +1249,14 @@ fn validate(path: &Path, name: &str, pc: &PluginConfig) -> Result<(), ConfigErro
         }
     }
     for w in pc.write.iter().flatten() {
-        if !(w.starts_with('/') || w.starts_with("~/")) {
+        if !(w.starts_with('/') || w.starts_with("~/") || w == "~") {
             return Err(invalid(format!(
                 "plugins.{name}.write: `{w}` must be an absolute path or start with `~/` (the workspace is always writable)"
             )));
         }
     }
     for r in pc.read.iter().flatten() {
-        if !(r.starts_with('/') || r.starts_with("~/")) {
+        if !(r.starts_with('/') || r.starts_with("~/") || r == "~") {
             return Err(invalid(format!(
                 "plugins.{name}.read: `{r}` must be an absolute path or start with `~/` (the workspace is always readable)"
             )));

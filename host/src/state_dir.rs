@@ -35,6 +35,16 @@ pub enum StateDirError {
         /// Why.
         source: std::io::Error,
     },
+    /// The compile cache's key file is not one kiln made for this user.
+    #[error(
+        "the compile cache key {path} is refused: {why}; remove it (kiln makes a new one and recompiles its plugins)"
+    )]
+    BadKey {
+        /// The key file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// `workspace.json` names another workspace.
     #[error(
         "kiln's state directory {path} belongs to another workspace ({other}); remove it if that workspace is gone"
@@ -61,24 +71,166 @@ pub fn base() -> Result<PathBuf, StateDirError> {
     }
 }
 
+/// Length of the compile cache's key, bytes.
+pub const CACHE_KEY_LEN: usize = 32;
+
+/// The compile cache's key file: `$KILN_CACHE_KEY` when it is an absolute path, else
+/// `cache.key` in [`base`]. Never inside the cache directory: whoever can write the cache must
+/// not be able to sign what they write.
+pub fn cache_key_path() -> Result<PathBuf, StateDirError> {
+    if let Some(p) = std::env::var_os("KILN_CACHE_KEY").map(PathBuf::from)
+        && p.is_absolute()
+    {
+        return Ok(p);
+    }
+    Ok(base()?.join("cache.key"))
+}
+
+/// The key in `path`, made when missing: [`CACHE_KEY_LEN`] random bytes, written to a new
+/// file (mode 0600, `O_EXCL`, following no link) and published under its name with a hard
+/// link, so a concurrent kiln reads either no key or a whole one. A key file that is a link,
+/// not a regular file, not the user's own, readable by others or of another length is
+/// refused.
+pub fn load_or_create_key(path: &Path) -> Result<[u8; CACHE_KEY_LEN], StateDirError> {
+    let io = |source| StateDirError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match read_key(path) {
+        Err(StateDirError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
+        other => return other,
+    }
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    create_private_all(parent).map_err(io)?;
+    let mut key = [0u8; CACHE_KEY_LEN];
+    random(&mut key).map_err(io)?;
+    let tmp = parent.join(format!(
+        ".{}.{}.new",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let written = (|| {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(&key)?;
+        f.sync_all()?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(()),
+            // Another kiln published its key first: use that one.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(e),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written.map_err(io)?;
+    read_key(path)
+}
+
+/// Read and check the key file at `path` (see [`load_or_create_key`]).
+fn read_key(path: &Path) -> Result<[u8; CACHE_KEY_LEN], StateDirError> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let io = |source| StateDirError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bad = |why| StateDirError::BadKey {
+        path: path.to_path_buf(),
+        why,
+    };
+    let mut f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(bad("it is a symbolic link"));
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let meta = f.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(bad("it is not a regular file"));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if meta.uid() != unsafe { libc::geteuid() } {
+        return Err(bad("another user owns it"));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(bad(
+            "other users may read or write it (it must be mode 0600)",
+        ));
+    }
+    let mut key = [0u8; CACHE_KEY_LEN];
+    let mut rest = Vec::new();
+    if meta.len() != CACHE_KEY_LEN as u64
+        || f.read_exact(&mut key).is_err()
+        || f.read_to_end(&mut rest).map_err(io)? != 0
+    {
+        return Err(bad("it is not a key kiln wrote (wrong length)"));
+    }
+    Ok(key)
+}
+
+/// Fill `buf` from the kernel's random number generator.
+fn random(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled part of `buf`.
+        let n = unsafe { libc::getrandom(buf[done..].as_mut_ptr().cast(), buf.len() - done, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// `path` with every link resolved: each leading part that exists made canonical, the rest
+/// appended (`.` dropped, `..` the parent of what precedes it). For comparing paths that may
+/// not exist yet.
+pub fn resolve(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            // `out` is canonical wherever it exists, so its parent is the real one.
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => {
+                out.push(other);
+                if let Ok(real) = out.canonicalize() {
+                    out = real;
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Where kiln's state directory lies inside the workspace at `root`, relative to it, when it
 /// does (a workspace that is `$HOME` itself, or holds `XDG_STATE_HOME`): the writer refuses
 /// that path like a protected one, so no edit can plant a journal there.
 pub fn inside(root: &Path) -> Option<PathBuf> {
     let base = base().ok()?;
     let root = root.canonicalize().ok()?;
-    // The longest part of `base` that exists, resolved, with the rest appended.
-    let mut existing = base.as_path();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        rest.push(existing.file_name()?.to_os_string());
-        existing = existing.parent()?;
-    }
-    let mut resolved = existing.canonicalize().ok()?;
-    for part in rest.into_iter().rev() {
-        resolved.push(part);
-    }
-    resolved.strip_prefix(&root).ok().map(Path::to_path_buf)
+    resolve(&base)
+        .strip_prefix(&root)
+        .ok()
+        .map(Path::to_path_buf)
 }
 
 /// What identifies a workspace: its canonical path, device and inode.

@@ -4,7 +4,6 @@
 
 use crate::mock_llm::{MockLlm, Reply, openai_calls, openai_text};
 use crate::support::{Run, Workspace, agent, agent_result, wasm};
-use kiln::store::Store;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -86,7 +85,7 @@ fn a_multi_step_task_reads_patches_runs_and_answers() {
         assert!(names.contains(&n.to_string()), "{n} missing from {names:?}");
     }
     // The store has the run and its tool calls; history lists it.
-    let s = Store::open(&ws.root()).unwrap();
+    let s = ws.store();
     let rows = s.loops(5).unwrap();
     assert_eq!(
         (
@@ -469,7 +468,7 @@ fn evaluate_work_asks_a_separate_reviewer_and_compile_loop_runs_the_fix_loop() {
         "{cl}"
     );
     assert_eq!(ws.read("main.c"), "int main(void) { return 0; }\n");
-    let s = Store::open(&ws.root()).unwrap();
+    let s = ws.store();
     let kinds: Vec<String> = s
         .loops(5)
         .unwrap()

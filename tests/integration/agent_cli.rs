@@ -392,7 +392,7 @@ fn a_missing_api_key_is_reported_before_anything_runs() {
     r.expect_code(2);
     assert!(r.stderr().contains("set OPENAI_API_KEY"), "{}", r.stderr());
     assert!(!ws.root().join("ran").exists(), "the check ran");
-    assert!(!ws.root().join(".kiln/kiln.db").exists(), "a loop started");
+    assert!(!ws.store_path().exists(), "a loop started");
     // A local server needs no key.
     let mock = MockLlm::start(vec![openai_text("fine")]);
     agent_plain(&ws, &mock, &["-p", "x"]).expect_code(0);

@@ -212,7 +212,7 @@ fn usage_sums_every_request_and_evaluate_work_reviews_the_changed_files() {
     );
     assert_eq!(res["changed_files"], json!(["a.txt"]));
     // The store's totals agree.
-    let s = kiln::store::Store::open(&ws.root()).unwrap();
+    let s = ws.store();
     let row = &s.loops(1).unwrap()[0];
     assert_eq!(row.tokens.output, 40);
 }

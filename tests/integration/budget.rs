@@ -5,14 +5,14 @@
 
 use crate::mock_llm::{MockLlm, Reply, openai_events};
 use crate::support::{Run, Workspace, last_event};
-use kiln::store::{LoopRow, Store};
+use kiln::store::LoopRow;
 use serde_json::{Value, json};
 
 fn loops(ws: &Workspace) -> Vec<LoopRow> {
-    if !ws.root().join(".kiln/kiln.db").exists() {
+    if !ws.store_path().exists() {
         return Vec::new();
     }
-    Store::open(&ws.root()).unwrap().loops(100).unwrap()
+    ws.store().loops(100).unwrap()
 }
 
 /// A streamed answer (text, or one tool call) whose usage reports `prompt` input tokens.

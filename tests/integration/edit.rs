@@ -1,7 +1,7 @@
 //! Edit formats end to end: `kiln edit parse|apply` on real files, atomicity, conventions,
 //! and the host-side checks (stale files, paths leaving the workspace).
 
-use crate::support::{Workspace, shared_cache, sr};
+use crate::support::{Workspace, sr};
 use kiln::config::Config;
 use kiln::edit::{self, ApplyOptions};
 use kiln::plugin::{PluginKind, Registry, Runtime};
@@ -237,10 +237,7 @@ fn parse_prints_edits_as_json() {
 
 async fn formats(ws: &Workspace) -> (Runtime, Config) {
     let _ = ws;
-    (
-        Runtime::new(Some(shared_cache())).unwrap(),
-        Config::default(),
-    )
+    (crate::support::shared_runtime(), Config::default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,13 +6,12 @@
 
 use crate::mock_llm::{MockLlm, openai_text};
 use crate::support::{Run, Workspace, last_event};
-use kiln::store::Store;
 
 fn loops(ws: &Workspace) -> Vec<kiln::store::LoopRow> {
-    if !ws.root().join(".kiln/kiln.db").exists() {
+    if !ws.store_path().exists() {
         return Vec::new();
     }
-    Store::open(&ws.root()).unwrap().loops(100).unwrap()
+    ws.store().loops(100).unwrap()
 }
 
 fn fix(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
@@ -408,13 +407,17 @@ fn a_read_only_workspace_gets_one_clear_message() {
     let ws = Workspace::new();
     let mnt = ws.path().join("ro");
     std::fs::create_dir(&mnt).unwrap();
+    // The store is in kiln's state directory, so the fix loop gets as far as its log.
+    let replay = ws.path().join("replay.jsonl");
+    std::fs::write(&replay, "\"no change\"\n").unwrap();
     let kiln = env!("CARGO_BIN_EXE_kiln");
     let script = format!(
         "mount -t tmpfs tmpfs {m} && printf 'x = 1\\n' > {m}/a.py && mount -o remount,ro {m} && \
          printf '<<<<<<< SEARCH\\nx = 1\\n=======\\nx = 2\\n>>>>>>> REPLACE\\n' | {kiln} -C {m} edit apply --format search-replace --files a.py; echo \"exit $?\"; \
          {kiln} -C {m} check --cmd true --file a.py; echo \"exit $?\"; \
-         {kiln} -C {m} fix --cmd false --file a.py --replay /dev/null; echo \"exit $?\"",
-        m = mnt.display()
+         {kiln} -C {m} fix --cmd false --file a.py --replay {r}; echo \"exit $?\"",
+        m = mnt.display(),
+        r = replay.display()
     );
     let mut cmd = ws.command(&[]);
     let out = std::process::Command::new("unshare")

@@ -52,7 +52,7 @@ fn events(r: &Run) -> Vec<Value> {
 }
 
 fn store(ws: &Workspace) -> Store {
-    Store::open(&ws.root()).unwrap()
+    ws.store()
 }
 
 fn user_prompt(mock: &MockLlm, i: usize) -> String {
@@ -615,7 +615,7 @@ fn a_stream_cut_off_mid_answer_is_retried_and_the_retry_is_recorded() {
         retry["reason"].as_str().unwrap().contains("finish_reason"),
         "{retry}"
     );
-    let db = rusqlite::Connection::open(ws.root().join(".kiln/kiln.db")).unwrap();
+    let db = rusqlite::Connection::open(ws.store_path()).unwrap();
     let stored: i64 = db
         .query_row(
             "SELECT count(*) FROM events WHERE type = 'llm.retry'",

@@ -683,7 +683,7 @@ fn kiln_fix_stops_a_huge_reply_at_the_default_cap_and_stores_little() {
     );
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     assert_eq!(mock.recorded().len(), 1, "never retried");
-    let db_bytes: u64 = std::fs::read_dir(ws.root().join(".kiln"))
+    let db_bytes: u64 = std::fs::read_dir(ws.store_path().parent().unwrap())
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("kiln.db"))

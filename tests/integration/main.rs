@@ -20,6 +20,7 @@ mod fs_search;
 mod hardening;
 mod journal;
 mod kernel;
+mod kiln_state;
 mod languages;
 mod llm;
 mod loop_attacks;

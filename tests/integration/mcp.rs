@@ -5,7 +5,6 @@
 
 use crate::mock_llm::{MockLlm, openai_calls};
 use crate::support::Workspace;
-use kiln::store::Store;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, Request,
     ServerResult,
@@ -66,7 +65,7 @@ fn text(r: &CallToolResult) -> String {
 }
 
 fn mcp_session(ws: &Workspace) -> kiln::store::LoopRow {
-    let s = Store::open(&ws.root()).unwrap();
+    let s = ws.store();
     s.loops(20)
         .unwrap()
         .into_iter()
@@ -161,10 +160,7 @@ async fn serves_plugin_tools_edits_and_refusals_over_stdio() {
     s.cancel().await.unwrap();
     let session = mcp_session(&ws);
     assert_eq!(session.status, "closed");
-    let calls = Store::open(&ws.root())
-        .unwrap()
-        .tool_calls(session.id)
-        .unwrap();
+    let calls = ws.store().tool_calls(session.id).unwrap();
     let got: Vec<(&str, bool)> = calls
         .iter()
         .map(|c| (c.name.as_str(), c.is_error))
@@ -251,7 +247,7 @@ async fn compile_loop_fixes_with_a_progress_notification_per_iteration() {
     );
     s.cancel().await.unwrap();
     // The loop is in the store like any fix loop, and the call under the MCP session.
-    let store = Store::open(&ws.root()).unwrap();
+    let store = ws.store();
     let fix_loop = store
         .loops(10)
         .unwrap()
@@ -292,10 +288,7 @@ async fn a_cancelled_call_is_dropped_and_the_server_goes_on() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let cancelled = loop {
         let session = mcp_session(&ws);
-        let calls = Store::open(&ws.root())
-            .unwrap()
-            .tool_calls(session.id)
-            .unwrap();
+        let calls = ws.store().tool_calls(session.id).unwrap();
         if let Some(c) = calls.into_iter().find(|c| c.name == "run_cmd") {
             break c;
         }
@@ -319,7 +312,7 @@ fn the_agent_uses_the_tools_of_an_mcp_server() {
     ws.write(
         "kiln.toml",
         &format!(
-            "[mcp.servers.other]\ncommand = {:?}\nargs = [\"-C\", {:?}, \"mcp\"]\nenv = [\"KILN_CACHE_DIR\", \"KILN_CONFIG\", \"KILN_YES\"]\n",
+            "[mcp.servers.other]\ncommand = {:?}\nargs = [\"-C\", {:?}, \"mcp\"]\nenv = [\"KILN_CACHE_DIR\", \"KILN_CACHE_KEY\", \"KILN_CONFIG\", \"KILN_YES\", \"XDG_STATE_HOME\"]\n",
             env!("CARGO_BIN_EXE_kiln"),
             other.root().to_str().unwrap()
         ),
@@ -395,7 +388,7 @@ fn the_agent_uses_the_tools_of_an_mcp_server() {
         "{observed:?}"
     );
     // Recorded on both sides: the agent's tool call, and the MCP server's session.
-    let store = Store::open(&ws.root()).unwrap();
+    let store = ws.store();
     let run = &store.loops(5).unwrap()[0];
     assert_eq!(
         (run.kind.as_str(), run.status.as_str()),
@@ -406,7 +399,8 @@ fn the_agent_uses_the_tools_of_an_mcp_server() {
         (calls[0].name.as_str(), calls[0].is_error),
         ("other__read_file", false)
     );
-    let served = Store::open(&other.root()).unwrap();
+    // The server kiln keeps the store of `other` in the state directory it was handed.
+    let served = other.store_under(&ws.state_home());
     let sessions: Vec<_> = served
         .loops(10)
         .unwrap()

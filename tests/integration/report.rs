@@ -6,7 +6,6 @@
 
 use crate::mock_llm::{MockLlm, openai_calls, openai_text};
 use crate::support::Workspace;
-use kiln::store::Store;
 use std::path::{Path, PathBuf};
 
 /// The Chromium binary: `/usr/bin/chromium` (Debian's package).
@@ -102,7 +101,7 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
         &[],
     );
     r.expect_code(0);
-    let row = Store::open(&ws.root()).unwrap().loops(1).unwrap().remove(0);
+    let row = ws.store().loops(1).unwrap().remove(0);
     assert_eq!(row.iters, 2);
 
     let out = ws.path().parent().unwrap().join("fix-report.html");
@@ -206,7 +205,7 @@ fn an_agent_run_report_shows_its_tool_calls() {
         &[],
     );
     r.expect_code(0);
-    let id = Store::open(&ws.root()).unwrap().loops(1).unwrap()[0].id;
+    let id = ws.store().loops(1).unwrap()[0].id;
     let out = ws.path().parent().unwrap().join("agent-report.html");
     ws.kiln(
         &["report", &id.to_string(), "--html", out.to_str().unwrap()],

@@ -6,7 +6,6 @@
 use crate::mock_llm::{MockLlm, Reply, openai_events, openai_text};
 use crate::support::Workspace;
 use crate::undo::{assert_as_before, assert_changed, killed_agent_run, patch, workspace};
-use kiln::store::Store;
 
 /// A streamed OpenAI answer calling one tool, with usage (30 in, 7 out).
 fn call_with_usage(name: &str, args: &str) -> Reply {
@@ -95,8 +94,8 @@ fn a_killed_agent_run_resumes_without_asking_or_running_again() {
     // Token totals count both parts: 4 answers of 30 in / 7 out.
     let new_id = last["loop_id"].as_i64().unwrap();
     assert_ne!(new_id, id);
-    let row = Store::open(&ws.root())
-        .unwrap()
+    let row = ws
+        .store()
         .loops(5)
         .unwrap()
         .into_iter()
@@ -193,8 +192,8 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait_with_output().unwrap();
     assert_eq!(ws.read("hello.txt"), "hi\n");
-    let id = Store::open(&ws.root())
-        .unwrap()
+    let id = ws
+        .store()
         .loops(10)
         .unwrap()
         .into_iter()
@@ -233,8 +232,8 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
     assert_eq!(ws.read("README.md"), "# hello\n");
 
     // The resumed loop's report shows each phase, the replayed ones included.
-    let new_id = Store::open(&ws.root())
-        .unwrap()
+    let new_id = ws
+        .store()
         .loops(20)
         .unwrap()
         .into_iter()

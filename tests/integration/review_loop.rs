@@ -5,7 +5,6 @@
 
 use crate::mock_llm::{MockLlm, call, openai_calls, tool_contents};
 use crate::support::{Run, Workspace, loop_result};
-use kiln::store::Store;
 use serde_json::json;
 
 fn kiln_loop(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
@@ -165,7 +164,7 @@ fn two_rounds_carry_the_pending_item_and_complete_early() {
     assert!(!rev_log["event"].as_array().unwrap().is_empty());
 
     // The store has the run and its phases; history lists them.
-    let s = Store::open(&ws.root()).unwrap();
+    let s = ws.store();
     let kinds: Vec<String> = s
         .loops(10)
         .unwrap()
@@ -240,7 +239,7 @@ fn a_blocker_stops_the_run_as_blocked() {
         out["blocker"].as_str(),
         Some("needs production credentials")
     );
-    let s = Store::open(&ws.root()).unwrap();
+    let s = ws.store();
     let top = s
         .loops(10)
         .unwrap()
@@ -369,7 +368,7 @@ fn ctrl_c_in_the_review_phase_is_recorded_and_the_artifacts_stay_consistent() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(names.iter().all(|n| !n.contains("kiln-tmp")), "{names:?}");
-    let s = Store::open(&ws.root()).unwrap();
+    let s = ws.store();
     let top = s
         .loops(10)
         .unwrap()

@@ -1,15 +1,17 @@
 //! The runtime itself: the compile cache, refusing components that are not kiln plugins, and
 //! carrying on after a plugin traps, times out or runs out of memory.
 
-use crate::support::{Workspace, wasm};
+use crate::support::{Workspace, runtime_with_cache, wasm};
 use kiln::config::Config;
 use kiln::plugin::{PluginError, Runtime, Source};
 
 #[test]
 fn compiled_components_are_cached_and_reused() {
     let cache = tempfile::tempdir().unwrap();
+    let key = tempfile::tempdir().unwrap();
+    let key = key.path().join("cache.key");
     let bytes = std::fs::read(wasm("kiln_plugin_fs")).unwrap();
-    let first = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
+    let first = runtime_with_cache(cache.path(), &key);
     let c1 = first.check_bytes(&bytes, Source::Builtin).unwrap();
     assert!(!c1.info.from_cache, "a fresh cache compiles");
     let entries: Vec<_> = std::fs::read_dir(cache.path().join("components"))
@@ -17,12 +19,11 @@ fn compiled_components_are_cached_and_reused() {
         .collect();
     assert_eq!(entries.len(), 1, "one artifact written");
     drop(first);
-    let second = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
+    let second = runtime_with_cache(cache.path(), &key);
     let c2 = second.check_bytes(&bytes, Source::Builtin).unwrap();
     assert!(c2.info.from_cache, "a second runtime loads from the cache");
 
-    // A corrupt cache entry is recompiled, not fatal. (Drop the mapped component first:
-    // truncating a file that is still mapped would fault.)
+    // A corrupt cache entry is recompiled, not fatal.
     drop((c2, second));
     let entry = std::fs::read_dir(cache.path().join("components"))
         .unwrap()
@@ -31,7 +32,7 @@ fn compiled_components_are_cached_and_reused() {
         .unwrap()
         .path();
     std::fs::write(&entry, b"garbage").unwrap();
-    let third = Runtime::new(Some(cache.path().to_path_buf())).unwrap();
+    let third = runtime_with_cache(cache.path(), &key);
     let c3 = third.check_bytes(&bytes, Source::Builtin).unwrap();
     assert!(!c3.info.from_cache);
 }
@@ -90,7 +91,7 @@ async fn the_host_keeps_running_after_traps_deadlines_and_memory_exhaustion() {
         "[plugins.escape]\nfs = [\".\"]\ntimeout_ms = 1000\nmemory_mib = 32\n",
     );
     config.layer_file(&grant).unwrap();
-    let rt = Runtime::new(Some(crate::support::shared_cache())).unwrap();
+    let rt = crate::support::shared_runtime();
     let bytes = std::fs::read(wasm("kiln_test_escape")).unwrap();
     let plugin = rt
         .load(

@@ -63,7 +63,7 @@ fn fix_runs_of_many_workspaces_share_a_postgres_store() {
     std::fs::write(&config, format!("[store]\nurl = \"{url}\"\n")).unwrap();
     fix(&c, &[], &[]).expect_code(0);
     for ws in [&a, &b, &c] {
-        assert!(!ws.root().join(".kiln/kiln.db").exists(), "no SQLite store");
+        assert!(!ws.store_path().exists(), "no SQLite store");
         let rows = open(&url, ws).loops(5).unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(

@@ -14,6 +14,22 @@ pub fn shared_cache() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("kiln-cache")
 }
 
+/// The key that signs the shared cache's entries (`KILN_CACHE_KEY`): beside the cache, not in
+/// it, and one for every test, so the tests' different state directories share the cache.
+pub fn shared_cache_key() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("kiln-cache.key")
+}
+
+/// A runtime over the compile cache `dir` whose entries are signed with the key file `key`.
+pub fn runtime_with_cache(dir: &Path, key: &Path) -> kiln::plugin::Runtime {
+    kiln::plugin::Runtime::with_cache(Some((dir.to_path_buf(), key.to_path_buf()))).unwrap()
+}
+
+/// A runtime over the shared compile cache.
+pub fn shared_runtime() -> kiln::plugin::Runtime {
+    runtime_with_cache(&shared_cache(), &shared_cache_key())
+}
+
 /// A temporary workspace with files.
 pub struct Workspace {
     pub dir: tempfile::TempDir,
@@ -49,6 +65,34 @@ impl Workspace {
         self.dir.path().join("state")
     }
 
+    /// The workspace's own store as the kiln processes keep it: `kiln.db` in their state
+    /// directory for the workspace (`kiln::store::default_path` under `state_home`).
+    pub fn store_path(&self) -> PathBuf {
+        self.store_path_under(&self.state_home())
+    }
+
+    /// The store a kiln whose `XDG_STATE_HOME` is `state_home` keeps for this workspace.
+    pub fn store_path_under(&self, state_home: &Path) -> PathBuf {
+        let key = kiln::state_dir::Identity::of(&self.root()).unwrap().key();
+        state_home
+            .join("kiln/workspaces")
+            .join(key)
+            .join(kiln::store::STORE_FILE)
+    }
+
+    /// The workspace's own store, opened (created when no kiln ran yet) as kiln opens it.
+    pub fn store(&self) -> kiln::store::Store {
+        self.store_under(&self.state_home())
+    }
+
+    /// The store a kiln whose `XDG_STATE_HOME` is `state_home` keeps for this workspace.
+    pub fn store_under(&self, state_home: &Path) -> kiln::store::Store {
+        let path = self.store_path_under(state_home);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let project = self.root().canonicalize().unwrap();
+        kiln::store::Store::open_file(&path, &project.to_string_lossy()).unwrap()
+    }
+
     pub fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.root().join(rel)).unwrap()
     }
@@ -65,6 +109,7 @@ impl Workspace {
             // kiln's own state (edit journal, trust records) outside the workspace.
             .env("XDG_STATE_HOME", self.state_home())
             .env("KILN_CACHE_DIR", shared_cache())
+            .env("KILN_CACHE_KEY", shared_cache_key())
             .env("KILN_CONFIG", self.path().join("no-user-config.toml"))
             // The tests' kiln.toml files are written by the tests themselves; trust is tested
             // on its own (escapes.rs) with this removed.

@@ -34,9 +34,14 @@ enum HistoryCommand {
 }
 
 pub(crate) async fn run(ctx: &Ctx, args: HistoryArgs) -> anyhow::Result<Outcome> {
-    // Reading history creates nothing: no `.kiln` yet means no loops yet. (A `.kiln` that
-    // exists, even as a planted symlink, goes to the store, which refuses what it must.)
-    if ctx.store.is_none() && std::fs::symlink_metadata(ctx.workspace.join(".kiln")).is_err() {
+    // Reading history creates nothing: no store in kiln's state directory yet means no loops
+    // yet. (A `.kiln/kiln.db` of an earlier kiln is never read: programs could write it.)
+    if ctx.store.is_none() && !crate::store::default_exists(&ctx.workspace) {
+        if let Ok(path) = crate::store::default_path(&ctx.workspace)
+            && let Some(notice) = crate::store::legacy_notice(&ctx.workspace, &path)
+        {
+            eprintln!("kiln: note: {notice}");
+        }
         if let Some(HistoryCommand::Show { id }) = args.show {
             anyhow::bail!(
                 "no loop {id}: nothing is recorded in {} yet",
@@ -101,7 +106,8 @@ fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()
 
 /// `kiln history show ID`: one loop with its tool calls and every iteration.
 fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
-    let d = store.loop_detail(id)?;
+    // The user's own question: any project's run of a shared store (the listing shows them).
+    let d = store.any_loop_detail(id)?;
     if json {
         let mut v = serde_json::to_value(&d)?;
         v["tool_calls"] = serde_json::to_value(store.tool_calls(id)?)?;

@@ -64,7 +64,8 @@ struct Global {
     #[arg(long, global = true, env = "KILN_YES", value_parser = clap::builder::FalseyValueParser::new())]
     yes: bool,
     /// Where runs are recorded: postgres://USER[:PASSWORD]@HOST[:PORT]/DB (shared by many
-    /// workspaces), sqlite:PATH or a file (default: .kiln/kiln.db in the workspace).
+    /// workspaces), sqlite:PATH or a file (default: kiln.db in kiln's state directory for the
+    /// workspace, outside it).
     #[arg(
         long = "store",
         global = true,
@@ -360,7 +361,7 @@ fn error_text(e: &anyhow::Error) -> String {
     }) || text.contains("(os error 30)");
     if read_only {
         text.push_str(
-            "\n  the workspace is on a read-only file system: kiln writes its store in .kiln/ and the files it edits there; run it on a writable copy",
+            "\n  the workspace is on a read-only file system: kiln writes its logs in .kiln/ and the files it edits there; run it on a writable copy",
         );
     }
     text

@@ -31,7 +31,7 @@ pub(crate) async fn run(ctx: &Ctx, args: ReportArgs) -> anyhow::Result<Outcome> 
         (None, Some(id)) => id,
         (None, None) => anyhow::bail!("name a run (its id in `kiln history`) or --batch ID"),
     };
-    if ctx.store.is_none() && std::fs::symlink_metadata(ctx.workspace.join(".kiln")).is_err() {
+    if ctx.store.is_none() && !crate::store::default_exists(&ctx.workspace) {
         anyhow::bail!(
             "no run {}: nothing is recorded in {} yet",
             id,

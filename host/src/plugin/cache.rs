@@ -1,13 +1,31 @@
 //! The on-disk compile cache: a compiled component is stored under a key made of the
 //! component's SHA-256 and the engine's compatibility hash (wasmtime version, target, and
-//! settings), so a later run loads it with `mmap` instead of compiling it again. A corrupt or
-//! stale entry is recompiled and replaced; a cache that cannot be written only costs speed.
+//! settings), so a later run loads it instead of compiling it again. A corrupt or stale entry
+//! is recompiled and replaced; a cache that cannot be written only costs speed.
+//!
+//! A compiled component is native code kiln runs unconfined, and the cache directory is one a
+//! user might let a tool write (`~/.cache`). So every entry is signed: it starts with
+//! [`MAGIC`] and an HMAC-SHA256 over its file name (which names the component and the engine)
+//! and the artifact, keyed with a random key kept in kiln's state directory
+//! ([`crate::state_dir::cache_key_path`]), never in the cache. An entry is read into memory
+//! once, checked, and only then deserialized from that same memory: an entry that is unsigned, signed with another key, for another
+//! component, or changed after the check is never loaded. It is removed and the component
+//! compiled again.
 
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+/// The first bytes of a signed cache entry (format version 1).
+pub const MAGIC: &[u8; 8] = b"kilnmac1";
+
+/// Bytes before the artifact: [`MAGIC`] and the tag.
+const HEADER: usize = MAGIC.len() + 32;
+
+/// The largest entry read (a compiled Python or JavaScript component is tens of MB).
+const MAX_ENTRY: u64 = 1 << 30;
 
 /// The cache directory: `$KILN_CACHE_DIR`, else `$XDG_CACHE_HOME/kiln`, else `~/.cache/kiln`.
 pub fn default_dir() -> Option<PathBuf> {
@@ -29,29 +47,218 @@ pub fn entry_path(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
         .join(format!("{digest}-{:016x}.cwasm", h.finish()))
 }
 
-/// Load from the cache if present and valid. `None` means: compile.
-pub fn load(engine: &Engine, path: &Path) -> Option<Component> {
-    if !path.is_file() {
-        return None;
-    }
-    // SAFETY: the file was written by `store` below from `Component::serialize` of this
-    // engine configuration (the key includes the engine's compatibility hash), in a directory
-    // owned by the user; wasmtime also checks the header and refuses mismatches.
-    unsafe { Component::deserialize_file(engine, path) }.ok()
+/// The key that signs and checks cache entries.
+pub struct Signer {
+    key: [u8; crate::state_dir::CACHE_KEY_LEN],
 }
 
-/// Write a compiled component atomically (temp file + rename).
-pub fn store(component: &Component, path: &Path) -> std::io::Result<()> {
-    let bytes = component
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Signer(***)")
+    }
+}
+
+impl Signer {
+    /// A signer with `key`.
+    pub fn new(key: [u8; crate::state_dir::CACHE_KEY_LEN]) -> Signer {
+        Signer { key }
+    }
+
+    /// The key at `path`, made when missing ([`crate::state_dir::load_or_create_key`]). A
+    /// key file inside `cache_dir` is refused: whoever writes the cache could sign with it.
+    pub fn load(path: &Path, cache_dir: &Path) -> Result<Signer, crate::state_dir::StateDirError> {
+        use crate::state_dir::resolve;
+        if resolve(path).starts_with(resolve(cache_dir)) {
+            return Err(crate::state_dir::StateDirError::BadKey {
+                path: path.to_path_buf(),
+                why: "it is inside the compile cache it signs",
+            });
+        }
+        crate::state_dir::load_or_create_key(path).map(Signer::new)
+    }
+
+    /// The tag of the entry named `name` holding `artifact`.
+    fn tag(&self, name: &[u8], artifact: &[u8]) -> [u8; 32] {
+        hmac_sha256(&self.key, &[name, b"\0", artifact])
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) of the concatenation of `parts`, for a key of at most 64 bytes.
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut mac = HmacSha256::new(key);
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finish()
+}
+
+/// HMAC-SHA256 (RFC 2104) fed in pieces, for a key of at most one block (64 bytes).
+struct HmacSha256 {
+    inner: Sha256,
+    opad: [u8; 64],
+}
+
+impl HmacSha256 {
+    fn new(key: &[u8]) -> HmacSha256 {
+        const BLOCK: usize = 64;
+        assert!(key.len() <= BLOCK, "HMAC keys here are at most one block");
+        let mut ipad = [0x36u8; BLOCK];
+        let mut opad = [0x5cu8; BLOCK];
+        for (i, k) in key.iter().enumerate() {
+            ipad[i] ^= k;
+            opad[i] ^= k;
+        }
+        let mut inner = Sha256::new();
+        inner.update(ipad);
+        HmacSha256 { inner, opad }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        self.inner.update(bytes);
+    }
+
+    fn finish(self) -> [u8; 32] {
+        let mut outer = Sha256::new();
+        outer.update(self.opad);
+        outer.update(self.inner.finalize());
+        outer.finalize().into()
+    }
+}
+
+/// Equal without an early exit (the time taken says nothing of where tags differ).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// What a cache lookup found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// The entry, checked and loaded.
+    Hit(Component),
+    /// No entry (or one that cannot be read): compile.
+    Miss,
+    /// An entry that failed its check (unsigned, another key, another component, corrupt):
+    /// it was removed; compile and store again.
+    Rejected,
+}
+
+/// Load the entry at `path` if its signature checks. The file is opened without following a
+/// link, read whole into memory, checked there and deserialized from the same bytes (a copy
+/// nothing outside this process can change). Reading and checking costs about 1 ms per MB of
+/// artifact over wasmtime's lazy `mmap` of the file, which would run whatever the file holds
+/// when it is mapped (README, "Performance").
+pub fn load(engine: &Engine, path: &Path, signer: &Signer) -> Lookup {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return Lookup::Miss;
+    };
+    let len = match f.metadata() {
+        Ok(m) if m.is_file() && m.len() <= MAX_ENTRY => m.len(),
+        _ => return reject(path),
+    };
+    let mut bytes = Vec::with_capacity(len as usize);
+    if f.read_to_end(&mut bytes).is_err() {
+        return Lookup::Miss;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.as_encoded_bytes())
+        .unwrap_or_default();
+    if bytes.len() < HEADER
+        || &bytes[..MAGIC.len()] != MAGIC
+        || !same(
+            &bytes[MAGIC.len()..HEADER],
+            &signer.tag(name, &bytes[HEADER..]),
+        )
+    {
+        return reject(path);
+    }
+    // SAFETY: these bytes were checked, in memory, to be an artifact this user's kiln signed
+    // (the key never leaves kiln's state directory) for this component and this engine (both
+    // named in the signed file name), from `Component::serialize`; wasmtime also checks the
+    // header and refuses mismatches. Nothing outside this process can change them now.
+    match unsafe { Component::deserialize(engine, &bytes[HEADER..]) } {
+        Ok(c) => Lookup::Hit(c),
+        Err(_) => reject(path),
+    }
+}
+
+/// Remove an entry that failed its check (the compile that follows writes a good one).
+fn reject(path: &Path) -> Lookup {
+    let _ = std::fs::remove_file(path);
+    Lookup::Rejected
+}
+
+/// Write a compiled component, signed, atomically (a new temp file, then rename).
+pub fn store(component: &Component, path: &Path, signer: &Signer) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let artifact = component
         .serialize()
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let dir = path.parent().expect("cache entries live in a directory");
+    let name = path.file_name().expect("cache entries have a name");
+    let tag = signer.tag(name.as_encoded_bytes(), &artifact);
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
-        path.file_name().unwrap().to_string_lossy(),
+        name.to_string_lossy(),
         std::process::id()
     ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(MAGIC)?;
+        f.write_all(&tag)?;
+        f.write_all(&artifact)?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        // Test case 2: key "Jefe".
+        assert_eq!(
+            hex::encode(hmac_sha256(
+                b"Jefe",
+                &[b"what do ya want ", b"for nothing?"]
+            )),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // Test case 1: 20 bytes of 0x0b.
+        assert_eq!(
+            hex::encode(hmac_sha256(&[0x0b; 20], &[b"Hi There"])),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        );
+    }
+
+    #[test]
+    fn a_tag_binds_the_key_the_name_and_the_bytes() {
+        let (a, b) = (Signer::new([1; 32]), Signer::new([2; 32]));
+        let t = a.tag(b"x.cwasm", b"code");
+        assert!(same(&t, &a.tag(b"x.cwasm", b"code")));
+        assert!(!same(&t, &b.tag(b"x.cwasm", b"code")));
+        assert!(!same(&t, &a.tag(b"y.cwasm", b"code")));
+        assert!(!same(&t, &a.tag(b"x.cwasm", b"codE")));
+        assert!(!same(&t, &a.tag(b"x.cwas", b"mcode")));
+    }
 }

@@ -13,7 +13,7 @@
 
 pub mod bindings;
 pub mod builtin;
-mod cache;
+pub mod cache;
 mod calls;
 pub mod capability;
 pub use kiln_sandbox as confine;
@@ -24,6 +24,7 @@ mod exec;
 mod fs_guard;
 mod host_impl;
 mod instance;
+pub mod kiln_dirs;
 mod kind;
 mod registry;
 mod runtime;

@@ -21,7 +21,8 @@ const TICK: Duration = Duration::from_millis(1);
 pub struct Runtime {
     engine: Engine,
     linker: Linker<State>,
-    cache_dir: Option<PathBuf>,
+    /// The compile cache's directory and the key its entries are signed with.
+    cache: Option<(PathBuf, cache::Signer)>,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -54,8 +55,32 @@ pub struct Checked {
 }
 
 impl Runtime {
-    /// Create the engine; `cache_dir` `None` disables the disk cache.
+    /// Create the engine; `cache_dir` `None` disables the disk cache. Entries are signed with
+    /// the key at [`crate::state_dir::cache_key_path`].
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Runtime, PluginError> {
+        match cache_dir {
+            None => Runtime::with_cache(None),
+            Some(dir) => match crate::state_dir::cache_key_path() {
+                Ok(key) => Runtime::with_cache(Some((dir, key))),
+                Err(e) => {
+                    eprintln!("kiln: warning: the compile cache is off: {e}");
+                    Runtime::with_cache(None)
+                }
+            },
+        }
+    }
+
+    /// Create the engine with the disk cache `cache` (its directory and its key file, see
+    /// [`cache`]); `None` disables it. A key that cannot be read or made turns the cache off
+    /// (with a warning): kiln then compiles every plugin it loads.
+    pub fn with_cache(cache: Option<(PathBuf, PathBuf)>) -> Result<Runtime, PluginError> {
+        let cache = cache.and_then(|(dir, key)| match cache::Signer::load(&key, &dir) {
+            Ok(signer) => Some((dir, signer)),
+            Err(e) => {
+                eprintln!("kiln: warning: the compile cache is off: {e}");
+                None
+            }
+        });
         let mut config = Config::new();
         config
             .wasm_component_model(true)
@@ -87,7 +112,7 @@ impl Runtime {
         Ok(Runtime {
             engine,
             linker,
-            cache_dir,
+            cache,
             stop_ticker: stop,
         })
     }
@@ -113,19 +138,21 @@ impl Runtime {
 
     /// Whether the disk cache holds `bytes` compiled for this engine (loading it is quick).
     pub fn is_cached(&self, bytes: &[u8]) -> bool {
-        self.cache_dir
+        self.cache
             .as_ref()
-            .is_some_and(|d| cache::entry_path(d, &self.engine, bytes).is_file())
+            .is_some_and(|(d, _)| cache::entry_path(d, &self.engine, bytes).is_file())
     }
 
     /// The compiled component, from the disk cache when it holds it (`true`), else compiled
     /// now and stored there.
     fn compile(&self, bytes: &[u8], source_name: &str) -> Result<(Component, bool), PluginError> {
         let entry = self
-            .cache_dir
+            .cache
             .as_ref()
-            .map(|d| cache::entry_path(d, &self.engine, bytes));
-        if let Some(c) = entry.as_deref().and_then(|p| cache::load(&self.engine, p)) {
+            .map(|(d, signer)| (cache::entry_path(d, &self.engine, bytes), signer));
+        if let Some((p, signer)) = &entry
+            && let cache::Lookup::Hit(c) = cache::load(&self.engine, p, signer)
+        {
             return Ok((c, true));
         }
         // A big component (Python, JavaScript) takes seconds: say why nothing else shows.
@@ -139,9 +166,9 @@ impl Runtime {
             source_name: source_name.to_string(),
             message: format!("{e:#}"),
         })?;
-        if let Some(p) = &entry {
+        if let Some((p, signer)) = &entry {
             // A cache that cannot be written only costs speed on the next run.
-            let _ = cache::store(&c, p);
+            let _ = cache::store(&c, p, signer);
         }
         Ok((c, false))
     }
@@ -261,6 +288,14 @@ impl Runtime {
             grant.fs = builtin::default_grant(&manifest.name).fs;
         }
         plugin.name = manifest.name.clone();
+        // No grant reaches kiln's own configuration, state or compile cache.
+        let kiln_dirs = super::kiln_dirs::kiln_dirs(self.cache.as_ref().map(|(d, _)| d.as_path()));
+        super::kiln_dirs::check_grant(&manifest.name, &grant, workspace, &kiln_dirs).map_err(
+            |e| PluginError::Sandbox {
+                plugin: manifest.name.clone(),
+                message: e.to_string(),
+            },
+        )?;
         let mut effective = Effective::compute(&manifest, &grant);
         effective.require_confinement = config.sandbox.require_confinement == Some(true);
         effective.protect = config.sandbox.protect.clone().unwrap_or_default();

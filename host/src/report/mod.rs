@@ -85,7 +85,8 @@ pub fn gather(
     id: i64,
     pricing: &BTreeMap<String, Price>,
 ) -> Result<RunReport, StoreError> {
-    let d = store.loop_detail(id)?;
+    // `kiln report` is the user's (a batch report reads its tasks' checkouts' runs).
+    let d = store.any_loop_detail(id)?;
     let tools = store.tool_calls(id)?;
     let events = store.events(id, None)?;
     let mut steps: BTreeMap<i64, Step> = BTreeMap::new();

@@ -1,5 +1,6 @@
 //! kiln's files in the workspace: the `.kiln` directory (created with a `.gitignore`, refused
-//! when it or anything in it is a symlink) and the log files under `.kiln/logs/`.
+//! when it or anything in it is a symlink) and the log files under `.kiln/logs/`. Only
+//! outputs meant for people live there: the store itself is in kiln's state directory.
 
 use super::StoreError;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Persistence of loops, iterations, edits, LLM calls, tool calls and events, behind one
-//! [`Backend`] trait with two implementations: an SQLite file in the workspace (the default,
-//! `.kiln/kiln.db`, WAL; [`sqlite`]) and a PostgreSQL database that many workspaces and
+//! [`Backend`] trait with two implementations: an SQLite file (the default: `kiln.db` in kiln's
+//! state directory for the workspace, outside it, [`Store::open`]; WAL; [`sqlite`]) and a PostgreSQL database that many workspaces and
 //! machines share ([`postgres`]). [`Store`] is the type the rest of kiln uses: it adds the
 //! project, the clock, caps and the run-kind and status types on top of a backend. Both schemas
 //! carry a version and are migrated forward on open ([`schema`]). Writes are transactional;
@@ -29,6 +29,49 @@ pub use schema::SCHEMA_VERSION;
 use crate::clock::now_ms;
 use crate::engine::outcome::{LoopStatus, StopReason};
 use std::path::Path;
+
+/// The file name of a workspace's own store in its state directory.
+pub const STORE_FILE: &str = "kiln.db";
+
+/// Where the store of the workspace at `workspace` is, or will be: [`STORE_FILE`] in kiln's
+/// state directory for it, `$XDG_STATE_HOME/kiln/workspaces/<key>/` (else
+/// `~/.local/state/kiln/...`; the key is [`crate::state_dir::Identity::key`]).
+pub fn default_path(workspace: &Path) -> Result<std::path::PathBuf, StoreError> {
+    let id = crate::state_dir::Identity::of(workspace)?;
+    Ok(crate::state_dir::base()?
+        .join("workspaces")
+        .join(id.key())
+        .join(STORE_FILE))
+}
+
+/// Whether the workspace's own store exists (reading history creates nothing).
+pub fn default_exists(workspace: &Path) -> bool {
+    default_path(workspace).is_ok_and(|p| std::fs::symlink_metadata(p).is_ok())
+}
+
+/// The store file an earlier kiln kept inside the workspace, which kiln no longer reads.
+pub const LEGACY_STORE: &str = ".kiln/kiln.db";
+
+/// The one-line notice for a workspace still holding [`LEGACY_STORE`]: it is ignored (a
+/// program kiln ran could have rewritten it), and where runs are recorded now.
+pub fn legacy_notice(root: &Path, now: &Path) -> Option<String> {
+    std::fs::symlink_metadata(root.join(LEGACY_STORE))
+        .ok()
+        .map(|_| {
+            format!(
+                "{LEGACY_STORE} from an earlier kiln is ignored (programs kiln ran could rewrite it); runs are now recorded in {}; to look at the old runs, `kiln history --store sqlite:{LEGACY_STORE}` (untrusted) or delete it",
+                now.display()
+            )
+        })
+}
+
+/// `workspace`, canonical (no link in it can redirect the store or change the project).
+fn canonical(workspace: &Path) -> Result<std::path::PathBuf, StoreError> {
+    workspace.canonicalize().map_err(|source| StoreError::Dir {
+        path: workspace.to_path_buf(),
+        source,
+    })
+}
 
 /// Largest text stored per output column.
 pub const MAX_STORED_TEXT: usize = 256 * 1024;
@@ -59,11 +102,26 @@ pub struct Store {
 }
 
 impl Store {
-    /// Open (creating and migrating) `<workspace>/.kiln/kiln.db`. A `.kiln` or database file
-    /// that is a symlink is refused (the store must not be redirected outside the workspace).
+    /// Open (creating and migrating) the workspace's own store: [`STORE_FILE`] in kiln's state
+    /// directory for the workspace ([`default_path`]), outside the workspace, so no program
+    /// kiln runs there can rewrite the record a later `kiln history`, `report`, `undo` or
+    /// `--resume` reads. A `.kiln/kiln.db` an earlier kiln left in the workspace is never read
+    /// (programs could write it); the open that creates the new store says so once.
     pub fn open(workspace: &Path) -> Result<Store, StoreError> {
-        let dir = files::kiln_dir(workspace)?;
-        Store::open_file(&dir.join("kiln.db"), &workspace.to_string_lossy())
+        let root = canonical(workspace)?;
+        let state = crate::state_dir::WorkspaceState::open(&root, true)?.ok_or_else(|| {
+            StoreError::Dir {
+                path: root.clone(),
+                source: std::io::ErrorKind::NotFound.into(),
+            }
+        })?;
+        let path = state.path().join(STORE_FILE);
+        let fresh = std::fs::symlink_metadata(&path).is_err();
+        let store = Store::open_file(&path, &root.to_string_lossy())?;
+        if fresh && let Some(notice) = legacy_notice(&root, &path) {
+            eprintln!("kiln: note: {notice}");
+        }
+        Ok(store)
     }
 
     /// Open a database file for a project. The file and SQLite's companions (`-wal`, `-shm`,
@@ -73,12 +131,13 @@ impl Store {
         Ok(Store::with_backend(Box::new(backend), project, false))
     }
 
-    /// Open the store `url` names for the runs of `workspace`: its own `.kiln/kiln.db` when
-    /// `url` is `None`; else the SQLite file or PostgreSQL database named (a shared store).
+    /// Open the store `url` names for the runs of `workspace`: its own store ([`Store::open`])
+    /// when `url` is `None`; else the SQLite file or PostgreSQL database named (a shared
+    /// store), recording under the workspace's canonical path.
     pub fn open_url(url: Option<&StoreUrl>, workspace: &Path) -> Result<Store, StoreError> {
         match url {
             None => Store::open(workspace),
-            Some(url) => Store::open_project(url, &workspace.to_string_lossy()),
+            Some(url) => Store::open_project(url, &canonical(workspace)?.to_string_lossy()),
         }
     }
 
@@ -313,9 +372,26 @@ impl Store {
         self.backend.loop_row(id)?.ok_or(StoreError::NoLoop(id))
     }
 
-    /// One loop with its iterations, edits and LLM calls.
+    /// One loop of this project with its iterations, edits and LLM calls. A run of another
+    /// workspace in a shared store is [`StoreError::NoLoop`], exactly like a missing id: what
+    /// the model's history tools, `--resume` and replays read is this project's only.
     pub fn loop_detail(&self, id: i64) -> Result<LoopDetail, StoreError> {
+        match self.backend.loop_row(id)? {
+            Some(row) if row.project == self.project => self.detail_of(row),
+            _ => Err(StoreError::NoLoop(id)),
+        }
+    }
+
+    /// One loop of any project in the database, for the user's own `kiln history ID` and
+    /// `kiln report` (a shared store's listing shows every project's runs). Never for
+    /// anything a model or a program asks.
+    pub fn any_loop_detail(&self, id: i64) -> Result<LoopDetail, StoreError> {
         let row = self.backend.loop_row(id)?.ok_or(StoreError::NoLoop(id))?;
+        self.detail_of(row)
+    }
+
+    fn detail_of(&self, row: LoopRow) -> Result<LoopDetail, StoreError> {
+        let id = row.id;
         Ok(LoopDetail {
             row,
             iterations: self.backend.iterations(id)?,

@@ -1,0 +1,419 @@
+//! Issue 30, items 3 and 7: nothing kiln trusts lives where a program or plugin can write
+//! (the store is in kiln's state directory, grants over kiln's own directories are refused,
+//! compiled plugins are loaded only when their signature checks), and the history tools answer
+//! for this project only.
+
+use crate::mock_llm::{MockLlm, openai_calls, openai_text, tool_contents};
+use crate::support::{Run, Workspace, runtime_with_cache};
+use kiln::plugin::Source;
+use std::path::Path;
+
+/// `kiln fix` with a replayed answer and `--cmd sh wreck.sh`, a check that runs `script`.
+fn fix_running(ws: &Workspace, script: &str) -> Run {
+    ws.write("a.txt", "one\n");
+    ws.write("wreck.sh", script);
+    let replay = ws.path().join("replay.jsonl");
+    std::fs::write(&replay, "\"no change\"\n").unwrap();
+    ws.kiln(
+        &[
+            "fix",
+            "--replay",
+            replay.to_str().unwrap(),
+            "--runner",
+            "command",
+            "--cmd",
+            "sh wreck.sh",
+            "--file",
+            "a.txt",
+            "--max-iters",
+            "1",
+        ],
+        &[],
+    )
+}
+
+/// Hole 5: a program the run starts rewrites `.kiln/kiln.db` (and tries the real store): the
+/// record a later `kiln history` and `kiln report` read is kiln's, intact, and the store file
+/// is outside the workspace.
+#[test]
+fn a_program_cannot_rewrite_the_record_a_later_history_reads() {
+    let ws = Workspace::new();
+    let store = ws.store_path();
+    let script = format!(
+        "mkdir -p .kiln\nprintf 'not a database' > .kiln/kiln.db\nprintf 'not a database' > '{}'\nprintf 'not a database' > '{}-wal'\nexit 1\n",
+        store.display(),
+        store.display()
+    );
+    fix_running(&ws, &script).expect_code(1);
+    assert_eq!(
+        ws.read(".kiln/kiln.db"),
+        "not a database",
+        "the program ran and wrote where the store used to be"
+    );
+    assert!(!store.starts_with(ws.root()), "{}", store.display());
+    assert!(
+        store.is_file(),
+        "the run was recorded in {}",
+        store.display()
+    );
+
+    let r = ws.kiln(&["history", "--json"], &[]);
+    r.expect_code(0);
+    let row: serde_json::Value = serde_json::from_str(r.stdout().lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (&row["kind"], &row["runner"], &row["status"], &row["iters"]),
+        (
+            &serde_json::json!("fix"),
+            &serde_json::json!("command"),
+            &serde_json::json!("failed"),
+            &serde_json::json!(1)
+        ),
+        "{row}"
+    );
+    let id = row["id"].as_i64().unwrap();
+    let detail = ws.kiln(&["history", "show", &id.to_string(), "--json"], &[]);
+    detail.expect_code(0);
+    assert_eq!(detail.json()["id"], id);
+    assert!(!detail.json()["iterations"].as_array().unwrap().is_empty());
+    ws.kiln(&["report", &id.to_string(), "--html", "r.html"], &[])
+        .expect_code(0);
+    let project = ws.store().loop_detail(id).unwrap().row.project;
+    assert_eq!(
+        Path::new(&project),
+        ws.root().canonicalize().unwrap(),
+        "recorded under the workspace's canonical path"
+    );
+}
+
+/// The first run in a workspace an earlier kiln used says, once, that its `.kiln/kiln.db` is
+/// ignored; its runs are not read.
+#[test]
+fn an_old_store_in_the_workspace_is_named_and_ignored() {
+    let ws = Workspace::new();
+    // An old store holding a planted run (what a program could have left there).
+    {
+        let old = ws.root().join(".kiln");
+        std::fs::create_dir_all(&old).unwrap();
+        let mut s = kiln::store::Store::open_file(
+            &old.join("kiln.db"),
+            &ws.root().canonicalize().unwrap().to_string_lossy(),
+        )
+        .unwrap();
+        s.begin_loop(&kiln::store::NewLoop {
+            kind: kiln::store::RunKind::Agent,
+            runner: "planted".into(),
+            targets: vec![],
+            format: "planted".into(),
+            model: "planted".into(),
+            max_iters: 1,
+            parent: None,
+        })
+        .unwrap();
+    }
+    let r = ws.kiln(&["history", "--json"], &[]);
+    r.expect_code(0);
+    assert!(r.stdout().trim().is_empty(), "{}", r.stdout());
+    assert!(
+        r.stderr()
+            .contains(".kiln/kiln.db from an earlier kiln is ignored"),
+        "{}",
+        r.stderr()
+    );
+    let first = fix_running(&ws, "exit 1\n");
+    assert!(
+        first.stderr().contains("is ignored"),
+        "the run that makes the new store says so: {}",
+        first.stderr()
+    );
+    let second = fix_running(&ws, "exit 1\n");
+    assert!(
+        !second.stderr().contains("is ignored"),
+        "{}",
+        second.stderr()
+    );
+    let rows = ws.store().loops(10).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.runner == "command"), "{rows:?}");
+}
+
+/// Hole 7 (and the state directory): a grant that is, is inside or contains kiln's
+/// configuration, state or cache directory is refused, naming the grant and the directory.
+#[test]
+fn grants_covering_kiln_dirs_are_refused_naming_the_overlap() {
+    let ws = Workspace::new();
+    let cache = crate::support::shared_cache();
+    let state = ws.state_home().join("kiln");
+    let home = ws.path().to_path_buf();
+    let cases = [
+        // `~` holds kiln's configuration (and here its state) directory.
+        (
+            r#"write = ["~"]"#.to_string(),
+            "contains",
+            home.join(".config/kiln"),
+        ),
+        (
+            format!("write = [{:?}]", cache.parent().unwrap()),
+            "contains",
+            cache.clone(),
+        ),
+        (
+            format!("write = [{:?}]", cache.join("components")),
+            "is inside",
+            cache.clone(),
+        ),
+        (
+            format!("read = [{:?}]", state.join("workspaces")),
+            "is inside",
+            state.clone(),
+        ),
+        (format!("read = [{:?}]", state), "is", state.clone()),
+        (
+            r#"write = ["~/.config"]"#.to_string(),
+            "contains",
+            home.join(".config/kiln"),
+        ),
+    ];
+    for (line, relation, dir) in cases {
+        ws.write(
+            "kiln.toml",
+            &format!("[plugins.escape]\nfs = [\".\"]\n{line}\n"),
+        );
+        let r = ws.escape_tool("exec", r#"{"program":"true","args":[]}"#, &[]);
+        r.expect_code(2);
+        let grant = line.split('[').nth(1).unwrap().trim_end_matches(']');
+        let err = r.stderr();
+        assert!(
+            err.contains("is refused")
+                && err.contains(grant.trim_matches('"'))
+                && err.contains(&format!("it {relation} "))
+                && err.contains(&dir.display().to_string()),
+            "{line}: {err}"
+        );
+    }
+    // `~/.cache` contains the default compile cache, `~/.cache/kiln`.
+    ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nfs = [\".\"]\nwrite = [\"~/.cache\"]\n",
+    );
+    let own_cache = tempfile::tempdir().unwrap();
+    let mut cmd = ws.command(&[
+        "--plugin",
+        crate::support::wasm("kiln_test_escape").to_str().unwrap(),
+        "tool",
+        "call",
+        "escape.exec",
+        "--args",
+        r#"{"program":"true","args":[]}"#,
+    ]);
+    cmd.env_remove("KILN_CACHE_DIR")
+        .env("KILN_CACHE_KEY", own_cache.path().join("key"));
+    let r = Run(cmd.output().unwrap());
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("`write = [\"~/.cache\"]`")
+            && r.stderr().contains("contains kiln's compile cache")
+            && r.stderr()
+                .contains(&home.join(".cache/kiln").display().to_string()),
+        "{}",
+        r.stderr()
+    );
+    // A directory beside kiln's is fine.
+    std::fs::create_dir_all(home.join(".cache/tool")).unwrap();
+    ws.write(
+        "kiln.toml",
+        "[plugins.escape]\nfs = [\".\"]\nexec = [{ program = \"true\", args = [\"*\"] }]\nwrite = [\"~/.cache/tool\"]\n",
+    );
+    ws.escape_tool("exec", r#"{"program":"true","args":[]}"#, &[])
+        .expect_code(0);
+}
+
+/// The one cache entry in `dir` (a fresh cache that compiled one component).
+fn only_entry(dir: &Path) -> std::path::PathBuf {
+    let entries: Vec<_> = std::fs::read_dir(dir.join("components"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries[0].clone()
+}
+
+/// Hole 7: a cache entry kiln did not sign (a valid wasmtime artifact written by someone
+/// else, another component's signed entry, a changed byte) is never loaded: it is replaced by
+/// a fresh compile.
+#[test]
+fn a_tampered_compiled_plugin_is_recompiled_not_loaded() {
+    let t = tempfile::tempdir().unwrap();
+    let (cache, key) = (t.path().join("cache"), t.path().join("state/cache.key"));
+    let fs = std::fs::read(crate::support::wasm("kiln_plugin_fs")).unwrap();
+    let other = std::fs::read(crate::support::wasm("kiln_plugin_search_replace")).unwrap();
+    let load = |bytes: &[u8]| {
+        let rt = runtime_with_cache(&cache, &key);
+        rt.check_bytes(bytes, Source::Builtin)
+            .unwrap()
+            .info
+            .from_cache
+    };
+    assert!(!load(&fs), "a fresh cache compiles");
+    let entry = only_entry(&cache);
+    let signed = std::fs::read(&entry).unwrap();
+    assert!(signed.starts_with(b"kilnmac1"));
+    assert!(load(&fs), "a signed entry is loaded");
+    let key_mode = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(key_mode, 0o600);
+
+    // What someone without the key can write: wasmtime's own artifact of the same component.
+    let raw = runtime_with_cache(&cache, &key)
+        .engine()
+        .precompile_component(&fs)
+        .unwrap();
+    // Another component's entry, signed by this kiln, under this component's name.
+    assert!(!load(&other));
+    let other_entry = std::fs::read_dir(cache.join("components"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| *p != entry)
+        .unwrap();
+    let swapped = std::fs::read(&other_entry).unwrap();
+    let mut flipped = signed.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 1;
+    for (what, bytes) in [
+        ("an unsigned artifact", raw),
+        ("another component's signed entry", swapped),
+        ("a changed byte", flipped),
+        ("the signature alone", signed[..40].to_vec()),
+    ] {
+        std::fs::write(&entry, &bytes).unwrap();
+        assert!(!load(&fs), "{what} was loaded");
+        let now = std::fs::read(&entry).unwrap();
+        assert_ne!(now, bytes, "{what} was left in place");
+        assert!(
+            now.starts_with(b"kilnmac1"),
+            "{what}: not replaced by a signed entry"
+        );
+        assert!(load(&fs), "{what}: the fresh entry loads");
+    }
+
+    // Signed with another key (another user's cache, or a key file replaced): recompiled.
+    let t2 = tempfile::tempdir().unwrap();
+    let rt = runtime_with_cache(&cache, &t2.path().join("key"));
+    assert!(
+        !rt.check_bytes(&fs, Source::Builtin)
+            .unwrap()
+            .info
+            .from_cache
+    );
+}
+
+/// Through the CLI: a cached runner replaced by an unsigned artifact is not run; kiln
+/// compiles it again, runs it correctly and replaces the entry.
+#[test]
+fn kiln_replaces_a_tampered_runner_and_still_runs_it() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let own = tempfile::tempdir().unwrap();
+    let cache = own.path().join("cache");
+    let check = |ws: &Workspace| {
+        let mut cmd = ws.command(&["check", "--cmd", "true", "--file", "a.txt", "--json"]);
+        cmd.env("KILN_CACHE_DIR", &cache)
+            .env("KILN_CACHE_KEY", own.path().join("key"));
+        let r = Run(cmd.output().unwrap());
+        r.expect_code(0);
+    };
+    check(&ws);
+    let entries: Vec<_> = std::fs::read_dir(cache.join("components"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!entries.is_empty());
+    let engine = kiln::plugin::Runtime::new(None).unwrap();
+    let mut tampered = Vec::new();
+    for e in &entries {
+        // Each entry replaced by a valid, unsigned artifact of a do-nothing component.
+        let raw = engine
+            .engine()
+            .precompile_component(&wat::parse_str("(component)").unwrap())
+            .unwrap();
+        std::fs::write(e, &raw).unwrap();
+        tampered.push(raw);
+    }
+    check(&ws);
+    for (e, raw) in entries.iter().zip(&tampered) {
+        let now = std::fs::read(e).unwrap();
+        assert_ne!(
+            &now,
+            raw,
+            "{} still holds the planted artifact",
+            e.display()
+        );
+        assert!(now.starts_with(b"kilnmac1"), "{}", e.display());
+    }
+}
+
+/// Hole 13: on a store shared by two workspaces, `get_loop_detail` of the other workspace's
+/// run answers exactly as for an id that does not exist.
+#[test]
+fn get_loop_detail_of_another_workspaces_run_is_not_found() {
+    let shared = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", shared.path().join("shared.db").display());
+    let (a, b) = (Workspace::new(), Workspace::new());
+    let mock = MockLlm::start(vec![openai_text("done")]);
+    let r = a.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &format!("{}/v1", mock.url),
+            "--model",
+            "test-model",
+            "--json",
+            "-p",
+            "secret plan of A",
+        ],
+        &[("KILN_STORE", &url)],
+    );
+    r.expect_code(0);
+    let theirs = kiln::store::Store::open_file(&shared.path().join("shared.db"), "x")
+        .unwrap()
+        .all_loops(1)
+        .unwrap()[0]
+        .id;
+    let missing = theirs + 1000;
+    let mock = MockLlm::start(vec![
+        openai_calls(&[
+            ("get_loop_detail", &format!(r#"{{"id":{theirs}}}"#)),
+            ("get_loop_detail", &format!(r#"{{"id":{missing}}}"#)),
+            ("get_loops", "{}"),
+        ]),
+        openai_text("done"),
+    ]);
+    let r = b.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &format!("{}/v1", mock.url),
+            "--model",
+            "test-model",
+            "--json",
+            "-p",
+            "look at history",
+        ],
+        &[("KILN_STORE", &url)],
+    );
+    r.expect_code(0);
+    let results = tool_contents(&mock, 1);
+    assert_eq!(results.len(), 3, "{results:?}");
+    let as_missing = |s: &str, id: i64| s.replace(&id.to_string(), "ID");
+    assert_eq!(
+        as_missing(&results[0], theirs),
+        as_missing(&results[1], missing),
+        "{results:?}"
+    );
+    assert!(results[0].contains("no loop with id"), "{results:?}");
+    assert!(
+        !results[2].contains(&format!("\"id\":{theirs}")) && !results.concat().contains("secret"),
+        "{results:?}"
+    );
+}
