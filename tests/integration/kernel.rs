@@ -496,7 +496,7 @@ fn a_descriptor_kiln_inherited_never_reaches_the_program() {
 }
 
 #[test]
-fn a_program_keeps_no_capability_but_dac_override() {
+fn a_program_keeps_no_capability() {
     let ws = Workspace::new();
     ws.write("a.txt", "a\n");
     let r = check(&ws, "grep -E ^Cap(Eff|Prm|Bnd) /proc/self/status", &[]);
@@ -504,7 +504,7 @@ fn a_program_keeps_no_capability_but_dac_override() {
     for line in out.lines() {
         let hex = line.split_whitespace().last().unwrap();
         let caps = u64::from_str_radix(hex, 16).unwrap();
-        assert_eq!(caps & !0b10, 0, "{line}");
+        assert_eq!(caps, 0, "{line}");
     }
     assert_eq!(out.lines().count(), 3, "{out}");
 }

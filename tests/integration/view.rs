@@ -246,3 +246,60 @@ fn programs_find_their_tools_on_path_and_home_is_empty() {
     assert!(!out.contains(".netrc"), "HOME is empty: {out}");
     assert!(out.contains("tmp=/tmp") && out.contains("tmp-ok"), "{out}");
 }
+
+#[test]
+fn a_protected_name_that_is_a_link_never_carries_a_mount_elsewhere() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("id_home"), "home-secret").unwrap();
+    std::fs::create_dir_all(ws.root().join("x")).unwrap();
+    // `x/.git -> ../..` resolves to $HOME: mounted there, it would show the real home over
+    // the call's empty one.
+    std::os::unix::fs::symlink("../..", ws.root().join("x/.git")).unwrap();
+    std::os::unix::fs::symlink("/etc", ws.root().join(".kiln")).unwrap();
+    let r = check(
+        &ws,
+        &format!("sh -c 'cat {}/id_home; echo ran'", ws.path().display()),
+    );
+    let out = output(&r);
+    assert!(out.contains("ran"), "{out}\n{}", r.stderr());
+    assert!(!out.contains("home-secret"), "{out}");
+}
+
+#[test]
+fn a_git_directory_named_by_a_git_file_is_read_only_too() {
+    let ws = workspace();
+    // `git init --separate-git-dir=gitdata sub`: sub/.git is a file naming ../gitdata.
+    ws.write("gitdata/hooks/README", "hooks\n");
+    ws.write("gitdata/config", "[core]\n");
+    ws.write("sub/.git", "gitdir: ../gitdata\n");
+    let r = check(
+        &ws,
+        "sh -c 'echo evil > gitdata/hooks/pre-commit; echo x >> gitdata/config; echo done'",
+    );
+    let out = output(&r);
+    assert!(
+        out.contains("done") && out.contains("Read-only file system"),
+        "{out}"
+    );
+    assert!(!ws.root().join("gitdata/hooks/pre-commit").exists());
+    assert_eq!(ws.read("gitdata/config"), "[core]\n");
+}
+
+#[test]
+fn host_wide_kernel_settings_are_read_only_even_without_landlock() {
+    let ws = workspace();
+    let r = ws.kiln(
+        &[
+            "check",
+            "--cmd",
+            "sh -c 'cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern; echo tried'",
+            "--file",
+            "a.txt",
+            "--json",
+        ],
+        &[("KILN_TEST_NO_LANDLOCK", "1")],
+    );
+    let out = output(&r);
+    assert!(out.contains("tried"), "{out}\n{}", r.stderr());
+    assert!(out.contains("Read-only file system"), "{out}");
+}

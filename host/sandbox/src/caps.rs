@@ -1,16 +1,14 @@
 //! What a program holds: no capability, no inherited descriptor, a keyring of its own.
 
-/// The only capability a program keeps (it matters when kiln runs as root): overriding file
-/// permission bits, so a root kiln can still build a workspace owned by another user. Every
-/// other one is dropped: an allowlist, so a capability nobody thought of is gone too. Without
+/// The capabilities a program keeps: none, not even `CAP_DAC_OVERRIDE` (a root kiln's programs
+/// cannot read or write files they do not own). An allowlist, so a capability nobody thought
+/// of is gone too. Without
 /// them a program cannot step around Landlock (`CAP_SYS_ADMIN`, `CAP_PERFMON`,
 /// `CAP_DAC_READ_SEARCH` for `open_by_handle_at`), read kiln's memory (`CAP_SYS_PTRACE`),
 /// change files it may not write through their metadata (`CAP_CHOWN`, `CAP_FOWNER`,
 /// `CAP_SETFCAP`, `CAP_LINUX_IMMUTABLE`), make device nodes (`CAP_MKNOD`), set the clock or
 /// reach the network past the filter (`CAP_NET_RAW`, `CAP_NET_ADMIN`).
-const KEPT_CAPS: &[u32] = &[
-    1, // CAP_DAC_OVERRIDE
-];
+const KEPT_CAPS: &[u32] = &[];
 /// The highest capability number kiln knows of (`CAP_CHECKPOINT_RESTORE`); a kernel that
 /// knows more caps drops them from the bounding set too (see [`drop_caps`]).
 const LAST_CAP: u32 = 40;

@@ -77,6 +77,9 @@ enum Mount {
     Proc,
     /// A symbolic link with this target.
     Symlink(PathBuf),
+    /// A path of the view's own `/proc` bound over itself read-only (`/proc/sys` and the
+    /// like: host-wide settings a root program could otherwise change).
+    SelfReadOnly,
 }
 
 /// What one call's view holds, keyed by the path the program sees. Ordered by path, so a
@@ -155,9 +158,14 @@ impl Layout {
         self.mounts.insert(at, Mount::Tmpfs);
     }
 
-    /// The call's own `/proc`.
+    /// The call's own `/proc`, with `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq` and
+    /// `/proc/bus` read-only.
     pub fn proc(&mut self, at: &Path) {
-        self.mounts.insert(normalize(at), Mount::Proc);
+        let at = normalize(at);
+        for sub in ["sys", "sysrq-trigger", "irq", "bus"] {
+            self.mounts.insert(at.join(sub), Mount::SelfReadOnly);
+        }
+        self.mounts.insert(at, Mount::Proc);
     }
 
     /// A symbolic link at `at` pointing to `target`.
@@ -185,6 +193,7 @@ impl Layout {
                     Mount::Tmpfs => "tmpfs".into(),
                     Mount::Proc => "proc".into(),
                     Mount::Symlink(t) => format!("-> {}", t.display()),
+                    Mount::SelfReadOnly => "read-only".into(),
                 };
                 (at.clone(), what)
             })
@@ -211,15 +220,15 @@ impl Layout {
             parents.reverse();
             for p in parents.into_iter().filter(|p| *p != Path::new("/")) {
                 if made.insert(p.to_path_buf()) {
-                    ops.push(Op::Dir(new(p)?));
+                    ops.push(Op::Dir(place(p)?));
                 }
             }
             match (m, src) {
                 (Mount::Bind { rw, dir, .. }, Some(src)) => {
                     ops.push(if *dir {
-                        Op::Dir(new(at)?)
+                        Op::Dir(place(at)?)
                     } else {
-                        Op::File(new(at)?)
+                        Op::File(place(at)?)
                     });
                     ops.push(Op::Bind {
                         src,
@@ -228,17 +237,18 @@ impl Layout {
                     });
                 }
                 (Mount::Tmpfs, _) => {
-                    ops.push(Op::Dir(new(at)?));
+                    ops.push(Op::Dir(place(at)?));
                     ops.push(Op::Tmpfs(new(at)?));
                 }
                 (Mount::Proc, _) => {
-                    ops.push(Op::Dir(new(at)?));
+                    ops.push(Op::Dir(place(at)?));
                     ops.push(Op::Proc(new(at)?));
                 }
                 (Mount::Symlink(t), _) => ops.push(Op::Symlink {
                     target: cstr(t)?,
-                    link: new(at)?,
+                    link: place(at)?,
                 }),
+                (Mount::SelfReadOnly, _) => ops.push(Op::SelfReadOnly(new(at)?)),
                 (Mount::Bind { .. }, None) => {}
             }
             made.insert(at.clone());
@@ -272,6 +282,27 @@ fn rel(p: &Path) -> Result<&Path, LayoutError> {
     Ok(p.strip_prefix("/").unwrap_or(p))
 }
 
+/// A path of the new root, split so the program's process can make it by its parent's
+/// descriptor (no link on the way is followed).
+fn place(p: &Path) -> Result<Place, LayoutError> {
+    let full = Path::new(NEWROOT).join(rel(p)?);
+    let parent = full.parent().unwrap_or(Path::new(NEWROOT));
+    let name = full
+        .file_name()
+        .ok_or_else(|| LayoutError::NotAbsolute(p.to_path_buf()))?;
+    Ok(Place {
+        parent: cstr(parent)?,
+        name: cstr(Path::new(name))?,
+    })
+}
+
+/// A directory entry to make: its parent directory and its name.
+#[derive(Debug)]
+struct Place {
+    parent: CString,
+    name: CString,
+}
+
 fn cstr(p: &Path) -> Result<CString, LayoutError> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| LayoutError::Nul(p.to_path_buf()))
 }
@@ -286,9 +317,9 @@ const OLDROOT: &str = "/oldroot";
 #[derive(Debug)]
 enum Op {
     /// A directory (an existing one is fine).
-    Dir(CString),
+    Dir(Place),
     /// An empty regular file to mount a file on (an existing one is fine).
-    File(CString),
+    File(Place),
     /// A bind mount; read-only ones are remounted so.
     Bind {
         src: CString,
@@ -300,9 +331,11 @@ enum Op {
     /// A procfs of the caller's PID namespace.
     Proc(CString),
     /// A symbolic link.
-    Symlink { target: CString, link: CString },
+    Symlink { target: CString, link: Place },
     /// Remount read-only.
     Seal(CString),
+    /// Bind a path of the new `/proc` over itself, read-only.
+    SelfReadOnly(CString),
 }
 
 /// The steps that build one call's view, walked by the program's process.
@@ -376,6 +409,15 @@ unsafe fn locked_flags(path: &CString) -> libc::c_ulong {
 /// # Safety
 /// System calls only, on a live NUL-terminated path.
 unsafe fn open_source(path: &CString) -> libc::c_int {
+    // SAFETY: as this function.
+    unsafe { open_nofollow(path, 0) }
+}
+
+/// [`open_source`] with `extra` open flags (`O_DIRECTORY`).
+///
+/// # Safety
+/// System calls only, on a live NUL-terminated path.
+unsafe fn open_nofollow(path: &CString, extra: libc::c_int) -> libc::c_int {
     #[repr(C)]
     struct OpenHow {
         flags: u64,
@@ -384,7 +426,7 @@ unsafe fn open_source(path: &CString) -> libc::c_int {
     }
     const RESOLVE_NO_SYMLINKS: u64 = 0x04;
     let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        flags: (libc::O_PATH | libc::O_CLOEXEC | extra) as u64,
         mode: 0,
         resolve: RESOLVE_NO_SYMLINKS,
     };
@@ -400,7 +442,7 @@ unsafe fn open_source(path: &CString) -> libc::c_int {
         if fd < 0 && errno() == libc::ENOSYS {
             libc::open(
                 path.as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW | extra,
             )
         } else {
             fd
@@ -455,35 +497,84 @@ unsafe fn read_only(path: &CString, recursive: bool) -> bool {
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: the system calls read the live `attr` and path.
+    // SAFETY: the system calls read the live `attr`, path and stack buffer; the descriptor is
+    // closed before returning.
     unsafe {
+        let fd = open_nofollow(path, 0);
+        if fd < 0 {
+            return false;
+        }
         let rc = libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            if recursive { AT_RECURSIVE } else { 0 },
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | if recursive { AT_RECURSIVE } else { 0 },
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         );
-        if rc == 0 {
-            return true;
-        }
-        if errno() != libc::ENOSYS {
+        let ok = if rc == 0 {
+            true
+        } else if errno() != libc::ENOSYS {
+            false
+        } else {
+            let mut buf = [0u8; 64];
+            let by_fd = fd_path(fd, &mut buf);
+            let flags = libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | locked_flags(path);
+            mount(
+                std::ptr::null(),
+                by_fd,
+                std::ptr::null(),
+                flags,
+                std::ptr::null(),
+            )
+        };
+        libc::close(fd);
+        ok
+    }
+}
+
+/// Run `f` with the `/proc/self/fd` name of `path` opened with no link on the way (a mount
+/// target), then close it. `false` when it cannot be opened or `f` fails.
+///
+/// # Safety
+/// System calls only, on a live NUL-terminated path.
+unsafe fn by_target(path: &CString, f: impl FnOnce(*const libc::c_char) -> bool) -> bool {
+    // SAFETY: as this function; the descriptor is closed before returning.
+    unsafe {
+        let fd = open_nofollow(path, 0);
+        if fd < 0 {
             return false;
         }
-        let flags = libc::MS_REMOUNT
-            | libc::MS_BIND
-            | libc::MS_RDONLY
-            | libc::MS_NOSUID
-            | libc::MS_NODEV
-            | locked_flags(path);
-        mount(
-            std::ptr::null(),
-            path.as_ptr(),
-            std::ptr::null(),
-            flags,
-            std::ptr::null(),
-        )
+        let mut buf = [0u8; 64];
+        let ok = f(fd_path(fd, &mut buf));
+        let e = errno();
+        libc::close(fd);
+        *libc::__errno_location() = e;
+        ok
+    }
+}
+
+/// Run `f` with a descriptor of `place`'s parent directory, opened with no link on the way.
+///
+/// # Safety
+/// System calls only, on live NUL-terminated strings.
+unsafe fn in_parent(place: &Place, f: impl FnOnce(libc::c_int) -> bool) -> bool {
+    // SAFETY: as this function; the descriptor is closed before returning.
+    unsafe {
+        let fd = open_nofollow(&place.parent, libc::O_DIRECTORY);
+        if fd < 0 {
+            return false;
+        }
+        let ok = f(fd);
+        let e = errno();
+        libc::close(fd);
+        *libc::__errno_location() = e;
+        ok
     }
 }
 
@@ -577,31 +668,37 @@ impl View {
             errno: errno(),
         };
         let null = std::ptr::null::<libc::c_char>();
-        // SAFETY: system calls on NUL-terminated strings owned by `op`.
+        // SAFETY: system calls on NUL-terminated strings owned by `op`; every path of the new
+        // root is reached with no link on the way (a program of another call could have put one
+        // in the workspace), and every mount lands on the opened place itself.
         unsafe {
             match op {
                 Op::Dir(p) => {
-                    if libc::mkdir(p.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST {
+                    let made = in_parent(p, |dir| {
+                        libc::mkdirat(dir, p.name.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST
+                    });
+                    if !made {
                         return Err(fail("making a directory of the view"));
                     }
                 }
                 Op::File(p) => {
-                    let fd = libc::open(
-                        p.as_ptr(),
-                        libc::O_WRONLY
-                            | libc::O_CREAT
-                            | libc::O_EXCL
-                            | libc::O_CLOEXEC
-                            | libc::O_NOFOLLOW,
-                        0o644,
-                    );
-                    if fd >= 0 {
-                        libc::close(fd);
-                    } else if errno() != libc::EEXIST
-                        && errno() != libc::EISDIR
-                        && errno() != libc::EROFS
-                        && errno() != libc::EACCES
-                    {
+                    let made = in_parent(p, |dir| {
+                        let fd = libc::openat(
+                            dir,
+                            p.name.as_ptr(),
+                            libc::O_WRONLY
+                                | libc::O_CREAT
+                                | libc::O_EXCL
+                                | libc::O_CLOEXEC
+                                | libc::O_NOFOLLOW,
+                            0o644,
+                        );
+                        if fd >= 0 {
+                            libc::close(fd);
+                        }
+                        fd >= 0 || errno() == libc::EEXIST
+                    });
+                    if !made {
                         return Err(fail("making a file of the view"));
                     }
                 }
@@ -612,26 +709,25 @@ impl View {
                     }
                     let mut buf = [0u8; 64];
                     let by_fd = fd_path(fd, &mut buf);
-                    let mut ok = mount(by_fd, dst.as_ptr(), null, libc::MS_BIND, null);
                     let mut with_children = false;
-                    if !ok && errno() == libc::EINVAL {
+                    let ok = by_target(dst, |target| {
+                        if mount(by_fd, target, null, libc::MS_BIND, null) {
+                            return true;
+                        }
+                        if errno() != libc::EINVAL {
+                            return false;
+                        }
                         // In a user namespace a mount with mounts below it can only be bound
                         // with them (they are locked to it); they are made read-only with it,
                         // at once.
-                        ok = mount(
-                            by_fd,
-                            dst.as_ptr(),
-                            null,
-                            libc::MS_BIND | libc::MS_REC,
-                            null,
-                        );
                         with_children = true;
-                    }
+                        mount(by_fd, target, null, libc::MS_BIND | libc::MS_REC, null)
+                    });
                     let e = errno();
                     libc::close(fd);
                     if !ok {
                         return Err(Failed {
-                            step: "bind-mounting a path into the view",
+                            step: "bind-mounting a path into the view (a link on the way?)",
                             errno: e,
                         });
                     }
@@ -641,30 +737,48 @@ impl View {
                     }
                 }
                 Op::Tmpfs(p) => {
-                    if !mount(
-                        c"tmpfs".as_ptr(),
-                        p.as_ptr(),
-                        c"tmpfs".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV,
-                        c"mode=0755".as_ptr(),
-                    ) {
+                    let ok = by_target(p, |target| {
+                        mount(
+                            c"tmpfs".as_ptr(),
+                            target,
+                            c"tmpfs".as_ptr(),
+                            libc::MS_NOSUID | libc::MS_NODEV,
+                            c"mode=0755".as_ptr(),
+                        )
+                    });
+                    if !ok {
                         return Err(fail("mounting a tmpfs in the view"));
                     }
                 }
                 Op::Proc(p) => {
-                    if !mount(
-                        c"proc".as_ptr(),
-                        p.as_ptr(),
-                        c"proc".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        null,
-                    ) {
+                    let ok = by_target(p, |target| {
+                        mount(
+                            c"proc".as_ptr(),
+                            target,
+                            c"proc".as_ptr(),
+                            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                            null,
+                        )
+                    });
+                    if !ok {
                         return Err(fail("mounting the call's /proc"));
                     }
                 }
+                Op::SelfReadOnly(p) => {
+                    let ok = by_target(p, |target| {
+                        mount(target, target, null, libc::MS_BIND | libc::MS_REC, null)
+                    });
+                    // A kernel without that entry has nothing to protect there.
+                    if ok && !read_only(p, true) {
+                        return Err(fail("making /proc/sys read-only"));
+                    }
+                }
                 Op::Symlink { target, link } => {
-                    if libc::symlink(target.as_ptr(), link.as_ptr()) != 0 && errno() != libc::EEXIST
-                    {
+                    let made = in_parent(link, |dir| {
+                        libc::symlinkat(target.as_ptr(), dir, link.name.as_ptr()) == 0
+                            || errno() == libc::EEXIST
+                    });
+                    if !made {
                         return Err(fail("making a link of the view"));
                     }
                 }

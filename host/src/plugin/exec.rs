@@ -184,6 +184,7 @@ pub fn confinement(
     // Only a view can keep paths inside the workspace read-only: without one, no walk.
     let mut protect = if confine::reap::view_missing().is_none() {
         protected_in(workspace, reach.protect)
+            .map_err(|e| confine::Refusal::Denied(e.to_string()))?
     } else {
         Vec::new()
     };
@@ -213,35 +214,79 @@ pub fn confinement(
     })
 }
 
+/// Why the protected paths of a workspace could not all be found (the call is refused: a
+/// directory kiln cannot list could hide a `.git`).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot look for protected paths (.git, .kiln, kiln.toml) in `{}`: {source}; kiln does not run programs in a workspace it cannot see whole", path.display())]
+pub struct WalkError {
+    /// The workspace-relative directory that could not be opened or listed.
+    pub path: PathBuf,
+    /// Why.
+    pub source: std::io::Error,
+}
+
 /// The paths of `workspace` a program must not change, whatever it may write: every `.git`,
-/// `.kiln` and `kiln.toml` at any depth, and what `[sandbox] protect` matches. Found by one walk
-/// that follows no link and does not descend into what it found.
-pub fn protected_in(workspace: &Path, globs: &[String]) -> Vec<PathBuf> {
+/// `.kiln` and `kiln.toml` at any depth, the git directory a `.git` file (`gitdir: ...`) or a
+/// `.git` link names inside the workspace, and what `[sandbox] protect` matches. Found by one
+/// walk, directory by directory through descriptors (no path length limit), that follows no
+/// link and does not descend into what it found; a directory it cannot list fails the walk.
+pub fn protected_in(workspace: &Path, globs: &[String]) -> Result<Vec<PathBuf>, WalkError> {
     let rules = (!globs.is_empty()).then(|| crate::path::Protected::new(globs));
+    let ws_real = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let fail = |rel: &Path| {
+        let path = rel.to_path_buf();
+        move |source| WalkError { path, source }
+    };
+    let root =
+        Dir::open_ambient_dir(workspace, ambient_authority()).map_err(fail(Path::new(".")))?;
     let mut found = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(workspace.join(&rel)) else {
-            continue;
-        };
-        for entry in entries.flatten() {
+    let mut stack = vec![(root, PathBuf::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        for entry in dir.entries().map_err(fail(&rel))? {
+            let entry = entry.map_err(fail(&rel))?;
             let name = entry.file_name();
             let child = rel.join(&name);
+            let ty = entry.file_type().map_err(fail(&child))?;
             let always = name == ".git" || name == ".kiln" || name == "kiln.toml";
             if always
                 || rules
                     .as_ref()
                     .is_some_and(|r| r.why(&child.to_string_lossy()).is_some())
             {
+                if ty.is_symlink() || (name == ".git" && ty.is_file()) {
+                    // Where it leads, when that is inside the workspace: a link is never a
+                    // mount point (it would take the mount elsewhere).
+                    if let Some(target) = git_dir_of(workspace, &child, ty.is_symlink())
+                        .filter(|t| t.starts_with(&ws_real))
+                    {
+                        found.push(target);
+                    }
+                    if ty.is_symlink() {
+                        continue;
+                    }
+                }
                 found.push(workspace.join(&child));
                 continue;
             }
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(child);
+            if ty.is_dir() {
+                let sub = dir.open_dir(&name).map_err(fail(&child))?;
+                stack.push((sub, child));
             }
         }
     }
-    found
+    Ok(found)
+}
+
+/// The resolved target of the link at `rel`, or the directory a `.git` file names
+/// (`gitdir: PATH`, relative to the file's directory).
+fn git_dir_of(workspace: &Path, rel: &Path, link: bool) -> Option<PathBuf> {
+    let at = workspace.join(rel);
+    if link {
+        return std::fs::canonicalize(&at).ok();
+    }
+    let text = std::fs::read_to_string(&at).ok()?;
+    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    std::fs::canonicalize(at.parent()?.join(named)).ok()
 }
 
 /// What a descendant still holding the pipes gets to finish writing once the program exited.
