@@ -132,19 +132,9 @@ fn probe(flags: libc::c_int) -> Option<String> {
                 *libc::__errno_location() & 0x7f
             });
         }
-        if pid < 0 {
-            return Some(format!("cannot probe: {}", std::io::Error::last_os_error()));
-        }
-        let mut st = 0;
-        while libc::waitpid(pid, &mut st, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                return Some("cannot probe: waitpid failed".into());
-            }
-        }
-        if libc::WIFEXITED(st) {
-            libc::WEXITSTATUS(st)
-        } else {
-            libc::EINVAL
+        match probe_exit(pid, libc::EINVAL) {
+            Ok(code) => code,
+            Err(why) => return Some(why),
         }
     };
     match errno {
@@ -200,6 +190,26 @@ pub fn view_missing() -> Option<&'static str> {
 /// Test hook: in debug builds only, `KILN_TEST_NO_VIEW=1` makes kiln behave as on a kernel that
 /// refuses mount namespaces (the fallback: Landlock and seccomp only). Release builds ignore it.
 const TEST_NO_VIEW: &str = "KILN_TEST_NO_VIEW";
+
+/// The exit code of the probe child `pid` (`killed` when a signal ended it), or why there is
+/// none (the fork failed, or waiting did).
+fn probe_exit(pid: libc::pid_t, killed: i32) -> Result<i32, String> {
+    if pid < 0 {
+        return Err(format!("cannot probe: {}", std::io::Error::last_os_error()));
+    }
+    let mut st = 0;
+    // SAFETY: waits for this process's own child, writing the live `st`.
+    while unsafe { libc::waitpid(pid, &mut st, 0) } < 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err("cannot probe: waitpid failed".into());
+        }
+    }
+    Ok(if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        killed
+    })
+}
 
 fn probe_view() -> Option<String> {
     // SAFETY: the children make system calls on constants and exit; the parent waits for its
@@ -261,19 +271,9 @@ fn probe_view() -> Option<String> {
                 3
             });
         }
-        if pid < 0 {
-            return Some("cannot probe: fork failed".into());
-        }
-        let mut st = 0;
-        while libc::waitpid(pid, &mut st, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                return Some("cannot probe: waitpid failed".into());
-            }
-        }
-        if libc::WIFEXITED(st) {
-            libc::WEXITSTATUS(st)
-        } else {
-            3
+        match probe_exit(pid, 3) {
+            Ok(code) => code,
+            Err(why) => return Some(why),
         }
     };
     match code {

@@ -8,35 +8,24 @@ use crate::view::{DEV_NODES, ETC, Layout};
 use crate::{Policy, Writes};
 
 /// System directories bound read-only into every view (a link such as `/bin -> usr/bin` is
-/// kept as a link).
-const SYSTEM_DIRS: &[&str] = &[
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/opt",
-    "/nix/store",
-];
-
-/// Processor and cgroup information (how many jobs a build may run), read-only.
-const SYS_INFO: &[&str] = &["/sys/devices/system/cpu", "/sys/fs/cgroup"];
+/// kept as a link), and processor and cgroup information (how many jobs a build may run):
+/// [`SYSTEM_READ`] but `/etc` and `/proc`, which the view makes its own.
+fn system_dirs() -> impl Iterator<Item = &'static Path> {
+    SYSTEM_READ
+        .iter()
+        .filter(|d| **d != "/etc" && **d != "/proc")
+        .map(Path::new)
+}
 
 /// The view of one call. `tmp` is the call's temp dir on the host: its `tmp/` becomes `/tmp`,
 /// its `home/` the program's `HOME`.
 pub fn layout(policy: &Policy<'_>, tmp: &Path) -> Layout {
     let mut l = Layout::default();
-    for d in SYSTEM_DIRS {
-        let p = Path::new(d);
+    for p in system_dirs() {
         match std::fs::read_link(p) {
             Ok(target) => l.symlink(&target, p),
             Err(_) => l.bind(p, p, false),
         }
-    }
-    for d in SYS_INFO {
-        l.bind(Path::new(d), Path::new(d), false);
     }
     l.tmpfs(Path::new("/etc"), true);
     for name in ETC {
@@ -88,10 +77,9 @@ pub fn layout(policy: &Policy<'_>, tmp: &Path) -> Layout {
 fn usable_home(home: &Path) -> bool {
     home.is_absolute()
         && home.parent().is_some()
-        && !SYSTEM_DIRS
-            .iter()
-            .chain(["/etc", "/dev", "/proc", "/sys", "/tmp"].iter())
-            .any(|s| Path::new(s).starts_with(home) || home.starts_with(s))
+        && !system_dirs()
+            .chain(["/etc", "/dev", "/proc", "/sys", "/tmp"].map(Path::new))
+            .any(|s| s.starts_with(home) || home.starts_with(s))
 }
 
 /// The paths of the call's Landlock rules: those it may read, those it may write. In a view the

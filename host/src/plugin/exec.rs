@@ -617,7 +617,8 @@ mod tests {
         .unwrap();
         let err = String::from_utf8_lossy(&f.stderr);
         assert_eq!(String::from_utf8_lossy(&f.stdout), "kept\ndone\n", "{err}");
-        assert_eq!(err.matches("Permission denied").count(), 4, "{err}");
+        // The view mounts the workspace and the call's /tmp read-only.
+        assert_eq!(err.matches("Read-only file system").count(), 4, "{err}");
         assert!(!ws.join("new.txt").exists());
         assert_eq!(
             std::fs::read_to_string(ws.join("kept.txt")).unwrap(),
@@ -635,18 +636,15 @@ mod tests {
             .unwrap_or(false)
     }
 
-    fn pid_in(path: &Path) -> i32 {
-        std::fs::read_to_string(path)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    /// A shell line writing the writer's pid as kiln sees it (`$$` is the namespace's number;
-    /// `/proc` is kiln's) to `file`.
-    fn host_pid(file: &str) -> String {
-        format!("read -r p _ < /proc/self/stat; echo $p > {file}")
+    /// The pid (as kiln's `/proc` numbers it) of the live process running `sleep ARG`, if any:
+    /// the call's processes have PID numbers of their own, so they are found by what they run.
+    fn running_sleep(arg: &str) -> Option<i32> {
+        let want = format!("sleep\0{arg}\0");
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (String::from_utf8_lossy(&cmdline) == want && alive(pid)).then_some(pid)
+        })
     }
 
     // One test, so no other test's call is in flight meanwhile (the tracker is per process).
@@ -658,39 +656,44 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let a = run(spawn(
             ws,
-            &format!(
-                "setsid sh -c '{}; exec sleep 60' </dev/null >/dev/null 2>&1 & \
-                 while [ ! -s d.pid ]; do sleep 0.02; done",
-                host_pid("d.pid")
-            ),
+            "setsid sh -c 'echo $$ > d.pid; exec sleep 60.7301' </dev/null >/dev/null 2>&1 & \
+             while [ ! -s d.pid ]; do sleep 0.02; done; sleep 0.1",
         ))
         .await
         .unwrap();
         assert_eq!(a.exit_code, Some(0));
-        let daemon = pid_in(&ws.join("d.pid"));
+        let daemon = running_sleep("60.7301");
         if reap::PidNs::current().available() {
             // In a PID namespace the daemon ends with its own call, whatever else runs.
-            assert!(!alive(daemon), "the daemon {daemon} outlived its call");
+            assert_eq!(daemon, None, "the daemon outlived its call");
         } else {
             // A setsid'd orphan cannot be told from another running call's, so it survives
             // until the last running call ends.
-            assert!(alive(daemon), "killed while another call was running");
+            assert!(daemon.is_some(), "killed while another call was running");
         }
         other.await.unwrap().unwrap();
-        assert!(!alive(daemon), "the last call to end kills the stray");
+        assert_eq!(
+            running_sleep("60.7301"),
+            None,
+            "the last call to end kills the stray"
+        );
 
         // A call whose future is dropped (the plugin call was cancelled) kills its processes.
         let cancelled = tokio::time::timeout(
             Duration::from_millis(500),
             run(spawn(
                 ws,
-                &format!("sh -c '{}; exec sleep 60' & wait", host_pid("bg.pid")),
+                "sh -c 'echo $$ > bg.pid; exec sleep 60.7302' & wait",
             )),
         )
         .await;
         assert!(cancelled.is_err());
-        let bg = pid_in(&ws.join("bg.pid"));
-        assert!(!alive(bg), "the cancelled call's child {bg} survived");
+        assert!(ws.join("bg.pid").exists(), "the cancelled call started");
+        assert_eq!(
+            running_sleep("60.7302"),
+            None,
+            "the cancelled call's child survived"
+        );
 
         // The program's exit code and death by a signal come through the namespace's init.
         let code = run(spawn(ws, "exit 7")).await.unwrap();
