@@ -45,10 +45,11 @@ fn a_program_cannot_rewrite_the_record_a_later_history_reads() {
         store.display()
     );
     fix_running(&ws, &script).expect_code(1);
-    assert_eq!(
-        ws.read(".kiln/kiln.db"),
-        "not a database",
-        "the program ran and wrote where the store used to be"
+    // Where the store used to be is read-only in the program's view now (`.kiln`), and the
+    // store itself is outside it.
+    assert!(
+        std::fs::read(ws.root().join(".kiln/kiln.db")).map_or(true, |b| b != b"not a database"),
+        "the program wrote .kiln/kiln.db"
     );
     assert!(!store.starts_with(ws.root()), "{}", store.display());
     assert!(

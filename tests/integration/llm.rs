@@ -651,6 +651,8 @@ fn kiln_fix_stops_a_huge_reply_at_the_default_cap_and_stores_little() {
         "main.c",
         "int main(void) {\n    int x = 1\n    return x;\n}\n",
     );
+    // The plugins come from the compile cache (compiling them is not what is measured).
+    ws.kiln(&["plugin", "list"], &[]).expect_code(0);
     // 64 MiB of streamed text, lazily generated, against the default cap of 4 MiB.
     let mock = MockLlm::start(vec![endless_openai_stream(64 << 10)]);
     let base = format!("{}/v1", mock.url);

@@ -264,7 +264,7 @@ fn a_run_record_rewritten_in_the_store_chooses_no_option() {
     let log = ws.path().join("chosen.log");
     let secret = ws.path().join("id_x");
     std::fs::write(&secret, "PRIVATE KEY\n").unwrap();
-    let db = rusqlite::Connection::open(ws.root().join(".kiln/kiln.db")).unwrap();
+    let db = rusqlite::Connection::open(ws.store_path()).unwrap();
     let original: String = db
         .query_row(
             "SELECT payload FROM events WHERE loop_id = ?1 AND type = 'run.task'",
@@ -407,7 +407,7 @@ fn a_run_record_holds_no_credentials() {
     )
     .expect_code(1);
     assert_eq!(mock.recorded().len(), 1, "the run did not reach the model");
-    let db_path = ws.root().join(".kiln/kiln.db");
+    let db_path = ws.store_path();
     let db = rusqlite::Connection::open(&db_path).unwrap();
     let payloads: Vec<String> = db
         .prepare("SELECT payload FROM events WHERE type IN ('run.task', 'run.invocation')")
@@ -430,7 +430,7 @@ fn a_run_record_holds_no_credentials() {
     );
     drop(db);
     for file in ["kiln.db", "kiln.db-wal"] {
-        let bytes = std::fs::read(ws.root().join(".kiln").join(file)).unwrap_or_default();
+        let bytes = std::fs::read(ws.store_path().with_file_name(file)).unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);
         assert!(
             !text.contains("BASEURLPASSWORD"),
