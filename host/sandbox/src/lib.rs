@@ -132,7 +132,14 @@ pub fn describe(net: bool, require: bool) -> serde_json::Value {
         "on_gaps": if require { "refuse to run (require_confinement)" } else { "warn once and run" },
         "boundaries": {
             "view": match view {
-                None => serde_json::json!({ "held_by": "mount, user, PID, IPC, UTS and network namespaces per call", "state": "enforced" }),
+                None => serde_json::json!({
+                    "held_by": if reap::PidNs::current().in_user_ns() {
+                        "mount, user, PID, IPC, UTS and network namespaces per call"
+                    } else {
+                        "mount, PID, IPC, UTS and network namespaces per call (kiln is root: no user namespace needed)"
+                    },
+                    "state": "enforced",
+                }),
                 Some(why) => serde_json::json!({ "held_by": "Landlock and seccomp only (fallback)", "state": "missing", "why": why }),
             },
             "reads": by_view("Landlock read rules"),

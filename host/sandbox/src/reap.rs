@@ -84,6 +84,11 @@ impl PidNs {
     pub fn missing(&self) -> Option<&str> {
         self.missing.as_deref()
     }
+
+    /// Calls enter a user namespace first (kiln is not root).
+    pub fn in_user_ns(&self) -> bool {
+        self.user.is_some()
+    }
 }
 
 /// The namespaces a call gets: its own PIDs and its own SysV IPC.
