@@ -711,10 +711,27 @@ fn wait_with_peak_rss(mut child: std::process::Child) -> (std::process::Output, 
         let _ = stderr.read_to_end(&mut v);
         v
     });
+    let pid = child.id() as libc::pid_t;
+    // kiln's own high-water mark (VmHWM), read until it exits: wait4's `ru_maxrss` would also
+    // count the processes of its calls, forks of kiln made before the model answered.
+    let hwm_reader = std::thread::spawn(move || {
+        let mut peak = 0i64;
+        while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            let Some(kib) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            else {
+                break;
+            };
+            peak = peak.max(kib);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        peak
+    });
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as libc::pid_t;
     // SAFETY: waiting for our own child, with valid pointers.
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(rc, pid);
@@ -729,7 +746,12 @@ fn wait_with_peak_rss(mut child: std::process::Child) -> (std::process::Output, 
         stdout: out_reader.join().unwrap(),
         stderr: err_reader.join().unwrap(),
     };
-    (out, usage.ru_maxrss)
+    let own = hwm_reader.join().unwrap();
+    eprintln!(
+        "kiln's own VmHWM {own} KiB; with its calls' processes (wait4) {} KiB",
+        usage.ru_maxrss
+    );
+    (out, own)
 }
 
 /// `complete` of `reply` (one scripted reply, nothing after it), with a 1 MiB cap: the error,
