@@ -206,3 +206,34 @@ pub unsafe fn add_rule(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_name_what_an_old_or_missing_landlock_cannot_enforce() {
+        let missing = Landlock {
+            abi: 0,
+            missing: Some("no Landlock".into()),
+        };
+        let g = missing.gaps(true);
+        assert_eq!(g.len(), 1);
+        assert!(
+            g[0].contains("no confinement at all (no Landlock)"),
+            "{g:?}"
+        );
+        let v2 = Landlock {
+            abi: 2,
+            missing: None,
+        };
+        let g = v2.gaps(false);
+        assert!(g[0].contains("truncate") && g[1].contains("TCP"), "{g:?}");
+        assert_eq!(v2.gaps(true).len(), 1, "with net granted TCP is no gap");
+        let v7 = Landlock {
+            abi: 7,
+            missing: None,
+        };
+        assert!(v7.gaps(false).is_empty() && v7.scoped());
+    }
+}

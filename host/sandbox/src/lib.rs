@@ -20,17 +20,19 @@
 mod caps;
 pub mod landlock;
 mod paths;
+mod policy;
 pub mod reap;
 pub mod seccomp;
 pub mod view;
 mod world;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use landlock::Landlock;
 pub use paths::{DEVICES, SYSTEM_READ, expand_home, install_roots, toolchain_roots};
+pub use policy::{Policy, Writes};
 use seccomp::NetFilter;
 
 /// The kernel mechanisms that hold the boundaries of programs, and what is missing here for a
@@ -159,47 +161,6 @@ pub fn describe(net: bool, require: bool) -> serde_json::Value {
     })
 }
 
-/// Where the programs of a call may write. A type, not a flag: the review phase asks for
-/// [`Writes::Nowhere`] and nothing on the way can widen it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Writes {
-    /// The workspace, the call's temp dir and the grant's `write` paths.
-    #[default]
-    WorkspaceAndGrants,
-    /// Nothing but the device files: the workspace and the temp dir are read-only.
-    Nowhere,
-}
-
-/// What one call's programs may reach.
-#[derive(Debug, Clone, Copy)]
-pub struct Policy<'a> {
-    /// The workspace (readable; writable unless `writes` is [`Writes::Nowhere`]).
-    pub workspace: &'a Path,
-    /// Where the program starts: the workspace or a directory in it (absolute). In a view it is
-    /// entered by this path, resolved inside the view.
-    pub cwd: &'a Path,
-    /// The program, as resolved: the installation it comes from stays readable.
-    pub program: &'a Path,
-    /// The program's `PATH` entries: the installations they come from are readable.
-    pub path: &'a [PathBuf],
-    /// The program's `HOME`: an empty directory of the call's own in a view.
-    pub home: Option<&'a Path>,
-    /// Paths inside writable trees that stay read-only (absolute): `.git` at any depth,
-    /// `kiln.toml`, `.kiln`, `[sandbox] protect` matches, cargo's unpacked sources.
-    pub protect: &'a [PathBuf],
-    /// Granted read paths outside the workspace (absolute).
-    pub read: &'a [PathBuf],
-    /// Granted write paths outside the workspace (absolute).
-    pub write: &'a [PathBuf],
-    /// Where writes may go.
-    pub writes: Writes,
-    /// TCP, UDP and every other socket family allowed.
-    pub net: bool,
-    /// Refuse rather than run with a gap (`[sandbox] require_confinement`).
-    pub require: bool,
-}
-
 /// The confinement of one exec call: its temp dir (removed when this is dropped), the Landlock
 /// ruleset and the other mechanisms the child applies to itself.
 #[derive(Debug)]
@@ -301,11 +262,6 @@ impl Confinement {
         } else {
             self.tmp.path().join("tmp")
         }
-    }
-
-    /// The call's programs run in a view built for them.
-    pub fn in_view(&self) -> bool {
-        self.view.is_some()
     }
 
     /// What the view holds (path as the program sees it, and what it is); empty without one.
@@ -426,91 +382,5 @@ unsafe fn report_failure(f: view::Failed) {
         w(b"kiln: cannot build the program's view: ");
         w(f.step.as_bytes());
         w(b"\n");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gaps_name_what_an_old_or_missing_landlock_cannot_enforce() {
-        let missing = Landlock {
-            abi: 0,
-            missing: Some("no Landlock".into()),
-        };
-        let g = missing.gaps(true);
-        assert_eq!(g.len(), 1);
-        assert!(
-            g[0].contains("no confinement at all (no Landlock)"),
-            "{g:?}"
-        );
-        let v2 = Landlock {
-            abi: 2,
-            missing: None,
-        };
-        let g = v2.gaps(false);
-        assert!(g[0].contains("truncate") && g[1].contains("TCP"), "{g:?}");
-        assert_eq!(v2.gaps(true).len(), 1, "with net granted TCP is no gap");
-        let v7 = Landlock {
-            abi: 7,
-            missing: None,
-        };
-        assert!(v7.gaps(false).is_empty() && v7.scoped());
-    }
-
-    #[test]
-    fn a_program_outside_the_system_keeps_its_installation_readable_and_nothing_more() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path();
-        // A pyenv shim: the manager's root.
-        std::fs::create_dir_all(home.join(".pyenv/shims")).unwrap();
-        std::fs::write(home.join(".pyenv/shims/python3"), "#!/bin/sh\n").unwrap();
-        let roots = paths::install_roots(&home.join(".pyenv/shims/python3"));
-        assert_eq!(roots, [home.join(".pyenv"), home.join(".pyenv/shims")]);
-        // A rustup proxy found as `cargo`: its bin directory and rustup's toolchains, never
-        // CARGO_HOME itself.
-        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
-        std::fs::write(home.join(".cargo/bin/rustup"), "").unwrap();
-        std::os::unix::fs::symlink("rustup", home.join(".cargo/bin/cargo")).unwrap();
-        let roots = paths::install_roots(&home.join(".cargo/bin/cargo"));
-        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
-        assert!(roots.iter().any(|r| r.ends_with("toolchains")), "{roots:?}");
-        assert!(!roots.contains(&home.join(".cargo")), "{roots:?}");
-        assert!(!roots.iter().any(|r| r == home), "{roots:?}");
-        // A system program adds nothing.
-        assert!(install_roots(Path::new("/bin/sh")).is_empty());
-        // A program of the workspace adds nothing, and a `libexec -> /` link it ships is never
-        // followed; neither is a PATH entry inside the workspace.
-        let ws = home.join("ws");
-        std::fs::create_dir_all(ws.join("bin")).unwrap();
-        std::fs::write(ws.join("bin/test"), "").unwrap();
-        std::os::unix::fs::symlink("/", ws.join("libexec")).unwrap();
-        let roots = toolchain_roots(
-            &ws.join("bin/test"),
-            &[ws.join("bin"), home.join(".cargo/bin")],
-            &ws,
-            Some(home),
-        );
-        assert!(roots.iter().all(|r| !r.starts_with(&ws)), "{roots:?}");
-        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
-        // A toolchain directory that resolves to `/` or to a directory holding HOME is left out.
-        std::fs::create_dir_all(home.join("tool/bin")).unwrap();
-        std::os::unix::fs::symlink("/", home.join("tool/libexec")).unwrap();
-        let roots = toolchain_roots(
-            Path::new("/bin/sh"),
-            &[home.join("tool/bin")],
-            &ws,
-            Some(home),
-        );
-        assert!(roots.contains(&home.join("tool/bin")), "{roots:?}");
-        assert!(!roots.contains(&home.join("tool/libexec")), "{roots:?}");
-    }
-
-    #[test]
-    fn home_is_expanded() {
-        let home = std::env::var("HOME").unwrap();
-        assert_eq!(expand_home("~/.cargo"), Path::new(&home).join(".cargo"));
-        assert_eq!(expand_home("/opt/x"), PathBuf::from("/opt/x"));
     }
 }

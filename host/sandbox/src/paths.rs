@@ -148,3 +148,63 @@ pub fn toolchain_roots(
     roots.dedup();
     roots
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_outside_the_system_keeps_its_installation_readable_and_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        // A pyenv shim: the manager's root.
+        std::fs::create_dir_all(home.join(".pyenv/shims")).unwrap();
+        std::fs::write(home.join(".pyenv/shims/python3"), "#!/bin/sh\n").unwrap();
+        let roots = install_roots(&home.join(".pyenv/shims/python3"));
+        assert_eq!(roots, [home.join(".pyenv"), home.join(".pyenv/shims")]);
+        // A rustup proxy found as `cargo`: its bin directory and rustup's toolchains, never
+        // CARGO_HOME itself.
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+        std::fs::write(home.join(".cargo/bin/rustup"), "").unwrap();
+        std::os::unix::fs::symlink("rustup", home.join(".cargo/bin/cargo")).unwrap();
+        let roots = install_roots(&home.join(".cargo/bin/cargo"));
+        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
+        assert!(roots.iter().any(|r| r.ends_with("toolchains")), "{roots:?}");
+        assert!(!roots.contains(&home.join(".cargo")), "{roots:?}");
+        assert!(!roots.iter().any(|r| r == home), "{roots:?}");
+        // A system program adds nothing.
+        assert!(install_roots(Path::new("/bin/sh")).is_empty());
+        // A program of the workspace adds nothing, and a `libexec -> /` link it ships is never
+        // followed; neither is a PATH entry inside the workspace.
+        let ws = home.join("ws");
+        std::fs::create_dir_all(ws.join("bin")).unwrap();
+        std::fs::write(ws.join("bin/test"), "").unwrap();
+        std::os::unix::fs::symlink("/", ws.join("libexec")).unwrap();
+        let roots = toolchain_roots(
+            &ws.join("bin/test"),
+            &[ws.join("bin"), home.join(".cargo/bin")],
+            &ws,
+            Some(home),
+        );
+        assert!(roots.iter().all(|r| !r.starts_with(&ws)), "{roots:?}");
+        assert!(roots.contains(&home.join(".cargo/bin")), "{roots:?}");
+        // A toolchain directory that resolves to `/` or to a directory holding HOME is left out.
+        std::fs::create_dir_all(home.join("tool/bin")).unwrap();
+        std::os::unix::fs::symlink("/", home.join("tool/libexec")).unwrap();
+        let roots = toolchain_roots(
+            Path::new("/bin/sh"),
+            &[home.join("tool/bin")],
+            &ws,
+            Some(home),
+        );
+        assert!(roots.contains(&home.join("tool/bin")), "{roots:?}");
+        assert!(!roots.contains(&home.join("tool/libexec")), "{roots:?}");
+    }
+
+    #[test]
+    fn home_is_expanded() {
+        let home = std::env::var("HOME").unwrap();
+        assert_eq!(expand_home("~/.cargo"), Path::new(&home).join(".cargo"));
+        assert_eq!(expand_home("/opt/x"), PathBuf::from("/opt/x"));
+    }
+}

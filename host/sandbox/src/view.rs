@@ -174,11 +174,6 @@ impl Layout {
             .insert(normalize(at), Mount::Symlink(target.to_path_buf()));
     }
 
-    /// Whether something is mounted at `at` or above it.
-    pub fn covers(&self, at: &Path) -> bool {
-        at.ancestors().any(|a| self.mounts.contains_key(a))
-    }
-
     /// The paths of the view and what each is, for `kiln plugin inspect` and tests.
     pub fn describe(&self) -> Vec<(PathBuf, String)> {
         self.mounts
@@ -209,11 +204,6 @@ impl Layout {
         let mut ops = Vec::new();
         let mut made: BTreeSet<PathBuf> = BTreeSet::new();
         for (at, m) in &self.mounts {
-            rel(at)?;
-            let src = match m {
-                Mount::Bind { src, .. } => Some(cstr(&Path::new(OLDROOT).join(rel(src)?))?),
-                _ => None,
-            };
             // Every directory above the mount point (ignoring those that exist: they lie in
             // a tmpfs made here, or in a bound tree where the host has them).
             let mut parents: Vec<&Path> = at.ancestors().skip(1).collect();
@@ -223,33 +213,32 @@ impl Layout {
                     ops.push(Op::Dir(place(p)?));
                 }
             }
-            match (m, src) {
-                (Mount::Bind { rw, dir, .. }, Some(src)) => {
+            match m {
+                Mount::Bind { src, rw, dir } => {
                     ops.push(if *dir {
                         Op::Dir(place(at)?)
                     } else {
                         Op::File(place(at)?)
                     });
                     ops.push(Op::Bind {
-                        src,
+                        src: cstr(&Path::new(OLDROOT).join(rel(src)?))?,
                         dst: new(at)?,
                         rw: *rw,
                     });
                 }
-                (Mount::Tmpfs, _) => {
+                Mount::Tmpfs => {
                     ops.push(Op::Dir(place(at)?));
                     ops.push(Op::Tmpfs(new(at)?));
                 }
-                (Mount::Proc, _) => {
+                Mount::Proc => {
                     ops.push(Op::Dir(place(at)?));
                     ops.push(Op::Proc(new(at)?));
                 }
-                (Mount::Symlink(t), _) => ops.push(Op::Symlink {
+                Mount::Symlink(t) => ops.push(Op::Symlink {
                     target: cstr(t)?,
                     link: place(at)?,
                 }),
-                (Mount::SelfReadOnly, _) => ops.push(Op::SelfReadOnly(new(at)?)),
-                (Mount::Bind { .. }, None) => {}
+                Mount::SelfReadOnly => ops.push(Op::SelfReadOnly(new(at)?)),
             }
             made.insert(at.clone());
         }

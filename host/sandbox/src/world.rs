@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::paths::{SYSTEM_READ, toolchain_roots};
+use crate::policy::{Policy, Writes};
 use crate::view::{DEV_NODES, ETC, Layout};
-use crate::{Policy, Writes};
 
 /// System directories bound read-only into every view (a link such as `/bin -> usr/bin` is
 /// kept as a link), and processor and cgroup information (how many jobs a build may run):
