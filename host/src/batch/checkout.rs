@@ -32,6 +32,52 @@ pub enum CheckoutError {
     /// A revision was given for a directory that is not a git repository.
     #[error("`rev` {0} needs a git repository, and {1} is a plain directory")]
     RevOfPlainDir(String, String),
+    /// A local repository whose objects or git directory live elsewhere: cloning it would copy
+    /// what lies outside the directory the task was allowed.
+    #[error("{repo}: {why}; a task's local repository must hold its own .git directory")]
+    GitElsewhere {
+        /// The repository as the task named it.
+        repo: String,
+        /// What points elsewhere.
+        why: &'static str,
+    },
+}
+
+/// Refuse a local repository whose git data is reached through something that points out of
+/// it: a `.git` that is a link or a `gitdir:` file, a `commondir` (a worktree's), or
+/// alternates (objects borrowed from another repository).
+fn own_git_dir(local: &Path, repo: &str) -> Result<(), CheckoutError> {
+    let elsewhere = |why| CheckoutError::GitElsewhere {
+        repo: repo.to_string(),
+        why,
+    };
+    let git = local.join(".git");
+    match std::fs::symlink_metadata(&git) {
+        Ok(m) if m.file_type().is_symlink() => return Err(elsewhere("its .git is a link")),
+        Ok(m) if !m.is_dir() => {
+            return Err(elsewhere("its .git is a file naming another git directory"));
+        }
+        _ => {}
+    }
+    for (rel, why) in [
+        (
+            "commondir",
+            "its .git/commondir shares another repository's git directory",
+        ),
+        (
+            "objects/info/alternates",
+            "its .git/objects/info/alternates borrows another repository's objects",
+        ),
+        (
+            "objects/info/http-alternates",
+            "its .git/objects/info/http-alternates borrows objects from elsewhere",
+        ),
+    ] {
+        if std::fs::symlink_metadata(git.join(rel)).is_ok() {
+            return Err(elsewhere(why));
+        }
+    }
+    Ok(())
 }
 
 /// Run git with a fixed identity and no prompts, in `dir` (when given).
@@ -74,7 +120,7 @@ fn git(dir: Option<&Path>, args: &[&str]) -> Result<String, CheckoutError> {
 pub fn prepare(repo: &str, rev: Option<&str>, dest: &Path) -> Result<(), CheckoutError> {
     let local = Path::new(repo);
     let dest_s = dest.to_string_lossy().into_owned();
-    if local.is_dir() && !local.join(".git").exists() {
+    if local.is_dir() && std::fs::symlink_metadata(local.join(".git")).is_err() {
         if let Some(r) = rev {
             return Err(CheckoutError::RevOfPlainDir(r.into(), repo.into()));
         }
@@ -93,6 +139,9 @@ pub fn prepare(repo: &str, rev: Option<&str>, dest: &Path) -> Result<(), Checkou
             ],
         )?;
         return Ok(());
+    }
+    if local.is_dir() {
+        own_git_dir(local, repo)?;
     }
     git(None, &["clone", "-q", "--", repo, &dest_s])?;
     if let Some(r) = rev {
@@ -217,5 +266,41 @@ mod tests {
             prepare(src.to_str().unwrap(), Some("v1"), &dest.with_extension("x")),
             Err(CheckoutError::RevOfPlainDir(..))
         ));
+        let base = src.parent().unwrap();
+        // A repository whose .git is a `gitdir:` file, a link, or borrows objects, is refused:
+        // cloning it would copy what lies outside it.
+        let outside = base.join("outside");
+        git(None, &["init", "-q", outside.to_str().unwrap()]).unwrap();
+        let proj = base.join("proj");
+        std::fs::create_dir(&proj).unwrap();
+        std::fs::write(
+            proj.join(".git"),
+            format!("gitdir: {}/.git\n", outside.display()),
+        )
+        .unwrap();
+        let r = prepare(proj.to_str().unwrap(), None, &base.join("co1"));
+        assert!(
+            matches!(r, Err(CheckoutError::GitElsewhere { .. })),
+            "{r:?}"
+        );
+        std::fs::remove_file(proj.join(".git")).unwrap();
+        std::os::unix::fs::symlink(outside.join(".git"), proj.join(".git")).unwrap();
+        let r = prepare(proj.to_str().unwrap(), None, &base.join("co2"));
+        assert!(
+            matches!(r, Err(CheckoutError::GitElsewhere { .. })),
+            "{r:?}"
+        );
+        let alt = base.join("alt");
+        git(None, &["init", "-q", alt.to_str().unwrap()]).unwrap();
+        std::fs::write(
+            alt.join(".git/objects/info/alternates"),
+            format!("{}/.git/objects\n", outside.display()),
+        )
+        .unwrap();
+        let r = prepare(alt.to_str().unwrap(), None, &base.join("co3"));
+        assert!(
+            matches!(r, Err(CheckoutError::GitElsewhere { .. })),
+            "{r:?}"
+        );
     }
 }
