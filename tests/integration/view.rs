@@ -303,3 +303,21 @@ fn host_wide_kernel_settings_are_read_only_even_without_landlock() {
     assert!(out.contains("tried"), "{out}\n{}", r.stderr());
     assert!(out.contains("Read-only file system"), "{out}");
 }
+
+#[test]
+fn a_nested_protected_path_cannot_be_moved_away_with_its_parent() {
+    let ws = workspace();
+    ws.write("sub/.git/config", "[core]\n");
+    ws.write("sub/file.txt", "kept\n");
+    // Rename the parent (the read-only .git moves with it), then plant a writable .git.
+    let r = check(
+        &ws,
+        "sh -c 'mv -T sub .sub-old; mkdir -p sub/.git && echo planted > sub/.git/config; echo x > sub/file.txt; echo done'",
+    );
+    let out = output(&r);
+    assert!(out.contains("done"), "{out}\n{}", r.stderr());
+    assert_eq!(ws.read("sub/.git/config"), "[core]\n", "{out}");
+    assert!(!ws.root().join(".sub-old").exists(), "{out}");
+    // The directory itself stays writable.
+    assert_eq!(ws.read("sub/file.txt"), "x\n");
+}

@@ -69,8 +69,14 @@ pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "t
 /// How a path of the host appears in the view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Mount {
-    /// The host path `src` (resolved), read-only or read-write.
-    Bind { src: PathBuf, rw: bool, dir: bool },
+    /// The host path `src` (resolved), read-only or read-write; `id` is the device and inode it
+    /// had when the layout was made.
+    Bind {
+        src: PathBuf,
+        rw: bool,
+        dir: bool,
+        id: (u64, u64),
+    },
     /// An empty tmpfs (`/etc`, `/dev` before they are filled, `/dev/shm`).
     Tmpfs,
     /// The call's own procfs.
@@ -129,10 +135,12 @@ impl Layout {
         if !meta.is_dir() && !meta.is_file() && !is_device(&meta) {
             return;
         }
+        use std::os::unix::fs::MetadataExt;
         let m = Mount::Bind {
             src,
             rw,
             dir: meta.is_dir(),
+            id: (meta.dev(), meta.ino()),
         };
         let at = normalize(at);
         if force {
@@ -214,7 +222,7 @@ impl Layout {
                 }
             }
             match m {
-                Mount::Bind { src, rw, dir } => {
+                Mount::Bind { src, rw, dir, id } => {
                     ops.push(if *dir {
                         Op::Dir(place(at)?)
                     } else {
@@ -224,6 +232,7 @@ impl Layout {
                         src: cstr(&Path::new(OLDROOT).join(rel(src)?))?,
                         dst: new(at)?,
                         rw: *rw,
+                        id: *id,
                     });
                 }
                 Mount::Tmpfs => {
@@ -309,11 +318,13 @@ enum Op {
     Dir(Place),
     /// An empty regular file to mount a file on (an existing one is fine).
     File(Place),
-    /// A bind mount; read-only ones are remounted so.
+    /// A bind mount of the file that had device and inode `id` when the layout was made;
+    /// read-only ones are remounted so.
     Bind {
         src: CString,
         dst: CString,
         rw: bool,
+        id: (u64, u64),
     },
     /// A tmpfs.
     Tmpfs(CString),
@@ -691,10 +702,21 @@ impl View {
                         return Err(fail("making a file of the view"));
                     }
                 }
-                Op::Bind { src, dst, rw } => {
+                Op::Bind { src, dst, rw, id } => {
                     let fd = open_source(src);
                     if fd < 0 {
                         return Err(fail("opening a path for the view (a link on the way?)"));
+                    }
+                    // The very file kiln found: a path renamed or replaced since (a protected
+                    // `.git` swapped for a decoy while the layout was made) fails the call.
+                    let mut st: libc::stat = std::mem::zeroed();
+                    if libc::fstat(fd, &mut st) != 0 || (st.st_dev as u64, st.st_ino as u64) != *id
+                    {
+                        libc::close(fd);
+                        return Err(Failed {
+                            step: "binding a path into the view: it changed since kiln looked",
+                            errno: libc::ESTALE,
+                        });
                     }
                     let mut buf = [0u8; 64];
                     let by_fd = fd_path(fd, &mut buf);

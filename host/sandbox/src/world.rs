@@ -68,6 +68,15 @@ pub fn layout(policy: &Policy<'_>, tmp: &Path) -> Layout {
     }
     l.bind(policy.workspace, policy.workspace, writable);
     for p in policy.protect {
+        // Every directory between the workspace and a protected path is pinned (bound over
+        // itself): a mount point cannot be renamed, so the protected path cannot be moved away
+        // with its parent and a writable one put in its place.
+        for a in p.ancestors().skip(1) {
+            if a == policy.workspace || !a.starts_with(policy.workspace) {
+                break;
+            }
+            l.bind(a, a, writable);
+        }
         l.protect(p);
     }
     l

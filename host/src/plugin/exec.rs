@@ -601,6 +601,33 @@ mod tests {
         }
     }
 
+    /// A protected path swapped for a decoy between kiln's walk and the program's start (a
+    /// concurrent call's program renaming directories) fails the call: the view binds only the
+    /// very files the walk found.
+    #[tokio::test]
+    async fn a_protected_path_replaced_after_the_walk_fails_the_call() {
+        if confine::reap::view_missing().is_some() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        std::fs::create_dir_all(ws.join("sub/.git")).unwrap();
+        std::fs::write(ws.join("sub/.git/config"), "[core]\n").unwrap();
+        // kiln's walk finds an empty decoy where the real .git was; the real one comes back
+        // before the program starts.
+        std::fs::rename(ws.join("sub/.git"), ws.join("sub/real")).unwrap();
+        std::fs::create_dir(ws.join("sub/.git")).unwrap();
+        let spawn = spawn(ws, "echo pwned > sub/.git/config");
+        std::fs::rename(ws.join("sub/.git"), ws.join("sub/decoy")).unwrap();
+        std::fs::rename(ws.join("sub/real"), ws.join("sub/.git")).unwrap();
+        let r = run(spawn).await;
+        assert!(r.is_err(), "the call ran: {r:?}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("sub/.git/config")).unwrap(),
+            "[core]\n"
+        );
+    }
+
     /// The review phase's programs write nowhere, whatever their arguments: the kernel says no
     /// (no host-side argument check runs on this path).
     #[tokio::test]
