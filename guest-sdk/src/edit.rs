@@ -782,7 +782,8 @@ pub fn resolve_target(named: Option<&str>, targets: &[String]) -> Result<String,
     }
 }
 
-fn looks_like_path(s: &str) -> bool {
+/// Whether a name an LLM wrote looks like a path (has a `/` or a `.`), not a word of prose.
+pub fn looks_like_path(s: &str) -> bool {
     s.contains('/') || s.contains('.')
 }
 

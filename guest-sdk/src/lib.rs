@@ -205,6 +205,63 @@ pub mod edit_format {
         FormatInfo, Guest as EditFormatGuest, ParseError,
     };
 
+    /// How a format words the refusals of [`apply_edits_as`]: what one edit is called, what
+    /// locates it, and how to create a file in that format, so that each format's messages give
+    /// its own advice (an apply-patch chunk is never told to "use an empty SEARCH").
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Advice {
+        /// What one edit is called: `block`, `chunk`, `hunk`.
+        pub unit: &'static str,
+        /// What locates an edit, as the messages name it: `SEARCH`, `the chunk`.
+        pub search: &'static str,
+        /// What to do about an edit to a file that does not exist (`{path}` is replaced).
+        pub missing: &'static str,
+        /// What to do about a creation over an existing file (`{path}` is replaced); `None`
+        /// keeps the shared message.
+        pub exists: Option<&'static str>,
+    }
+
+    impl Advice {
+        /// The wording of SEARCH/REPLACE blocks (and of [`apply_edits`]).
+        pub const SEARCH_REPLACE: Advice = Advice {
+            unit: "block",
+            search: "SEARCH",
+            missing: "to create it, use an empty SEARCH",
+            exists: None,
+        };
+
+        /// `msg` (from [`crate::edit`], which says `block N: SEARCH ...`) in this wording. Only
+        /// the fixed words are changed, never the file lines a message quotes.
+        pub fn reword(&self, msg: &str) -> String {
+            if *self == Advice::SEARCH_REPLACE {
+                return msg.to_string();
+            }
+            let mut out = Vec::new();
+            for (k, line) in msg.split('\n').enumerate() {
+                let mut l = line.to_string();
+                if k == 0
+                    && let Some(rest) = l.strip_prefix("block ")
+                    && let Some((n, tail)) = rest.split_once(": ")
+                    && n.chars().all(|c| c.is_ascii_digit())
+                {
+                    let tail = match tail.strip_prefix("SEARCH") {
+                        Some(t) => format!("{}{t}", self.search),
+                        None => tail.replace("an empty SEARCH", "a creation"),
+                    };
+                    l = format!("{} {n}: {tail}", self.unit);
+                } else if l.starts_with("First difference at line ") {
+                    l = l.replacen(
+                        "` but SEARCH has `",
+                        &format!("` but {} has `", self.search),
+                        1,
+                    );
+                }
+                out.push(l);
+            }
+            out.join("\n")
+        }
+    }
+
     /// Apply one file's edits in order with the shared semantics (see [`crate::edit`]):
     /// `replace` through the matching tiers, `create` only where the file does not exist (or
     /// is empty), `rewrite` keeping the file's conventions, `delete`, and `rename` (the host
@@ -214,99 +271,133 @@ pub mod edit_format {
         text: Option<String>,
         edits: Vec<FileEdit>,
     ) -> Result<AppliedFile, ApplyFailure> {
-        use crate::edit;
+        apply_edits_as(path, text, edits, &Advice::SEARCH_REPLACE)
+    }
+
+    /// [`apply_edits`] with the refusals worded by `advice`.
+    pub fn apply_edits_as(
+        path: &str,
+        text: Option<String>,
+        edits: Vec<FileEdit>,
+        advice: &Advice,
+    ) -> Result<AppliedFile, ApplyFailure> {
         let mut current = text;
         let mut outcomes = Vec::with_capacity(edits.len());
-        for (i, e) in edits.into_iter().enumerate() {
-            let n = i + 1;
-            let fail = |kind, message: String| ApplyFailure {
-                index: i as u32,
-                kind,
-                message,
-            };
-            if e.path != path {
-                return Err(fail(
-                    FailureKind::Invalid,
-                    format!("edit {n} names {} but was given for {path}", e.path),
-                ));
-            }
-            let (status, tier) = match e.kind {
-                EditKind::Replace | EditKind::Create => {
-                    let base = match (&current, e.kind) {
-                        (Some(t), _) => t.clone(),
-                        (None, EditKind::Create) => String::new(),
-                        (None, _) if e.search.trim().is_empty() => String::new(),
-                        (None, _) => {
-                            return Err(fail(
-                                FailureKind::Invalid,
-                                format!(
-                                    "block {n}: {path} does not exist; to create it, use an empty SEARCH"
-                                ),
-                            ));
-                        }
-                    };
-                    let search = if e.kind == EditKind::Create {
-                        ""
-                    } else {
-                        e.search.as_str()
-                    };
-                    match edit::apply_search_replace(path, &base, search, &e.replace, n) {
-                        Ok(a) => {
-                            let status = if a.already_applied {
-                                EditStatus::AlreadyApplied
-                            } else {
-                                EditStatus::Applied
-                            };
-                            current = Some(a.text);
-                            (status, a.tier.map(|t| t.name().to_string()))
-                        }
-                        Err(f) => {
-                            let kind = match f {
-                                edit::Failure::NoMatch(_) => FailureKind::NoMatch,
-                                edit::Failure::Ambiguous(_) => FailureKind::Ambiguous,
-                                edit::Failure::Invalid(_) => FailureKind::Invalid,
-                            };
-                            return Err(fail(kind, f.message().to_string()));
-                        }
+        for (i, e) in edits.iter().enumerate() {
+            let (next, outcome) =
+                apply_one(path, current, e, i + 1, advice).map_err(|(kind, message)| {
+                    ApplyFailure {
+                        index: i as u32,
+                        kind,
+                        message,
                     }
-                }
-                EditKind::Rewrite => {
-                    let new = match &current {
-                        Some(old) => edit::conform(old, &e.replace),
-                        None => e.replace.clone(),
-                    };
-                    let status = if current.as_deref() == Some(new.as_str()) {
-                        EditStatus::AlreadyApplied
-                    } else {
-                        EditStatus::Applied
-                    };
-                    current = Some(new);
-                    (status, None)
-                }
-                EditKind::Delete | EditKind::Rename => {
-                    if current.is_none() {
-                        let verb = if e.kind == EditKind::Delete {
-                            "delete"
-                        } else {
-                            "move"
-                        };
-                        return Err(fail(
-                            FailureKind::Invalid,
-                            format!("cannot {verb} {path}: it does not exist"),
-                        ));
-                    }
-                    if e.kind == EditKind::Delete {
-                        current = None;
-                    }
-                    (EditStatus::Applied, None)
-                }
-            };
-            outcomes.push(EditOutcome { status, tier });
+                })?;
+            current = next;
+            outcomes.push(outcome);
         }
         Ok(AppliedFile {
             text: current,
             outcomes,
         })
+    }
+
+    /// Apply one edit, the `n`th (1-based) of its file, to `current` (`None`: the file does not
+    /// exist); the file's new text and the edit's outcome, or why it cannot apply.
+    pub fn apply_one(
+        path: &str,
+        current: Option<String>,
+        e: &FileEdit,
+        n: usize,
+        advice: &Advice,
+    ) -> Result<(Option<String>, EditOutcome), (FailureKind, String)> {
+        use crate::edit;
+        let unit = advice.unit;
+        if e.path != path {
+            return Err((
+                FailureKind::Invalid,
+                format!("{unit} {n} names {} but was given for {path}", e.path),
+            ));
+        }
+        let (current, status, tier) = match e.kind {
+            EditKind::Replace | EditKind::Create => {
+                let creates = e.kind == EditKind::Create || e.search.trim().is_empty();
+                let base = match (&current, creates) {
+                    (Some(t), _) => t.clone(),
+                    (None, true) => String::new(),
+                    (None, false) => {
+                        return Err((
+                            FailureKind::Invalid,
+                            format!(
+                                "{unit} {n}: {path} does not exist; {}",
+                                advice.missing.replace("{path}", path)
+                            ),
+                        ));
+                    }
+                };
+                let search = if e.kind == EditKind::Create {
+                    ""
+                } else {
+                    e.search.as_str()
+                };
+                match edit::apply_search_replace(path, &base, search, &e.replace, n) {
+                    Ok(a) => {
+                        let status = if a.already_applied {
+                            EditStatus::AlreadyApplied
+                        } else {
+                            EditStatus::Applied
+                        };
+                        (Some(a.text), status, a.tier.map(|t| t.name().to_string()))
+                    }
+                    Err(f) => {
+                        let kind = match f {
+                            edit::Failure::NoMatch(_) => FailureKind::NoMatch,
+                            edit::Failure::Ambiguous(_) => FailureKind::Ambiguous,
+                            edit::Failure::Invalid(_) => FailureKind::Invalid,
+                        };
+                        let message = match (creates, advice.exists, &f) {
+                            (true, Some(exists), edit::Failure::Invalid(_)) => format!(
+                                "{unit} {n}: {path} already exists; {}",
+                                exists.replace("{path}", path)
+                            ),
+                            _ => advice.reword(f.message()),
+                        };
+                        return Err((kind, message));
+                    }
+                }
+            }
+            EditKind::Rewrite => {
+                let new = match &current {
+                    Some(old) => edit::conform(old, &e.replace),
+                    None => e.replace.clone(),
+                };
+                let status = if current.as_deref() == Some(new.as_str()) {
+                    EditStatus::AlreadyApplied
+                } else {
+                    EditStatus::Applied
+                };
+                (Some(new), status, None)
+            }
+            EditKind::Delete | EditKind::Rename => {
+                if current.is_none() {
+                    let verb = if e.kind == EditKind::Delete {
+                        "delete"
+                    } else {
+                        "move"
+                    };
+                    return Err((
+                        FailureKind::Invalid,
+                        format!("cannot {verb} {path}: it does not exist"),
+                    ));
+                }
+                let next = if e.kind == EditKind::Delete {
+                    None
+                } else {
+                    current
+                };
+                (next, EditStatus::Applied, None)
+            }
+        };
+        Ok((current, EditOutcome { status, tier }))
     }
 
     /// An edit format: how an LLM expresses a change.

@@ -329,3 +329,241 @@ async fn no_input_makes_a_format_plugin_trap() {
         }
     }
 }
+
+#[test]
+fn a_filename_line_naming_a_file_outside_the_run_is_refused() {
+    // Issue 31, item 1: the block's filename line names utils.py; the run may change main.py.
+    let ws = Workspace::new();
+    ws.write("main.py", "x = 1\n");
+    ws.write("utils.py", "x = 1\n");
+    let r = ws.kiln_stdin(
+        &["edit", "apply", "--files", "main.py", "--json"],
+        &format!("utils.py\n{}", sr("x = 1\n", "x = 2\n")),
+    );
+    r.expect_code(1);
+    let msg = r.json()["parse_errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("utils.py") && msg.contains("(main.py)"),
+        "{msg}"
+    );
+    assert_eq!(ws.read("main.py"), "x = 1\n");
+    assert_eq!(ws.read("utils.py"), "x = 1\n");
+    // Naming the target itself (or as `./main.py`) applies.
+    ws.kiln_stdin(
+        &["edit", "apply", "--files", "main.py"],
+        &format!("./main.py\n{}", sr("x = 1\n", "x = 2\n")),
+    )
+    .expect_code(0);
+    assert_eq!(ws.read("main.py"), "x = 2\n");
+
+    // Several targets: a block named for c.py is refused, not given to the previous block's file.
+    ws.write("a.py", "a = 1\n");
+    ws.write("b.py", "b = 1\n");
+    ws.write("c.py", "a = 1\n");
+    let r = ws.kiln_stdin(
+        &["edit", "apply", "--files", "a.py", "b.py", "--json"],
+        &format!(
+            "a.py\n{}\nc.py\n{}",
+            sr("a = 1\n", "a = 2\n"),
+            sr("a = 2\n", "a = 3\n")
+        ),
+    );
+    r.expect_code(1);
+    let msg = r.json()["parse_errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("c.py") && msg.contains("a.py, b.py"), "{msg}");
+    assert_eq!(
+        (ws.read("a.py"), ws.read("c.py")),
+        ("a = 1\n".into(), "a = 1\n".into())
+    );
+}
+
+#[test]
+fn without_files_an_unnamed_block_belongs_to_the_file_named_before_it() {
+    // Issue 31, item 4 (Aider's rule): the second and third blocks name no file.
+    let ws = Workspace::new();
+    ws.write("foo.txt", "one\nthree\n");
+    ws.write("bar.txt", "five\nsix\n");
+    let response = format!(
+        "Here's the change:\n\n```text\nfoo.txt\n{}\n...\n\n{}```\n\nbar.txt\n```\n{}```\n\n```\n{}```\n",
+        sr("one\n", "two\n"),
+        sr("three\n", "four\n"),
+        sr("five\n", "5\n"),
+        sr("six\n", "6\n"),
+    );
+    let r = ws.kiln_stdin(&["edit", "apply", "--json"], &response);
+    r.expect_code(0);
+    let paths: Vec<String> = r.json()["edits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(paths, ["foo.txt", "foo.txt", "bar.txt", "bar.txt"]);
+    assert_eq!(ws.read("foo.txt"), "two\nfour\n");
+    assert_eq!(ws.read("bar.txt"), "5\n6\n");
+}
+
+#[test]
+fn udiff_a_dev_null_hunk_that_removes_lines_is_refused() {
+    // Issue 31, item 3: `--- /dev/null` with `-` lines is malformed, not a creation without them.
+    let ws = Workspace::new();
+    let r = ws.kiln_stdin(
+        &["edit", "apply", "--format", "udiff", "--json"],
+        "```diff\n--- /dev/null\n+++ file.txt\n@@ ... @@\n-Original\n+Modified\n```\n",
+    );
+    r.expect_code(1);
+    let msg = r.json()["parse_errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("/dev/null") && msg.contains("only `+` lines"),
+        "{msg}"
+    );
+    assert!(!ws.root().join("file.txt").exists());
+    // A diff to a file that does not exist gets udiff's advice, not search-replace's.
+    let r = ws.kiln_stdin(
+        &["edit", "apply", "--format", "udiff", "--json"],
+        "--- a/nope.txt\n+++ b/nope.txt\n@@ -1 +1 @@\n-a\n+b\n",
+    );
+    r.expect_code(1);
+    let msg = r.json()["edits"][0]["error"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("--- /dev/null") && !msg.contains("SEARCH"),
+        "{msg}"
+    );
+}
+
+/// Apply `patch` (apply-patch) to a workspace holding `files`; the run and the workspace.
+fn apply_patch(files: &[(&str, &str)], patch: &str) -> (crate::support::Run, Workspace) {
+    let ws = Workspace::new();
+    for (p, t) in files {
+        ws.write(p, t);
+    }
+    let r = ws.kiln_stdin(
+        &["edit", "apply", "--format", "apply-patch", "--json"],
+        patch,
+    );
+    (r, ws)
+}
+
+#[test]
+fn apply_patch_chunks_as_codex_defines_them() {
+    // Issue 31, item 2. Only `+` lines: appended at the end of the file.
+    let (r, ws) = apply_patch(
+        &[("input.txt", "line1\nline2\n")],
+        "*** Begin Patch\n*** Update File: input.txt\n@@\n+added line 1\n+added line 2\n*** End Patch\n",
+    );
+    r.expect_code(0);
+    assert_eq!(
+        ws.read("input.txt"),
+        "line1\nline2\nadded line 1\nadded line 2\n"
+    );
+    // ... or right after the `@@` line's text.
+    let (r, ws) = apply_patch(
+        &[("m.py", "def f():\n    return 1\n\ndef g():\n    return 2\n")],
+        "*** Begin Patch\n*** Update File: m.py\n@@ def f():\n+    \"\"\"F.\"\"\"\n*** End Patch\n",
+    );
+    r.expect_code(0);
+    assert_eq!(
+        ws.read("m.py"),
+        "def f():\n    \"\"\"F.\"\"\"\n    return 1\n\ndef g():\n    return 2\n"
+    );
+    // An addition followed by a removal, as Codex's own unit test has it.
+    let (r, ws) = apply_patch(
+        &[("p.txt", "line1\nline2\nline3\n")],
+        "*** Begin Patch\n*** Update File: p.txt\n@@\n+after-context\n+second-line\n@@\n line1\n-line2\n-line3\n+line2-replacement\n*** End Patch\n",
+    );
+    r.expect_code(0);
+    assert_eq!(
+        ws.read("p.txt"),
+        "line1\nline2-replacement\nafter-context\nsecond-line\n"
+    );
+    // `*** End of File`: the chunk's lines are the file's last ones, though they occur before.
+    let (r, ws) = apply_patch(
+        &[("tail.txt", "end\nmiddle\nend\n")],
+        "*** Begin Patch\n*** Update File: tail.txt\n@@\n-end\n+END\n*** End of File\n*** End Patch\n",
+    );
+    r.expect_code(0);
+    assert_eq!(ws.read("tail.txt"), "end\nmiddle\nEND\n");
+    // The text after `@@` tells repeated snippets apart instead of refusing them as ambiguous;
+    // several `@@` lines narrow in turn (a class, then its method).
+    let file = "class A:\n    def f(self):\n        return 1\n\nclass B:\n    def f(self):\n        return 1\n";
+    let (r, ws) = apply_patch(
+        &[("c.py", file)],
+        "*** Begin Patch\n*** Update File: c.py\n@@ class B:\n@@     def f(self):\n-        return 1\n+        return 2\n*** End Patch\n",
+    );
+    r.expect_code(0);
+    assert_eq!(
+        ws.read("c.py"),
+        "class A:\n    def f(self):\n        return 1\n\nclass B:\n    def f(self):\n        return 2\n"
+    );
+    // Without the `@@` text the same chunk is ambiguous, and refused in apply-patch's words.
+    let (r, ws) = apply_patch(
+        &[("c.py", file)],
+        "*** Begin Patch\n*** Update File: c.py\n@@\n-        return 1\n+        return 2\n*** End Patch\n",
+    );
+    r.expect_code(1);
+    let msg = r.json()["edits"][0]["error"].as_str().unwrap().to_string();
+    assert!(
+        msg.starts_with("chunk 1: the chunk matches 2 places"),
+        "{msg}"
+    );
+    assert_eq!(ws.read("c.py"), file);
+}
+
+#[test]
+fn apply_patch_headers_padded_with_spaces_and_refusals_in_its_own_words() {
+    // Issue 31, item 2: a file header padded with spaces is a header.
+    let (r, ws) = apply_patch(
+        &[("foo.txt", "old\n")],
+        " *** Begin Patch\n  *** Update File: foo.txt\n@@\n-old\n+new\n *** End Patch \n",
+    );
+    r.expect_code(0);
+    assert_eq!(ws.read("foo.txt"), "new\n");
+    // Updating a file that does not exist: apply-patch's advice.
+    let (r, _ws) = apply_patch(
+        &[],
+        "*** Begin Patch\n*** Update File: missing.txt\n@@\n-old\n+new\n*** End Patch\n",
+    );
+    r.expect_code(1);
+    let msg = r.json()["edits"][0]["error"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("*** Add File: missing.txt") && !msg.contains("SEARCH"),
+        "{msg}"
+    );
+    // Add over an existing file and Move onto one are refused (documented), never overwrite.
+    let (r, ws) = apply_patch(
+        &[("duplicate.txt", "old content\n")],
+        "*** Begin Patch\n*** Add File: duplicate.txt\n+new content\n*** End Patch\n",
+    );
+    r.expect_code(1);
+    let msg = r.json()["edits"][0]["error"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("already exists") && msg.contains("*** Update File: duplicate.txt"),
+        "{msg}"
+    );
+    assert_eq!(ws.read("duplicate.txt"), "old content\n");
+    let (r, ws) = apply_patch(
+        &[
+            ("old/name.txt", "from\n"),
+            ("renamed/name.txt", "existing\n"),
+        ],
+        "*** Begin Patch\n*** Update File: old/name.txt\n*** Move to: renamed/name.txt\n@@\n-from\n+new\n*** End Patch\n",
+    );
+    r.expect_code(1);
+    assert!(
+        r.json()["edits"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("renamed/name.txt already exists")
+    );
+    assert_eq!(ws.read("renamed/name.txt"), "existing\n");
+    assert_eq!(ws.read("old/name.txt"), "from\n");
+}

@@ -201,15 +201,38 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
             continue;
         }
         i = j + 1;
-        // The file name on the line before the block acts as a header in multi-file mode.
-        let named = last_text_line.take().and_then(edit::clean_path);
+        // The file name on the line before the block names the block's file. A name that is
+        // not a file this run may change is refused, never re-pointed to another file; a
+        // word that is not path-like (no `.` or `/`) is prose, not a name.
+        let named = last_text_line
+            .take()
+            .and_then(edit::clean_path)
+            .map(|n| n.trim_start_matches("./").to_string());
+        let named = match named {
+            Some(n) if targets.is_empty() => Some(n),
+            Some(n) => match edit::resolve_target(Some(&n), targets) {
+                Ok(p) => Some(p),
+                Err(_) if edit::looks_like_path(&n) => {
+                    errors.push(err(
+                        start + 1,
+                        format!(
+                            "this block is for {n}, which is not one of the files you may change ({}); name one of them on the line before the block",
+                            targets.join(", ")
+                        ),
+                    ));
+                    continue;
+                }
+                Err(_) => None,
+            },
+            None => None,
+        };
+        // A named block sets the file of the blocks after it that name none (Aider's rule).
+        if let Some(n) = &named
+            && (multi || targets.is_empty())
+        {
+            current = Some(n.clone());
+        }
         let path = if multi {
-            if let Some(n) = named
-                .as_deref()
-                .and_then(|n| edit::resolve_target(Some(n), targets).ok())
-            {
-                current = Some(n);
-            }
             match &current {
                 Some(p) => p.clone(),
                 None => {
@@ -220,12 +243,12 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
         } else {
             match targets.first() {
                 Some(t) => t.clone(),
-                None => match named.or_else(|| current.clone()) {
-                    Some(n) => n,
+                None => match &current {
+                    Some(n) => n.clone(),
                     None => {
                         errors.push(err(
                             start + 1,
-                            "no target file: name the file with a `<<< path=FILE >>>` header"
+                            "no target file: name the file on the line before the block, or with a `<<< path=FILE >>>` header"
                                 .into(),
                         ));
                         continue;
@@ -438,6 +461,84 @@ mod tests {
         assert!(errs[0].message.contains("divider"));
         let errs = parse("<<<<<<< SEARCH\nx\n=======\ny\n", &t(&["a"])).unwrap_err();
         assert!(errs[0].message.contains("end marker"));
+    }
+
+    #[test]
+    fn a_filename_line_naming_a_file_outside_the_targets_is_refused() {
+        let block = "<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n";
+        // One target: the block named for utils.py is not applied to main.py.
+        let errs = parse(&format!("utils.py\n{block}"), &t(&["main.py"])).unwrap_err();
+        assert!(
+            errs[0].message.contains("utils.py") && errs[0].message.contains("(main.py)"),
+            "{errs:?}"
+        );
+        assert_eq!(errs[0].line, 2);
+        // Several: a block named for c.py is not applied to the previous block's file.
+        let errs = parse(
+            &format!("a.py\n{block}\nc.py\n```python\n{block}```\n"),
+            &t(&["a.py", "b.py"]),
+        )
+        .unwrap_err();
+        assert!(
+            errs[0].message.contains("c.py") && errs[0].message.contains("(a.py, b.py)"),
+            "{errs:?}"
+        );
+        // The target named as written, with `./`, by its file name, or decorated: applied.
+        for name in [
+            "main.py",
+            "./main.py",
+            "`main.py`",
+            "**src/main.py**",
+            "# main.py",
+        ] {
+            let e = parse(&format!("{name}\n{block}"), &t(&["src/main.py"]))
+                .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!(e[0].path, "src/main.py", "{name}");
+        }
+        // A word of prose on the line before is not a name.
+        let e = parse(&format!("Change:\n{block}"), &t(&["main.py"])).unwrap();
+        assert_eq!(e[0].path, "main.py");
+    }
+
+    #[test]
+    fn an_unnamed_block_belongs_to_the_file_named_before_it() {
+        let b = |s: &str, r: &str| format!("<<<<<<< SEARCH\n{s}\n=======\n{r}\n>>>>>>> REPLACE\n");
+        // Several blocks of one file after one name, prose between them (Aider's rule).
+        let r = format!(
+            "Here's the change:\n\n```text\nfoo.txt\n{}\n...\n\n{}```\n\nHope you like it!\n",
+            b("one", "two"),
+            b("three", "four")
+        );
+        let e = parse(&r, &[]).unwrap();
+        assert_eq!(
+            e.iter()
+                .map(|e| (e.path.as_str(), e.search.as_str()))
+                .collect::<Vec<_>>(),
+            [("foo.txt", "one\n"), ("foo.txt", "three\n")]
+        );
+        // A later name switches the file; the name inside its own fence before the block's
+        // fence (as DeepSeek writes it) counts.
+        let r = format!(
+            "a.txt\n{}\nb.txt\n{}\n{}\n ```python\nc.txt\n```\n```python\n{}```\n",
+            b("1", "2"),
+            b("3", "4"),
+            b("5", "6"),
+            b("7", "8")
+        );
+        let e = parse(&r, &[]).unwrap();
+        assert_eq!(
+            e.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
+            ["a.txt", "b.txt", "b.txt", "c.txt"]
+        );
+        // No name at all: refused, saying how to name it.
+        let errs = parse(&b("x", "y"), &[]).unwrap_err();
+        assert!(errs[0].message.contains("name the file"), "{errs:?}");
+        // An empty SEARCH under a new name creates that file.
+        let e = parse(&format!("newfile.txt\n{}", b("", "created")), &[]).unwrap();
+        assert_eq!(
+            (e[0].path.as_str(), e[0].kind),
+            ("newfile.txt", EditKind::Create)
+        );
     }
 
     fn fragment() -> impl Strategy<Value = String> {

@@ -5,7 +5,8 @@
 
 use kiln_guest::edit;
 use kiln_guest::edit_format::{
-    self, EditFormat, EditKind, FileEdit, FormatInfo, Manifest, ParseError,
+    self, AppliedFile, ApplyFailure, EditFormat, EditKind, FileEdit, FormatInfo, Manifest,
+    ParseError,
 };
 
 struct Udiff;
@@ -45,7 +46,25 @@ impl EditFormat for Udiff {
     fn parse(response: String, targets: Vec<String>) -> Result<Vec<FileEdit>, Vec<ParseError>> {
         parse(&response, &targets)
     }
+
+    fn apply(
+        path: String,
+        text: Option<String>,
+        edits: Vec<FileEdit>,
+    ) -> Result<AppliedFile, ApplyFailure> {
+        edit_format::apply_edits_as(&path, text, edits, &ADVICE)
+    }
 }
+
+/// Refusals in the words of a unified diff.
+const ADVICE: edit_format::Advice = edit_format::Advice {
+    unit: "hunk",
+    search: "the hunk",
+    missing: "to create it, write its diff from `--- /dev/null` to `+++ b/{path}` with only `+` lines",
+    exists: Some(
+        "a diff from `--- /dev/null` creates a new file; to change {path}, write `--- a/{path}` and `+++ b/{path}` with hunks of its lines",
+    ),
+};
 
 kiln_guest::export_edit_format!(Udiff);
 
@@ -174,6 +193,20 @@ fn parse(response: &str, targets: &[String]) -> Result<Vec<FileEdit>, Vec<ParseE
                 new_path: None,
             });
         } else if old == "/dev/null" {
+            // A new file has nothing to remove or keep: a `-` or ` ` line here means the diff
+            // is not what it claims, and creating the file without those lines would be a guess.
+            if let Some(h) = hunks
+                .iter()
+                .find(|h| h.search.iter().any(|l| !l.is_empty()))
+            {
+                errors.push(err(
+                    h.line,
+                    format!(
+                        "the diff for {path} starts from `--- /dev/null` (a new file) but its hunk removes or keeps lines; a new file's hunk has only `+` lines. To change the existing {path}, use `--- a/{path}`"
+                    ),
+                ));
+                continue;
+            }
             let content: Vec<String> = hunks.iter().flat_map(|h| h.replace.clone()).collect();
             edits.push(FileEdit {
                 path,
@@ -264,6 +297,79 @@ mod tests {
         let errs = parse("--- a/a.c\n+++ b/a.c\n@@\n+b\n", &t(&["a.c"])).unwrap_err();
         assert!(errs[0].message.contains("no unchanged or removed lines"));
         assert!(parse("just prose", &t(&["a.c"])).is_err());
+    }
+
+    #[test]
+    fn a_dev_null_hunk_that_removes_or_keeps_lines_is_refused() {
+        for body in ["-Original\n+Modified\n", " kept\n+added\n"] {
+            let r = format!("```diff\n--- /dev/null\n+++ file.txt\n@@ ... @@\n{body}```\n");
+            let errs = parse(&r, &[]).unwrap_err();
+            assert_eq!(errs[0].line, 4, "{body}");
+            assert!(errs[0].message.contains("only `+` lines"), "{errs:?}");
+        }
+        // Blank lines in a new file's hunk are its blank lines, not removals.
+        let e = parse(
+            "--- /dev/null\n+++ b/n.py\n@@ -0,0 +1,3 @@\n+a\n\n+b\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (e[0].kind, e[0].replace.as_str()),
+            (EditKind::Create, "a\n\nb\n")
+        );
+    }
+
+    #[test]
+    fn aider_headers_hunks_and_several_files() {
+        // No a/ b/ prefixes, `@@ ... @@`, a directory with spaces.
+        for name in ["file.txt", "dir name with spaces/file.txt"] {
+            let r = format!(
+                "Some text...\n\n```diff\n--- {name}\n+++ {name}\n@@ ... @@\n-Original\n+Modified\n```\n"
+            );
+            let e = parse(&r, &[]).unwrap();
+            assert_eq!(
+                (
+                    e[0].path.as_str(),
+                    e[0].search.as_str(),
+                    e[0].replace.as_str()
+                ),
+                (name, "Original\n", "Modified\n")
+            );
+        }
+        // Two files in one fence, a blank line between them.
+        let r = "```diff\n--- a/v.py\n+++ a/v.py\n@@ ... @@\n     except Exception as err:\n         print(err)\n+        return False\n\n--- m.py\n+++ m.py\n@@ ... @@\n     x = 1\n+    y = 2\n     z = 3\n```\n";
+        let e = parse(r, &[]).unwrap();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].path, "v.py");
+        assert_eq!(e[0].replace.lines().count(), 3);
+        assert_eq!(e[1].path, "m.py");
+    }
+
+    #[test]
+    fn refusals_give_udiff_advice() {
+        let edits = parse("--- a/m.txt\n+++ b/m.txt\n@@\n-a\n+b\n", &[]).unwrap();
+        let f = edit_format::apply_edits_as("m.txt", None, edits, &ADVICE).unwrap_err();
+        assert!(
+            f.message.contains("--- /dev/null") && !f.message.contains("SEARCH"),
+            "{}",
+            f.message
+        );
+        let edits = parse("--- /dev/null\n+++ b/m.txt\n@@\n+b\n", &[]).unwrap();
+        let f =
+            edit_format::apply_edits_as("m.txt", Some("a\n".into()), edits, &ADVICE).unwrap_err();
+        assert!(
+            f.message.contains("already exists") && f.message.contains("--- a/m.txt"),
+            "{}",
+            f.message
+        );
+        let edits = parse("--- a/m.txt\n+++ b/m.txt\n@@\n-x\n+y\n", &[]).unwrap();
+        let f = edit_format::apply_edits_as("m.txt", Some("x\nz\nx\n".into()), edits, &ADVICE)
+            .unwrap_err();
+        assert!(
+            f.message.starts_with("hunk 1: the hunk matches 2 places"),
+            "{}",
+            f.message
+        );
     }
 
     fn fragment() -> impl Strategy<Value = String> {
