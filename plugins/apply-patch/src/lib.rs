@@ -2,6 +2,10 @@
 //! trained to emit. `*** Add File: P` (content as `+` lines), `*** Delete File: P`,
 //! `*** Update File: P` with `@@`-separated chunks of ` `/`-`/`+` lines (each chunk located by
 //! its content, like a SEARCH/REPLACE block), optionally `*** Move to: Q`, and `*** End Patch`.
+//! As Codex's own tests define it: the text after `@@` narrows where a chunk applies, a chunk of
+//! only `+` lines is added after its `@@` line or at the end of the file, and `*** End of File`
+//! anchors a chunk to the file's end (see [`Anchored`]). An Add or a Move over an existing file
+//! is refused, never overwrites.
 
 use kiln_guest::edit;
 use kiln_guest::edit_format::{
@@ -34,7 +38,8 @@ impl EditFormat for ApplyPatch {
              *** Begin Patch\n*** Update File: path/to/file.ext\n@@\n unchanged line\n-removed line\n+added line\n unchanged line\n*** End Patch\n\n\
              Rules:\n\
              - Lines start with a space (unchanged), `-` (removed) or `+` (added); copy unchanged and removed lines exactly.\n\
-             - Separate changes in one file with `@@` lines; give each enough unchanged lines to match exactly one place.\n\
+             - Separate changes in one file with `@@` lines; give each enough unchanged lines to match exactly one place, or put after `@@` a line of the file the change follows (`@@ def g():`).\n\
+             - A chunk of only `+` lines adds them after its `@@` line, or at the end of the file; `*** End of File` after a chunk's last line anchors it to the end of the file.\n\
              - `*** Add File: PATH` followed by `+` lines creates a file; `*** Delete File: PATH` deletes one; `*** Move to: NEW` after `*** Update File:` renames it.\n",
         );
         if multi_file {

@@ -3,7 +3,9 @@
 //! Single-file mode (one target): every block applies to the target; path headers are accepted
 //! and ignored. Multi-file mode: each group of blocks follows a `<<< path=REL >>>` header (or,
 //! as LLMs often write, the file's path on the line before a block); a block before any header,
-//! a path not among the targets and the same header twice are parse errors. Also accepted:
+//! a path not among the targets and the same header twice are parse errors. A filename line
+//! naming a file outside the targets is refused too, in either mode; without targets, a block
+//! with no filename line belongs to the file named before it (Aider's rule). Also accepted:
 //! blocks inside code fences and markers of 5 to 9 characters. An empty SEARCH creates a file;
 //! an empty REPLACE deletes the matched text.
 
