@@ -317,19 +317,18 @@ fn an_agent_run_started_with_a_positional_task_resumes() {
     let ws = workspace();
     let mock = MockLlm::start(vec![
         call_with_usage("write_patch", &patch("a.txt", "one\n", "ONE\n")),
-        // The second answer never comes in time: the run is killed while it waits.
+        // The second answer never comes in time: the run is interrupted (Ctrl-C) while it waits.
         Reply::Stream(vec![(Duration::from_secs(60), String::new())]),
         openai_text("done: a.txt says ONE"),
     ]);
     let base = format!("{}/v1", mock.url);
     let child = ws.spawn_kiln(&[
         "agent",
+        "make a.txt shout",
         "--base-url",
         &base,
         "--model",
         "test-model",
-        "--json",
-        "make a.txt shout",
     ]);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while mock.recorded().len() < 2 {
@@ -337,7 +336,7 @@ fn an_agent_run_started_with_a_positional_task_resumes() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     child.wait_with_output().unwrap();
     let h = ws.kiln(&["history", "--json", "--limit", "1"], &[]);
     let row: serde_json::Value = serde_json::from_str(h.stdout().lines().next().unwrap()).unwrap();
