@@ -880,3 +880,45 @@ fn a_task_dir_that_is_a_link_out_of_the_checkout_is_refused() {
         "the run edited a file outside its checkout"
     );
 }
+
+/// Issue 31 item 11: a task that fails carries the reason from its run's result (the runner's
+/// last error, the loop's summary), not the last progress line of the child's stderr; a local
+/// repository with no commits is refused, saying so.
+#[test]
+fn a_failed_task_carries_its_reason_and_an_empty_repository_is_refused() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    // The mock's fix (a SEARCH for `int x = 1`) does not fit this file: the loop cannot
+    // mend it, and the compiler's complaint is the reason.
+    ws.write(
+        "stuck/main.c",
+        "int main(void) {\n    return undeclared_thing;\n}\n",
+    );
+    ws.write("empty/main.c", BROKEN_C);
+    git(&ws.root().join("empty"), &["init", "-q"]);
+    mock.configure(&ws);
+    let mut stuck = fix_task("stuck");
+    stuck["repo"] = "stuck".into();
+    stuck["limits"] = json!({"max_iters": 2});
+    let mut empty = fix_task("empty");
+    empty["repo"] = "empty".into();
+    task_file(&ws, "t.jsonl", &[stuck, empty]);
+    let r = ws.kiln(&["batch", "run", "t.jsonl", "--json"], &[KEY]);
+    let results = lines(&r);
+    assert_eq!(results.len(), 2, "{}\n{}", r.stdout(), r.stderr());
+    let by_id = |id: &str| results.iter().find(|x| x["id"] == id).unwrap().clone();
+    let stuck = by_id("stuck");
+    assert_eq!(stuck["status"], "failed", "{stuck}");
+    let why = stuck["error"].as_str().unwrap_or_default();
+    assert!(why.contains("undeclared_thing"), "{stuck}");
+    assert!(!why.contains("compiling"), "{stuck}");
+    let empty = by_id("empty");
+    assert_eq!(empty["status"], "error", "{empty}");
+    assert!(
+        empty["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("has no commits"),
+        "{empty}"
+    );
+}

@@ -374,3 +374,223 @@ fn a_cold_check_compiles_only_its_runner() {
         compiled()
     );
 }
+
+/// Issue 31 item 15: `-q` prints nothing on stderr when the work succeeds; results still go
+/// to stdout.
+#[test]
+fn quiet_success_leaves_stderr_empty_and_prints_results_on_stdout() {
+    use crate::mock_llm::{MockLlm, openai_text};
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![openai_text("all good here")]);
+    let base = format!("{}/v1", mock.url);
+    let key = [("OPENAI_API_KEY", "sk-q")];
+    let runs = [
+        vec!["-q", "check", "--cmd", "true", "--file", "a.txt"],
+        vec![
+            "-q",
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            "true",
+            "--file",
+            "a.txt",
+        ],
+        vec![
+            "-q",
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--test-command",
+            "true",
+            "look around",
+        ],
+    ];
+    for args in runs {
+        let r = ws.kiln(&args, &key);
+        r.expect_code(0);
+        assert_eq!(r.stderr(), "", "{args:?} wrote on stderr");
+        // `check` has no result to print but its exit status when it passes.
+        if args[1] != "check" {
+            assert!(!r.stdout().trim().is_empty(), "{args:?} printed no result");
+        }
+    }
+}
+
+/// The latest run in the workspace's history.
+fn latest_run(ws: &Workspace) -> Value {
+    let h = ws.kiln(&["history", "--json", "--limit", "1"], &[]);
+    h.expect_code(0);
+    serde_json::from_str(h.stdout().lines().next().expect("a run")).unwrap()
+}
+
+/// Wait until a process whose command line ends with `tail` runs (the check started).
+fn wait_for_program(tail: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|e| std::fs::read_to_string(e.path().join("cmdline")).is_ok_and(|c| c.ends_with(tail)))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{tail:?} never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Issue 31 item 16: SIGTERM and SIGHUP in the middle of a run close it as `cancelled`, with
+/// the exit status a shell gives for the signal (143, 129).
+#[test]
+fn sigterm_and_sighup_mid_run_record_the_run_as_cancelled() {
+    use crate::mock_llm::MockLlm;
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    for (n, (signal, code)) in [(libc::SIGTERM, 143), (libc::SIGHUP, 129)]
+        .into_iter()
+        .enumerate()
+    {
+        use std::os::unix::process::CommandExt;
+        let sleep = format!("sleep 29.{n}1");
+        let mut cmd = ws.command(&[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            &sleep,
+            "--file",
+            "a.txt",
+        ]);
+        cmd.env("OPENAI_API_KEY", "sk-t")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: signal(2) is async-signal-safe. Whatever ran the tests (nohup), the child
+        // starts with SIGHUP at its default.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        wait_for_program(&format!("sleep\x0029.{n}1\x00"));
+        // SAFETY: signals the child this test spawned.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let row = latest_run(&ws);
+        assert_eq!(row["stop_reason"], "cancelled", "{row}");
+        assert_ne!(row["status"], "running", "{row}");
+        assert_eq!(ws.read("a.txt"), "x\n");
+    }
+}
+
+/// Issue 31 item 16: `kiln fix --json | head -1`: the reader goes away mid-run, and the run is
+/// closed as `cancelled` (not left `running`), kiln exiting as for SIGPIPE (141).
+#[test]
+fn a_closed_stdout_mid_run_records_the_run_as_cancelled() {
+    use crate::mock_llm::{MockLlm, Reply, openai_events};
+    use std::io::BufRead;
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    // The answer comes a second late, after the reader has gone.
+    let mut parts: Vec<(std::time::Duration, String)> = openai_events(&[
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":"<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n"}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+    ])
+    .into_iter()
+    .map(|p| (std::time::Duration::ZERO, p))
+    .collect();
+    parts[0].0 = std::time::Duration::from_millis(1500);
+    parts.push((std::time::Duration::ZERO, "data: [DONE]\n\n".into()));
+    let mock = MockLlm::start(vec![Reply::Stream(parts.clone()), Reply::Stream(parts)]);
+    let base = format!("{}/v1", mock.url);
+    let mut child = ws
+        .command(&[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            "false",
+            "--file",
+            "a.txt",
+            "--json",
+        ])
+        .env("OPENAI_API_KEY", "sk-p")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("\"type\""), "{first}");
+    // The reader is dropped here: the pipe is closed.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{:?} {stderr}", out.status);
+    let row = latest_run(&ws);
+    assert_eq!(row["stop_reason"], "cancelled", "{row}");
+    assert_ne!(row["status"], "running", "{row}");
+    let a = ws.read("a.txt");
+    assert!(a == "x\n" || a == "y\n", "{a:?}");
+}
+
+/// Issue 31 item 20: a kiln started with SIGINT ignored (`kiln ... &` in a script) resets it
+/// and still stops on Ctrl-C, here while it waits for a model server that never answers.
+#[test]
+fn a_kiln_started_ignoring_sigint_still_stops_on_it() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let ws = Workspace::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let mut cmd = ws.command(&["llm", "check", "--base-url", &url, "--model", "m"]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: signal(2) is async-signal-safe; the child starts with SIGINT ignored.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    // SAFETY: signals the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kiln ignored SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+}

@@ -879,3 +879,138 @@ async fn tool_call_names_and_ids_count_toward_max_reply_bytes() {
     let e = refused_at_once(Provider::Anthropic, Reply::json(200, body), false).await;
     assert!(matches!(e, LlmError::ReplyTooLarge { .. }), "{e}");
 }
+
+/// A server that accepts every connection, reads nothing and never answers; the connections
+/// are held open for as long as the test runs.
+fn silent_server() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming() {
+            let Ok(s) = s else { break };
+            held.push(s);
+        }
+    });
+    url
+}
+
+/// Wait for `child`, killing it (and failing) after `limit`.
+fn wait_at_most(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 31 item 13: against a server that accepts the connection and never answers, `kiln
+/// llm check` gives up within its default 30 s, showing each retry as it happens.
+#[test]
+fn llm_check_against_a_silent_server_gives_up_within_30_s_showing_its_retries() {
+    let ws = Workspace::new();
+    let url = silent_server();
+    let start = Instant::now();
+    let child = ws
+        .command(&["llm", "check", "--base-url", &url, "--model", "m", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_at_most(child, Duration::from_secs(60));
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(took < Duration::from_secs(40), "took {took:?}: {stderr}");
+    assert!(
+        stderr.contains("retry 1") && stderr.contains("retry 2"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no answer within 30 s"), "{stderr}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["reason"], "timeout", "{j}");
+    assert_eq!(j["attempts"], 3, "{j}");
+}
+
+/// Issue 31 item 13: an HTML page (or other text that is no event stream) at the base URL is
+/// named as such, at once (no retries), with no advice about `stream = false`; asked not to
+/// stream, the same page is "not a JSON answer".
+#[test]
+fn an_html_page_at_the_base_url_is_named_as_such() {
+    let ws = Workspace::new();
+    let page = || {
+        Reply::Repeat(
+            "text/html; charset=utf-8",
+            "<!DOCTYPE html>\n<html><head><title>Welcome to nginx</title></head>".into(),
+            String::new(),
+            0,
+            "</html>\n".into(),
+        )
+    };
+    let text = Reply::Repeat(
+        "text/plain",
+        "Ollama is running".into(),
+        String::new(),
+        0,
+        String::new(),
+    );
+    let mock = MockLlm::start(vec![page(), text, page()]);
+    let base = format!("{}/v1", mock.url);
+    let check = |env: &[(&str, &str)]| {
+        ws.kiln(
+            &[
+                "llm",
+                "check",
+                "--base-url",
+                &base,
+                "--model",
+                "m",
+                "--json",
+            ],
+            env,
+        )
+    };
+    let r = check(&[]);
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains("the server sent text/html, not an event stream: check `--base-url`"),
+        "{err}"
+    );
+    assert!(err.contains("Welcome to nginx"), "{err}");
+    assert!(
+        !err.contains("stream = false") && !err.contains("retry"),
+        "{err}"
+    );
+    assert_eq!(r.json()["reason"], "not_an_llm_api");
+    assert_eq!(mock.recorded().len(), 1, "an HTML page is not retried");
+
+    let r = check(&[]);
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("the server sent text/plain, not an event stream"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(mock.recorded().len(), 2);
+
+    ws.user_config("[llm]\nstream = false\n");
+    let r = check(&[]);
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("the server sent text/html, not a JSON answer"),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("stream = false"), "{}", r.stderr());
+}

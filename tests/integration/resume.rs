@@ -308,3 +308,71 @@ fn the_budget_of_a_resumed_run_counts_what_the_first_part_spent() {
     );
     assert_eq!(last["usage"]["input"], 280_000, "{last}");
 }
+
+/// Issue 31 item 12: a run whose task was given as the positional argument (`kiln agent
+/// "Make the tests pass"`, the README's first example) resumes with that task.
+#[test]
+fn an_agent_run_started_with_a_positional_task_resumes() {
+    use std::time::Duration;
+    let ws = workspace();
+    let mock = MockLlm::start(vec![
+        call_with_usage("write_patch", &patch("a.txt", "one\n", "ONE\n")),
+        // The second answer never comes in time: the run is interrupted (Ctrl-C) while it waits.
+        Reply::Stream(vec![(Duration::from_secs(60), String::new())]),
+        openai_text("done: a.txt says ONE"),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let child = ws.spawn_kiln(&[
+        "agent",
+        "make a.txt shout",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while mock.recorded().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "never asked twice");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    child.wait_with_output().unwrap();
+    let h = ws.kiln(&["history", "--json", "--limit", "1"], &[]);
+    let row: serde_json::Value = serde_json::from_str(h.stdout().lines().next().unwrap()).unwrap();
+    let id = row["id"].as_i64().unwrap().to_string();
+
+    let r = ws.kiln(
+        &[
+            "agent",
+            "--resume",
+            &id,
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--json",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert!(
+        r.stderr()
+            .contains("1 answer and 1 tool result are replayed"),
+        "{}",
+        r.stderr()
+    );
+    let last: serde_json::Value = serde_json::from_str(r.stdout().lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "agent.result", "{last}");
+    assert_eq!(last["stop_reason"], "complete", "{last}");
+    // The resumed part asked with the task it was started with.
+    let rec = mock.recorded();
+    assert_eq!(rec.len(), 3);
+    assert!(
+        rec[2].body["messages"]
+            .to_string()
+            .contains("make a.txt shout"),
+        "{}",
+        rec[2].body["messages"]
+    );
+}

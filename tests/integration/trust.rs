@@ -203,3 +203,26 @@ fn trust_records_live_in_the_users_state_directory() {
         r.stderr()
     );
 }
+
+/// Issue 31 item 14: with no kiln.toml there is nothing to trust, and `--check` says so with
+/// exit 0 (as the README's command table has it); `kiln trust` itself still refuses.
+#[test]
+fn trust_check_without_a_kiln_toml_exits_0() {
+    let ws = Workspace::new();
+    ws.write("main.py", "print(1)\n");
+    let check = |args: &[&str]| {
+        let mut cmd = ws.command(args);
+        cmd.env_remove("KILN_YES");
+        Run(cmd.output().unwrap())
+    };
+    let r = check(&["trust", "--check"]);
+    r.expect_code(0);
+    assert!(r.stdout().contains("not-needed"), "{}", r.stdout());
+    let j = check(&["trust", "--check", "--json"]);
+    j.expect_code(0);
+    assert_eq!(j.json()["trust"], "not-needed");
+    assert_eq!(j.json()["exists"], false);
+    let r = check(&["trust"]);
+    r.expect_code(2);
+    assert!(r.stderr().contains("no kiln.toml"), "{}", r.stderr());
+}

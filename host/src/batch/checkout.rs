@@ -32,6 +32,11 @@ pub enum CheckoutError {
     /// A revision was given for a directory that is not a git repository.
     #[error("`rev` {0} needs a git repository, and {1} is a plain directory")]
     RevOfPlainDir(String, String),
+    /// The repository has no commit to check out (a `git init` with nothing committed).
+    #[error(
+        "{0} has no commits: a task runs on a committed revision; commit the files first (or name a plain directory without .git)"
+    )]
+    NoCommits(String),
     /// A local repository whose objects or git directory live elsewhere: cloning it would copy
     /// what lies outside the directory the task was allowed.
     #[error("{repo}: {why}; a task's local repository must hold its own .git directory")]
@@ -144,6 +149,17 @@ pub fn prepare(repo: &str, rev: Option<&str>, dest: &Path) -> Result<(), Checkou
         own_git_dir(local, repo)?;
     }
     git(None, &["clone", "-q", "--", repo, &dest_s])?;
+    // An empty repository clones without complaint (a warning), and the run would then fail
+    // far from the cause: refuse it here, asking the fresh clone (git config of our own).
+    if git(
+        Some(dest),
+        &["rev-parse", "-q", "--verify", "HEAD^{commit}"],
+    )
+    .is_err()
+        && git(Some(dest), &["rev-list", "-n", "1", "--all"]).is_ok_and(|o| o.trim().is_empty())
+    {
+        return Err(CheckoutError::NoCommits(repo.to_string()));
+    }
     if let Some(r) = rev {
         git(Some(dest), &["checkout", "-q", "--detach", r, "--"])?;
     }

@@ -329,7 +329,9 @@ async fn stop(child: &mut tokio::process::Child) {
 }
 
 /// Status, stop reason, loop id, tokens and cost from the child's exit code and its last
-/// JSON line; on an error, the last line of its log.
+/// JSON line. On failure the reason comes from that result (its `error`, `last_error` and
+/// `summary`); without one (the child stopped before its run began), from the last `error:`
+/// line of its log, else its last line.
 fn fill_from_output(res: &mut TaskResult, out: &ChildOut, log: &Path) {
     res.exit_code = out.code;
     res.status = match out.code {
@@ -343,7 +345,7 @@ fn fill_from_output(res: &mut TaskResult, out: &ChildOut, log: &Path) {
         .lines()
         .rev()
         .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
-    if let Some(v) = last {
+    if let Some(v) = &last {
         res.stop_reason = v["stop_reason"].as_str().map(str::to_string);
         res.loop_id = v["loop_id"].as_i64().or(v["run_id"].as_i64());
         res.cost_usd = v["cost_usd"].as_f64();
@@ -357,13 +359,46 @@ fn fill_from_output(res: &mut TaskResult, out: &ChildOut, log: &Path) {
         }
     }
     if res.status != "success" {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        res.error = text
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .map(|l| crate::store::cap_text(l, 2000));
+        res.error = last
+            .as_ref()
+            .and_then(reason_of_result)
+            .or_else(|| reason_in_log(&std::fs::read_to_string(log).unwrap_or_default()))
+            .map(|e| crate::store::cap_text(&e, 2000));
     }
+}
+
+/// Why a run ended without success, from its result line (`loop.result`, `agent.result`,
+/// `loop.run.result`): its `error`, else its `summary` and `last_error` together, else (an
+/// agent's) its `content`.
+fn reason_of_result(v: &serde_json::Value) -> Option<String> {
+    let text = |k: &str| {
+        v[k].as_str()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+    };
+    if let Some(e) = text("error") {
+        return Some(e);
+    }
+    match (text("summary"), text("last_error")) {
+        (Some(s), Some(e)) if s.contains(&e) => Some(s),
+        (Some(s), Some(e)) => Some(format!("{s}\n{e}")),
+        (Some(s), None) => Some(s),
+        (None, Some(e)) => Some(e),
+        // An agent's last words.
+        (None, None) => text("content"),
+    }
+}
+
+/// The reason a child that left no result gave on stderr: its last `error:` line, else its
+/// last line.
+fn reason_in_log(text: &str) -> Option<String> {
+    let mut lines = text.lines().rev().filter(|l| !l.trim().is_empty());
+    text.lines()
+        .rev()
+        .find(|l| l.starts_with("error:"))
+        .or_else(|| lines.next())
+        .map(str::to_string)
 }
 
 /// A fix loop's tokens, from the store it wrote (its checkout's, when no store was given).

@@ -243,10 +243,12 @@ async fn run_task(
     let result = result?;
     s.log.end_text();
     let summary = summary_line(&result, cost_of(&result.usage));
-    if s.json {
+    if !s.json {
+        super::out_line(&crate::terminal::printable(result.content.trim()));
+    }
+    if s.json || ctx.quiet {
         s.log.line(&summary);
     } else {
-        println!("{}", crate::terminal::printable(result.content.trim()));
         s.log.always(&summary);
     }
     Ok(result)

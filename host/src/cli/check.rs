@@ -106,7 +106,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
             "timed_out": r.timed_out, "diagnostics": r.diagnostics.iter().map(crate::plugin::diagnostic_json).collect::<Vec<_>>(), "stdout": r.stdout, "stderr": r.stderr,
         }));
     } else {
-        print_result(&r);
+        print_result(&r, ctx.quiet);
     }
     Ok(if r.ok {
         Outcome::Success
@@ -117,7 +117,8 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
 
 /// A run's diagnostics for a person (its output when it failed without any), then a summary
 /// line on stderr.
-fn print_result(r: &crate::plugin::RunResult) {
+/// The diagnostics on stdout, then the verdict on stderr (with `quiet`, only a failing one).
+fn print_result(r: &crate::plugin::RunResult, quiet: bool) {
     for d in &r.diagnostics {
         let sev = crate::plugin::severity_name(d.severity);
         let code = d
@@ -146,6 +147,9 @@ fn print_result(r: &crate::plugin::RunResult) {
         .iter()
         .filter(|d| matches!(d.severity, Severity::Error))
         .count();
+    if quiet && r.ok {
+        return;
+    }
     eprintln!(
         "{} (exit {}, {} ms, {}, {}{})",
         if r.ok { "passed" } else { "failed" },

@@ -49,7 +49,7 @@ impl EventLog {
             Event::EditDiff { .. } if self.color => {
                 if let Some(diff) = e.human() {
                     self.end_text();
-                    eprintln!("{}", crate::terminal::color_diff(&diff));
+                    super::err_line(&crate::terminal::color_diff(&diff));
                     self.write_file(&diff);
                 }
             }
@@ -68,8 +68,7 @@ impl EventLog {
         }
         let shown = printable(text);
         if self.console {
-            eprint!("{shown}");
-            let _ = std::io::stderr().flush();
+            super::write_out(true, &shown);
             self.mid_line = !shown.ends_with('\n');
         }
         if self.file.is_some() {
@@ -85,7 +84,7 @@ impl EventLog {
     pub fn line(&mut self, line: &str) {
         self.end_text();
         if self.console {
-            eprintln!("{line}");
+            super::err_line(line);
         }
         self.write_file(line);
     }
@@ -94,14 +93,14 @@ impl EventLog {
     /// logged to the file.
     pub fn always(&mut self, line: &str) {
         self.end_text();
-        eprintln!("{line}");
+        super::err_line(line);
         self.write_file(line);
     }
 
     /// End a line of streamed text, so what follows starts on a line of its own.
     pub fn end_text(&mut self) {
         if self.mid_line {
-            eprintln!();
+            super::err_line("");
             self.mid_line = false;
         }
         if !self.pending.is_empty() {

@@ -85,21 +85,24 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     if s.json {
         sink.finish_result(&outcome, cost);
     } else {
-        print_result(&outcome, &usage, cost);
+        print_result(&outcome, &usage, cost, ctx.quiet);
     }
     Ok(exit_for(outcome.stop_reason))
 }
 
-/// A short result for a person; the full record is `--json` or `kiln history show`.
-fn print_result(outcome: &FixOutcome, usage: &Usage, cost: Option<f64>) {
-    println!(
-        "{}",
-        crate::terminal::printable(outcome.summary.lines().next().unwrap_or(""))
-    );
+/// A short result for a person (stdout); the full record is `--json` or `kiln history show`.
+/// Then a summary line on stderr, unless `quiet`.
+fn print_result(outcome: &FixOutcome, usage: &Usage, cost: Option<f64>, quiet: bool) {
+    super::out_line(&crate::terminal::printable(
+        outcome.summary.lines().next().unwrap_or(""),
+    ));
     for f in outcome.modified_files.iter().flatten() {
-        println!("changed: {}", crate::terminal::printable(f));
+        super::out_line(&format!("changed: {}", crate::terminal::printable(f)));
     }
-    eprintln!(
+    if quiet {
+        return;
+    }
+    super::err_line(&format!(
         "[{}] {}, tokens in {} / out {}{}",
         outcome.stop_reason,
         count(outcome.iters as usize, "iteration", "iterations"),
@@ -107,5 +110,5 @@ fn print_result(outcome: &FixOutcome, usage: &Usage, cost: Option<f64>) {
         usage.output,
         cost.map(|c| format!(", cost {}", format_usd(c)))
             .unwrap_or_default()
-    );
+    ));
 }

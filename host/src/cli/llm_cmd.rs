@@ -99,8 +99,15 @@ pub(crate) enum LlmCommand {
         /// One JSON object on stdout.
         #[arg(long)]
         json: bool,
+        /// The most seconds the whole check may take, retries included; each attempt gets a
+        /// third of it (or less, as `[llm]` timeouts say).
+        #[arg(long, value_name = "SECS", default_value_t = CHECK_TIMEOUT_SECS)]
+        timeout: u64,
     },
 }
+
+/// How long `kiln llm check` waits, retries included, unless `--timeout` says otherwise.
+const CHECK_TIMEOUT_SECS: u64 = 30;
 
 fn reason(e: &LlmError) -> &'static str {
     match e {
@@ -112,6 +119,7 @@ fn reason(e: &LlmError) -> &'static str {
         LlmError::ContextOverflow { .. } => "context_overflow",
         LlmError::Http { .. } => "http_error",
         LlmError::ReplyTooLarge { .. } => "reply_too_large",
+        LlmError::NotAnAnswer { .. } => "not_an_llm_api",
         LlmError::Truncated(_)
         | LlmError::Stream(_)
         | LlmError::Decode(_)
@@ -120,8 +128,16 @@ fn reason(e: &LlmError) -> &'static str {
 }
 
 pub(crate) async fn run(ctx: &Ctx, cmd: LlmCommand) -> anyhow::Result<Outcome> {
-    let LlmCommand::Check { llm, json } = cmd;
-    let settings = llm.settings(&ctx.config)?;
+    let LlmCommand::Check { llm, json, timeout } = cmd;
+    anyhow::ensure!(timeout > 0, "--timeout takes a number of seconds above 0");
+    let mut settings = llm.settings(&ctx.config)?;
+    // The whole check is bounded; each attempt gets a third, so a server that accepts the
+    // connection and never answers shows its retries before the check gives up.
+    let total = std::time::Duration::from_secs(timeout);
+    let attempt = (total / 3).max(std::time::Duration::from_secs(1));
+    settings.timeout = settings.timeout.min(attempt);
+    settings.connect_timeout = settings.connect_timeout.min(attempt);
+    settings.idle_timeout = settings.idle_timeout.min(attempt);
     let (provider, model, base) = (
         settings.provider.name(),
         settings.model.clone(),
@@ -136,7 +152,40 @@ pub(crate) async fn run(ctx: &Ctx, cmd: LlmCommand) -> anyhow::Result<Outcome> {
         tools: vec![],
         max_tokens: Some(16),
     };
-    match client.complete(&req, &mut |_| {}).await {
+    let quiet = ctx.quiet;
+    let retries = std::sync::atomic::AtomicU32::new(0);
+    // Each retry on stderr, as `kiln fix` shows them.
+    let mut on_delta = |d: crate::llm::Delta| {
+        if let crate::llm::Delta::Retry {
+            attempt, reason, ..
+        } = d
+        {
+            retries.store(attempt, std::sync::atomic::Ordering::Relaxed);
+            if !quiet {
+                eprintln!(
+                    "  ! model request failed ({}); retry {attempt}",
+                    crate::terminal::printable(&reason)
+                );
+            }
+        }
+    };
+    let answer = match tokio::time::timeout(total, client.complete(&req, &mut on_delta)).await {
+        Ok(a) => a,
+        Err(_) => {
+            let attempts = retries.load(std::sync::atomic::Ordering::Relaxed) + 1;
+            let e = format!(
+                "no answer within {timeout} s (`--timeout`), {}: the server accepts connections but does not answer",
+                crate::terminal::count(attempts as usize, "attempt", "attempts")
+            );
+            if json {
+                print_json(
+                    &json!({ "ok": false, "provider": provider, "base_url": base, "model": model, "reason": "timeout", "error": e, "attempts": attempts }),
+                );
+            }
+            anyhow::bail!("{provider} {model} at {base}: {e}");
+        }
+    };
+    match answer {
         Ok(r) => {
             let latency_ms = r.latency.as_millis() as u64;
             if json {

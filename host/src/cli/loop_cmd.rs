@@ -98,22 +98,26 @@ pub(crate) async fn run(
     )
     .await?;
     if !s.json {
-        print_result(&result);
+        print_result(&result, ctx.quiet);
     }
     Ok(exit_for(result.stop_reason))
 }
 
-/// The loop's summary and what is still pending for a person, then a summary line on stderr.
-fn print_result(result: &LoopRunResult) {
-    println!("{}", crate::terminal::printable(result.summary.trim()));
+/// The loop's summary and what is still pending for a person, then a summary line on stderr
+/// (unless `quiet`).
+fn print_result(result: &LoopRunResult, quiet: bool) {
+    super::out_line(&crate::terminal::printable(result.summary.trim()));
     for p in &result.pending {
-        println!("pending: {}", crate::terminal::printable(p));
+        super::out_line(&format!("pending: {}", crate::terminal::printable(p)));
     }
-    eprintln!(
+    if quiet {
+        return;
+    }
+    super::err_line(&format!(
         "[{}] {}; tokens in {} / out {}; artifacts in .kiln/loop/",
         result.stop_reason,
         crate::terminal::count(result.loops_completed as usize, "round", "rounds"),
         result.usage.input + result.usage.cached_input,
         result.usage.output
-    );
+    ));
 }

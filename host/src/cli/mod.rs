@@ -223,11 +223,16 @@ impl Ctx {
 
 /// Parse arguments, run, and turn the result into an exit code.
 pub fn main() -> ExitCode {
-    // Die quietly on a closed pipe (`kiln plugin list | head`), like other Unix tools.
-    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    // Die quietly on a closed pipe (`kiln plugin list | head`), like other Unix tools; a loop
+    // command catches it instead (below), to close its run as `cancelled`. SIGINT gets its
+    // default back too: a kiln started by a script that ignores it (`kiln ... &`) still stops
+    // on Ctrl-C.
+    // SAFETY: restoring default dispositions before any thread starts.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
     }
+    common::note_inherited_signals();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Err(e) = resume_cmd::check_line(&argv) {
         eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
@@ -241,6 +246,22 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if matches!(
+        cli.command,
+        Command::Agent(_) | Command::Fix(_) | Command::Loop(_) | Command::RunTask
+    ) {
+        // A run must outlive a closed stdout or stderr to record itself as cancelled: writes
+        // then fail with EPIPE ([`out_line`]) instead of killing kiln. A caught signal (unlike
+        // an ignored one) is reset to its default in the programs kiln starts.
+        extern "C" fn on_sigpipe(_: libc::c_int) {}
+        // SAFETY: installing a handler that does nothing, before any thread starts.
+        unsafe {
+            libc::signal(
+                libc::SIGPIPE,
+                on_sigpipe as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    }
     crate::plugin::set_log_level(settings::log_level(cli.global.quiet, cli.global.verbose));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -260,7 +281,11 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failure) => ExitCode::from(1),
         Ok(Outcome::Error) => ExitCode::from(2),
-        Ok(Outcome::Interrupted) => ExitCode::from(130),
+        // 130 for Ctrl-C, as a shell reports SIGINT; 143 for SIGTERM, 129 for SIGHUP, 141
+        // for a closed output (SIGPIPE).
+        Ok(Outcome::Interrupted) => {
+            ExitCode::from(128 + common::stop_signal().unwrap_or(libc::SIGINT) as u8)
+        }
         Err(e) => {
             eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
             ExitCode::from(2)
@@ -367,12 +392,50 @@ fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
-/// Print a value as one line of JSON on stdout.
+/// Print a value as one line of JSON on stdout (see [`out_line`]).
 pub(crate) fn print_json(value: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string(value).expect("JSON values serialize")
-    );
+    out_line(&serde_json::to_string(value).expect("JSON values serialize"));
+}
+
+/// stdout or stderr was closed under kiln (EPIPE): nothing more is written to it.
+static OUT_CLOSED: [std::sync::atomic::AtomicBool; 2] = [
+    std::sync::atomic::AtomicBool::new(false),
+    std::sync::atomic::AtomicBool::new(false),
+];
+
+/// Write `text` on stdout (`err` false) or stderr, flushed. A reader that went away (`kiln
+/// fix --json | head -1`) asks the running loop to stop, recorded as `cancelled`; later
+/// writes to that stream are dropped. Any other write error is ignored.
+pub(crate) fn write_out(err: bool, text: &str) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering::SeqCst;
+    let closed = &OUT_CLOSED[usize::from(err)];
+    if closed.load(SeqCst) {
+        return;
+    }
+    let result = if err {
+        let mut e = std::io::stderr().lock();
+        e.write_all(text.as_bytes()).and_then(|_| e.flush())
+    } else {
+        let mut o = std::io::stdout().lock();
+        o.write_all(text.as_bytes()).and_then(|_| o.flush())
+    };
+    if let Err(e) = result
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        closed.store(true, SeqCst);
+        common::request_stop(libc::SIGPIPE);
+    }
+}
+
+/// A line on stdout: see [`write_out`].
+pub(crate) fn out_line(text: &str) {
+    write_out(false, &format!("{text}\n"));
+}
+
+/// A line on stderr: see [`write_out`].
+pub(crate) fn err_line(text: &str) {
+    write_out(true, &format!("{text}\n"));
 }
 
 /// `built-in` or the file path.

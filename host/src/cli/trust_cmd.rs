@@ -19,6 +19,17 @@ pub(crate) struct TrustArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: TrustArgs) -> anyhow::Result<Outcome> {
     let file = ctx.workspace.join("kiln.toml");
+    if args.check && !file.is_file() {
+        // Nothing to trust: nothing a workspace file could widen, so the check passes.
+        if args.json {
+            print_json(
+                &json!({ "file": file, "trust": "not-needed", "exists": false, "ignored": [] }),
+            );
+        } else {
+            println!("{}: not-needed (there is none)", file.display());
+        }
+        return Ok(Outcome::Success);
+    }
     anyhow::ensure!(
         file.is_file(),
         "there is no kiln.toml in {} to trust",

@@ -226,6 +226,22 @@ pub enum LlmError {
         /// What was wrong.
         message: String,
     },
+    /// A successful answer whose body is not what was asked for: an HTML page (a web server,
+    /// a proxy's login page, a base URL without `/v1`) or some other text that is neither an
+    /// event stream nor JSON. Not retried: the same address sends the same page.
+    #[error(
+        "the server sent {content_type}, not {expected}: check `--base-url` (`[llm] base_url`; it is {url}){preview}"
+    )]
+    NotAnAnswer {
+        /// The response's content type (`text/html`, or `no content type`).
+        content_type: String,
+        /// `an event stream` or `a JSON answer`.
+        expected: &'static str,
+        /// The URL asked.
+        url: String,
+        /// The start of the body, for a person (`: it begins "<!DOCTYPE html>..."`), or empty.
+        preview: String,
+    },
     /// The reply carried more text than `max_reply_bytes` allows; kiln stopped reading it.
     #[error(
         "the model's reply passed the size cap of {limit} bytes (`max_reply_bytes`), so kiln stopped reading it; if a reply this large is expected, raise `max_reply_bytes` under [llm] in your user configuration or pass --max-reply-bytes"
@@ -297,6 +313,17 @@ impl LlmError {
             LlmError::Protocol { dialect, message } => LlmError::Protocol {
                 dialect,
                 message: s(message),
+            },
+            LlmError::NotAnAnswer {
+                content_type,
+                expected,
+                url,
+                preview,
+            } => LlmError::NotAnAnswer {
+                content_type: s(content_type),
+                expected,
+                url: s(url),
+                preview: s(preview),
             },
             e @ (LlmError::Timeout { .. } | LlmError::ReplyTooLarge { .. }) => e,
         }
@@ -553,28 +580,57 @@ impl LlmClient {
         req: &ChatRequest,
         sink: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<ChatResponse, Failure> {
-        let resp = self.send(req).await?;
+        let mut resp = self.send(req).await?;
+        let ctype = content_type(&resp);
+        let expected = if self.settings.stream {
+            "an event stream"
+        } else {
+            "a JSON answer"
+        };
+        // An HTML page is never an answer, whatever was asked: say what came, not that it
+        // failed to parse.
+        if ctype.as_deref().is_some_and(|t| t.starts_with("text/html")) {
+            let start = tokio::time::timeout(self.settings.timeout, read_capped(&mut resp, 4096))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            return Err((self.not_an_answer(ctype, expected, &start), None));
+        }
         // A server asked to stream that answers with one JSON body (some proxies and local
         // servers ignore `stream`): take the answer as it is.
-        let json_body = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.trim_start().starts_with("application/json"));
+        let json_body = ctype.as_deref().is_some_and(is_json_type);
         if !self.settings.stream || json_body {
-            return self.read_whole(resp).await.map_err(|(e, wait)| {
-                match (self.settings.stream, e) {
-                    (true, LlmError::Decode(m)) => (
-                        LlmError::Decode(format!(
-                            "{m}; the server does not stream (it answered with a JSON body): set `stream = false` under [llm]"
-                        )),
-                        wait,
-                    ),
-                    (_, e) => (e, wait),
-                }
-            });
+            return self.read_whole(resp, ctype).await;
         }
-        self.read_stream(resp, sink).await
+        self.read_stream(resp, ctype, sink).await
+    }
+
+    /// The error for a 200 answer of content type `ctype` whose body (beginning with
+    /// `start`) is not `expected`.
+    fn not_an_answer(
+        &self,
+        ctype: Option<String>,
+        expected: &'static str,
+        start: &[u8],
+    ) -> LlmError {
+        let text: String = String::from_utf8_lossy(start)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(120)
+            .collect();
+        LlmError::NotAnAnswer {
+            content_type: ctype.unwrap_or_else(|| "no content type".into()),
+            expected,
+            url: self.url(),
+            preview: if text.is_empty() {
+                String::new()
+            } else {
+                format!("; it begins \"{}\"", crate::terminal::printable(&text))
+            },
+        }
     }
 
     /// Send the request and wait for the response's head; an HTTP error status is a failure
@@ -656,7 +712,11 @@ impl LlmClient {
     /// Read a whole (non-streaming) answer.
     /// Read a whole (non-streaming) answer, at most [`raw_cap`] bytes of body and
     /// `max_reply_bytes` of text.
-    async fn read_whole(&self, mut resp: reqwest::Response) -> Result<ChatResponse, Failure> {
+    async fn read_whole(
+        &self,
+        mut resp: reqwest::Response,
+        ctype: Option<String>,
+    ) -> Result<ChatResponse, Failure> {
         let s = &self.settings;
         let too_large = || {
             (
@@ -686,12 +746,19 @@ impl LlmClient {
             Ok(Ok(b)) => b,
         };
         drop(resp);
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-            (
-                LlmError::Decode(format!("response body is not JSON: {e}")),
-                None,
-            )
-        })?;
+        let v: serde_json::Value = match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            // Not JSON and not labelled JSON: some other page, named as such.
+            Err(_) if !ctype.as_deref().is_some_and(is_json_type) => {
+                return Err((self.not_an_answer(ctype, "a JSON answer", &body), None));
+            }
+            Err(e) => {
+                return Err((
+                    LlmError::Decode(format!("response body is not JSON: {e}")),
+                    None,
+                ));
+            }
+        };
         drop(body);
         let r = match s.provider {
             Provider::Openai => openai::parse_full(&v),
@@ -709,6 +776,7 @@ impl LlmClient {
     async fn read_stream(
         &self,
         resp: reqwest::Response,
+        ctype: Option<String>,
         sink: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<ChatResponse, Failure> {
         let s = &self.settings;
@@ -727,6 +795,9 @@ impl LlmClient {
         let mut decoder = sse::Decoder::default();
         let mut stream = resp.bytes_stream();
         let mut done = false;
+        // Whether any event arrived, and the first bytes (to name a body that is no stream).
+        let mut any_event = false;
+        let mut start: Vec<u8> = Vec::new();
         while !done {
             let chunk = match tokio::time::timeout(s.idle_timeout, stream.next()).await {
                 Err(_) => {
@@ -747,7 +818,11 @@ impl LlmClient {
                 }
                 Ok(Some(Ok(c))) => c,
             };
+            if start.len() < 512 {
+                start.extend_from_slice(&chunk[..chunk.len().min(512 - start.len())]);
+            }
             for ev in decoder.push(&chunk) {
+                any_event = true;
                 if asm.event(&ev, sink).map_err(|e| (e, None))? {
                     done = true;
                     break;
@@ -762,7 +837,16 @@ impl LlmClient {
             }
         }
         if !done {
-            let complete = match decoder.finish() {
+            let last = decoder.finish();
+            // A body with no event at all, sent as something other than an event stream, is
+            // not a stream cut short: name what it is.
+            let sse_type = ctype
+                .as_deref()
+                .is_some_and(|t| t.starts_with("text/event-stream"));
+            if !any_event && last.is_none() && !sse_type {
+                return Err((self.not_an_answer(ctype, "an event stream", &start), None));
+            }
+            let complete = match last {
                 Some(ev) => asm.event(&ev, sink).map_err(|e| (e, None))?,
                 None => false,
             };
@@ -775,6 +859,24 @@ impl LlmClient {
         }
         Ok(asm.finish())
     }
+}
+
+/// The response's media type, lowercased, without parameters (`text/html`).
+fn content_type(resp: &reqwest::Response) -> Option<String> {
+    let v = resp.headers().get(reqwest::header::CONTENT_TYPE)?;
+    let t = v.to_str().ok()?;
+    let t = t
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    (!t.is_empty()).then_some(t)
+}
+
+/// `application/json` or a `+json` type.
+fn is_json_type(t: &str) -> bool {
+    t == "application/json" || t.ends_with("+json")
 }
 
 /// A failed attempt: the error and the delay the server asked for, if any.
