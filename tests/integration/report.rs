@@ -249,6 +249,8 @@ fn a_batch_report_lists_its_tasks_and_links_each_run() {
     r.expect_code(0);
     let dom = browser_dom(&ws.root().join("nightly.html"), None);
     assert_eq!(text_of(&dom, "task-count"), "2", "{dom}");
+    // No task has a priced cost: the total is zero, never `$-0.000000` (an empty f64 sum).
+    assert_eq!(text_of(&dom, "cost"), "$0.00", "{dom}");
     for task in ["f1", "a1"] {
         let row = dom
             .split("<tr>")
