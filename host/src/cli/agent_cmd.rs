@@ -246,7 +246,12 @@ async fn run_task(
     if s.json {
         s.log.line(&summary);
     } else {
-        println!("{}", crate::terminal::printable(result.content.trim()));
+        // Printed once: not again on a terminal that just showed it streamed (on stderr);
+        // always when stdout goes elsewhere (a pipe, a file), where it is the command's data.
+        let on_screen = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+        if !(on_screen && s.log.showed(&result.content)) {
+            println!("{}", crate::terminal::printable(result.content.trim()));
+        }
         s.log.always(&summary);
     }
     Ok(result)

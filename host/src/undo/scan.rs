@@ -115,10 +115,12 @@ pub fn walk(root: &Path) -> Listing {
 pub fn own_outputs(root: &Path, listing: &Listing) -> Vec<String> {
     let mut ids = Vec::new();
     for fd in [1, 2] {
-        // SAFETY: fstat writes into a zeroed stat buffer we own; a closed fd only fails.
+        // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            ids.push((st.st_dev as u64, st.st_ino as u64));
+        // SAFETY: fstat writes into the buffer we own; a closed descriptor only fails.
+        let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+        if ok && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            ids.push((st.st_dev, st.st_ino));
         }
     }
     if ids.is_empty() {
