@@ -291,3 +291,43 @@ fn undo_leaves_out_kilns_own_output_files_and_git_ignored_build_products() {
     assert_eq!(ws.read("out.jsonl"), printed, "kiln's own output is kept");
     assert!(pyc.is_file(), "the build product is left alone");
 }
+
+/// `kiln history` has a header, a start-date column, and marks a run `kiln undo` undid (and
+/// `"undone": true` in its JSON row).
+#[test]
+fn history_has_a_header_a_date_column_and_marks_undone_runs() {
+    let ws = workspace();
+    let mut replies = turns();
+    replies.push(openai_text("done"));
+    let mock = MockLlm::start(replies);
+    let args = agent_args(&mock);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ws.kiln(&args, &[]).expect_code(0);
+
+    let before = ws.kiln(&["history"], &[]);
+    before.expect_code(0);
+    let out = before.stdout();
+    let mut lines = out.lines();
+    let header = lines.next().unwrap();
+    for col in ["ID", "KIND", "STATUS", "STARTED (UTC)"] {
+        assert!(header.contains(col), "{col} in {header}");
+    }
+    let row = lines.next().unwrap();
+    let is_date = |w: &str| {
+        w.len() == 20
+            && w.as_bytes()[4] == b'-'
+            && w.as_bytes()[10] == b'T'
+            && w.ends_with('Z')
+            && w[..4].chars().all(|c| c.is_ascii_digit())
+    };
+    assert!(row.split_whitespace().any(is_date), "a date in {row}");
+    assert!(!row.contains("undone"), "{row}");
+
+    ws.kiln(&["undo"], &[]).expect_code(0);
+    let after = ws.kiln(&["history"], &[]).stdout();
+    let row = after.lines().nth(1).unwrap();
+    assert!(row.contains("success (undone)"), "{row}");
+    let j = ws.kiln(&["history", "--json"], &[]).stdout();
+    let v: serde_json::Value = serde_json::from_str(j.lines().next().unwrap()).unwrap();
+    assert_eq!(v["undone"], true, "{v}");
+}
