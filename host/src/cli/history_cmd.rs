@@ -105,7 +105,7 @@ fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()
             let status = if undone {
                 format!("{} (undone)", r.status)
             } else {
-                r.status.to_string()
+                r.status.clone()
             };
             say!(
                 "{:>4}  {project}{:<12} {:<17} {:<17} {:<9} {:<20}  {}  {}",
