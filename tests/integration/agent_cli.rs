@@ -576,7 +576,7 @@ fn the_final_answer_is_printed_once_on_a_terminal() {
         1,
         "printed once: {shown}"
     );
-    assert!(shown.contains("[success]"), "{shown}");
+    assert!(shown.contains("[complete]"), "{shown}");
 
     // Piped: the answer is on stdout.
     let r = agent_plain(&ws, &mock, &["what is it?"]);
