@@ -383,20 +383,38 @@ fn tool_call_checks_arguments_against_the_schema_and_suggests_tool_names() {
     ws.write("a.txt", "alpha\n");
 
     let r = ws.kiln(
-        &["tool", "call", "read_file", "--args", r#"{"paths":"a.txt"}"#],
+        &[
+            "tool",
+            "call",
+            "read_file",
+            "--args",
+            r#"{"paths":"a.txt"}"#,
+        ],
         &[],
     );
     r.expect_code(2);
     let err = r.stderr();
-    assert!(err.contains("do not match the schema of `read_file`"), "{err}");
-    assert!(err.contains("the required field `path` is missing"), "{err}");
+    assert!(
+        err.contains("do not match the schema of `read_file`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the required field `path` is missing"),
+        "{err}"
+    );
     assert!(
         err.contains("unknown field `paths` (did you mean `path`?)"),
         "{err}"
     );
 
     let r = ws.kiln(
-        &["tool", "call", "read_files", "--args", r#"{"paths":"a.txt"}"#],
+        &[
+            "tool",
+            "call",
+            "read_files",
+            "--args",
+            r#"{"paths":"a.txt"}"#,
+        ],
         &[],
     );
     r.expect_code(2);

@@ -279,7 +279,10 @@ fn a_batch_report_lists_its_tasks_and_links_each_run() {
 #[test]
 fn a_failing_command_is_not_shown_as_a_success_and_its_output_reads_as_text() {
     let ws = Workspace::new();
-    ws.write("check.sh", "echo 'first problem' >&2\necho 'second problem' >&2\nexit 1\n");
+    ws.write(
+        "check.sh",
+        "echo 'first problem' >&2\necho 'second problem' >&2\nexit 1\n",
+    );
     let mock = MockLlm::start(vec![
         openai_calls(&[("run_cmd", r#"{"command":"sh check.sh"}"#)]),
         openai_text("the check fails"),

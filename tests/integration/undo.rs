@@ -280,7 +280,10 @@ fn undo_leaves_out_kilns_own_output_files_and_git_ignored_build_products() {
         .map(|f| f["path"].as_str().unwrap().to_string())
         .collect();
     for left_out in ["out.jsonl", "err.txt", "__pycache__/m.cpython-312.pyc"] {
-        assert!(!paths.iter().any(|p| p == left_out), "{left_out} in {paths:?}");
+        assert!(
+            !paths.iter().any(|p| p == left_out),
+            "{left_out} in {paths:?}"
+        );
     }
 
     let u = ws.kiln(&["undo"], &[]);

@@ -50,7 +50,10 @@ fn type_name(v: &Value) -> &'static str {
 fn has_type(v: &Value, t: &str) -> bool {
     match t {
         "integer" => {
-            v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0 && f.is_finite())
+            v.is_i64()
+                || v.is_u64()
+                || v.as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f.is_finite())
         }
         "number" => v.is_number(),
         _ => type_name(v) == t,
@@ -225,12 +228,18 @@ mod tests {
         let p = problems(s.clone(), json!({"path": "x"}));
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p[0].contains("required field `paths`"), "{p:?}");
-        assert!(p[1].contains("unknown field `path` (did you mean `paths`?)"), "{p:?}");
+        assert!(
+            p[1].contains("unknown field `path` (did you mean `paths`?)"),
+            "{p:?}"
+        );
         let p = problems(s.clone(), json!({"paths": "x"}));
         assert_eq!(p, ["$.paths: expected array, got string"]);
         let p = problems(s.clone(), json!({"paths": [1], "op": "c", "line": 0}));
         assert_eq!(p.len(), 3, "{p:?}");
-        assert!(p.iter().any(|x| x.starts_with("$.paths[0]: expected string")));
+        assert!(
+            p.iter()
+                .any(|x| x.starts_with("$.paths[0]: expected string"))
+        );
         assert!(p.iter().any(|x| x.contains("not one of \"a\", \"b\"")));
         assert!(p.iter().any(|x| x.contains("less than the minimum 1")));
         assert!(!problems(s, json!({"paths": []})).is_empty());

@@ -248,7 +248,10 @@ async fn observe(
         // A command that ran but exited non-zero is not shown as a success.
         ok: !super::result_text::failed(is_error, text),
         duration_ms: out.ms,
-        preview: super::result_text::preview(text).chars().take(200).collect(),
+        preview: super::result_text::preview(text)
+            .chars()
+            .take(200)
+            .collect(),
     });
     Ok(())
 }

@@ -63,7 +63,10 @@ mod tests {
     fn command_results_read_as_text_and_a_non_zero_exit_fails() {
         let r = r#"{"duration_ms":5,"exit_code":1,"stderr":"E1\nE2\n","stdout":"","timed_out":false,"truncated":false}"#;
         assert!(failed(false, r));
-        assert!(!failed(false, &r.replace("\"exit_code\":1", "\"exit_code\":0")));
+        assert!(!failed(
+            false,
+            &r.replace("\"exit_code\":1", "\"exit_code\":0")
+        ));
         assert!(failed(true, "whatever"));
         assert!(!failed(false, "plain text"));
         assert_eq!(as_text(r), "exit_code: 1\nstderr:\nE1\nE2\nduration_ms: 5");
