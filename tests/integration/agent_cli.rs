@@ -548,3 +548,38 @@ fn agent_help_lists_its_own_options_first() {
         assert!(help.contains(flag), "{flag} missing:\n{help}");
     }
 }
+
+/// On a terminal (stdout and stderr both), the agent's final answer streamed on stderr is not
+/// printed a second time on stdout; piped, stdout still carries it (it is the command's data).
+#[test]
+fn the_final_answer_is_printed_once_on_a_terminal() {
+    let ws = Workspace::new();
+    let answer = "The answer is forty-two-marker.";
+    let mock = MockLlm::start(vec![openai_text(answer), openai_text(answer)]);
+    let kiln = env!("CARGO_BIN_EXE_kiln");
+    let line = format!(
+        "{kiln} agent --base-url {}/v1 --model test-model 'what is it?'",
+        mock.url
+    );
+    let mut env = ws.command(&[]);
+    env.env("OPENAI_API_KEY", "sk-t").env("TERM", "dumb");
+    let out = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(ws.root())
+        .env_clear()
+        .envs(env.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        shown.matches("forty-two-marker").count(),
+        1,
+        "printed once: {shown}"
+    );
+    assert!(shown.contains("[complete]"), "{shown}");
+
+    // Piped: the answer is on stdout.
+    let r = agent_plain(&ws, &mock, &["what is it?"]);
+    r.expect_code(0);
+    assert_eq!(r.stdout().trim(), answer, "{}", r.stderr());
+}

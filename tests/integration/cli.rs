@@ -594,3 +594,117 @@ fn a_kiln_started_ignoring_sigint_still_stops_on_it() {
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
 }
+
+/// `kiln tool call` checks the arguments against the tool's JSON Schema before the call
+/// (naming the place and what the schema wants), and a misspelt tool gets "did you mean".
+#[test]
+fn tool_call_checks_arguments_against_the_schema_and_suggests_tool_names() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "alpha\n");
+
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "read_file",
+            "--args",
+            r#"{"paths":"a.txt"}"#,
+        ],
+        &[],
+    );
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains("do not match the schema of `read_file`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the required field `path` is missing"),
+        "{err}"
+    );
+    assert!(
+        err.contains("unknown field `paths` (did you mean `path`?)"),
+        "{err}"
+    );
+
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "read_files",
+            "--args",
+            r#"{"paths":"a.txt"}"#,
+        ],
+        &[],
+    );
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("$.paths: expected array, got string"),
+        "{}",
+        r.stderr()
+    );
+
+    // Valid arguments still reach the tool.
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "read_files",
+            "--args",
+            r#"{"paths":["a.txt"]}"#,
+            "--json",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert_eq!(r.json()["result"]["files"][0]["content"], "alpha\n");
+
+    let r = ws.kiln(&["tool", "call", "raed_file", "--args", "{}"], &[]);
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("no tool named `raed_file` (did you mean `read_file`?)"),
+        "{}",
+        r.stderr()
+    );
+}
+
+/// `kiln tool call run_cmd` has the grants `kiln agent` has: the test command detected from
+/// the project (here package.json's `npm test --silent`) may run, as the agent's banner says.
+#[test]
+fn tool_call_runs_the_test_command_the_agent_would_detect() {
+    let ws = Workspace::new();
+    ws.write(
+        "package.json",
+        r#"{"name":"t","version":"1.0.0","scripts":{"test":"node t.js"}}"#,
+    );
+    ws.write("t.js", "console.log('tests ran');\n");
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "run_cmd",
+            "--args",
+            r#"{"command":"npm test --silent"}"#,
+            "--json",
+        ],
+        &[],
+    );
+    let v = r.json();
+    assert_ne!(v["error"]["kind"], "denied", "{v}");
+    assert!(v.to_string().contains("tests ran"), "{v}\n{}", r.stderr());
+    // Anything else stays refused, as for the agent.
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "run_cmd",
+            "--args",
+            r#"{"command":"node t.js"}"#,
+            "--json",
+        ],
+        &[],
+    );
+    r.expect_code(1);
+    assert_eq!(r.json()["error"]["kind"], "denied", "{}", r.stdout());
+}

@@ -249,6 +249,8 @@ fn a_batch_report_lists_its_tasks_and_links_each_run() {
     r.expect_code(0);
     let dom = browser_dom(&ws.root().join("nightly.html"), None);
     assert_eq!(text_of(&dom, "task-count"), "2", "{dom}");
+    // No task has a priced cost: the total is zero, never `$-0.000000` (an empty f64 sum).
+    assert_eq!(text_of(&dom, "cost"), "$0.00", "{dom}");
     for task in ["f1", "a1"] {
         let row = dom
             .split("<tr>")
@@ -269,4 +271,61 @@ fn a_batch_report_lists_its_tasks_and_links_each_run() {
     let r = ws.kiln(&["report", "--batch", "weekly", "--html", "w.html"], &[]);
     assert_ne!(r.code(), 0);
     assert!(r.stderr().contains("no batch `weekly`"), "{}", r.stderr());
+}
+
+/// A `run_cmd` whose command exits 1 is failed everywhere (✗ on the console, in `kiln history
+/// show` and on the page), and its result reads as text with real line breaks on the page,
+/// not as JSON with `\n` escapes.
+#[test]
+fn a_failing_command_is_not_shown_as_a_success_and_its_output_reads_as_text() {
+    let ws = Workspace::new();
+    ws.write(
+        "check.sh",
+        "echo 'first problem' >&2\necho 'second problem' >&2\nexit 1\n",
+    );
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("run_cmd", r#"{"command":"sh check.sh"}"#)]),
+        openai_text("the check fails"),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--test-command",
+            "sh check.sh",
+            "check it",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    let console = r.stderr();
+    assert!(console.contains("✗ run_cmd"), "{console}");
+    assert!(!console.contains("✓ run_cmd"), "{console}");
+    assert!(console.contains("exit_code: 1"), "{console}");
+
+    let id = ws.store().loops(1).unwrap()[0].id;
+    let h = ws.kiln(&["history", "show", &id.to_string()], &[]);
+    assert!(h.stdout().contains("✗ run_cmd"), "{}", h.stdout());
+
+    let out = ws.path().parent().unwrap().join("failing-report.html");
+    ws.kiln(
+        &["report", &id.to_string(), "--html", out.to_str().unwrap()],
+        &[],
+    )
+    .expect_code(0);
+    let dom = browser_dom(&out, None);
+    let row = dom
+        .split("<tr>")
+        .find(|row| row.contains("run_cmd"))
+        .unwrap_or_else(|| panic!("no run_cmd row: {dom}"));
+    assert!(row.contains("class=\"errmark\""), "{row}");
+    assert!(
+        row.contains("exit_code: 1\nstderr:\nfirst problem\nsecond problem"),
+        "{row}"
+    );
+    assert!(!row.contains("\\n"), "{row}");
 }

@@ -237,3 +237,100 @@ fn undo_gives_back_the_recorded_mode_and_never_a_set_user_id_bit() {
         "the mode recorded before the run, not {mode:o}"
     );
 }
+
+/// `kiln agent ... > out.jsonl 2> err.txt` in a git repository whose program leaves a
+/// git-ignored build product: undo puts back the run's changes and leaves out both kiln's own
+/// output files (found by device and inode of its stdout and stderr, whatever their names)
+/// and what git ignores, without a word about either.
+#[test]
+fn undo_leaves_out_kilns_own_output_files_and_git_ignored_build_products() {
+    let ws = workspace();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws.root())
+        .status()
+        .unwrap();
+    assert!(git.success());
+    ws.write(".gitignore", "__pycache__/\n");
+    ws.write(
+        "gen.sh",
+        "printf 'formatted\\n' > b.txt\nprintf 'generated\\n' > gen.txt\nprintf x >> runs.log\nmkdir -p __pycache__\nprintf '\\000\\377\\376' > __pycache__/m.cpython-312.pyc\n",
+    );
+    let mut replies = turns();
+    replies.push(openai_text("done"));
+    let mock = MockLlm::start(replies);
+    let args = agent_args(&mock);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = std::fs::File::create(ws.root().join("out.jsonl")).unwrap();
+    let err = std::fs::File::create(ws.root().join("err.txt")).unwrap();
+    let status = ws.command(&args).stdout(out).stderr(err).status().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", ws.read("err.txt"));
+    let printed = ws.read("out.jsonl");
+    assert!(printed.contains("agent.result"), "{printed}");
+    assert_changed(&ws);
+    let pyc = ws.root().join("__pycache__/m.cpython-312.pyc");
+    assert!(pyc.is_file());
+
+    let d = ws.kiln(&["undo", "--dry-run", "--json"], &[]);
+    d.expect_code(0);
+    let paths: Vec<String> = d.json()["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect();
+    for left_out in ["out.jsonl", "err.txt", "__pycache__/m.cpython-312.pyc"] {
+        assert!(
+            !paths.iter().any(|p| p == left_out),
+            "{left_out} in {paths:?}"
+        );
+    }
+
+    let u = ws.kiln(&["undo"], &[]);
+    u.expect_code(0);
+    assert!(!u.stderr().contains("pycache"), "{}", u.stderr());
+    assert!(!u.stderr().contains("out.jsonl"), "{}", u.stderr());
+    assert_as_before(&ws);
+    assert_eq!(ws.read("out.jsonl"), printed, "kiln's own output is kept");
+    assert!(pyc.is_file(), "the build product is left alone");
+}
+
+/// `kiln history` has a header, a start-date column, and marks a run `kiln undo` undid (and
+/// `"undone": true` in its JSON row).
+#[test]
+fn history_has_a_header_a_date_column_and_marks_undone_runs() {
+    let ws = workspace();
+    let mut replies = turns();
+    replies.push(openai_text("done"));
+    let mock = MockLlm::start(replies);
+    let args = agent_args(&mock);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ws.kiln(&args, &[]).expect_code(0);
+
+    let before = ws.kiln(&["history"], &[]);
+    before.expect_code(0);
+    let out = before.stdout();
+    let mut lines = out.lines();
+    let header = lines.next().unwrap();
+    for col in ["ID", "KIND", "STATUS", "STARTED (UTC)"] {
+        assert!(header.contains(col), "{col} in {header}");
+    }
+    let row = lines.next().unwrap();
+    let is_date = |w: &str| {
+        w.len() == 20
+            && w.as_bytes()[4] == b'-'
+            && w.as_bytes()[10] == b'T'
+            && w.ends_with('Z')
+            && w[..4].chars().all(|c| c.is_ascii_digit())
+    };
+    assert!(row.split_whitespace().any(is_date), "a date in {row}");
+    assert!(!row.contains("undone"), "{row}");
+
+    ws.kiln(&["undo"], &[]).expect_code(0);
+    let after = ws.kiln(&["history"], &[]).stdout();
+    let row = after.lines().nth(1).unwrap();
+    assert!(row.contains("success (undone)"), "{row}");
+    let j = ws.kiln(&["history", "--json"], &[]).stdout();
+    let v: serde_json::Value = serde_json::from_str(j.lines().next().unwrap()).unwrap();
+    assert_eq!(v["undone"], true, "{v}");
+}

@@ -244,7 +244,12 @@ async fn run_task(
     s.log.end_text();
     let summary = summary_line(&result, cost_of(&result.usage));
     if !s.json {
-        super::out_line(&crate::terminal::printable(result.content.trim()));
+        // Printed once: not again on a terminal that just showed it streamed (on stderr);
+        // always when stdout goes elsewhere (a pipe, a file), where it is the command's data.
+        let on_screen = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+        if !(on_screen && s.log.showed(&result.content)) {
+            super::out_line(&crate::terminal::printable(result.content.trim()));
+        }
     }
     if s.json || ctx.quiet {
         s.log.line(&summary);

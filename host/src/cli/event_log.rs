@@ -19,6 +19,8 @@ pub(crate) struct EventLog {
     pending: String,
     /// Streamed model text is shown (else only the status lines).
     show_text: bool,
+    /// The model text shown on the console since the current agent turn began.
+    turn_text: String,
 }
 
 impl EventLog {
@@ -30,6 +32,7 @@ impl EventLog {
             mid_line: false,
             pending: String::new(),
             show_text: true,
+            turn_text: String::new(),
         }
     }
 
@@ -43,6 +46,9 @@ impl EventLog {
 
     /// One event: its human line, or streamed text.
     pub fn event(&mut self, e: &Event) {
+        if let Event::TurnStart { .. } = e {
+            self.turn_text.clear();
+        }
         match e {
             Event::TextDelta { text } if self.show_text => self.text(text),
             Event::TextDelta { .. } => {}
@@ -68,6 +74,7 @@ impl EventLog {
         }
         let shown = printable(text);
         if self.console {
+            self.turn_text.push_str(text);
             super::write_out(true, &shown);
             self.mid_line = !shown.ends_with('\n');
         }
@@ -78,6 +85,12 @@ impl EventLog {
                 self.write_file(line.trim_end_matches('\n'));
             }
         }
+    }
+
+    /// Whether `answer` is what the console showed as the last turn's streamed text (so a
+    /// person looking at the same terminal has read it already).
+    pub fn showed(&self, answer: &str) -> bool {
+        !answer.trim().is_empty() && self.turn_text.trim() == answer.trim()
     }
 
     /// A status line (console and file).

@@ -1,6 +1,7 @@
 //! `kiln history [show ID]`: what happened in earlier loops, from the workspace's store.
 
 use super::{Ctx, Outcome, print_json};
+use crate::engine::tools::result_text;
 use crate::store::{IterationRow, LoopDetail, Store};
 use clap::{Args, Subcommand};
 
@@ -72,25 +73,53 @@ fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()
     if rows.is_empty() && !json {
         eprintln!("no loops recorded in {} yet", ctx.workspace.display());
     }
+    // A shared store's rows carry their project (workspace) as a second column.
+    let shared = store.is_shared();
+    if !rows.is_empty() && !json {
+        say!(
+            "{:>4}  {}{:<12} {:<17} {:<17} {:<9} {:<20}  {}  {}",
+            "ID",
+            if shared { "PROJECT  " } else { "" },
+            "KIND",
+            "STATUS",
+            "STOP",
+            "ITERS",
+            "STARTED (UTC)",
+            "TARGETS",
+            "SUMMARY"
+        );
+    }
     for r in rows {
+        // `kiln undo` records itself on the run (`run.undone`).
+        let undone = !store.events(r.id, Some("run.undone"))?.is_empty();
         if json {
-            print_json(&serde_json::to_value(&r)?);
+            let mut v = serde_json::to_value(&r)?;
+            v["undone"] = undone.into();
+            print_json(&v);
         } else {
-            // A shared store's rows carry their project (workspace) as a second column.
-            let project = if store.is_shared() {
+            let project = if shared {
                 format!("{}  ", r.project)
             } else {
                 String::new()
             };
+            let status = if undone {
+                format!("{} (undone)", r.status)
+            } else {
+                r.status.clone()
+            };
             say!(
-                "{:>4}  {project}{:<12} {:<8} {:<17} iters {}/{}  {}  {}",
+                "{:>4}  {project}{:<12} {:<17} {:<17} {:<9} {:<20}  {}  {}",
                 r.id,
                 r.kind,
-                r.status,
+                status,
                 r.stop_reason.as_deref().unwrap_or("-"),
-                r.iters,
-                r.max_iters,
-                r.targets.join(","),
+                format!("{}/{}", r.iters, r.max_iters),
+                crate::clock::utc_text(r.started_at),
+                if r.targets.is_empty() {
+                    "-".to_string()
+                } else {
+                    r.targets.join(",")
+                },
                 // One line per run: the summary's first line (`show` has all of it).
                 r.summary
                     .as_deref()
@@ -153,14 +182,15 @@ fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
             say!(
                 "   turn {} {} {} {} ({} ms): {}",
                 c.turn,
-                if c.is_error { "✗" } else { "✓" },
+                if result_text::failed(c.is_error, &c.result) {
+                    "✗"
+                } else {
+                    "✓"
+                },
                 c.name,
                 c.arguments.chars().take(100).collect::<String>(),
                 c.duration_ms,
-                c.result
-                    .lines()
-                    .next()
-                    .unwrap_or("")
+                result_text::preview(&c.result)
                     .chars()
                     .take(120)
                     .collect::<String>()

@@ -202,6 +202,21 @@ fn detect_test_command(workspace: &Path) -> Option<(&'static str, &'static str)>
         .map(|(file, cmd)| (*cmd, *file))
 }
 
+/// The agent's test command (`given`, else `[agent] test_command`, else detected) and where it
+/// came from when not given; shared by `kiln agent` and `kiln tool call`.
+pub(crate) fn agent_test_command(
+    ctx: &Ctx,
+    given: Option<&String>,
+    config: &Config,
+) -> Option<(String, Option<String>)> {
+    match (given, &config.agent.test_command) {
+        (Some(c), _) => Some((c.clone(), None)),
+        (None, Some(c)) => Some((c.clone(), Some("[agent] test_command".to_string()))),
+        (None, None) => detect_test_command(&ctx.workspace)
+            .map(|(cmd, file)| (cmd.to_string(), Some(format!("detected from {file}")))),
+    }
+}
+
 /// `--test-args`: comma-separated words, each allowed to `run_cmd` exactly as written, so
 /// none may contain whitespace (run_cmd splits on it) or a glob character (the exec allowlist
 /// would read it as a pattern).
@@ -228,14 +243,11 @@ fn test_command_for(
     config: &Config,
     extra_args: &[String],
 ) -> anyhow::Result<(Option<String>, Option<String>)> {
-    let (test_command, test_source) = match (&args.test_command, &config.agent.test_command) {
-        (Some(c), _) => (Some(c.clone()), None),
-        (None, Some(c)) => (Some(c.clone()), Some("[agent] test_command".to_string())),
-        (None, None) => match detect_test_command(&ctx.workspace) {
-            Some((cmd, file)) => (Some(cmd.to_string()), Some(format!("detected from {file}"))),
+    let (test_command, test_source) =
+        match agent_test_command(ctx, args.test_command.as_ref(), config) {
+            Some((c, src)) => (Some(c), src),
             None => (None, None),
-        },
-    };
+        };
     let test_command = match test_command {
         Some(c) if !extra_args.is_empty() => Some(format!("{} {}", c.trim(), extra_args.join(" "))),
         Some(c) => Some(c),

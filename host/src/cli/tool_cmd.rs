@@ -1,5 +1,6 @@
 //! `kiln tool call`: run one tool call from the command line under the same grants an agent
-//! would have.
+//! would have (its test command, given, configured or detected, granted to `run_cmd`), its
+//! arguments checked against the tool's schema first.
 
 use super::{Ctx, Outcome, print_json};
 use crate::plugin::{Plugin, PluginKind, Registry};
@@ -22,6 +23,11 @@ pub(crate) enum ToolCommand {
         /// Print `{"ok": ..., "result"|"error": ...}` on stdout.
         #[arg(long)]
         json: bool,
+        /// The command `run_cmd` may run, as for `kiln agent`. Default: `[agent]
+        /// test_command`, else detected (Cargo.toml: `cargo test`, package.json: `npm test
+        /// --silent`, pyproject.toml: `pytest -q`).
+        #[arg(long, value_name = "CMD")]
+        test_command: Option<String>,
     },
     /// List every tool of every tool plugin.
     List {
@@ -32,10 +38,26 @@ pub(crate) enum ToolCommand {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], cmd: ToolCommand) -> anyhow::Result<Outcome> {
-    let reg = ctx.registry(extra).await?;
     match cmd {
-        ToolCommand::List { json } => list(ctx, &reg, json).await,
-        ToolCommand::Call { tool, args, json } => call(ctx, &reg, &tool, &args, json).await,
+        ToolCommand::List { json } => list(ctx, &ctx.registry(extra).await?, json).await,
+        ToolCommand::Call {
+            tool,
+            args,
+            json,
+            test_command,
+        } => {
+            // The grants `kiln agent` would have: its test command (given, configured or
+            // detected) granted to `run_cmd`.
+            let mut config = ctx.config.clone();
+            if let Some((cmd, _)) =
+                super::settings::agent_test_command(ctx, test_command.as_ref(), &config)
+            {
+                crate::config::grant_test_command(&mut config, &cmd)?;
+            }
+            let ctx = ctx.with_config(config);
+            let reg = ctx.registry(extra).await?;
+            call(&ctx, &reg, &tool, &args, json).await
+        }
     }
 }
 
@@ -98,7 +120,12 @@ async fn call(
     if let Some(server) = plugin_name.and_then(|p| ctx.config.mcp.servers.get_key_value(p)) {
         return call_external(ctx, server, tool_name, &parsed, json).await;
     }
-    let plugin = find_plugin(reg, tool, plugin_name, tool_name).await?;
+    let (plugin, schema) = find_plugin(reg, tool, plugin_name, tool_name).await?;
+    // Checked before the call, as the model's calls are described to it: wrong arguments are
+    // named here, not somewhere inside the tool.
+    if let Ok(schema) = serde_json::from_str::<Value>(&schema) {
+        crate::engine::tools::args_check::check(tool, &schema, &parsed)?;
+    }
     let args_text = parsed.to_string();
     match plugin.tool_call(tool_name, &args_text).await {
         Ok(Ok(result)) => {
@@ -138,36 +165,45 @@ async fn call(
     }
 }
 
-/// The one tool plugin offering `tool_name` (only `plugin_name`, when given); `tool` is the
-/// name as the user wrote it.
+/// The one tool plugin offering `tool_name` (only `plugin_name`, when given) and the tool's
+/// argument schema; `tool` is the name as the user wrote it.
 async fn find_plugin<'r>(
     reg: &'r Registry,
     tool: &str,
     plugin_name: Option<&str>,
     tool_name: &str,
-) -> anyhow::Result<&'r Plugin> {
+) -> anyhow::Result<(&'r Plugin, String)> {
     let mut candidates = Vec::new();
+    let mut known = Vec::new();
     for p in reg.all().iter().filter(|p| p.kind == PluginKind::Tool) {
         if plugin_name.is_some_and(|n| n != p.name) {
             continue;
         }
-        if p.tool_list().await?.iter().any(|t| t.name == tool_name) {
-            candidates.push(p);
+        for t in p.tool_list().await? {
+            if t.name == tool_name {
+                candidates.push((p, t.schema));
+            } else {
+                known.push(t.name);
+            }
         }
     }
-    match candidates.as_slice() {
-        [one] => Ok(*one),
-        [] => {
+    match candidates.len() {
+        1 => Ok(candidates.remove(0)),
+        0 => {
             // A plugin named but absent (or skipped because it failed to load) says why.
             if let Some(p) = plugin_name {
                 reg.get(p, Some(PluginKind::Tool))?;
             }
-            anyhow::bail!("no tool named `{tool}`; see `kiln tool list`")
+            anyhow::bail!(
+                "no tool named `{tool}`{}; see `kiln tool list`",
+                crate::suggest::hint(tool_name, known.iter().map(String::as_str))
+            )
         }
-        many => anyhow::bail!(
+        _ => anyhow::bail!(
             "tool `{tool_name}` is offered by several plugins ({}); name it as PLUGIN.{tool_name}",
-            many.iter()
-                .map(|p| p.name.as_str())
+            candidates
+                .iter()
+                .map(|(p, _)| p.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -185,16 +221,24 @@ async fn call_external(
     let one = std::iter::once((name.clone(), cfg.clone())).collect();
     let external = crate::mcp::ExternalTools::start(&one, &ctx.workspace).await?;
     let server = &external.servers[0];
-    let known = server.tools.iter().any(|t| t.tool == tool);
-    let outcome = if known {
-        let out = server.call(tool, args).await;
-        Some((out.text, out.is_error))
-    } else {
-        None
+    let found = server.tools.iter().find(|t| t.tool == tool);
+    let checked = found.map(|t| {
+        crate::engine::tools::args_check::check(&format!("{name}.{tool}"), &t.parameters, args)
+    });
+    let outcome = match &checked {
+        Some(Ok(())) => {
+            let out = server.call(tool, args).await;
+            Some((out.text, out.is_error))
+        }
+        _ => None,
     };
+    let hint = crate::suggest::hint(tool, server.tools.iter().map(|t| t.tool.as_str()));
     external.shutdown().await;
     let Some((text, is_error)) = outcome else {
-        anyhow::bail!("MCP server `{name}` has no tool named `{tool}`; see `kiln tool list`");
+        if let Some(Err(e)) = checked {
+            return Err(e.into());
+        }
+        anyhow::bail!("MCP server `{name}` has no tool named `{tool}`{hint}; see `kiln tool list`");
     };
     if json {
         if is_error {

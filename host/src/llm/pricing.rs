@@ -155,7 +155,10 @@ pub fn cost_usd(model: &str, usage: &Usage, overrides: &BTreeMap<String, Price>)
 
 /// A cost for a person: `$1.50`, `$0.0123`, `$0.000090`.
 pub fn format_usd(cost: f64) -> String {
-    if cost >= 1.0 {
+    // Zero (an empty f64 sum is -0.0) reads `$0.00`, never `$-0.000000`.
+    if cost == 0.0 {
+        "$0.00".to_string()
+    } else if cost >= 1.0 {
         format!("${cost:.2}")
     } else if cost >= 0.01 {
         format!("${cost:.4}")
@@ -253,7 +256,9 @@ mod tests {
     #[test]
     fn formatting() {
         assert_eq!(format_usd(0.000123), "$0.000123");
-        assert_eq!(format_usd(0.0), "$0.000000");
+        assert_eq!(format_usd(0.0), "$0.00");
+        assert_eq!(format_usd(-0.0), "$0.00");
+        assert_eq!(format_usd([].iter().sum::<f64>()), "$0.00");
         assert_eq!(format_usd(0.5), "$0.5000");
         assert_eq!(format_usd(12.345), "$12.35");
     }

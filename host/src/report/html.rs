@@ -336,12 +336,13 @@ fn tools(h: &mut String, calls: &[crate::store::ToolCallRow]) {
     h.push_str("<h3>Tool calls</h3><table class=\"tools\"><tr><th></th><th>tool</th><th>arguments</th><th>result</th><th>ms</th></tr>");
     for t in calls {
         let args: String = t.arguments.chars().take(300).collect();
-        let result: String = t.result.lines().take(6).collect::<Vec<_>>().join("\n");
-        let result: String = result.chars().take(600).collect();
+        let text = crate::engine::tools::result_text::as_text(&t.result);
+        let result: String = text.lines().take(12).collect::<Vec<_>>().join("\n");
+        let result: String = result.chars().take(1200).collect();
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td><pre>{}</pre></td><td>{}</td></tr>",
-            if t.is_error {
+            if crate::engine::tools::result_text::failed(t.is_error, &t.result) {
                 "<span class=\"errmark\" title=\"failed\">✗</span>"
             } else {
                 "<span class=\"okmark\" title=\"ok\">✓</span>"

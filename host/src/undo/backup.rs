@@ -56,6 +56,10 @@ pub struct RunRecord {
     pub not_covered: Vec<String>,
     /// Every path whose content differs from before the run, as of `updated_ms`.
     pub changes: Vec<Change>,
+    /// Files that were kiln's own standard output or error (redirected into the workspace):
+    /// what kiln wrote there is not the run's change, so they are neither recorded nor undone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_output: Vec<String>,
     /// When the run was undone, if it was.
     pub undone_ms: Option<i64>,
 }
@@ -73,6 +77,7 @@ impl RunRecord {
             pid: std::process::id(),
             not_covered: Vec::new(),
             changes: Vec::new(),
+            own_output: Vec::new(),
             undone_ms: None,
         }
     }

@@ -13,6 +13,10 @@
 //! run on a workspace therefore copies it once (skipping what [`scan`] skips and files over
 //! [`scan::MAX_FILE`]); later runs copy only what changed between runs.
 //!
+//! Left out: what [`scan`] skips (git-ignored build products among it), and the files that are
+//! kiln's own standard output or error ([`scan::own_outputs`]): `kiln fix > out` does not make
+//! `out` the run's change.
+//!
 //! Recording is off unless the command turns it on ([`enable`]): an embedder of the library
 //! and unit tests get none of it. A nested run (an agent's `compile_loop`) belongs to the
 //! run that started it: undoing the outer run undoes both.
@@ -133,12 +137,17 @@ fn checkpoint(finished: bool) {
 impl Recorder {
     fn start(root: &Path, id: i64) -> Result<Recorder, UndoError> {
         let backups = Backups::open(root, true)?.ok_or(UndoError::NoRecord(id))?;
-        let Listing { files, truncated } = scan::walk(root);
+        let listing = scan::walk(root);
+        let mut record = RunRecord::new(id);
+        record.own_output = scan::own_outputs(root, &listing);
+        let Listing { files, truncated } = listing;
         let old = backups.index();
         let mut index = BTreeMap::new();
         let mut start = BTreeMap::new();
-        let mut record = RunRecord::new(id);
         for (rel, stat) in files {
+            if record.own_output.contains(&rel) {
+                continue;
+            }
             let hash = backup_one(&backups, root, &rel, stat, old.get(&rel));
             if let Some(h) = &hash {
                 index.insert(
@@ -174,8 +183,13 @@ impl Recorder {
         let now = scan::walk(&self.root);
         let mut changes = Vec::new();
         let Recorder {
-            root, start, seen, ..
+            root,
+            start,
+            seen,
+            record,
+            ..
         } = self;
+        let own = &record.own_output;
         let mut hash_changed = |rel: &str, stat: StatKey| hash_changed(seen, root, rel, stat);
         for (rel, (stat, before)) in start.iter() {
             if before.is_none() {
@@ -202,6 +216,7 @@ impl Recorder {
         }
         for (rel, s) in &now.files {
             if !start.contains_key(rel)
+                && !own.contains(rel)
                 && let Some(after) = hash_changed(rel, *s)
             {
                 changes.push(Change {
@@ -297,7 +312,7 @@ pub fn unaccounted(root: &Path, id: i64) -> Result<Vec<String>, UndoError> {
     let now = scan::walk(root);
     let mut out = Vec::new();
     for (rel, stat) in &now.files {
-        if rec.not_covered.contains(rel) {
+        if rec.not_covered.contains(rel) || rec.own_output.contains(rel) {
             continue;
         }
         let unchanged =

@@ -3,14 +3,16 @@
 //!
 //! The walk skips what a run's undo should never restore and what would make it costly on a
 //! big repository: `.git/`, `.kiln/`, `node_modules/`, every directory holding a
-//! `CACHEDIR.TAG` (cargo's `target/`, and every cache that follows that convention), kiln's
-//! state directory when it lies inside the workspace, symbolic links (never followed) and
-//! everything that is not a regular file or a directory.
+//! `CACHEDIR.TAG` (cargo's `target/`, and every cache that follows that convention), what git
+//! ignores when the workspace is in a git repository (`.gitignore` files, `.git/info/exclude`
+//! and the user's global excludes, by git's own rules: build products such as
+//! `__pycache__/*.pyc`), kiln's state directory when it lies inside the workspace, symbolic
+//! links (never followed) and everything that is not a regular file or a directory.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Files larger than this are not backed up (and undo says so when one changes).
 pub const MAX_FILE: u64 = 16 << 20;
@@ -56,44 +58,85 @@ pub struct Listing {
 
 /// Walk `root`.
 pub fn walk(root: &Path) -> Listing {
-    let skip_state = crate::state_dir::inside(root);
     let mut out = Listing::default();
-    let mut stack: Vec<(PathBuf, String)> = vec![(root.to_path_buf(), String::new())];
-    while let Some((dir, rel)) = stack.pop() {
-        if dir.join("CACHEDIR.TAG").is_file() {
+    if root.join("CACHEDIR.TAG").is_file() {
+        return out;
+    }
+    let skip_state = crate::state_dir::inside(root).map(|s| root.join(s));
+    let mut b = ignore::WalkBuilder::new(root);
+    // Git's rules only (no `.ignore`, hidden files kept), and only inside a git repository.
+    b.standard_filters(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(true)
+        .parents(true)
+        .require_git(true)
+        .follow_links(false)
+        .filter_entry(move |e| {
+            if e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_dir()) {
+                return true;
+            }
+            let name = e.file_name();
+            !(name == ".git"
+                || name == ".kiln"
+                || name == "node_modules"
+                || skip_state.as_deref() == Some(e.path())
+                || e.path().join("CACHEDIR.TAG").is_file())
+        });
+    for e in b.build().flatten() {
+        if e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        let Ok(rel) = e.path().strip_prefix(root) else {
             continue;
         };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let child_rel = if rel.is_empty() {
-                name.clone()
-            } else {
-                format!("{rel}/{name}")
-            };
-            let Ok(meta) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                let skipped = matches!(name.as_str(), ".git" | ".kiln" | "node_modules")
-                    || skip_state
-                        .as_deref()
-                        .is_some_and(|s| Path::new(&child_rel) == s);
-                if !skipped {
-                    stack.push((e.path(), child_rel));
-                }
-            } else if meta.is_file() {
-                if out.files.len() >= MAX_FILES {
-                    out.truncated = true;
-                    return out;
-                }
-                out.files.insert(child_rel, StatKey::of(&meta));
-            }
+        let Ok(meta) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
         }
+        if out.files.len() >= MAX_FILES {
+            out.truncated = true;
+            return out;
+        }
+        let rel: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        out.files.insert(rel.join("/"), StatKey::of(&meta));
     }
     out
+}
+
+/// The files of `listing` that are this process's own standard output or error (a shell's
+/// `kiln fix ... > out 2> err` inside the workspace), found by device and inode of file
+/// descriptors 1 and 2: what kiln itself writes there is not the run's change.
+pub fn own_outputs(root: &Path, listing: &Listing) -> Vec<String> {
+    let mut ids = Vec::new();
+    for fd in [1, 2] {
+        // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat writes into the buffer we own; a closed descriptor only fails.
+        let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+        if ok && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            ids.push((st.st_dev, st.st_ino));
+        }
+    }
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    listing
+        .files
+        .iter()
+        .filter(|(_, s)| ids.iter().any(|(_, ino)| *ino == s.ino))
+        .filter(|(rel, _)| {
+            root.join(rel)
+                .symlink_metadata()
+                .is_ok_and(|m| ids.contains(&(m.dev(), m.ino())))
+        })
+        .map(|(rel, _)| rel.clone())
+        .collect()
 }
 
 /// What a path holds now.

@@ -245,12 +245,10 @@ async fn observe(
         turn: t.turn,
         id: c.id.clone(),
         name: c.name.clone(),
-        ok: !is_error,
+        // A command that ran but exited non-zero is not shown as a success.
+        ok: !super::result_text::failed(is_error, text),
         duration_ms: out.ms,
-        preview: text
-            .lines()
-            .next()
-            .unwrap_or("")
+        preview: super::result_text::preview(text)
             .chars()
             .take(200)
             .collect(),

@@ -7,6 +7,7 @@
 //! handler (a `ToolHandler`, in `handler.rs`); `registry.rs` lists them. Every call ends in a
 //! typed [`ToolOutcome`](crate::engine::outcome::ToolOutcome): ok, failed, or refused.
 
+pub mod args_check;
 mod caps;
 mod catalog;
 pub mod compile_loop;
@@ -21,6 +22,7 @@ mod hooks;
 mod plugin_call;
 mod registry;
 pub(crate) mod replayed;
+pub mod result_text;
 mod settings;
 pub mod submit_review;
 mod table;

@@ -60,14 +60,11 @@ pub(crate) async fn act(
             turn,
             id: c.id.clone(),
             name: c.name.clone(),
-            ok: !st.is_error,
+            ok: !super::result_text::failed(st.is_error, &st.result),
             duration_ms: st.ms,
             preview: format!(
                 "(replayed) {}",
-                st.result
-                    .lines()
-                    .next()
-                    .unwrap_or("")
+                super::result_text::preview(&st.result)
                     .chars()
                     .take(200)
                     .collect::<String>()
