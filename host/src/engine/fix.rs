@@ -148,6 +148,10 @@ fn fold_volatile(line: &str) -> String {
     while let Some(c) = rest.chars().next() {
         let boundary = !prev.is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '.');
         if boundary && let Some(n) = volatile_at(rest, &out) {
+            // A temporary path keeps its directory: `/tmp/#`.
+            if let Some(dir) = TEMP_DIRS.iter().find(|d| rest.starts_with(**d)) {
+                out.push_str(dir);
+            }
             out.push('#');
             prev = rest[..n].chars().last();
             rest = &rest[n..];
