@@ -577,8 +577,16 @@ fn max_steps_keeps_the_last_assistant_text_and_a_capped_turn_ends() {
     let ws = Workspace::new();
     ws.write("a.txt", "one\n");
     let mock = MockLlm::start(vec![
-        text_and_call("Looking for p0 first.", "search_repo", r#"{"pattern":"p0"}"#),
-        text_and_call("Now p1, then I will answer.", "search_repo", r#"{"pattern":"p1"}"#),
+        text_and_call(
+            "Looking for p0 first.",
+            "search_repo",
+            r#"{"pattern":"p0"}"#,
+        ),
+        text_and_call(
+            "Now p1, then I will answer.",
+            "search_repo",
+            r#"{"pattern":"p1"}"#,
+        ),
     ]);
     let r = agent(&ws, &mock, &["--prompt", "x", "--max-steps", "2"]);
     r.expect_code(1);
@@ -587,7 +595,10 @@ fn max_steps_keeps_the_last_assistant_text_and_a_capped_turn_ends() {
     assert_eq!(res["content"], "Now p1, then I will answer.", "{res}");
     assert!(res.get("error").is_some_and(Value::is_null), "{res}");
     let types = event_types(&r);
-    assert_eq!((count(&types, "turn.start"), count(&types, "turn.end")), (2, 2));
+    assert_eq!(
+        (count(&types, "turn.start"), count(&types, "turn.end")),
+        (2, 2)
+    );
 
     // A turn the write cap stops still ends with turn.end.
     let w = |n: u32| {
@@ -635,7 +646,10 @@ fn an_overflow_retry_is_the_same_turn_and_failures_fill_error() {
         "{types:?}"
     );
     let res = agent_result(&r);
-    assert_eq!((res["turns"].as_u64(), res["content"].as_str()), (Some(1), Some("fits now")));
+    assert_eq!(
+        (res["turns"].as_u64(), res["content"].as_str()),
+        (Some(1), Some("fits now"))
+    );
     assert!(res["error"].is_null(), "{res}");
 
     // Overflowing again: context_exceeded, with the reason in `error`, and the turn ends.
@@ -645,11 +659,17 @@ fn an_overflow_retry_is_the_same_turn_and_failures_fill_error() {
     let res = agent_result(&r);
     assert_eq!(res["stop_reason"], "context_exceeded");
     assert!(
-        res["error"].as_str().unwrap().contains("maximum context length"),
+        res["error"]
+            .as_str()
+            .unwrap()
+            .contains("maximum context length"),
         "{res}"
     );
     let types = event_types(&r);
-    assert_eq!((count(&types, "turn.start"), count(&types, "turn.end")), (1, 1));
+    assert_eq!(
+        (count(&types, "turn.start"), count(&types, "turn.end")),
+        (1, 1)
+    );
 
     // A request the server refuses: `error` says why.
     let mock = MockLlm::start(vec![Reply::json(
@@ -701,7 +721,10 @@ fn compile_loop_with_one_target_file_in_a_list_is_multi_file_mode() {
         serde_json::json!([ws.root().join("main.c").to_string_lossy()])
     );
     assert_eq!(
-        (cl["lastIteration"]["iteration"].as_u64(), cl["lastIteration"]["exit_code"].as_i64()),
+        (
+            cl["lastIteration"]["iteration"].as_u64(),
+            cl["lastIteration"]["exit_code"].as_i64()
+        ),
         (Some(1), Some(0)),
         "{cl}"
     );

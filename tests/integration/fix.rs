@@ -688,13 +688,25 @@ fn a_failure_whose_numbers_change_is_progress_not_stagnation() {
     let ws = Workspace::new();
     ws.write("main.py", &counting_py(41, 37));
     let replies = (0..4)
-        .map(|i| openai_text(&answer(&format!("N = {}\n", 41 - i), &format!("N = {}\n", 40 - i))))
+        .map(|i| {
+            openai_text(&answer(
+                &format!("N = {}\n", 41 - i),
+                &format!("N = {}\n", 40 - i),
+            ))
+        })
         .collect();
     let mock = MockLlm::start(replies);
     let r = fix(
         &ws,
         &mock,
-        &["--cmd", "python3 {file}", "--file", "main.py", "--max-iters", "6"],
+        &[
+            "--cmd",
+            "python3 {file}",
+            "--file",
+            "main.py",
+            "--max-iters",
+            "6",
+        ],
     );
     let res = fix_result(&r);
     assert_eq!(
@@ -730,7 +742,14 @@ fn stagnation_ignores_what_varies_between_runs_and_reports_the_last_error() {
     let r = fix(
         &ws,
         &mock,
-        &["--cmd", "python3 {file}", "--file", "main.py", "--max-iters", "8"],
+        &[
+            "--cmd",
+            "python3 {file}",
+            "--file",
+            "main.py",
+            "--max-iters",
+            "8",
+        ],
     );
     r.expect_code(1);
     let res = fix_result(&r);
@@ -739,7 +758,9 @@ fn stagnation_ignores_what_varies_between_runs_and_reports_the_last_error() {
         (Some("stagnation"), Some(3)),
         "{res}"
     );
-    let detail = store(&ws).loop_detail(res["loop_id"].as_i64().unwrap()).unwrap();
+    let detail = store(&ws)
+        .loop_detail(res["loop_id"].as_i64().unwrap())
+        .unwrap();
     let outputs: Vec<String> = detail
         .iterations
         .iter()
@@ -747,12 +768,19 @@ fn stagnation_ignores_what_varies_between_runs_and_reports_the_last_error() {
         .collect();
     assert_eq!(outputs.len(), 4, "{outputs:?}");
     assert_ne!(outputs[2], outputs[3], "each run's path differs");
-    assert_eq!(res["last_error"].as_str(), Some(outputs[3].as_str()), "{res}");
+    assert_eq!(
+        res["last_error"].as_str(),
+        Some(outputs[3].as_str()),
+        "{res}"
+    );
     // The result's lastIteration is that iteration too.
     let last = &res["lastIteration"];
     assert_eq!(last["iteration"], 3);
     assert_eq!(last["exit_code"], 1);
-    assert_eq!(last["stderr"].as_str().map(str::trim), Some(outputs[3].as_str()));
+    assert_eq!(
+        last["stderr"].as_str().map(str::trim),
+        Some(outputs[3].as_str())
+    );
     assert!(
         last["summary"].as_str().unwrap().contains("# version 3"),
         "the model's answer of that iteration: {last}"
@@ -817,7 +845,13 @@ fn the_result_carries_the_last_iteration_and_loop_stop_keeps_the_models_summary(
         (Some(1), Some(0)),
         "{last}"
     );
-    assert!(last["summary"].as_str().unwrap().starts_with("Here is the fix."), "{last}");
+    assert!(
+        last["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("Here is the fix."),
+        "{last}"
+    );
     for k in ["stdout", "stderr"] {
         assert!(last[k].is_string(), "{k}: {last}");
     }
@@ -838,15 +872,23 @@ fn the_result_carries_the_last_iteration_and_loop_stop_keeps_the_models_summary(
     let res = fix_result(&r);
     assert_eq!(res["stop_reason"], "blocked");
     let last = &res["lastIteration"];
-    assert_eq!((last["iteration"].as_u64(), last["exit_code"].as_i64()), (Some(1), Some(1)));
-    assert!(last["stderr"].as_str().unwrap().contains("main.c:6:5"), "{last}");
+    assert_eq!(
+        (last["iteration"].as_u64(), last["exit_code"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert!(
+        last["stderr"].as_str().unwrap().contains("main.c:6:5"),
+        "{last}"
+    );
     let summary = last["summary"].as_str().unwrap();
     assert!(
         summary.contains("loop_stop: missing config.h")
             && summary.contains("The build needs a header that is not here."),
         "{summary}"
     );
-    let detail = store(&ws).loop_detail(res["loop_id"].as_i64().unwrap()).unwrap();
+    let detail = store(&ws)
+        .loop_detail(res["loop_id"].as_i64().unwrap())
+        .unwrap();
     assert_eq!(
         detail.iterations.last().unwrap().llm_summary.as_deref(),
         Some(summary)

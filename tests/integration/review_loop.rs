@@ -296,7 +296,11 @@ fn a_relative_task_file_is_found_inside_the_workspace_given_with_c() {
     // does), not a task.md in the current directory.
     let ws = Workspace::new();
     ws.write("task.md", "The real task: ZEBRA.\n");
-    std::fs::write(ws.path().join("task.md"), "A decoy outside the workspace.\n").unwrap();
+    std::fs::write(
+        ws.path().join("task.md"),
+        "A decoy outside the workspace.\n",
+    )
+    .unwrap();
     let mock = MockLlm::start(vec![final_answer("STATUS: COMPLETE")]);
     let base = format!("{}/v1", mock.url);
     let root = ws.root();

@@ -132,7 +132,12 @@ pub fn fingerprint(r: &RunResult) -> String {
 }
 
 /// Directories whose next component is a name made up per run (`/tmp/.tmpA1b2C3/...`).
-const TEMP_DIRS: &[&str] = &["/tmp/", "/var/tmp/", "/var/folders/", "/private/var/folders/"];
+const TEMP_DIRS: &[&str] = &[
+    "/tmp/",
+    "/var/tmp/",
+    "/var/folders/",
+    "/private/var/folders/",
+];
 
 /// Units a duration is written in (`0.52s`, `12 ms`, `(0.00s)`).
 const DURATION_UNITS: &[&str] = &[
@@ -260,7 +265,12 @@ fn volatile_at(s: &str, before: &str) -> Option<usize> {
 /// The length of an `HH:MM:SS` (with optional fraction) at the start of `s`.
 fn clock_at(s: &str) -> Option<usize> {
     let b = s.as_bytes();
-    let digits = |from: usize| b[from.min(b.len())..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let digits = |from: usize| {
+        b[from.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count()
+    };
     let h = digits(0);
     if !(1..=2).contains(&h)
         || b.get(h) != Some(&b':')
@@ -1284,13 +1294,22 @@ mod tests {
         assert_ne!(fp("main.c:6:5: error"), fp("main.c:7:5: error"));
         // What differs between two identical runs is folded.
         for (a, b) in [
-            ("test result: FAILED. finished in 0.52s", "test result: FAILED. finished in 1.07s"),
+            (
+                "test result: FAILED. finished in 0.52s",
+                "test result: FAILED. finished in 1.07s",
+            ),
             ("--- FAIL: TestX (0.00s)", "--- FAIL: TestX (0.13s)"),
             ("took 12 ms", "took 340 ms"),
             ("# duration_ms 12.345", "# duration_ms 9.1"),
             ("segfault at 0x7ffd5c2a10", "segfault at 0x7ffe00000b"),
-            ("cannot open /tmp/.tmpA1b2C3/out.txt", "cannot open /tmp/.tmpZz9Yy8/out.txt"),
-            ("[2024-05-01T12:30:05.123Z] failed", "[2025-01-09T03:04:59.9Z] failed"),
+            (
+                "cannot open /tmp/.tmpA1b2C3/out.txt",
+                "cannot open /tmp/.tmpZz9Yy8/out.txt",
+            ),
+            (
+                "[2024-05-01T12:30:05.123Z] failed",
+                "[2025-01-09T03:04:59.9Z] failed",
+            ),
             ("12:30:05 ERROR boom", "03:04:59 ERROR boom"),
         ] {
             assert_eq!(fp(a), fp(b), "{a} / {b}");
