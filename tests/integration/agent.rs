@@ -545,3 +545,188 @@ fn compile_loop_shows_a_whole_file_format_a_long_file_whole() {
     assert!(!nested.contains("lines not shown"), "no windows");
     assert_eq!(ws.read("big.txt"), fixed);
 }
+
+/// The `type` of each JSON event line a run printed.
+fn event_types(r: &Run) -> Vec<String> {
+    r.stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| e["type"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+fn count(types: &[String], t: &str) -> usize {
+    types.iter().filter(|x| *x == t).count()
+}
+
+/// An OpenAI answer that says `text` and calls one tool.
+fn text_and_call(text: &str, name: &str, args: &str) -> Reply {
+    let mut parts = crate::mock_llm::openai_events(&[
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":text}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":name,"arguments":args}}]}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    Reply::sse(parts)
+}
+
+#[test]
+fn max_steps_keeps_the_last_assistant_text_and_a_capped_turn_ends() {
+    // Seed 004: on the step cap the content is the last assistant text, and `error` is part
+    // of the result (null when nothing failed).
+    let ws = Workspace::new();
+    ws.write("a.txt", "one\n");
+    let mock = MockLlm::start(vec![
+        text_and_call(
+            "Looking for p0 first.",
+            "search_repo",
+            r#"{"pattern":"p0"}"#,
+        ),
+        text_and_call(
+            "Now p1, then I will answer.",
+            "search_repo",
+            r#"{"pattern":"p1"}"#,
+        ),
+    ]);
+    let r = agent(&ws, &mock, &["--prompt", "x", "--max-steps", "2"]);
+    r.expect_code(1);
+    let res = agent_result(&r);
+    assert_eq!(res["stop_reason"], "max_steps");
+    assert_eq!(res["content"], "Now p1, then I will answer.", "{res}");
+    assert!(res.get("error").is_some_and(Value::is_null), "{res}");
+    let types = event_types(&r);
+    assert_eq!(
+        (count(&types, "turn.start"), count(&types, "turn.end")),
+        (2, 2)
+    );
+
+    // A turn the write cap stops still ends with turn.end.
+    let w = |n: u32| {
+        serde_json::json!({"path": "a.txt", "patch": format!("<<<<<<< SEARCH\n=======\nx{n}\n>>>>>>> REPLACE\n")}).to_string()
+    };
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("write_patch", &w(1))]),
+        openai_calls(&[("write_patch", &w(2))]),
+    ]);
+    let r = agent(&ws, &mock, &["--prompt", "x", "--max-writes", "1"]);
+    r.expect_code(1);
+    assert_eq!(agent_result(&r)["stop_reason"], "max_writes");
+    let types = event_types(&r);
+    assert_eq!(
+        (count(&types, "turn.start"), count(&types, "turn.end")),
+        (2, 2),
+        "{types:?}"
+    );
+    let last_end = r
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .rfind(|e| e["type"] == "turn.end")
+        .unwrap();
+    assert_eq!(last_end["turn"], 2);
+}
+
+#[test]
+fn an_overflow_retry_is_the_same_turn_and_failures_fill_error() {
+    let ws = Workspace::new();
+    let overflow = || {
+        Reply::json(
+            400,
+            serde_json::json!({"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}),
+        )
+    };
+    // Compacted and asked again: one turn, started once.
+    let mock = MockLlm::start(vec![overflow(), openai_text("fits now")]);
+    let r = agent(&ws, &mock, &["--prompt", "x"]);
+    r.expect_code(0);
+    let types = event_types(&r);
+    assert_eq!(
+        (count(&types, "turn.start"), count(&types, "turn.end")),
+        (1, 1),
+        "{types:?}"
+    );
+    let res = agent_result(&r);
+    assert_eq!(
+        (res["turns"].as_u64(), res["content"].as_str()),
+        (Some(1), Some("fits now"))
+    );
+    assert!(res["error"].is_null(), "{res}");
+
+    // Overflowing again: context_exceeded, with the reason in `error`, and the turn ends.
+    let mock = MockLlm::start(vec![overflow(), overflow()]);
+    let r = agent(&ws, &mock, &["--prompt", "x"]);
+    r.expect_code(1);
+    let res = agent_result(&r);
+    assert_eq!(res["stop_reason"], "context_exceeded");
+    assert!(
+        res["error"]
+            .as_str()
+            .unwrap()
+            .contains("maximum context length"),
+        "{res}"
+    );
+    let types = event_types(&r);
+    assert_eq!(
+        (count(&types, "turn.start"), count(&types, "turn.end")),
+        (1, 1)
+    );
+
+    // A request the server refuses: `error` says why.
+    let mock = MockLlm::start(vec![Reply::json(
+        400,
+        serde_json::json!({"error":{"message":"unknown parameter: frobnicate"}}),
+    )]);
+    let r = agent(&ws, &mock, &["--prompt", "x"]);
+    let res = agent_result(&r);
+    assert_eq!(res["stop_reason"], "error", "{res}");
+    assert!(
+        res["error"].as_str().unwrap().contains("frobnicate"),
+        "{res}"
+    );
+}
+
+#[test]
+fn compile_loop_with_one_target_file_in_a_list_is_multi_file_mode() {
+    // Seed 000: `target_files` with one element is multi-file mode (modified_files), and
+    // seed 001's lastIteration comes back with the result.
+    let ws = Workspace::new();
+    ws.write("main.c", "int main(void) { return 0 }\n");
+    let mock = MockLlm::start(vec![
+        openai_calls(&[(
+            "compile_loop",
+            r#"{"spec":"make it compile","target_files":["main.c"]}"#,
+        )]),
+        openai_text(
+            "<<< path=main.c >>>\n<<<<<<< SEARCH\nint main(void) { return 0 }\n=======\nint main(void) { return 0; }\n>>>>>>> REPLACE\n",
+        ),
+        openai_calls(&[("final_answer", r#"{"summary":"compiles now"}"#)]),
+    ]);
+    let r = agent(
+        &ws,
+        &mock,
+        &[
+            "--prompt",
+            "fix main.c",
+            "--test-command",
+            "gcc -fsyntax-only main.c",
+        ],
+    );
+    r.expect_code(0);
+    let cl: Value =
+        serde_json::from_str(tool_results(&mock, 2)[0]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(cl["ok"], true, "{cl}");
+    assert!(cl.get("artifact_path").is_none(), "{cl}");
+    assert_eq!(
+        cl["modified_files"],
+        serde_json::json!([ws.root().join("main.c").to_string_lossy()])
+    );
+    assert_eq!(
+        (
+            cl["lastIteration"]["iteration"].as_u64(),
+            cl["lastIteration"]["exit_code"].as_i64()
+        ),
+        (Some(1), Some(0)),
+        "{cl}"
+    );
+    assert_eq!(ws.read("main.c"), "int main(void) { return 0; }\n");
+}

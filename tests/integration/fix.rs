@@ -675,3 +675,222 @@ fn a_target_changed_while_the_model_thinks_is_not_edited_against_text_it_never_s
         edited.replace("int x = 1\n", "int x = 1;\n")
     );
 }
+
+/// A Python target whose check fails with "got N" until N reaches the expected value.
+fn counting_py(n: u32, expected: u32) -> String {
+    format!("N = {n}\nassert N == {expected}, f\"got {{N}}\"\n")
+}
+
+#[test]
+fn a_failure_whose_numbers_change_is_progress_not_stagnation() {
+    // got 40, got 39, got 38: three different failures (seed 000: stagnation is the same
+    // error three times); the fourth edit fixes it.
+    let ws = Workspace::new();
+    ws.write("main.py", &counting_py(41, 37));
+    let replies = (0..4)
+        .map(|i| {
+            openai_text(&answer(
+                &format!("N = {}\n", 41 - i),
+                &format!("N = {}\n", 40 - i),
+            ))
+        })
+        .collect();
+    let mock = MockLlm::start(replies);
+    let r = fix(
+        &ws,
+        &mock,
+        &[
+            "--cmd",
+            "python3 {file}",
+            "--file",
+            "main.py",
+            "--max-iters",
+            "6",
+        ],
+    );
+    let res = fix_result(&r);
+    assert_eq!(
+        (res["stop_reason"].as_str(), res["iters"].as_u64()),
+        (Some("success"), Some(4)),
+        "{res}"
+    );
+    r.expect_code(0);
+    assert_eq!(ws.read("main.py"), counting_py(37, 37));
+}
+
+#[test]
+fn stagnation_ignores_what_varies_between_runs_and_reports_the_last_error() {
+    // The same failure each time, but with a made-up temporary path and a duration that
+    // differ on every run: stagnation after three edits, and `last_error` is the third
+    // iteration's output, not the second's.
+    let ws = Workspace::new();
+    let program = |v: u32| {
+        format!(
+            "# version {v}\nimport random, sys\nsys.exit(f\"cannot write /tmp/tmp{{random.randrange(10**12)}}/cache after {{random.random() * 9:.3f}}s\")\n"
+        )
+    };
+    ws.write("main.py", &program(0));
+    let replies = (0..3)
+        .map(|i| {
+            openai_text(&answer(
+                &format!("# version {i}\n"),
+                &format!("# version {}\n", i + 1),
+            ))
+        })
+        .collect();
+    let mock = MockLlm::start(replies);
+    let r = fix(
+        &ws,
+        &mock,
+        &[
+            "--cmd",
+            "python3 {file}",
+            "--file",
+            "main.py",
+            "--max-iters",
+            "8",
+        ],
+    );
+    r.expect_code(1);
+    let res = fix_result(&r);
+    assert_eq!(
+        (res["failure_reason"].as_str(), res["iters"].as_u64()),
+        (Some("stagnation"), Some(3)),
+        "{res}"
+    );
+    let detail = store(&ws)
+        .loop_detail(res["loop_id"].as_i64().unwrap())
+        .unwrap();
+    let outputs: Vec<String> = detail
+        .iterations
+        .iter()
+        .map(|i| format!("{}{}", i.stderr, i.stdout).trim().to_string())
+        .collect();
+    assert_eq!(outputs.len(), 4, "{outputs:?}");
+    assert_ne!(outputs[2], outputs[3], "each run's path differs");
+    assert_eq!(
+        res["last_error"].as_str(),
+        Some(outputs[3].as_str()),
+        "{res}"
+    );
+    // The result's lastIteration is that iteration too.
+    let last = &res["lastIteration"];
+    assert_eq!(last["iteration"], 3);
+    assert_eq!(last["exit_code"], 1);
+    assert_eq!(
+        last["stderr"].as_str().map(str::trim),
+        Some(outputs[3].as_str())
+    );
+    assert!(
+        last["summary"].as_str().unwrap().contains("# version 3"),
+        "the model's answer of that iteration: {last}"
+    );
+}
+
+#[test]
+fn one_file_named_with_files_is_multi_file_mode() {
+    // Seed 000: `target_files` (here `--files`) is multi-file mode even with one element, and
+    // returns `modified_files`; `--file` is single-file mode with `artifact_path`.
+    let fixed = BROKEN_C.replace("int x = 1\n", "int x = 1;\n");
+    let reply = || openai_text(&answer("    int x = 1\n", "    int x = 1;\n"));
+    let ws = Workspace::new();
+    ws.write("main.c", BROKEN_C);
+    let mock = MockLlm::start(vec![reply()]);
+    let r = fix(
+        &ws,
+        &mock,
+        &["--cmd", "gcc -fsyntax-only {files}", "--files", "main.c"],
+    );
+    r.expect_code(0);
+    let res = fix_result(&r);
+    assert!(res.get("artifact_path").is_none(), "{res}");
+    assert_eq!(
+        res["modified_files"],
+        serde_json::json!([ws.root().join("main.c").to_string_lossy()])
+    );
+    assert_eq!(ws.read("main.c"), fixed);
+    // The model was taught the multi-file form of the format (path headers).
+    assert!(
+        mock.recorded()[0].body.to_string().contains("<<< path="),
+        "multi-file instructions"
+    );
+
+    let ws = Workspace::new();
+    ws.write("main.c", BROKEN_C);
+    let mock = MockLlm::start(vec![reply()]);
+    let r = fix(&ws, &mock, GCC);
+    r.expect_code(0);
+    let res = fix_result(&r);
+    assert!(res.get("modified_files").is_none(), "{res}");
+    assert_eq!(
+        res["artifact_path"],
+        ws.root().join("main.c").to_string_lossy().as_ref()
+    );
+}
+
+#[test]
+fn the_result_carries_the_last_iteration_and_loop_stop_keeps_the_models_summary() {
+    // Seed 001: the result's lastIteration (exit code, output tails, the model's summary).
+    let ws = Workspace::new();
+    ws.write("main.c", BROKEN_C);
+    let mock = MockLlm::start(vec![openai_text(&answer(
+        "    int x = 1\n",
+        "    int x = 1;\n",
+    ))]);
+    let r = fix(&ws, &mock, GCC);
+    r.expect_code(0);
+    let last = &fix_result(&r)["lastIteration"];
+    assert_eq!(
+        (last["iteration"].as_u64(), last["exit_code"].as_i64()),
+        (Some(1), Some(0)),
+        "{last}"
+    );
+    assert!(
+        last["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("Here is the fix."),
+        "{last}"
+    );
+    for k in ["stdout", "stderr"] {
+        assert!(last[k].is_string(), "{k}: {last}");
+    }
+
+    // A model that stops the loop: its iteration keeps what it said and why it stopped, in
+    // the store and in the result.
+    let ws = Workspace::new();
+    ws.write("main.c", BROKEN_C);
+    let mut parts = crate::mock_llm::openai_events(&[
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":"The build needs a header that is not here."}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"loop_stop","arguments":"{\"reason\":\"missing config.h\"}"}}]}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]);
+    parts.push("data: [DONE]\n\n".into());
+    let mock = MockLlm::start(vec![Reply::sse(parts)]);
+    let r = fix(&ws, &mock, GCC);
+    r.expect_code(1);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "blocked");
+    let last = &res["lastIteration"];
+    assert_eq!(
+        (last["iteration"].as_u64(), last["exit_code"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert!(
+        last["stderr"].as_str().unwrap().contains("main.c:6:5"),
+        "{last}"
+    );
+    let summary = last["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("loop_stop: missing config.h")
+            && summary.contains("The build needs a header that is not here."),
+        "{summary}"
+    );
+    let detail = store(&ws)
+        .loop_detail(res["loop_id"].as_i64().unwrap())
+        .unwrap();
+    assert_eq!(
+        detail.iterations.last().unwrap().llm_summary.as_deref(),
+        Some(summary)
+    );
+}

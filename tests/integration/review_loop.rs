@@ -221,24 +221,62 @@ fn the_reviewer_cannot_run_commands_outside_its_list_or_write() {
 }
 
 #[test]
-fn a_blocker_stops_the_run_as_blocked() {
+fn a_blocker_goes_to_the_next_round_and_stops_the_run_only_when_asked() {
+    // Seed 003: a blocker prevents the early exit; the run goes on with the blocker in the
+    // next round's context, until STATUS: COMPLETE or the loop limit.
+    let ws = Workspace::new();
+    ws.write("task.md", "Deploy it.\n");
+    let mock = MockLlm::start(vec![
+        final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- deploy\n"),
+        review("cannot deploy", "needs production credentials", &[]),
+        final_answer("STATUS: COMPLETE\nPlan: deployed with the staging fallback."),
+    ]);
+    let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
+    let res = loop_result(&r);
+    assert_eq!(res["stop_reason"], "complete", "{}", r.stderr());
+    assert_eq!(res["loops_completed"], 2);
+    assert_eq!(r.code(), 0);
+    assert_eq!(mock.recorded().len(), 3);
+    let second = request(&mock, 2);
+    assert!(
+        second.contains("Blocker named by the last review")
+            && second.contains("needs production credentials"),
+        "{second}"
+    );
+    let out = toml_file(&ws, "review_output.toml");
+    assert_eq!(
+        out["blocker"].as_str(),
+        Some("needs production credentials")
+    );
+
+    // Still blocked at the round limit: max_loops, with the blocker in the result.
+    let ws = Workspace::new();
+    ws.write("task.md", "Deploy it.\n");
+    let mock = MockLlm::start(vec![
+        final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- deploy\n"),
+        review("cannot deploy", "needs production credentials", &[]),
+    ]);
+    let r = kiln_loop(&ws, &mock, &["--task", "task.md", "--loops", "1"]);
+    let res = loop_result(&r);
+    assert_eq!(
+        (res["stop_reason"].as_str(), res["blocker"].as_str()),
+        (Some("max_loops"), Some("needs production credentials"))
+    );
+    assert_eq!(r.code(), 1);
+
+    // --stop-on-blocker: today's behaviour, the blocker ends the run as blocked.
     let ws = Workspace::new();
     ws.write("task.md", "Deploy it.\n");
     let mock = MockLlm::start(vec![
         final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- deploy\n"),
         review("cannot deploy", "needs production credentials", &["deploy"]),
     ]);
-    let r = kiln_loop(&ws, &mock, &["--task", "task.md"]);
+    let r = kiln_loop(&ws, &mock, &["--task", "task.md", "--stop-on-blocker"]);
     let res = loop_result(&r);
     assert_eq!(res["stop_reason"], "blocked");
     assert_eq!(res["blocker"], "needs production credentials");
     assert_eq!(r.code(), 1);
     assert_eq!(mock.recorded().len(), 2);
-    let out = toml_file(&ws, "review_output.toml");
-    assert_eq!(
-        out["blocker"].as_str(),
-        Some("needs production credentials")
-    );
     let s = ws.store();
     let top = s
         .loops(10)
@@ -249,6 +287,43 @@ fn a_blocker_stops_the_run_as_blocked() {
     assert_eq!(
         (top.status.as_str(), top.stop_reason.as_deref()),
         ("blocked", Some("blocked"))
+    );
+}
+
+#[test]
+fn a_relative_task_file_is_found_inside_the_workspace_given_with_c() {
+    // `kiln -C W loop --task task.md` run from elsewhere reads W/task.md (as `fix --file`
+    // does), not a task.md in the current directory.
+    let ws = Workspace::new();
+    ws.write("task.md", "The real task: ZEBRA.\n");
+    std::fs::write(
+        ws.path().join("task.md"),
+        "A decoy outside the workspace.\n",
+    )
+    .unwrap();
+    let mock = MockLlm::start(vec![final_answer("STATUS: COMPLETE")]);
+    let base = format!("{}/v1", mock.url);
+    let root = ws.root();
+    let mut cmd = ws.command(&[
+        "-C",
+        root.to_str().unwrap(),
+        "loop",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+        "--json",
+        "--task",
+        "task.md",
+    ]);
+    cmd.current_dir(ws.path());
+    let r = Run(cmd.output().unwrap());
+    assert_eq!(loop_result(&r)["stop_reason"], "complete", "{}", r.stderr());
+    assert!(request(&mock, 0).contains("The real task: ZEBRA."));
+    assert!(!request(&mock, 0).contains("decoy"));
+    assert_eq!(
+        toml_file(&ws, "state.toml")["task_file"].as_str(),
+        Some("task.md")
     );
 }
 

@@ -34,6 +34,10 @@ pub(crate) struct LoopArgs {
     /// Per-tool timeout in seconds.
     #[arg(long, default_value_t = 30.0)]
     pub(super) tool_timeout: f64,
+    /// End the run as `blocked` when a reviewer names a blocker (by default the next round
+    /// is shown the blocker and the run goes on).
+    #[arg(long)]
+    pub(super) stop_on_blocker: bool,
     /// Also append every event as a JSON line to this file.
     #[arg(long)]
     pub(super) log_path: Option<PathBuf>,

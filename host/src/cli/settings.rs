@@ -94,6 +94,7 @@ impl FixSettings {
             .unwrap_or_else(|| DEFAULT_FORMAT.into());
         let options = FixOptions {
             targets,
+            multi_file: !args.runner.files.is_empty(),
             max_iters: args.max_iters.or(config.fix.max_iters).unwrap_or(5),
             system: args.system,
             lang: args.lang,
@@ -343,6 +344,7 @@ impl LoopSettings {
             },
             granted_commands: granted,
             log_path: args.log_path,
+            stop_on_blocker: args.stop_on_blocker,
         };
         Ok(LoopSettings {
             config,
@@ -353,16 +355,11 @@ impl LoopSettings {
     }
 }
 
-/// The task file as a workspace-relative path; a file outside the workspace (through `..`,
-/// an absolute path or a symbolic link) is refused.
+/// The task file as a workspace-relative path: a relative path is taken inside the workspace
+/// (`kiln -C W loop --task T` reads W/T, as `fix --file` does); a file outside the workspace
+/// (through `..`, an absolute path or a symbolic link) is refused.
 pub(super) fn task_path(workspace: &Path, given: &Path) -> anyhow::Result<String> {
-    let abs = if given.is_absolute() {
-        given.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .context("cannot determine the current directory")?
-            .join(given)
-    };
+    let abs = workspace.join(given);
     let real = abs
         .canonicalize()
         .with_context(|| format!("task file {} does not exist", given.display()))?;

@@ -76,8 +76,11 @@ fn fix_args(spec: &TaskSpec) -> FixArgs {
     }
     a.runner.cmd = spec.cmd.clone();
     a.runner.mode = spec.mode.clone();
-    a.runner.file = None;
-    a.runner.files = spec.targets.clone();
+    // One target is single-file mode (`--file`), as the task records it.
+    match spec.targets.as_slice() {
+        [one] => a.runner.file = Some(one.clone()),
+        many => a.runner.files = many.to_vec(),
+    }
     a.format = spec.format.clone();
     a.max_iters = spec.limits.max_iters;
     a.system = spec.system.clone();

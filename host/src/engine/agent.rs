@@ -373,10 +373,17 @@ pub async fn run_agent(
         parse_failures: 0,
         compacted_for_overflow: false,
         turn: 0,
+        turn_open: false,
         content: String::new(),
+        error: None,
+        cap_note: None,
         changes: Changes::default(),
     };
     let stop = agent.drive(&mut run).await;
+    // Every turn that started ends, also one a cap, an error or Ctrl-C stopped.
+    if agent.turn_open {
+        agent.end_turn(&mut run, vec![]);
+    }
     agent.finish(&mut run, stop)
 }
 
@@ -426,8 +433,26 @@ struct Agent<'o, 'r> {
     parse_failures: u32,
     compacted_for_overflow: bool,
     turn: u32,
+    /// A `turn.start` was emitted and its `turn.end` not yet.
+    turn_open: bool,
     content: String,
+    /// What failed, when the run ends on a failure (the result's `error`).
+    error: Option<String>,
+    /// Why a cap stopped the run, when `content` keeps the model's last text instead.
+    cap_note: Option<String>,
     changes: Changes,
+}
+
+/// The text of the model's last answer that said something.
+fn last_assistant_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Assistant { text, .. } if !text.trim().is_empty() => Some(text.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 impl Agent<'_, '_> {
@@ -435,19 +460,25 @@ impl Agent<'_, '_> {
     async fn drive(&mut self, run: &mut Run<'_>) -> Result<StopReason, AgentError> {
         loop {
             if self.turn >= self.opts.max_steps {
-                self.content = format!("the step cap ({}) was reached", self.opts.max_steps);
+                // The result keeps what the model last said; the cap is the run's error line.
+                self.content = last_assistant_text(&self.messages);
+                self.cap_note = Some(format!(
+                    "the step cap ({}) was reached",
+                    self.opts.max_steps
+                ));
                 return Ok(StopReason::MaxSteps);
             }
             self.turn += 1;
             let turn = self.turn;
             run.emit(Event::TurnStart { turn });
-            let resp = match self.think(run).await {
-                Think::Answer(r) => r,
-                Think::Again => {
-                    self.turn -= 1;
-                    continue;
+            self.turn_open = true;
+            // A retry after a context overflow is the same turn: no second `turn.start`.
+            let resp = loop {
+                match self.think(run).await {
+                    Think::Answer(r) => break r,
+                    Think::Again => continue,
+                    Think::Stop(reason) => return Ok(reason),
                 }
-                Think::Stop(reason) => return Ok(reason),
             };
             let calls = match self.decide(run, &resp) {
                 Ok(calls) => calls,
@@ -519,6 +550,7 @@ impl Agent<'_, '_> {
             }
             Err(AskError::Model(e)) => {
                 self.content = e.to_string();
+                self.error = Some(format!("the model call failed: {e}"));
                 run.emit(Event::Error {
                     message: format!("the model call failed: {e}"),
                 });
@@ -535,6 +567,9 @@ impl Agent<'_, '_> {
     /// The context overflowed: compact once and ask again, else stop.
     fn overflowed(&mut self, run: &mut Run<'_>, message: String) -> Think {
         if self.compacted_for_overflow {
+            self.error = Some(format!(
+                "the model's context overflowed again after compaction: {message}"
+            ));
             self.content = message;
             return Think::Stop(StopReason::ContextExceeded);
         }
@@ -601,6 +636,7 @@ impl Agent<'_, '_> {
             self.content = format!(
                 "the model did not answer with a valid JSON decision {n} times in a row: {why}"
             );
+            self.error = Some(self.content.clone());
             return Some(StopReason::Error);
         }
         self.messages.push(Message::User {
@@ -610,7 +646,8 @@ impl Agent<'_, '_> {
         None
     }
 
-    fn end_turn(&self, run: &mut Run<'_>, tool_calls: Vec<String>) {
+    fn end_turn(&mut self, run: &mut Run<'_>, tool_calls: Vec<String>) {
+        self.turn_open = false;
         run.emit(Event::TurnEnd {
             turn: self.turn,
             tool_calls,
@@ -655,6 +692,7 @@ impl Agent<'_, '_> {
                     "the same call ({} {}) was repeated {} times with nothing written in between",
                     c.name, c.arguments, entry.1
                 );
+                self.end_turn(run, names);
                 return Some(StopReason::RepeatedCall);
             }
             match self.toolbox.kind(&c.name) {
@@ -663,6 +701,7 @@ impl Agent<'_, '_> {
                     if self.writes > self.opts.max_writes {
                         self.content =
                             format!("the write cap ({}) was reached", self.opts.max_writes);
+                        self.end_turn(run, names);
                         return Some(StopReason::MaxWrites);
                     }
                 }
@@ -671,6 +710,7 @@ impl Agent<'_, '_> {
                     if self.commands > self.opts.max_commands {
                         self.content =
                             format!("the command cap ({}) was reached", self.opts.max_commands);
+                        self.end_turn(run, names);
                         return Some(StopReason::MaxCommands);
                     }
                 }
@@ -732,13 +772,27 @@ impl Agent<'_, '_> {
             }
         };
         let success = reason.is_success();
-        run.finish(
-            reason,
-            &self.content,
-            (!success).then_some(self.content.as_str()),
-        )?;
+        // The stored summary is the content, or why a cap stopped a run that said nothing;
+        // the stored error says why it did not succeed.
+        let cap_note = self.cap_note.as_deref();
+        let summary = match cap_note {
+            Some(note) if self.content.trim().is_empty() => note,
+            _ => self.content.as_str(),
+        };
+        let why = self
+            .error
+            .as_deref()
+            .or(cap_note)
+            .unwrap_or(self.content.as_str());
+        run.finish(reason, summary, (!success).then_some(why))?;
+        let error = if reason == StopReason::Error && self.error.is_none() {
+            Some(self.content.clone())
+        } else {
+            self.error
+        };
         let result = AgentResult {
             content: self.content,
+            error,
             messages: self.messages,
             tool_calls: self.records,
             usage: run.usage(),

@@ -9,7 +9,7 @@ use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::history;
 use super::model::ModelSource;
-use super::outcome::{FixOutcome, LoopStatus, StopReason};
+use super::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
 use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::edit::{self, ApplyOptions, Workspace};
@@ -36,6 +36,10 @@ const MAX_TOOL_ROUNDS: usize = 3;
 pub struct FixOptions {
     /// Workspace-relative target files.
     pub targets: Vec<String>,
+    /// Multi-file mode (`--files`, `target_files`, even with one file): the model is taught
+    /// the multi-file format and the result names `modified_files`; otherwise (`--file`,
+    /// `target_file`) the one target's `artifact_path`.
+    pub multi_file: bool,
     /// Iteration ceiling (default 5).
     pub max_iters: u32,
     /// Extra system prompt text.
@@ -60,6 +64,7 @@ impl Default for FixOptions {
     fn default() -> Self {
         FixOptions {
             targets: Vec::new(),
+            multi_file: false,
             max_iters: 5,
             system: None,
             lang: None,
@@ -98,8 +103,10 @@ fn loop_tools() -> Vec<ToolDef> {
     tools
 }
 
-/// Normalised fingerprint of a failure: digits of timings and addresses folded, whitespace
-/// collapsed, progress lines dropped.
+/// Normalised fingerprint of a failure: what varies between two runs of the same failure
+/// (durations, hexadecimal addresses, temporary paths, timestamps) folded, whitespace trimmed,
+/// progress lines dropped. Every other number is kept: "got 41" and "got 40" are two
+/// failures, and a loop that moves from one to the other is making progress.
 pub fn fingerprint(r: &RunResult) -> String {
     if r.ok {
         return "ok".into();
@@ -115,25 +122,169 @@ pub fn fingerprint(r: &RunResult) -> String {
         {
             continue;
         }
-        let mut prev_digit = false;
-        for c in l.chars() {
-            if c.is_ascii_digit() {
-                if !prev_digit {
-                    norm.push('#');
-                }
-                prev_digit = true;
-            } else {
-                prev_digit = false;
-                norm.push(c);
-            }
-        }
+        norm.push_str(&fold_volatile(l));
         norm.push('\n');
     }
-    // Keep line numbers of diagnostics, which do distinguish failures.
     for d in &r.diagnostics {
         norm.push_str(&format!("{}:{}:{}\n", d.file, d.line, d.message));
     }
     hex::encode(&Sha256::digest(norm.as_bytes())[..8])
+}
+
+/// Directories whose next component is a name made up per run (`/tmp/.tmpA1b2C3/...`).
+const TEMP_DIRS: &[&str] = &[
+    "/tmp/",
+    "/var/tmp/",
+    "/var/folders/",
+    "/private/var/folders/",
+];
+
+/// Units a duration is written in (`0.52s`, `12 ms`, `(0.00s)`).
+const DURATION_UNITS: &[&str] = &[
+    "seconds", "second", "secs", "sec", "minutes", "mins", "min", "ms", "us", "µs", "ns", "s",
+];
+
+/// One line of output with what differs between two identical runs folded to `#`: durations,
+/// hexadecimal addresses, the per-run component of a temporary path, dates and times.
+fn fold_volatile(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    let mut prev: Option<char> = None;
+    while let Some(c) = rest.chars().next() {
+        let boundary = !prev.is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '.');
+        if boundary && let Some(n) = volatile_at(rest, &out) {
+            // A temporary path keeps its directory: `/tmp/#`.
+            if let Some(dir) = TEMP_DIRS.iter().find(|d| rest.starts_with(**d)) {
+                out.push_str(dir);
+            }
+            out.push('#');
+            prev = rest[..n].chars().last();
+            rest = &rest[n..];
+            continue;
+        }
+        if boundary && c.is_ascii_digit() {
+            // A number that is none of the above is kept whole (so `41s` in `x41s` is not a
+            // duration and `541` is not folded from its middle).
+            let n = rest
+                .find(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
+                .unwrap_or(rest.len());
+            out.push_str(&rest[..n]);
+            prev = rest[..n].chars().last();
+            rest = &rest[n..];
+            continue;
+        }
+        out.push(c);
+        prev = Some(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// The length of the volatile token `s` starts with, if it starts with one. `before` is the
+/// line folded so far (a number after `duration_ms` is a duration).
+fn volatile_at(s: &str, before: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let digits = |from: usize| {
+        b[from.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count()
+    };
+    // 0x7ffd5c2a: an address.
+    if s.starts_with("0x") || s.starts_with("0X") {
+        let n = b[2..].iter().take_while(|c| c.is_ascii_hexdigit()).count();
+        if n > 0 {
+            return Some(2 + n);
+        }
+    }
+    // /tmp/<made-up name>: the directory is kept, the name folded.
+    for dir in TEMP_DIRS {
+        if let Some(after) = s.strip_prefix(dir) {
+            let n = after
+                .find(|ch: char| !(ch.is_alphanumeric() || matches!(ch, '.' | '_' | '-')))
+                .unwrap_or(after.len());
+            if n > 0 {
+                return Some(dir.len() + n);
+            }
+        }
+    }
+    let int = digits(0);
+    if int == 0 {
+        return None;
+    }
+    // 2024-05-01, 2024-05-01T12:30:05.123Z: a date (with its time).
+    if int == 4
+        && b.get(4) == Some(&b'-')
+        && digits(5) == 2
+        && b.get(7) == Some(&b'-')
+        && digits(8) == 2
+    {
+        let mut n = 10;
+        let time = matches!(b.get(n), Some(b'T' | b' '))
+            .then(|| clock_at(&s[n + 1..]))
+            .flatten();
+        if let Some(t) = time {
+            n += 1 + t;
+            if b.get(n) == Some(&b'Z') {
+                n += 1;
+            } else if matches!(b.get(n), Some(b'+' | b'-')) && digits(n + 1) == 2 {
+                n += 3;
+                if b.get(n) == Some(&b':') && digits(n + 1) == 2 {
+                    n += 3;
+                } else if digits(n) == 2 {
+                    n += 2;
+                }
+            }
+        }
+        return Some(n);
+    }
+    // 12:30:05(.123): a time of day.
+    if let Some(n) = clock_at(s) {
+        return Some(n);
+    }
+    // 0.52s, 12 ms, 3.0 seconds: a duration; so is the number after `duration_ms`.
+    let mut n = int;
+    if b.get(n) == Some(&b'.') && digits(n + 1) > 0 {
+        n += 1 + digits(n + 1);
+    }
+    let trimmed = before.trim_end_matches([' ', ':', '=']);
+    if trimmed.ends_with("duration_ms") || trimmed.ends_with("duration") {
+        return Some(n);
+    }
+    let unit_from = if b.get(n) == Some(&b' ') { n + 1 } else { n };
+    for unit in DURATION_UNITS {
+        if let Some(after) = s[unit_from..].strip_prefix(unit)
+            && !after.starts_with(|ch: char| ch.is_alphanumeric() || ch == '_')
+        {
+            return Some(unit_from + unit.len());
+        }
+    }
+    None
+}
+
+/// The length of an `HH:MM:SS` (with optional fraction) at the start of `s`.
+fn clock_at(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let digits = |from: usize| {
+        b[from.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count()
+    };
+    let h = digits(0);
+    if !(1..=2).contains(&h)
+        || b.get(h) != Some(&b':')
+        || digits(h + 1) != 2
+        || b.get(h + 3) != Some(&b':')
+        || digits(h + 4) != 2
+    {
+        return None;
+    }
+    let mut n = h + 6;
+    if b.get(n) == Some(&b'.') && digits(n + 1) > 0 {
+        n += 1 + digits(n + 1);
+    }
+    Some(n)
 }
 
 /// What the model was told about the previous iteration.
@@ -189,6 +340,10 @@ struct Fix<'o> {
     last: Option<Attempt>,
     iteration: u32,
     last_error: Option<String>,
+    /// The last iteration recorded, for the result.
+    last_iteration: Option<LastIteration>,
+    /// The model's answer that called `loop_stop`, kept as its iteration's summary.
+    stopped: Option<Answer>,
     /// The first check, run before the loop existed (see [`first_check`]).
     first: Option<FirstCheck>,
 }
@@ -232,14 +387,16 @@ async fn precheck(
     ws.target_arguments(&opts.targets)
         .map_err(|e| FixError::Usage(e.to_string()))?;
     let info = format.format_describe().await?;
-    if opts.targets.len() > 1 && !info.multi_file {
+    if (opts.multi_file || opts.targets.len() > 1) && !info.multi_file {
         return Err(FixError::Usage(format!(
             "several targets need a multi-file edit format, but `{}` edits one file at a time; use --format search-replace (or udiff, whole, apply-patch)",
             format.name
         )));
     }
     let log = crate::store::open_log(ws.root(), "fix-loop.log")?;
-    let instructions = format.format_instructions(opts.targets.len() > 1).await?;
+    let instructions = format
+        .format_instructions(opts.multi_file || opts.targets.len() > 1)
+        .await?;
     refuse_non_text(ws, &opts.targets)?;
     // A format that returns whole files must fit each target in its limits; the others edit
     // a big file through a window around each change (`edit::window`).
@@ -308,6 +465,8 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         last: None,
         iteration: 0,
         last_error: None,
+        last_iteration: None,
+        stopped: None,
         first,
     };
     // Every end, an error included, finishes the loop's row and emits its result.
@@ -404,8 +563,10 @@ impl Fix<'_> {
             let answer = match self.ask(run, &result.0).await? {
                 Ok(a) => a,
                 Err(stop) => {
-                    // The iteration ended without an answer to apply: it still gets its row.
-                    self.record_iteration(run, &result, None, 0, &[]);
+                    // The iteration ended without an answer to apply: it still gets its row,
+                    // with the model's answer when it stopped the loop.
+                    let stopped = self.stopped.take();
+                    self.record_iteration(run, &result, stopped.as_ref(), 0, &[]);
                     return Ok(stop);
                 }
             };
@@ -455,6 +616,8 @@ impl Fix<'_> {
         if result.0.ok {
             return Ok(Ok(result));
         }
+        // Whatever stops the loop now, its last error is this iteration's.
+        self.last_error = Some(failure_text(&result.0));
         if applied > 0 {
             self.fingerprints.push(fingerprint(&result.0));
         }
@@ -507,7 +670,7 @@ impl Fix<'_> {
     /// Store the iteration's row (with its edits) and emit `loop.iteration`; a store that
     /// cannot take the row only loses it.
     fn record_iteration(
-        &self,
+        &mut self,
         run: &mut Run<'_>,
         result: &Checked,
         answer: Option<&Answer>,
@@ -515,6 +678,7 @@ impl Fix<'_> {
         edits: &[edit::EditResult],
     ) {
         let row = iteration_row(self.iteration, result, answer, applied);
+        self.last_iteration = Some(last_iteration(&row));
         let _ = run.store.record_iteration(run.id, &row, edits);
         run.emit(Event::LoopIteration {
             loop_id: run.id,
@@ -525,12 +689,12 @@ impl Fix<'_> {
     }
 
     /// Emit `runner.finished` (and store iteration 0, which has no LLM call).
-    fn record_check(&self, run: &mut Run<'_>, result: &Checked, fresh: bool) {
+    fn record_check(&mut self, run: &mut Run<'_>, result: &Checked, fresh: bool) {
         let r = &result.0;
         if self.iteration == 0 {
-            let _ = run
-                .store
-                .record_iteration(run.id, &iteration_row(0, result, None, 0), &[]);
+            let row = iteration_row(0, result, None, 0);
+            self.last_iteration = Some(last_iteration(&row));
+            let _ = run.store.record_iteration(run.id, &row, &[]);
         }
         run.emit(Event::RunnerFinished {
             iteration: self.iteration,
@@ -592,6 +756,18 @@ impl Fix<'_> {
                     .ok()
                     .and_then(|v| v["reason"].as_str().map(String::from))
                     .unwrap_or_else(|| "no reason given".into());
+                // The iteration's summary: why the model stopped, and what it said.
+                let said = resp.text.trim();
+                self.stopped = Some(Answer {
+                    text: if said.is_empty() {
+                        format!("loop_stop: {reason}")
+                    } else {
+                        format!("loop_stop: {reason}\n\n{said}")
+                    },
+                    shown: BTreeMap::new(),
+                    llm_ms: start.elapsed().as_millis() as i64,
+                    usage,
+                });
                 return Ok(Err((
                     StopReason::Blocked,
                     format!("the model stopped the loop: {reason}"),
@@ -808,7 +984,7 @@ impl Fix<'_> {
             },
         });
         let abs = |p: &String| run.workspace.join(p).to_string_lossy().into_owned();
-        let single = self.opts.targets.len() == 1;
+        let single = !self.opts.multi_file && self.opts.targets.len() == 1;
         let ok = status == LoopStatus::Success;
         let outcome = FixOutcome {
             ok,
@@ -818,6 +994,7 @@ impl Fix<'_> {
             modified_files: (!single).then(|| self.modified.iter().map(abs).collect()),
             failure_reason: (!ok).then_some(reason),
             last_error,
+            last_iteration: self.last_iteration.clone(),
             loop_id,
             status,
             stop_reason: reason,
@@ -828,12 +1005,10 @@ impl Fix<'_> {
     }
 }
 
+/// The same failure [`STAGNATION_WINDOW`] times in a row (seed 000's rule).
 fn stagnated(f: &[String]) -> bool {
     let n = f.len();
-    if n >= STAGNATION_WINDOW && f[n - STAGNATION_WINDOW..].iter().all(|x| *x == f[n - 1]) {
-        return true;
-    }
-    n >= 4 && f[n - 1] == f[n - 3] && f[n - 2] == f[n - 4] && f[n - 1] != f[n - 2]
+    n >= STAGNATION_WINDOW && f[n - STAGNATION_WINDOW..].iter().all(|x| *x == f[n - 1])
 }
 
 fn iteration_row(
@@ -863,6 +1038,20 @@ fn iteration_row(
         tokens_input: (usage.input + usage.cached_input) as i64,
         tokens_output: usage.output as i64,
         edits_applied: applied as i64,
+    }
+}
+
+/// Characters of each output stream a result's `lastIteration` keeps (the tail).
+const LAST_OUTPUT_TAIL: usize = 2000;
+
+/// The result's view of an iteration's row.
+fn last_iteration(row: &IterationRow) -> LastIteration {
+    LastIteration {
+        iteration: row.n as u32,
+        exit_code: row.exit_code as i32,
+        stdout: history::tail(&row.stdout, LAST_OUTPUT_TAIL),
+        stderr: history::tail(&row.stderr, LAST_OUTPUT_TAIL),
+        summary: row.llm_summary.clone(),
     }
 }
 
@@ -1080,7 +1269,52 @@ mod tests {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(!stagnated(&s(&["a", "a"])));
         assert!(stagnated(&s(&["b", "a", "a", "a"])));
-        assert!(stagnated(&s(&["a", "b", "a", "b"])));
+        assert!(!stagnated(&s(&["a", "b", "a", "b"])));
         assert!(!stagnated(&s(&["a", "b", "c", "d"])));
+    }
+
+    fn failing(stderr: &str) -> RunResult {
+        RunResult {
+            ok: false,
+            exit_code: 1,
+            stdout: String::new(),
+            stderr: stderr.into(),
+            duration_ms: 0,
+            diagnostics: Vec::new(),
+            truncated: false,
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn fingerprints_keep_numbers_and_fold_what_varies_between_runs() {
+        let fp = |s: &str| fingerprint(&failing(s));
+        // Progress: different numbers are different failures.
+        assert_ne!(fp("AssertionError: got 41"), fp("AssertionError: got 40"));
+        assert_ne!(fp("main.c:6:5: error"), fp("main.c:7:5: error"));
+        // What differs between two identical runs is folded.
+        for (a, b) in [
+            (
+                "test result: FAILED. finished in 0.52s",
+                "test result: FAILED. finished in 1.07s",
+            ),
+            ("--- FAIL: TestX (0.00s)", "--- FAIL: TestX (0.13s)"),
+            ("took 12 ms", "took 340 ms"),
+            ("# duration_ms 12.345", "# duration_ms 9.1"),
+            ("segfault at 0x7ffd5c2a10", "segfault at 0x7ffe00000b"),
+            (
+                "cannot open /tmp/.tmpA1b2C3/out.txt",
+                "cannot open /tmp/.tmpZz9Yy8/out.txt",
+            ),
+            (
+                "[2024-05-01T12:30:05.123Z] failed",
+                "[2025-01-09T03:04:59.9Z] failed",
+            ),
+            ("12:30:05 ERROR boom", "03:04:59 ERROR boom"),
+        ] {
+            assert_eq!(fp(a), fp(b), "{a} / {b}");
+        }
+        assert_eq!(fold_volatile("x41s got 41 in 0.5s"), "x41s got 41 in #");
+        assert_eq!(fold_volatile("at /tmp/abc-1/f.py:3"), "at /tmp/#/f.py:3");
     }
 }

@@ -141,6 +141,10 @@ pub struct FixOutcome {
     pub failure_reason: Option<StopReason>,
     /// On failure: the last error output.
     pub last_error: Option<String>,
+    /// The last iteration: its check's exit code and output tails, and the model's summary
+    /// (seed 001's `lastIteration`). `None` only when no check ran.
+    #[serde(rename = "lastIteration")]
+    pub last_iteration: Option<LastIteration>,
     /// Loop id in the store.
     pub loop_id: i64,
     /// `success`, `failed`, `blocked`.
@@ -150,6 +154,22 @@ pub struct FixOutcome {
     /// Tokens of every model request the loop made.
     #[serde(skip)]
     pub usage: Usage,
+}
+
+/// A fix loop's last iteration, as its result reports it (seed 001's `lastIteration`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LastIteration {
+    /// The iteration (0: the first check, before the model was asked).
+    pub iteration: u32,
+    /// The check's exit code after the iteration's edits.
+    pub exit_code: i32,
+    /// The tail of the check's standard output.
+    pub stdout: String,
+    /// The tail of the check's standard error.
+    pub stderr: String,
+    /// What the model answered in this iteration (its start), or why it stopped the loop;
+    /// `None` for iteration 0 or an iteration the model did not answer.
+    pub summary: Option<String>,
 }
 
 /// How one tool call ended, as the model is told: its text, and whether it worked, failed,
@@ -250,8 +270,12 @@ pub struct ToolCallRecord {
 /// The agent's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentResult {
-    /// Final content (the final answer or the last text).
+    /// Final content: the final answer, or the model's last text (also when a cap stopped
+    /// the run: `max_steps` keeps what the model last said).
     pub content: String,
+    /// What failed, when the run ended on a failure of the model, a tool or the transport
+    /// (`error`, `context_exceeded`); `null` otherwise (seed 004's `error`).
+    pub error: Option<String>,
     /// The whole conversation.
     pub messages: Vec<Message>,
     /// Every tool call made.

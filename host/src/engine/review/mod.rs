@@ -2,7 +2,8 @@
 //! works (read, glob, search, write_file, write_patch, an allowlisted run_cmd) and reports
 //! `STATUS: COMPLETE|INCOMPLETE`; when incomplete, a fresh review agent with narrower tools (no
 //! writes, a read-only command list) reports through `submit_review` what is pending and
-//! whether something blocks. Pending items are carried into the next round. Artifacts under
+//! whether something blocks. Pending items and the blocker are carried into the next round (a
+//! blocker ends the run only with `stop_on_blocker`). Artifacts under
 //! `.kiln/loop/` are written atomically, so a killed run leaves them readable.
 //! Stop reasons: `complete`, `review_clean`, `blocked`, `max_loops`, `error`, `cancelled`, `budget`.
 //!
@@ -53,6 +54,9 @@ pub struct LoopOptions {
     pub granted_commands: Vec<String>,
     /// A path (besides `.kiln/loop/`) to which every event is appended as a JSON line.
     pub log_path: Option<std::path::PathBuf>,
+    /// End the run as `blocked` when a reviewer names a blocker (`--stop-on-blocker`). By
+    /// default a blocker only keeps the run from ending early: the next round is shown it.
+    pub stop_on_blocker: bool,
 }
 
 /// What the loop borrows from its caller.
@@ -214,12 +218,17 @@ impl LoopState<'_, '_> {
             }
             let (verdict, submitted) = self.record_review(run, round, &review)?;
             self.end_round(run, round)?;
-            if !verdict.blocker.trim().is_empty() {
+            let blocked = !verdict.blocker.trim().is_empty();
+            if blocked && self.opts.stop_on_blocker {
                 return Ok(StopReason::Blocked);
             }
-            // Clean only on a submitted review with nothing pending: a reviewer that never
-            // called submit_review (a model that only chats) proves nothing.
-            if submitted && verdict.pending.is_empty() && review.stop_reason == StopReason::Complete
+            // Clean only on a submitted review with nothing pending and no blocker: a reviewer
+            // that never called submit_review (a model that only chats) proves nothing, and a
+            // blocker keeps the run going (seed 003), shown to the next round.
+            if submitted
+                && !blocked
+                && verdict.pending.is_empty()
+                && review.stop_reason == StopReason::Complete
             {
                 return Ok(StopReason::ReviewClean);
             }
@@ -291,6 +300,7 @@ impl LoopState<'_, '_> {
                     &self.task,
                     &self.rounds,
                     &self.pending,
+                    &self.blocker,
                 ),
                 execution_options(
                     &self.opts.agent,

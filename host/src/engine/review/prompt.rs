@@ -45,6 +45,7 @@ pub(super) fn execution_task(
     task: &Task,
     rounds: &[LoopSummary],
     pending: &[String],
+    blocker: &str,
 ) -> String {
     let mut p = format!(
         "Round {round} of at most {}. The task file is {} (its content is below; do not re-read it).\n\n## Task\n{}\n",
@@ -92,6 +93,12 @@ pub(super) fn execution_task(
         for i in pending {
             p.push_str(&format!("- {i}\n"));
         }
+    }
+    if !blocker.trim().is_empty() {
+        p.push_str(&format!(
+            "\n## Blocker named by the last review\n{}\nResolve it if the tools allow; otherwise do what you can around it and say in your report what still needs a person.\n",
+            blocker.trim()
+        ));
     }
     p
 }

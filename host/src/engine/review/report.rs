@@ -214,6 +214,7 @@ mod tests {
         };
         let r = AgentResult {
             content: String::new(),
+            error: None,
             messages: vec![],
             tool_calls: vec![
                 call(WRITE_FILE, false, CallStatus::Refused, "whatever it says"),

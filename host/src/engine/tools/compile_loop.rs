@@ -107,12 +107,14 @@ pub fn plan<'r>(
 ) -> Result<CompileLoopPlan<'r>, CompileLoopError> {
     let a: CompileLoopArgs = serde_json::from_value(args.clone())?;
     let targets = a.targets()?;
+    let multi_file = a.target_files.is_some();
     let runner = registry.get(COMPILE_RUNNER, Some(PluginKind::Runner))?;
     let format = registry.get(&setup.format, Some(PluginKind::EditFormat))?;
     let mut runner_settings = BTreeMap::new();
     runner_settings.insert(RUNNER_CMD_SETTING.to_string(), setup.cmd);
     let fix = FixOptions {
         targets,
+        multi_file,
         prompt: a.spec.or(setup.base.prompt.clone()),
         lang: a.lang,
         runner_settings,
