@@ -554,6 +554,69 @@ fn a_closed_stdout_mid_run_records_the_run_as_cancelled() {
     assert!(a == "x\n" || a == "y\n", "{a:?}");
 }
 
+/// `kiln fix 2>&1 | head -1`: stdout and stderr are one pipe whose reader goes away after
+/// the first line. Every later write, wherever kiln makes it, is dropped (none panics), and
+/// the run is still recorded as `cancelled`.
+#[test]
+fn a_closed_pipe_on_both_outputs_mid_run_records_the_run_as_cancelled() {
+    use crate::mock_llm::{MockLlm, Reply, openai_events};
+    use std::io::BufRead;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mut parts: Vec<(std::time::Duration, String)> = openai_events(&[
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":"<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n"}}]}),
+        serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+    ])
+    .into_iter()
+    .map(|p| (std::time::Duration::ZERO, p))
+    .collect();
+    parts[0].0 = std::time::Duration::from_millis(1500);
+    parts.push((std::time::Duration::ZERO, "data: [DONE]\n\n".into()));
+    let mock = MockLlm::start(vec![Reply::Stream(parts.clone()), Reply::Stream(parts)]);
+    let base = format!("{}/v1", mock.url);
+    let mut fds = [0; 2];
+    // SAFETY: a fresh pipe; both ends are owned below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the descriptors were just made and are owned once each.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let write2 = write.try_clone().unwrap();
+    let mut child = ws
+        .command(&[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            "false",
+            "--file",
+            "a.txt",
+        ])
+        .env("OPENAI_API_KEY", "sk-p")
+        .stdout(write)
+        .stderr(write2)
+        .spawn()
+        .unwrap();
+    // The parent's copies of the write end are gone with the Command; read one line, then
+    // close the read end.
+    let mut first = String::new();
+    std::io::BufReader::new(std::fs::File::from(read))
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty());
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(141),
+        "{status:?} (101 would be a panic)"
+    );
+    let row = latest_run(&ws);
+    assert_eq!(row["stop_reason"], "cancelled", "{row}");
+    let a = ws.read("a.txt");
+    assert!(a == "x\n" || a == "y\n", "{a:?}");
+}
+
 /// Issue 31 item 20: a kiln started with SIGINT ignored (`kiln ... &` in a script) resets it
 /// and still stops on Ctrl-C, here while it waits for a model server that never answers.
 #[test]

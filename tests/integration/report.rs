@@ -5,7 +5,7 @@
 //! (as text, never as markup), a diff line, the token numbers, the tool calls.
 
 use crate::mock_llm::{MockLlm, openai_calls, openai_text};
-use crate::support::Workspace;
+use crate::support::{Workspace, last_event};
 use std::path::{Path, PathBuf};
 
 /// The Chromium binary: `/usr/bin/chromium` (Debian's package).
@@ -62,7 +62,7 @@ fn sr(search: &str, replace: &str) -> String {
 }
 
 /// The text of the element with `id` in a dumped DOM.
-fn text_of(dom: &str, id: &str) -> String {
+pub fn text_of(dom: &str, id: &str) -> String {
     let at = dom
         .find(&format!("id=\"{id}\""))
         .unwrap_or_else(|| panic!("no #{id}"));
@@ -115,6 +115,10 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
         &[],
     );
     rep.expect_code(0);
+    // The console, the store and the page count the same iterations (the first check is not
+    // one): the fix's summary said 2, so does `kiln report`.
+    assert_eq!(last_event(&r, "loop.result")["iters"], 2);
+    assert!(rep.stderr().contains("(2 iterations)"), "{}", rep.stderr());
     let html = std::fs::read_to_string(&out).unwrap();
     assert!(html.contains("default-src 'none'"));
     assert!(!html.contains("<script"), "the diagnostic is escaped");

@@ -241,7 +241,7 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
         .unwrap()
         .id;
     let out = ws.path().parent().unwrap().join("loop-report.html");
-    ws.kiln(
+    let rep = ws.kiln(
         &[
             "report",
             &new_id.to_string(),
@@ -249,9 +249,17 @@ fn a_killed_loop_resumes_its_phases_without_asking_again() {
             out.to_str().unwrap(),
         ],
         &[],
-    )
-    .expect_code(0);
+    );
+    rep.expect_code(0);
     let dom = crate::report::browser_dom(&out, None);
+    // A loop counts rounds, the same number on the console and on the page (not the
+    // parent run's own turns, of which it has none).
+    let rounds = crate::report::text_of(&dom, "step-count");
+    assert!(
+        rep.stderr().contains(&format!("({rounds} round")) && rounds != "0",
+        "{} / {rounds}",
+        rep.stderr()
+    );
     assert_eq!(dom.matches("loop-execute · run").count(), 2, "{dom}");
     // Round 2 completed early: no second review.
     assert_eq!(dom.matches("loop-review · run").count(), 1, "{dom}");

@@ -5,6 +5,7 @@
 mod agent_cmd;
 mod batch_cmd;
 mod check;
+mod closed_output;
 mod common;
 mod edit_cmd;
 mod event_log;
@@ -253,7 +254,16 @@ pub fn main() -> ExitCode {
         // A run must outlive a closed stdout or stderr to record itself as cancelled: writes
         // then fail with EPIPE ([`out_line`]) instead of killing kiln. A caught signal (unlike
         // an ignored one) is reset to its default in the programs kiln starts.
-        extern "C" fn on_sigpipe(_: libc::c_int) {}
+        extern "C" fn on_sigpipe(_: libc::c_int) {
+            // The write that raised it fails with EPIPE; every later write to that stream
+            // (a warning printed anywhere, a result) goes to /dev/null instead of failing
+            // again, so nothing after it panics on a closed stream while the run closes.
+            for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+                if closed_output::stream_closed(fd) {
+                    closed_output::null_over(fd);
+                }
+            }
+        }
         // SAFETY: installing a handler that does nothing, before any thread starts.
         unsafe {
             libc::signal(
@@ -424,6 +434,11 @@ pub(crate) fn write_out(err: bool, text: &str) {
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
         closed.store(true, SeqCst);
+        closed_output::null_over(if err {
+            libc::STDERR_FILENO
+        } else {
+            libc::STDOUT_FILENO
+        });
         common::request_stop(libc::SIGPIPE);
     }
 }

@@ -48,11 +48,14 @@ pub(crate) async fn run(ctx: &Ctx, args: ReportArgs) -> anyhow::Result<Outcome> 
         &ctx.config.protected(),
     )?;
     if !ctx.quiet {
+        let (steps, word) = report.count();
         eprintln!(
-            "report of run {} ({} {}s) written to {}",
-            id,
-            report.steps.len(),
-            report.step_word,
+            "report of run {id} ({steps} {}) written to {}",
+            if steps == 1 {
+                word.trim_end_matches('s')
+            } else {
+                word
+            },
             written.display()
         );
     }

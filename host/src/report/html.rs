@@ -137,15 +137,8 @@ fn meta(h: &mut String, r: &RunReport) {
         "status",
     );
     item("model", escape(&row.model), "model");
-    item(
-        match (r.step_word, row.kind.as_str()) {
-            (_, "loop") => "rounds",
-            ("iteration", _) => "iterations",
-            _ => "turns",
-        },
-        row.iters.to_string(),
-        "step-count",
-    );
+    let (steps, word) = r.count();
+    item(word, steps.to_string(), "step-count");
     item("input tokens", row.tokens.input.to_string(), "tokens-input");
     item(
         "output tokens",

@@ -59,6 +59,20 @@ pub struct RunReport {
     pub phases: Vec<RunReport>,
 }
 
+impl RunReport {
+    /// How many steps the run counts and what they are called, as the console, `history`
+    /// and the page's header all say it: a fix loop's iterations (the first check is not
+    /// one), an agent's turns, an execute/review loop's rounds.
+    pub fn count(&self) -> (i64, &'static str) {
+        let word = match (self.step_word, self.row.kind.as_str()) {
+            (_, "loop") => "rounds",
+            ("iteration", _) => "iterations",
+            _ => "turns",
+        };
+        (self.row.iters, word)
+    }
+}
+
 /// The phases of loop run `row` (`loop-execute`, `loop-review`): the runs begun while it
 /// ran (one loop at a time runs on a workspace), in order.
 pub fn phases_of(store: &Store, row: &LoopRow) -> Result<Vec<i64>, StoreError> {
