@@ -181,6 +181,34 @@ struct File {
     /// `[batch]`: what batch tasks may name; only from the user's own file.
     #[serde(default, skip_serializing)]
     batch: Option<BatchConfig>,
+    /// `[gc]`: how much of kiln's state to keep; only from the user's own file.
+    #[serde(default, skip_serializing)]
+    gc: Option<GcConfig>,
+}
+
+/// `[gc]`: how much of each workspace's undo history kiln's state directory keeps (see
+/// [`crate::gc`]). Read only from the user's own configuration: what kiln keeps about your
+/// runs is not a repository's to say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcConfig {
+    /// Undo records kept per workspace, the newest (default 50).
+    #[serde(default)]
+    pub keep_runs: Option<usize>,
+    /// Undo records older than this many days are removed (default 30).
+    #[serde(default)]
+    pub max_age_days: Option<u64>,
+}
+
+impl GcConfig {
+    /// The limits, each default filled in.
+    pub fn limits(&self) -> crate::gc::Limits {
+        let d = crate::gc::Limits::default();
+        crate::gc::Limits {
+            keep_runs: self.keep_runs.unwrap_or(d.keep_runs),
+            max_age_days: self.max_age_days.unwrap_or(d.max_age_days),
+        }
+    }
 }
 
 /// `[batch]`: the local directories a batch task's `repo` may name (absolute, or starting
@@ -323,6 +351,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[batch]`, from the user's configuration only.
     pub batch: BatchConfig,
+    /// `[gc]`, from the user's configuration only.
+    pub gc: GcConfig,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).
@@ -584,6 +614,15 @@ impl Config {
                 });
             }
             self.batch = batch;
+        }
+        if let Some(gc) = file.gc {
+            if layer != Layer::User {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: "a workspace kiln.toml may not set [gc]: how much of your run history kiln keeps is yours to say, in your own configuration".into(),
+                });
+            }
+            self.gc = gc;
         }
         if let Some(fix) = file.fix {
             self.apply_fix(fix, layer);

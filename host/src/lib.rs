@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod edit;
 pub mod engine;
+pub mod gc;
 pub mod llm;
 pub mod mcp;
 pub mod path;

@@ -680,6 +680,39 @@ fn a_git_task_runs_at_its_revision_in_its_subdirectory() {
         diff.contains("+++ b/sub/main.c") && diff.contains("+    int x = 1;"),
         "{diff}"
     );
+    // Issue 34: the finished task's checkout is gone, and so is kiln's state for it; its
+    // log stays. With --keep-checkouts it is kept.
+    assert_eq!(res["checkout"], "", "{res}");
+    let checkouts = |ws: &Workspace| -> Vec<String> {
+        let dir = ws.state_home().join("kiln/workspaces");
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("workspace.json")).ok())
+            .filter(|j| j.contains("/checkout"))
+            .collect()
+    };
+    assert_eq!(checkouts(&ws), Vec::<String>::new());
+    let r = ws.kiln(
+        &[
+            "batch",
+            "run",
+            "git.jsonl",
+            "--batch",
+            "kept",
+            "--keep-checkouts",
+            "--json",
+        ],
+        &[KEY],
+    );
+    r.expect_code(0);
+    let kept = lines(&r)[0]["checkout"].as_str().unwrap().to_string();
+    assert!(
+        std::path::Path::new(&kept).join("sub/main.c").is_file(),
+        "{kept}"
+    );
+    assert_eq!(checkouts(&ws).len(), 1);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! for this project only.
 
 use crate::mock_llm::{MockLlm, openai_calls, openai_text, tool_contents};
-use crate::support::{Run, Workspace, runtime_with_cache};
+use crate::support::{Run, Workspace, runtime_with_cache, sr};
 use kiln::plugin::Source;
 use std::path::Path;
 
@@ -416,5 +416,134 @@ fn get_loop_detail_of_another_workspaces_run_is_not_found() {
     assert!(
         !results[2].contains(&format!("\"id\":{theirs}")) && !results.concat().contains("secret"),
         "{results:?}"
+    );
+}
+
+/// The undo directory of the workspace `ws` in kiln's state directory.
+fn undo_dir(ws: &Workspace) -> std::path::PathBuf {
+    ws.store_path().parent().unwrap().join("undo")
+}
+
+/// The pre-image of `text`, as undo stores it.
+fn object_of(ws: &Workspace, text: &str) -> std::path::PathBuf {
+    use sha2::{Digest, Sha256};
+    undo_dir(ws)
+        .join("objects")
+        .join(hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// Issue 34: each run prunes its workspace's undo history to `[gc] keep_runs` (here 2) and
+/// the pre-images no kept run needs, the latest run can still be undone, and `kiln gc`
+/// removes (after a `--dry-run` that removes nothing) the state of a workspace that no longer
+/// exists, and a workspace's kiln.toml may not set `[gc]`.
+#[test]
+fn runs_prune_their_undo_history_and_gc_removes_a_deleted_workspaces_state() {
+    let ws = Workspace::new();
+    ws.user_config("[gc]\nkeep_runs = 2\n");
+    ws.write("check.sh", "grep -q ok x.txt\n");
+    let answers = ws.path().join("answers.jsonl");
+    for i in 1..=4 {
+        // A change of the user's between runs: each run starts from another text.
+        ws.write("x.txt", &format!("v{i}\n"));
+        std::fs::write(
+            &answers,
+            format!("{}\n", serde_json::json!(sr(&format!("v{i}\n"), "ok\n"))),
+        )
+        .unwrap();
+        ws.kiln(
+            &[
+                "fix",
+                "--cmd",
+                "sh check.sh",
+                "--file",
+                "x.txt",
+                "--replay",
+                answers.to_str().unwrap(),
+            ],
+            &[],
+        )
+        .expect_code(0);
+        assert_eq!(ws.read("x.txt"), "ok\n");
+    }
+    let mut records: Vec<String> = std::fs::read_dir(undo_dir(&ws).join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    records.sort();
+    assert_eq!(
+        records,
+        ["3.json", "3.start.json", "4.json", "4.start.json"],
+        "the two newest runs are kept"
+    );
+    for gone in ["v1\n", "v2\n"] {
+        assert!(
+            !object_of(&ws, gone).exists(),
+            "{gone:?} is needed by no kept run"
+        );
+    }
+    for kept in ["v3\n", "v4\n"] {
+        assert!(
+            object_of(&ws, kept).exists(),
+            "{kept:?} is a kept run's pre-image"
+        );
+    }
+    let undo = ws.kiln(&["undo"], &[]);
+    undo.expect_code(0);
+    assert_eq!(ws.read("x.txt"), "v4\n", "{}", undo.stderr());
+
+    // A second workspace, run once, then deleted.
+    let other = Workspace::new();
+    other.write("check.sh", "true\n");
+    other.write("y.txt", "y\n");
+    let state_home = ws.state_home();
+    other
+        .kiln(
+            &[
+                "fix",
+                "--cmd",
+                "sh check.sh",
+                "--file",
+                "y.txt",
+                "--replay",
+                answers.to_str().unwrap(),
+            ],
+            &[("XDG_STATE_HOME", state_home.to_str().unwrap())],
+        )
+        .expect_code(0);
+    let other_state = other.store_path_under(&state_home);
+    let other_state = other_state.parent().unwrap().to_path_buf();
+    assert!(other_state.is_dir());
+    std::fs::remove_dir_all(other.root()).unwrap();
+
+    let dry = ws.kiln(&["gc", "--dry-run", "--json"], &[]);
+    dry.expect_code(0);
+    let report = dry.json();
+    let listed: Vec<&str> = report["workspaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [other_state.to_str().unwrap()], "{report}");
+    assert!(report["freed_bytes"].as_u64().unwrap() > 0);
+    assert!(other_state.is_dir(), "a dry run removes nothing");
+
+    let done = ws.kiln(&["gc"], &[]);
+    done.expect_code(0);
+    assert!(
+        done.stdout().contains("no longer exists"),
+        "{}",
+        done.stdout()
+    );
+    assert!(!other_state.exists());
+    assert!(ws.store_path().is_file(), "a live workspace's state stays");
+
+    ws.write("kiln.toml", "[gc]\nkeep_runs = 1000\n");
+    let refused = ws.kiln(&["gc", "--dry-run"], &[]);
+    refused.expect_code(2);
+    assert!(
+        refused.stderr().contains("may not set [gc]"),
+        "{}",
+        refused.stderr()
     );
 }

@@ -33,6 +33,9 @@ pub struct ExecSettings {
     pub allowed: crate::task_spec::Allowed,
     /// Canonical directories under which a task's local `repo` may be.
     pub local_repos: Vec<PathBuf>,
+    /// Keep a finished task's checkout (else it is removed, with kiln's state for it, once
+    /// its result and diff are taken; its `kiln.log` stays).
+    pub keep_checkouts: bool,
 }
 
 /// Token totals of a task's run.
@@ -228,8 +231,29 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
         Ok(d) => d,
         Err(e) => format!("(no diff: {e})"),
     };
+    if !s.keep_checkouts {
+        let (co, wd) = (co.clone(), workdir.clone());
+        let removed = tokio::task::spawn_blocking(move || remove_checkout(&co, &wd))
+            .await
+            .unwrap_or(false);
+        if removed {
+            res.checkout = String::new();
+        }
+    }
     res.duration_ms = started.elapsed().as_millis() as u64;
     Ended::Done(Box::new(res))
+}
+
+/// Remove a finished task's checkout `co` and kiln's state for the workspace `workdir` in
+/// it (its undo records: the checkout they would restore is gone). Whether it was removed.
+fn remove_checkout(co: &Path, workdir: &Path) -> bool {
+    if let (Ok(id), Ok(base)) = (
+        crate::state_dir::Identity::of(workdir),
+        crate::state_dir::base(),
+    ) {
+        let _ = std::fs::remove_dir_all(base.join("workspaces").join(id.key()));
+    }
+    std::fs::remove_dir_all(co).is_ok()
 }
 
 /// A fresh `dir` (a previous try of the same attempt removed) holding the checkout `co` of

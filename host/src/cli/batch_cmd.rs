@@ -72,6 +72,10 @@ pub(crate) struct RunArgs {
     /// Results as JSON lines on stdout at the end (as `kiln batch results --json`).
     #[arg(long)]
     json: bool,
+    /// Keep each finished task's checkout (default: removed once its result and diff are
+    /// recorded, with kiln's state for it).
+    #[arg(long)]
+    keep_checkouts: bool,
     /// The batch directory: its SQLite store and the tasks' checkouts (default
     /// `batches/` in kiln's state directory for the workspace).
     #[arg(long, value_name = "DIR")]
@@ -204,7 +208,8 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
     let _lock = worker_cmd::lock_dir(&dir)?;
     let (queue, store) = worker_cmd::open_local(&dir)?;
     // Naming the task file consents to copying directories beside it, nothing else.
-    let exec = worker_cmd::exec_settings(ctx, &dir.join("work"), store, yes, &[base])?;
+    let mut exec = worker_cmd::exec_settings(ctx, &dir.join("work"), store, yes, &[base])?;
+    exec.keep_checkouts = a.keep_checkouts;
     check_here(&a.tasks, &tasks, &exec)?;
     let budgets = a.budget.budgets()?;
     let (added, finished) = {

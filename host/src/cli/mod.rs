@@ -10,6 +10,7 @@ mod common;
 mod edit_cmd;
 mod event_log;
 mod fix_cmd;
+mod gc_cmd;
 mod guest_sdk;
 mod history_cmd;
 mod llm_cmd;
@@ -110,6 +111,8 @@ enum Command {
     Report(report_cmd::ReportArgs),
     /// Put back every file a fix, agent or loop run changed (the latest run by default).
     Undo(undo_cmd::UndoArgs),
+    /// Show and free what kiln's state directory keeps beyond its limits (`[gc]`).
+    Gc(gc_cmd::GcArgs),
     /// Many tasks (fix, agent or loop runs, each in a fresh checkout): run a task file here,
     /// or enqueue it for workers, and read its status and results.
     #[command(subcommand)]
@@ -310,16 +313,17 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     {
         eprintln!("warning: {warning}");
     }
-    if matches!(
+    let a_run = matches!(
         cli.command,
         Command::Agent(_) | Command::Fix(_) | Command::Loop(_) | Command::RunTask
-    ) {
+    );
+    if a_run {
         crate::undo::enable();
     }
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);
     }
-    match cli.command {
+    let outcome = match cli.command {
         Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Fix(args) => fix_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Loop(args) => loop_cmd::run(&ctx, &cli.global.plugins, *args).await,
@@ -336,7 +340,14 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Batch(cmd) => batch_cmd::run(&ctx, cli.global.yes, cmd).await,
         Command::Worker(args) => worker_cmd::run(&ctx, cli.global.yes, *args).await,
         Command::RunTask => task_cmd::run(&ctx, &cli.global.plugins).await,
+        Command::Gc(args) => gc_cmd::run(&ctx, args),
+    };
+    if a_run {
+        // The run's workspace keeps what `[gc]` says and no more; failing to prune costs only
+        // disk space.
+        let _ = crate::gc::after_run(&ctx.workspace, ctx.config.gc.limits());
     }
+    outcome
 }
 
 /// Whether a command reads or writes workspace files (so an edit interrupted by a killed kiln
@@ -358,7 +369,8 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Trust(_)
         | Command::Report(_)
         | Command::Batch(_)
-        | Command::Worker(_) => false,
+        | Command::Worker(_)
+        | Command::Gc(_) => false,
     }
 }
 

@@ -146,6 +146,10 @@ pub(crate) struct WorkerArgs {
     /// Exit when nothing is left to claim (and this worker's tasks are done).
     #[arg(long)]
     once: bool,
+    /// Keep each finished task's checkout (default: removed once its result and diff are
+    /// recorded, with kiln's state for it).
+    #[arg(long)]
+    keep_checkouts: bool,
     /// Attempts before a task whose workers keep dying is `dead`.
     #[arg(long, default_value_t = 3)]
     max_attempts: i64,
@@ -171,7 +175,8 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
         Some(s) => s.clone(),
         None => a.queue.scratch(ctx)?,
     };
-    let exec = exec_settings(ctx, &scratch, store, yes, &[])?;
+    let mut exec = exec_settings(ctx, &scratch, store, yes, &[])?;
+    exec.keep_checkouts = a.keep_checkouts;
     let opts = WorkerOptions {
         batch: a.batch.clone(),
         jobs: a.jobs,
@@ -272,6 +277,7 @@ pub(crate) fn exec_settings(
         yes,
         allowed: crate::task_spec::Allowed::from_config(&ctx.config),
         local_repos,
+        keep_checkouts: false,
     })
 }
 
