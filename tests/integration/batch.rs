@@ -955,3 +955,76 @@ fn a_failed_task_carries_its_reason_and_an_empty_repository_is_refused() {
         "{empty}"
     );
 }
+
+/// A tmpfs mounted for a test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Issue 35: a worker whose scratch is a full disk (a 256 KiB tmpfs) gives each task it
+/// claims back with its attempts unchanged, backs off, and after three such checkouts in a
+/// row stops claiming, exit 1, saying why; a healthy worker runs every task, and none ends
+/// `error` because of the other's disk.
+#[test]
+fn a_worker_with_a_full_disk_gives_its_tasks_back_and_a_healthy_one_runs_them() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    project(&ws);
+    mock.configure(&ws);
+    let tasks: Vec<Value> = (0..6).map(|i| fix_task(&format!("t{i}"))).collect();
+    task_file(&ws, "tasks.jsonl", &tasks);
+    ws.kiln(&["batch", "submit", "tasks.jsonl", "--dir", "q"], &[])
+        .expect_code(0);
+    let full = ws.path().join("full");
+    std::fs::create_dir_all(&full).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&full)
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        eprintln!("skipped: this machine refuses to mount a tmpfs");
+        return;
+    }
+    let _unmount = Tmpfs(full.clone());
+    let scratch = full.join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    // Fill the disk.
+    let filler = vec![0u8; 16 * 1024];
+    let mut f = std::fs::File::create(full.join("filler")).unwrap();
+    while std::io::Write::write_all(&mut f, &filler).is_ok() {}
+    drop(f);
+
+    let broken_q = ["--dir", "q", "--scratch", scratch.to_str().unwrap()];
+    let broken = spawn_worker(&ws, &broken_q, "4");
+    // The broken worker has the queue to itself for a moment: it claims first.
+    std::thread::sleep(Duration::from_millis(800));
+    let healthy = spawn_worker(&ws, &["--dir", "q"], "4");
+    let b = finish(broken);
+    let h = finish(healthy);
+    h.expect_code(0);
+    b.expect_code(1);
+    let err = b.stderr();
+    assert!(
+        err.contains("given back, attempts unchanged") && err.contains("stops claiming"),
+        "{err}"
+    );
+    let results = results_in(&ws, &["--dir", "q"]);
+    assert_eq!(results.len(), 6);
+    for r in &results {
+        assert_eq!(r["status"], "success", "{r}");
+        assert_eq!(r["attempts"], 1, "a given-back attempt is not counted: {r}");
+    }
+}

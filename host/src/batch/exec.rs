@@ -97,6 +97,10 @@ pub enum Ended {
     /// The run failed because the store went away under it: not the task's fault, so no
     /// result; the task is given back to run again.
     StoreLost(String),
+    /// The checkout failed for a reason of this worker's own (its scratch directory cannot
+    /// be written: a full disk, no permission, gone): no result, and the task is given back
+    /// with its attempts unchanged, for a healthy worker to run.
+    WorkerFault(String),
 }
 
 /// The attempt's directory: `<scratch>/<batch>/<task>/attempt-<n>`.
@@ -179,6 +183,18 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
         }
     };
     if let Err(e) = prepare(&repo, c.task.rev.as_deref(), &dir, &co).await {
+        let (scratch, d) = (s.scratch.clone(), dir.clone());
+        let fault = tokio::task::spawn_blocking(move || {
+            // What the failed checkout left must not count against the probe.
+            let _ = std::fs::remove_dir_all(&d);
+            scratch_fault(&scratch)
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(why) = fault {
+            return Ended::WorkerFault(format!("checkout: {e} ({why})"));
+        }
         res.error = Some(format!("checkout: {e}"));
         res.duration_ms = started.elapsed().as_millis() as u64;
         return Ended::Done(Box::new(res));
@@ -254,6 +270,30 @@ fn remove_checkout(co: &Path, workdir: &Path) -> bool {
         let _ = std::fs::remove_dir_all(base.join("workspaces").join(id.key()));
     }
     std::fs::remove_dir_all(co).is_ok()
+}
+
+/// Bytes a worker's scratch must take for a failed checkout to count as the task's own
+/// failure rather than the worker's.
+const SCRATCH_PROBE: usize = 1 << 20;
+
+/// Why this worker's scratch directory cannot take a checkout, if it cannot: a probe of
+/// [`SCRATCH_PROBE`] bytes written (and synced) in it fails. Asked after a checkout failed,
+/// so what decides whose fault it was is what the file system does, not the wording of the
+/// error.
+fn scratch_fault(scratch: &Path) -> Option<String> {
+    use std::io::Write;
+    let probe = scratch.join(format!(".kiln-probe-{}", std::process::id()));
+    let wrote = std::fs::File::create(&probe).and_then(|mut f| {
+        f.write_all(&vec![0u8; SCRATCH_PROBE])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&probe);
+    wrote.err().map(|e| {
+        format!(
+            "this worker's scratch {} cannot take a checkout: {e}",
+            scratch.display()
+        )
+    })
 }
 
 /// A fresh `dir` (a previous try of the same attempt removed) holding the checkout `co` of

@@ -87,7 +87,22 @@ pub enum Report {
     },
     /// The store answers again.
     StoreBack(&'static str),
+    /// A checkout failed for this worker's own reason; the task was given back with its
+    /// attempts unchanged and the worker waits `retry_in` before claiming again.
+    WorkerFault {
+        /// The task given back.
+        claim: Box<Claim>,
+        /// Why.
+        why: String,
+        /// The wait before the next claim.
+        retry_in: Duration,
+    },
+    /// After [`MAX_WORKER_FAULTS`] such failures in a row the worker claims nothing more.
+    GaveUp(String),
 }
+
+/// Checkouts in a row that may fail for the worker's own reasons before it stops claiming.
+pub const MAX_WORKER_FAULTS: u32 = 3;
 
 /// A name for this worker, unique across machines and restarts.
 pub fn worker_id() -> String {
@@ -114,6 +129,8 @@ struct Shared {
     opts: WorkerOptions,
     cancel: watch::Receiver<bool>,
     report: mpsc::UnboundedSender<Report>,
+    /// Checkouts that failed in a row for this worker's own reasons, and the last reason.
+    faults: Arc<Mutex<(u32, String)>>,
 }
 
 impl Shared {
@@ -206,12 +223,19 @@ pub async fn run(
         opts,
         cancel,
         report,
+        faults: Arc::default(),
     };
     let mut slots = tokio::task::JoinSet::new();
     let mut cancel = sh.cancel.clone();
+    let mut gave_up = false;
     loop {
         let mut idle = false;
-        while slots.len() < sh.opts.jobs && !*cancel.borrow() {
+        let (faults, why) = sh.faults.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if faults >= MAX_WORKER_FAULTS && !gave_up {
+            gave_up = true;
+            sh.say(Report::GaveUp(why));
+        }
+        while slots.len() < sh.opts.jobs && !*cancel.borrow() && !gave_up {
             let (batch, worker) = (sh.opts.batch.clone(), sh.opts.worker_id.clone());
             let (lease, max) = (sh.opts.lease.as_millis() as i64, sh.opts.max_attempts);
             let Some((claim, dead, refused)) = sh
@@ -243,7 +267,10 @@ pub async fn run(
                 }
             }
         }
-        if *cancel.borrow() || (idle && slots.is_empty() && sh.opts.once && !sh.pending().await) {
+        if *cancel.borrow()
+            || (gave_up && slots.is_empty())
+            || (idle && slots.is_empty() && sh.opts.once && !sh.pending().await)
+        {
             break;
         }
         tokio::select! {
@@ -293,7 +320,33 @@ async fn slot(sh: Shared, c: Claim) {
         }
     };
     match ended {
-        Ended::Done(res) => record(&sh, &c, res).await,
+        Ended::Done(res) => {
+            *sh.faults.lock().unwrap_or_else(|p| p.into_inner()) = (0, String::new());
+            record(&sh, &c, res).await
+        }
+        Ended::WorkerFault(why) if !lost => {
+            let n = {
+                let mut f = sh.faults.lock().unwrap_or_else(|p| p.into_inner());
+                *f = (f.0 + 1, why.clone());
+                f.0
+            };
+            give_back(&sh, &c, false).await;
+            // Back off before claiming again, doubling with each fault in a row, so a broken
+            // worker does not claim faster than the healthy ones.
+            let wait = (sh.opts.poll * 2u32.pow(n.min(6))).min(Duration::from_secs(30));
+            sh.say(Report::WorkerFault {
+                claim: Box::new(c.clone()),
+                why,
+                retry_in: wait,
+            });
+            if n < MAX_WORKER_FAULTS {
+                let mut cancel = sh.cancel.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = cancelled(&mut cancel) => {}
+                }
+            }
+        }
         Ended::Cancelled if !lost => {
             if give_back(&sh, &c, false).await {
                 sh.say(Report::Released(Box::new(c.clone())));
@@ -304,7 +357,7 @@ async fn slot(sh: Shared, c: Claim) {
                 sh.say(Report::Requeued(Box::new(c.clone()), why));
             }
         }
-        Ended::Cancelled | Ended::StoreLost(_) => {}
+        Ended::Cancelled | Ended::StoreLost(_) | Ended::WorkerFault(_) => {}
     }
 }
 

@@ -237,7 +237,8 @@ async fn run_local(ctx: &Ctx, yes: bool, a: RunArgs) -> anyhow::Result<Outcome> 
         worker_id: worker::worker_id(),
         ..a.lease.options()?
     };
-    let interrupted = worker_cmd::drive(queue.clone(), exec, opts, ctx.quiet, Some(&batch)).await;
+    let (interrupted, _) =
+        worker_cmd::drive(queue.clone(), exec, opts, ctx.quiet, Some(&batch)).await;
     let rows = {
         let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
         q.results(&batch)?
@@ -482,5 +483,21 @@ pub(crate) fn report_text(r: &Report) -> Option<String> {
             crate::terminal::printable(why)
         ),
         Report::StoreBack(doing) => format!("store reachable again ({doing})"),
+        Report::WorkerFault {
+            claim,
+            why,
+            retry_in,
+        } => format!(
+            "warning: {}/{} given back, attempts unchanged: {}; claiming again in {:.1}s",
+            claim.batch,
+            claim.task.id,
+            crate::terminal::printable(why),
+            retry_in.as_secs_f64()
+        ),
+        Report::GaveUp(why) => format!(
+            "error: this worker stops claiming tasks: {} checkouts in a row failed for its own reasons (last: {}); free its scratch directory or point --scratch elsewhere",
+            crate::batch::worker::MAX_WORKER_FAULTS,
+            crate::terminal::printable(why)
+        ),
     })
 }

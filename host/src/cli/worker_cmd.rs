@@ -194,9 +194,11 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
             opts.heartbeat.as_secs_f64()
         );
     }
-    let interrupted = drive(queue, exec, opts, ctx.quiet, None).await;
+    let (interrupted, gave_up) = drive(queue, exec, opts, ctx.quiet, None).await;
     Ok(if interrupted {
         Outcome::Interrupted
+    } else if gave_up {
+        Outcome::Failure
     } else {
         Outcome::Success
     })
@@ -282,21 +284,24 @@ pub(crate) fn exec_settings(
 }
 
 /// Run a worker with Ctrl-C handling and its reports on stderr (with a progress line per
-/// ended task when `batch` is given); returns whether it was interrupted.
+/// ended task when `batch` is given); returns whether it was interrupted, and whether it
+/// stopped claiming because its own checkouts kept failing.
 pub(crate) async fn drive(
     queue: SharedQueue,
     exec: ExecSettings,
     opts: WorkerOptions,
     quiet: bool,
     batch: Option<&str>,
-) -> bool {
+) -> (bool, bool) {
     let (cancel, ctrl_c) = super::common::ctrl_c_watch();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let jobs = opts.jobs as u64;
     let work = tokio::spawn(worker::run(queue.clone(), exec, opts, cancel, tx));
     let started = Instant::now();
     let mut finished_here = 0u64;
+    let mut gave_up = false;
     while let Some(r) = rx.recv().await {
+        gave_up |= matches!(r, Report::GaveUp(_));
         if matches!(r, Report::Finished(_)) {
             finished_here += 1;
         }
@@ -307,6 +312,8 @@ pub(crate) async fn drive(
                 | Report::StoreDown { .. }
                 | Report::Requeued(..)
                 | Report::Refused { .. }
+                | Report::WorkerFault { .. }
+                | Report::GaveUp(_)
         );
         if quiet && !quiet_ok {
             continue;
@@ -333,7 +340,7 @@ pub(crate) async fn drive(
     }
     let interrupted = work.await.unwrap_or(true);
     ctrl_c.abort();
-    interrupted
+    (interrupted, gave_up)
 }
 
 async fn counts(queue: &SharedQueue, batch: &str) -> Option<Counts> {
