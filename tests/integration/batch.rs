@@ -1028,3 +1028,53 @@ fn a_worker_with_a_full_disk_gives_its_tasks_back_and_a_healthy_one_runs_them() 
         assert_eq!(r["attempts"], 1, "a given-back attempt is not counted: {r}");
     }
 }
+
+/// Issue 35: a worker started while its database is down waits for it, retrying with backoff
+/// and saying so, then runs the queue; `--connect-timeout` ends the wait (exit 2, naming it).
+#[test]
+fn a_worker_started_before_its_database_waits_for_it() {
+    let server = crate::pg::PgServer::start();
+    let url = server.fresh_db();
+    let ws = Workspace::new();
+    let q = ["--store", url.as_str()];
+    let mock = Mock::start(Duration::ZERO);
+    project(&ws);
+    mock.configure(&ws);
+    let tasks: Vec<Value> = (0..2).map(|i| fix_task(&format!("t{i}"))).collect();
+    task_file(&ws, "tasks.jsonl", &tasks);
+    ws.kiln(&["batch", "submit", "tasks.jsonl", "--store", &url], &[])
+        .expect_code(0);
+    server.stop();
+    let worker = spawn_worker(&ws, &q, "4");
+    std::thread::sleep(Duration::from_millis(1500));
+    server.start_again();
+    let out = finish(worker);
+    out.expect_code(0);
+    let err = out.stderr();
+    assert!(
+        err.contains("store unreachable at start-up") && err.contains("retrying in"),
+        "{err}"
+    );
+    assert!(!err.contains(crate::pg::PASSWORD), "{err}");
+    let results = results_in(&ws, &q);
+    assert_eq!(results.len(), 2);
+    assert!(
+        results.iter().all(|r| r["status"] == "success"),
+        "{results:?}"
+    );
+
+    server.stop();
+    let r = ws.kiln(
+        &[
+            "worker",
+            "--once",
+            "--connect-timeout",
+            "1",
+            "--store",
+            &url,
+        ],
+        &[KEY],
+    );
+    r.expect_code(2);
+    assert!(r.stderr().contains("--connect-timeout"), "{}", r.stderr());
+}

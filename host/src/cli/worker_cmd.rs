@@ -150,6 +150,10 @@ pub(crate) struct WorkerArgs {
     /// recorded, with kiln's state for it).
     #[arg(long)]
     keep_checkouts: bool,
+    /// Seconds to wait for an unreachable store at start-up before giving up (default: wait
+    /// as long as it takes, as every later reconnect does).
+    #[arg(long, value_name = "SECS")]
+    connect_timeout: Option<f64>,
     /// Attempts before a task whose workers keep dying is `dead`.
     #[arg(long, default_value_t = 3)]
     max_attempts: i64,
@@ -170,7 +174,7 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
     if a.jobs == 0 {
         anyhow::bail!("--jobs must be 1 or more");
     }
-    let (queue, store) = a.queue.open(ctx)?;
+    let (queue, store) = open_waiting(ctx, &a.queue, a.connect_timeout).await?;
     let scratch = match &a.scratch {
         Some(s) => s.clone(),
         None => a.queue.scratch(ctx)?,
@@ -206,6 +210,51 @@ pub(crate) async fn run(ctx: &Ctx, yes: bool, a: WorkerArgs) -> anyhow::Result<O
 
 /// Create or migrate the store's own tables now, before any task's kiln opens it: many
 /// children opening a new SQLite store at once would race to create them.
+/// Open the queue, waiting for a store that cannot be reached yet (a worker started before
+/// its database): retried with backoff (0.2 s doubling to 5 s), saying so, until
+/// `timeout` seconds have passed (forever without one). Any other error ends it at once.
+async fn open_waiting(
+    ctx: &Ctx,
+    queue: &QueueArgs,
+    timeout: Option<f64>,
+) -> anyhow::Result<(SharedQueue, String)> {
+    let deadline = match timeout {
+        Some(t) if t.is_finite() && t >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(t)),
+        Some(t) => anyhow::bail!("--connect-timeout {t}: give a number of seconds, 0 or more"),
+        None => None,
+    };
+    let mut wait = Duration::from_millis(200);
+    loop {
+        let e = match queue.open(ctx) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let unreachable = e.chain().any(|c| {
+            c.downcast_ref::<crate::batch::db::DbError>()
+                .is_some_and(|d| d.transient)
+                || c.downcast_ref::<crate::store::StoreError>()
+                    .is_some_and(|s| s.is_unreachable())
+        });
+        if !unreachable || deadline.is_some_and(|d| Instant::now() + wait > d) {
+            return Err(e.context(match timeout {
+                Some(t) if unreachable => {
+                    format!("the store stayed unreachable for {t} s (--connect-timeout)")
+                }
+                _ => "cannot open the batch queue".to_string(),
+            }));
+        }
+        if !ctx.quiet || wait == Duration::from_millis(200) {
+            eprintln!(
+                "warning: store unreachable at start-up: {}; retrying in {:.1}s",
+                crate::terminal::printable(&format!("{e:#}")),
+                wait.as_secs_f64()
+            );
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(5));
+    }
+}
+
 fn migrate_store(url: &str) -> anyhow::Result<()> {
     let url: StoreUrl = url.parse()?;
     crate::store::Store::open_project(&url, "kiln batch")?;
