@@ -502,6 +502,25 @@ pub fn fleet_survives_a_killed_worker(ws: &Workspace, q: &[&str], store: &str) -
         "{loops:?}"
     );
     assert_eq!(loops.len(), 21, "{loops:?}");
+    // The dead worker's run does not stay `running`: attempt 2's claim closed it as
+    // `cancelled`, "worker lost".
+    let lost = loops
+        .iter()
+        .find(|l| {
+            l["project"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&format!("/tasks/{killed}/attempt-1/"))
+        })
+        .unwrap();
+    assert_eq!(lost["stop_reason"], "cancelled", "{lost}");
+    assert!(
+        lost["summary"]
+            .as_str()
+            .unwrap_or("")
+            .contains("worker lost"),
+        "{lost}"
+    );
     killed
 }
 

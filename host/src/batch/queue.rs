@@ -484,6 +484,51 @@ impl Queue {
         })
     }
 
+    /// Close the runs of `c`'s earlier attempts that are still `running` in the store (their
+    /// worker died: its lease ran out and `c` took the task over) as `cancelled`, "worker
+    /// lost". Fenced by attempt: only attempts before `c`'s, found by the directory each ran
+    /// in (`…/<batch>/<task>/attempt-<n>/checkout`). Returns how many were closed.
+    pub fn close_lost_runs(&mut self, c: &Claim, now_ms: i64) -> Result<u64, DbError> {
+        if c.attempt <= 1 {
+            return Ok(0);
+        }
+        let rows = self.db.query(
+            "SELECT id, project FROM loops WHERE status = 'running'",
+            &[],
+        )?;
+        let earlier: Vec<String> = (1..c.attempt)
+            .map(|n| format!("/{}/{}/attempt-{n}/checkout", c.batch, c.task.id))
+            .collect();
+        let mut closed = 0;
+        for row in rows {
+            let (Some(Val::Int(id)), Some(Val::Text(project))) = (row.first(), row.get(1)) else {
+                continue;
+            };
+            let ours = earlier.iter().any(|tag| {
+                project.find(tag.as_str()).is_some_and(|at| {
+                    matches!(project.as_bytes().get(at + tag.len()), None | Some(b'/'))
+                })
+            });
+            if !ours {
+                continue;
+            }
+            closed += self.db.execute(
+                "UPDATE loops SET status = 'failed', stop_reason = 'cancelled', summary = ?2, ended_at = ?3
+                 WHERE id = ?1 AND status = 'running'",
+                &[
+                    (*id).into(),
+                    format!(
+                        "worker lost: its lease ran out and attempt {} took the task over",
+                        c.attempt
+                    )
+                    .into(),
+                    now_ms.into(),
+                ],
+            )?;
+        }
+        Ok(closed)
+    }
+
     /// Give a held task back: queued again; this attempt not counted (Ctrl-C) or counted (a
     /// run that lost the store: the attempt was made, and a task that keeps losing it ends
     /// `dead` after `--max-attempts` instead of coming back forever).

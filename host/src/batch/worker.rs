@@ -284,8 +284,17 @@ pub async fn run(
 }
 
 /// Hold one claimed task: run it, renewing the lease, then record its result (or give it
-/// back when cancelled).
+/// back when cancelled). A task claimed again after its worker died first closes that
+/// worker's run, which would otherwise stay `running` in the store forever.
 async fn slot(sh: Shared, c: Claim) {
+    if c.attempt > 1 {
+        let cl = c.clone();
+        let _ = sh
+            .retry("closing a lost worker's run", true, move |q| {
+                q.close_lost_runs(&cl, crate::clock::now_ms())
+            })
+            .await;
+    }
     let (kill_tx, kill_rx) = watch::channel(false);
     let run = exec::run_task(&sh.exec, &c, kill_rx);
     tokio::pin!(run);
