@@ -770,6 +770,18 @@ fn budgets_pass_to_each_task_and_a_spent_batch_budget_stops_claims() {
         r.stderr()
     );
     assert_eq!(mock.requests(), 2);
+    // Status says the budget is spent and what will not run; --watch returns, since
+    // nothing more can happen.
+    let st = ws.kiln(&["batch", "status", "--watch"], &[]);
+    st.expect_code(0);
+    assert!(
+        st.stdout()
+            .contains("budget is spent: 3 queued tasks will not run"),
+        "{}",
+        st.stdout()
+    );
+    let st = ws.kiln(&["batch", "status", "--json"], &[]);
+    assert_eq!(st.json()["budget_spent"], "tokens", "{}", st.stdout());
     // A per-task cap reaches each task: one token is too few for any request.
     task_file(&ws, "c.jsonl", &tasks[..2]);
     let r = ws.kiln(

@@ -123,6 +123,9 @@ pub struct Counts {
     pub spent_cost: f64,
     /// Tokens.
     pub spent_tokens: u64,
+    /// The batch's budget is spent: its queued tasks will not be claimed (`"cost"` or
+    /// `"tokens"`, the cap reached).
+    pub budget_spent: Option<String>,
 }
 
 impl Counts {
@@ -591,12 +594,20 @@ impl Queue {
             }
         }
         let spent = self.db.query(
-            "SELECT spent_cost, spent_tokens FROM kiln_batches WHERE id = ?1",
+            "SELECT spent_cost, spent_tokens, max_cost, max_tokens FROM kiln_batches WHERE id = ?1",
             &[batch.into()],
         )?;
         if let Some(r) = spent.first() {
             c.spent_cost = r[0].real().unwrap_or(0.0);
             c.spent_tokens = r[1].int().unwrap_or(0) as u64;
+            // The claim's own test (`claim`): a cap reached stops every claim of the batch.
+            c.budget_spent = if r[2].real().is_some_and(|max| c.spent_cost >= max) {
+                Some("cost".into())
+            } else if r[3].int().is_some_and(|max| c.spent_tokens as i64 >= max) {
+                Some("tokens".into())
+            } else {
+                None
+            };
         }
         Ok(c)
     }

@@ -309,7 +309,9 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
         } else {
             println!("{}", status_line(&batch, &counts));
         }
-        if !a.watch || counts.queued + counts.running == 0 {
+        // Nothing more can happen once nothing runs and what is queued will not be claimed.
+        let settled = counts.running == 0 && (counts.queued == 0 || counts.budget_spent.is_some());
+        if !a.watch || settled {
             return Ok(Outcome::Success);
         }
         tokio::select! {
@@ -328,6 +330,17 @@ async fn results(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<Outcome> {
 }
 
 fn status_line(batch: &str, c: &Counts) -> String {
+    let line = status_counts(batch, c);
+    match &c.budget_spent {
+        Some(cap) => format!(
+            "{line}\n{batch}: the batch's {cap} budget is spent: {} will not run (raise --batch-max-{cap} and run or submit it again)",
+            crate::terminal::count(c.queued as usize, "queued task", "queued tasks"),
+        ),
+        None => line,
+    }
+}
+
+fn status_counts(batch: &str, c: &Counts) -> String {
     format!(
         "{batch}: {} tasks: {} queued, {} running, {} success, {} failed, {} error, {} dead; {} tokens{}",
         c.total(),
