@@ -264,3 +264,49 @@ fn a_review_loop_records_into_postgres() {
     assert_eq!(kinds, ["loop-execute:success", "loop:success"]);
     assert_eq!(ws.read("hello.txt"), "hi\n");
 }
+
+/// Issue 35: a `kiln fix` whose database restarts while its first check runs reconnects and
+/// records the whole run: the first statement after the restart, on the connection the
+/// restart closed, is made again on a fresh one.
+#[test]
+fn a_fix_survives_a_restart_of_its_database_during_the_first_check() {
+    let server = PgServer::start();
+    let url = server.fresh_db();
+    let ws = Workspace::new();
+    ws.write("main.c", BROKEN_C);
+    // The first check takes 3 s; the server restarts in its middle.
+    ws.write(
+        "check.sh",
+        "if [ ! -e .kiln-slow-done ]; then sleep 3; : > .kiln-slow-done; fi\ngcc -fsyntax-only main.c\n",
+    );
+    let mock = MockLlm::start(vec![fixed_reply()]);
+    let base = format!("{}/v1", mock.url);
+    let child = ws
+        .command(&[
+            "--store",
+            &url,
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--cmd",
+            "sh check.sh",
+            "--file",
+            "main.c",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    server.stop();
+    server.start_again();
+    let out = child.wait_with_output().unwrap();
+    let r = Run(out);
+    r.expect_code(0);
+    let rows = open(&url, &ws).loops(5).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, "success", "{}", r.stderr());
+    assert_eq!(rows[0].iters, 1);
+}

@@ -68,9 +68,17 @@ impl PgConn {
     /// Run `f` with the client, connecting first when there is no live connection. A failure
     /// that leaves the connection gone is [`StoreError::Unreachable`] (and the next call
     /// reconnects); any other is [`StoreError::Postgres`].
+    ///
+    /// A connection made earlier can be found closed only by using it (the synchronous client
+    /// drives its socket only during calls): when the server restarted since, the first
+    /// statement fails ("connection closed", or the notice the old backend left: "terminating
+    /// connection due to administrator command") without that backend, long gone, having run
+    /// it. So a call on such a connection that finds it gone is made once more, on a fresh
+    /// connection. (A restart in the very middle of a statement could then run it twice: the
+    /// queue's claims and results are fenced by attempt, and a run's rows are its own.)
     pub fn with<R: Send>(
         &mut self,
-        f: impl FnOnce(&mut Client) -> Result<R, ::postgres::Error> + Send,
+        f: impl Fn(&mut Client) -> Result<R, ::postgres::Error> + Send,
     ) -> Result<R, StoreError> {
         let PgConn {
             url,
@@ -78,26 +86,34 @@ impl PgConn {
             client,
         } = self;
         off_runtime(move || {
-            if client.as_ref().is_some_and(Client::is_closed) {
-                *client = None;
-            }
-            if client.is_none() {
-                // Refused, timed out or shutting down: unreachable (worth retrying). An answer
-                // such as a wrong password or a missing database is not.
-                let c = config
-                    .connect(NoTls)
-                    .map_err(|e| url_error(url, &e, e.code().is_none() || connection_lost(&e)))?;
-                *client = Some(c);
-            }
-            let c = client.as_mut().expect("connected above");
-            match f(c) {
-                Ok(r) => Ok(r),
-                Err(e) => {
-                    let gone = c.is_closed() || connection_lost(&e);
-                    if gone {
-                        *client = None;
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                if client.as_ref().is_some_and(Client::is_closed) {
+                    *client = None;
+                }
+                let reused = client.is_some();
+                if client.is_none() {
+                    // Refused, timed out or shutting down: unreachable (worth retrying). An
+                    // answer such as a wrong password or a missing database is not.
+                    let c = config.connect(NoTls).map_err(|e| {
+                        url_error(url, &e, e.code().is_none() || connection_lost(&e))
+                    })?;
+                    *client = Some(c);
+                }
+                let c = client.as_mut().expect("connected above");
+                match f(c) {
+                    Ok(r) => return Ok(r),
+                    Err(e) => {
+                        let gone = c.is_closed() || connection_lost(&e);
+                        if gone {
+                            *client = None;
+                        }
+                        if gone && reused && tries == 1 {
+                            continue;
+                        }
+                        return Err(url_error(url, &e, gone));
                     }
-                    Err(url_error(url, &e, gone))
                 }
             }
         })
@@ -182,7 +198,7 @@ impl Postgres {
 
     fn with<R: Send>(
         &self,
-        f: impl FnOnce(&mut Client) -> Result<R, ::postgres::Error> + Send,
+        f: impl Fn(&mut Client) -> Result<R, ::postgres::Error> + Send,
     ) -> Result<R, StoreError> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         conn.with(f)
@@ -200,9 +216,9 @@ impl Postgres {
         &self,
         q: &str,
         id: i64,
-        f: impl Fn(&Row) -> Result<T, ::postgres::Error> + Send,
+        f: impl Fn(&Row) -> Result<T, ::postgres::Error> + Send + Sync,
     ) -> Result<Vec<T>, StoreError> {
-        self.with(|c| c.query(q, &[&id])?.iter().map(f).collect())
+        self.with(|c| c.query(q, &[&id])?.iter().map(&f).collect())
     }
 }
 
