@@ -225,3 +225,81 @@ fn a_configured_runner_overrides_detection_but_not_from_an_untrusted_file() {
     );
     assert_eq!(diags(&r).len(), 2);
 }
+
+#[test]
+fn npm_test_is_detected_and_node_test_failures_point_into_the_project() {
+    let ws = Workspace::new();
+    ws.write(
+        "package.json",
+        r#"{"name":"calc","version":"1.0.0","scripts":{"test":"node --test"}}"#,
+    );
+    ws.write(
+        "calc.js",
+        "exports.add = (a, b) => a - b;\nexports.div = (a, b) => {\n  if (b === 0) throw new Error(\"division by zero\");\n  return a / b;\n};\n",
+    );
+    ws.write(
+        "test/calc.test.js",
+        "const test = require(\"node:test\");\nconst assert = require(\"node:assert\");\nconst { add, div } = require(\"../calc\");\n\ntest(\"adds\", () => {\n  assert.strictEqual(add(1, 2), 3);\n});\n\ntest(\"divides\", () => {\n  assert.strictEqual(div(1, 0), 0);\n});\n\ntest(\"ok\", () => {});\n",
+    );
+    let r = ws.kiln(&["check", "--file", "calc.js"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("runner `node` (npm test, detected from package.json)"),
+        "{}",
+        r.stderr()
+    );
+    let d = diags(&ws.kiln(&["check", "--file", "calc.js", "--json"], &[]));
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!((d[0].0.as_str(), d[0].1), ("test/calc.test.js", 6), "{d:?}");
+    assert!(
+        d[0].2.starts_with("test adds failed: AssertionError") && d[0].2.contains("-1 !== 3"),
+        "{d:?}"
+    );
+    assert_eq!((d[1].0.as_str(), d[1].1), ("calc.js", 3), "{d:?}");
+    assert_eq!(d[1].2, "test divides failed: division by zero");
+}
+
+const BROKEN_MAIN_C: &str = "#include <stdio.h>\n\nint main(void) {\n    int x = 1\n    printf(\"%d\\n\", x);\n    return 0;\n}\n";
+
+#[test]
+fn make_and_cmake_builds_give_the_compilers_diagnostics_relative_to_the_project() {
+    let ws = Workspace::new();
+    ws.write("src/main.c", BROKEN_MAIN_C);
+    ws.write(
+        "Makefile",
+        "app: src/main.c\n\tgcc -Wall -o app src/main.c\n",
+    );
+    let r = ws.kiln(&["check", "--file", "src/main.c"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("runner `make` (make, detected from Makefile)"),
+        "{}",
+        r.stderr()
+    );
+    let d = diags(&ws.kiln(&["check", "--file", "src/main.c", "--json"], &[]));
+    assert_eq!((d[0].0.as_str(), d[0].1), ("src/main.c", 5), "{d:?}");
+
+    // CMake wins over a Makefile: configure into build/, then build; gcc's absolute paths
+    // come back relative.
+    ws.write(
+        "CMakeLists.txt",
+        "cmake_minimum_required(VERSION 3.10)\nproject(demo C)\nadd_executable(app src/main.c)\n",
+    );
+    let r = ws.kiln(&["check", "--file", "src/main.c", "--json"], &[]);
+    let d = diags(&r);
+    assert_eq!(
+        (d[0].0.as_str(), d[0].1),
+        ("src/main.c", 5),
+        "{d:?} {}",
+        r.stdout()
+    );
+    // A CMakeLists.txt error is at its line.
+    ws.write(
+        "CMakeLists.txt",
+        "cmake_minimum_required(VERSION 3.10)\nproject(demo C)\nadd_executable(app src/nope.c)\n",
+    );
+    let d = diags(&ws.kiln(&["check", "--file", "src/main.c", "--json"], &[]));
+    assert_eq!((d[0].0.as_str(), d[0].1), ("CMakeLists.txt", 3), "{d:?}");
+}
