@@ -303,3 +303,39 @@ fn make_and_cmake_builds_give_the_compilers_diagnostics_relative_to_the_project(
     let d = diags(&ws.kiln(&["check", "--file", "src/main.c", "--json"], &[]));
     assert_eq!((d[0].0.as_str(), d[0].1), ("CMakeLists.txt", 3), "{d:?}");
 }
+
+#[test]
+fn a_failing_check_without_diagnostics_shows_the_output_tail_in_fix() {
+    let ws = Workspace::new();
+    ws.write("a.py", "x = 1\n");
+    let mock = MockLlm::start(vec![openai_text(&format!(
+        "Try two.\n\n{}",
+        sr("x = 1\n", "x = 2\n")
+    ))]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--cmd",
+            "python3 -c \"print('boom: the widget exploded'); raise SystemExit(2)\"",
+            "--file",
+            "a.py",
+            "--max-iters",
+            "1",
+        ],
+        &[],
+    );
+    r.expect_code(1);
+    let all = format!("{}{}", r.stdout(), r.stderr());
+    assert!(
+        all.contains("runner: failed (exit 2, 0 errors")
+            && all.contains(
+                "no diagnostic parsed; the output ends:\n      | boom: the widget exploded"
+            ),
+        "{all}"
+    );
+}
