@@ -21,8 +21,9 @@ pub(crate) struct RunnerArgs {
     /// targets). Naming it here grants the runner that program.
     #[arg(long)]
     pub cmd: Option<String>,
-    /// For the `cargo` runner: `check` (default), `build` or `test`; for `go`: `test`
-    /// (default), `build` or `vet`.
+    /// The runner's mode: `cargo` check (default), build or test; `go` test (default), build
+    /// or vet; `node` npm (default, `npm test`) or node (`node --test`); `make` make (default)
+    /// or cmake.
     #[arg(long)]
     pub mode: Option<String>,
     /// One target file.
