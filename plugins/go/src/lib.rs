@@ -18,6 +18,9 @@ use std::collections::BTreeMap;
 
 struct Go;
 
+/// `go list -m -f` format: the main module's path and directory.
+const MODULE_FORMAT: &str = "{{.Path}} {{.Dir}}";
+
 impl Runner for Go {
     fn manifest() -> Manifest {
         runner::manifest(
@@ -25,7 +28,10 @@ impl Runner for Go {
             env!("CARGO_PKG_VERSION"),
             "go test/build/vet with structured diagnostics",
         )
-        .with_exec("go", &["*"])
+        .with_exec("go", &["test", "*"])
+        .with_exec("go", &["build", "*"])
+        .with_exec("go", &["vet", "*"])
+        .with_exec("go", &["list", "-m", "-f", MODULE_FORMAT])
         .with_env("GOFLAGS")
         .with_env("GOTOOLCHAIN")
         .with_env("GOPROXY")
@@ -88,7 +94,7 @@ struct Module {
 }
 
 fn module_info() -> Module {
-    let args: Vec<String> = ["list", "-m", "-f", "{{.Path}} {{.Dir}}"]
+    let args: Vec<String> = ["list", "-m", "-f", MODULE_FORMAT]
         .iter()
         .map(|s| s.to_string())
         .collect();

@@ -13,6 +13,9 @@ use kiln_guest::runner::{
 
 struct Node;
 
+/// Prints the directory the programs run in (stack frames are absolute paths).
+const CWD_SCRIPT: &str = "process.stdout.write(process.cwd())";
+
 impl Runner for Node {
     fn manifest() -> Manifest {
         runner::manifest(
@@ -21,7 +24,8 @@ impl Runner for Node {
             "npm test / node --test with failing tests as structured diagnostics",
         )
         .with_exec("npm", &["test", "*"])
-        .with_exec("node", &["*"])
+        .with_exec("node", &["--test", "*"])
+        .with_exec("node", &["-e", CWD_SCRIPT])
         .with_env("NODE_OPTIONS")
         .with_timeout_ms(600_000)
     }
@@ -79,10 +83,7 @@ kiln_guest::export_runner!(Node);
 
 /// The project's directory as the programs see it (stack frames are absolute).
 fn project_dir() -> String {
-    let args = vec![
-        "-e".to_string(),
-        "process.stdout.write(process.cwd())".to_string(),
-    ];
+    let args = vec!["-e".to_string(), CWD_SCRIPT.to_string()];
     match runner::exec(&runner::command("node", &args)) {
         Ok(o) if o.exit_code == Some(0) => String::from_utf8_lossy(&o.stdout).into_owned(),
         _ => String::new(),
