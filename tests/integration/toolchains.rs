@@ -339,3 +339,51 @@ fn a_failing_check_without_diagnostics_shows_the_output_tail_in_fix() {
         "{all}"
     );
 }
+
+/// The jest of `tests/fixtures/jest-runner` (installed by `.ci/run`), copied into `ws`.
+fn install_jest(ws: &Workspace) {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/jest-runner/node_modules");
+    assert!(
+        fixture.join(".bin/jest").exists(),
+        "{} is missing: run `npm install` in tests/fixtures/jest-runner (.ci/run does)",
+        fixture.display()
+    );
+    let ok = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&fixture)
+        .arg(ws.root().join("node_modules"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[test]
+fn npm_test_running_jest_gives_its_failures_at_the_project_frames() {
+    let ws = Workspace::new();
+    install_jest(&ws);
+    ws.write(
+        "package.json",
+        r#"{"name":"calc","version":"1.0.0","scripts":{"test":"jest"}}"#,
+    );
+    ws.write(
+        "calc.js",
+        "exports.add = (a, b) => a - b;\nexports.div = (a, b) => {\n  if (b === 0) throw new Error(\"division by zero\");\n  return a / b;\n};\n",
+    );
+    ws.write(
+        "test/calc.test.js",
+        "const { add, div } = require(\"../calc\");\n\ndescribe(\"calc\", () => {\n  test(\"adds\", () => {\n    expect(add(1, 2)).toBe(3);\n  });\n  test(\"divides\", () => {\n    expect(div(1, 0)).toBe(0);\n  });\n});\n",
+    );
+    let r = ws.kiln(&["check", "--file", "calc.js", "--json"], &[]);
+    let d = diags(&r);
+    assert_eq!(d.len(), 2, "{d:?} {}", r.stdout());
+    assert_eq!((d[0].0.as_str(), d[0].1), ("test/calc.test.js", 5), "{d:?}");
+    assert!(
+        d[0].2
+            .starts_with("test calc > adds failed: expect(received).toBe(expected)"),
+        "{d:?}"
+    );
+    assert_eq!((d[1].0.as_str(), d[1].1), ("calc.js", 3), "{d:?}");
+    assert_eq!(d[1].2, "test calc > divides failed: division by zero");
+}
