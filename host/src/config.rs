@@ -1340,7 +1340,7 @@ pub fn grant_runner_consent(
         ),
         "go" => (&["go"], &["*"], &["GOFLAGS", "GOTOOLCHAIN", "GOPROXY"]),
         "tsc" => (&["tsc", "node_modules/.bin/tsc"], &["*"], &[]),
-        "node" => (&["npm", "node"], &["*"], &["NODE_OPTIONS"]),
+        "node" => (&["npm", "node"], &["*"], &["NODE_OPTIONS", "NO_COLOR"]),
         "make" => (&["make", "cmake"], &["*"], &["CC", "CXX", "CFLAGS"]),
         _ => (&[], &[], &[]),
     };

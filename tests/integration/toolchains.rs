@@ -340,13 +340,14 @@ fn a_failing_check_without_diagnostics_shows_the_output_tail_in_fix() {
     );
 }
 
-/// The jest of `tests/fixtures/jest-runner` (installed by `.ci/run`), copied into `ws`.
-fn install_jest(ws: &Workspace) {
+/// The `node_modules` of `tests/fixtures/NAME-runner` (installed by `.ci/run`), copied into
+/// `ws`.
+fn install_fixture(ws: &Workspace, name: &str) {
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/jest-runner/node_modules");
+        .join(format!("../tests/fixtures/{name}-runner/node_modules"));
     assert!(
-        fixture.join(".bin/jest").exists(),
-        "{} is missing: run `npm install` in tests/fixtures/jest-runner (.ci/run does)",
+        fixture.join(".bin").join(name).exists(),
+        "{} is missing: run `npm install` in tests/fixtures/{name}-runner (.ci/run does)",
         fixture.display()
     );
     let ok = std::process::Command::new("cp")
@@ -362,7 +363,7 @@ fn install_jest(ws: &Workspace) {
 #[test]
 fn npm_test_running_jest_gives_its_failures_at_the_project_frames() {
     let ws = Workspace::new();
-    install_jest(&ws);
+    install_fixture(&ws, "jest");
     ws.write(
         "package.json",
         r#"{"name":"calc","version":"1.0.0","scripts":{"test":"jest"}}"#,
@@ -386,4 +387,37 @@ fn npm_test_running_jest_gives_its_failures_at_the_project_frames() {
     );
     assert_eq!((d[1].0.as_str(), d[1].1), ("calc.js", 3), "{d:?}");
     assert_eq!(d[1].2, "test calc > divides failed: division by zero");
+}
+
+#[test]
+fn npm_test_running_vitest_gives_its_failures_at_the_project_frames() {
+    let ws = Workspace::new();
+    install_fixture(&ws, "vitest");
+    ws.write(
+        "package.json",
+        r#"{"name":"calc","version":"1.0.0","type":"module","scripts":{"test":"vitest run"}}"#,
+    );
+    ws.write(
+        "calc.js",
+        "export const add = (a, b) => a - b;\nexport const div = (a, b) => {\n  if (b === 0) throw new Error(\"division by zero\");\n  return a / b;\n};\n",
+    );
+    ws.write(
+        "test/calc.test.js",
+        "import { describe, test, expect } from \"vitest\";\nimport { add, div } from \"../calc.js\";\n\ndescribe(\"calc\", () => {\n  test(\"adds\", () => {\n    expect(add(1, 2)).toBe(3);\n  });\n  test(\"divides\", () => {\n    expect(div(1, 0)).toBe(0);\n  });\n});\n",
+    );
+    let r = ws.kiln(&["check", "--file", "calc.js", "--json"], &[]);
+    let d = diags(&r);
+    assert_eq!(d.len(), 2, "{d:?} {} {}", r.stdout(), r.stderr());
+    assert_eq!((d[0].0.as_str(), d[0].1), ("test/calc.test.js", 6), "{d:?}");
+    assert!(
+        d[0].2.starts_with(
+            "test test/calc.test.js > calc > adds failed: AssertionError: expected -1 to be 3"
+        ),
+        "{d:?}"
+    );
+    assert_eq!((d[1].0.as_str(), d[1].1), ("calc.js", 3), "{d:?}");
+    assert_eq!(
+        d[1].2,
+        "test test/calc.test.js > calc > divides failed: Error: division by zero"
+    );
 }

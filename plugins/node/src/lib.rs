@@ -27,6 +27,7 @@ impl Runner for Node {
         .with_exec("node", &["--test", "*"])
         .with_exec("node", &["-e", CWD_SCRIPT])
         .with_env("NODE_OPTIONS")
+        .with_env("NO_COLOR")
         .with_timeout_ms(600_000)
     }
 
@@ -58,12 +59,16 @@ impl Runner for Node {
         }
         let cwd = project_dir();
         let program = if mode == "npm" { "npm" } else { "node" };
-        let out = runner::exec(&runner::command(program, &args))?;
+        let mut cmd = runner::command(program, &args);
+        // Plain text: vitest colours its report even when not writing to a terminal.
+        cmd.env.push(("NO_COLOR".into(), "1".into()));
+        let out = runner::exec(&cmd)?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let mut diagnostics = parse_tap(&stdout, &cwd);
+        let plain = strip_ansi(&format!("{stdout}\n{stderr}"));
+        let mut diagnostics = parse_tap(&plain, &cwd);
         if diagnostics.is_empty() {
-            diagnostics = parse_jest(&format!("{stdout}\n{stderr}"), &cwd);
+            diagnostics = parse_jest(&plain, &cwd);
         }
         let exit_code = out.exit_code.unwrap_or(-1);
         Ok(RunResult {
@@ -88,6 +93,27 @@ fn project_dir() -> String {
         Ok(o) if o.exit_code == Some(0) => String::from_utf8_lossy(&o.stdout).into_owned(),
         _ => String::new(),
     }
+}
+
+/// `text` without ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `(file, line, column)` of a stack frame or location inside the project, relative to it.
@@ -289,12 +315,28 @@ mod tests {
             "{}",
             d[0].message
         );
-        let vitest = " FAIL  test/calc.test.js > calc > adds\nAssertionError: expected -1 to be 3 // Object.is equality\n ❯ test/calc.test.js:5:21\n";
-        let d = parse_jest(vitest, "/w");
-        assert_eq!((d[0].file.as_str(), d[0].line), ("test/calc.test.js", 5));
+        // vitest 4, as it printed it (colours and all).
+        let vitest = " \u{1b}[31m❯\u{1b}[39m test/calc.test.js \u{1b}[2m(\u{1b}[22m2 tests | 2 failed)\n\u{1b}[31m⎯⎯⎯⎯⎯⎯⎯\u{1b}[39m\u{1b}[1m\u{1b}[41m Failed Tests 2 \u{1b}[49m\u{1b}[22m\u{1b}[31m⎯⎯⎯⎯⎯⎯⎯\u{1b}[39m\n\n\u{1b}[41m\u{1b}[1m FAIL \u{1b}[22m\u{1b}[49m test/calc.test.js\u{1b}[2m > \u{1b}[22mcalc\u{1b}[2m > \u{1b}[22madds\n\u{1b}[31m\u{1b}[1mAssertionError\u{1b}[22m: expected -1 to be 3 // Object.is equality\u{1b}[39m\n\n\u{1b}[32m- Expected\u{1b}[39m\n\u{1b}[31m+ Received\u{1b}[39m\n\n\u{1b}[32m- 3\u{1b}[39m\n\u{1b}[31m+ -1\u{1b}[39m\n\n\u{1b}[36m \u{1b}[2m❯\u{1b}[22m test/calc.test.js:\u{1b}[2m6:23\u{1b}[22m\u{1b}[39m\n    \u{1b}[90m  6|\u{1b}[39m     expect(add(1, 2)).toBe(3);\n\n\u{1b}[31m\u{1b}[2m⎯⎯⎯⎯⎯⎯⎯⎯[1/2]⎯\u{1b}[22m\u{1b}[39m\n\n\u{1b}[41m\u{1b}[1m FAIL \u{1b}[22m\u{1b}[49m test/calc.test.js\u{1b}[2m > \u{1b}[22mcalc\u{1b}[2m > \u{1b}[22mdivides\n\u{1b}[31m\u{1b}[1mError\u{1b}[22m: division by zero\u{1b}[39m\n\u{1b}[36m \u{1b}[2m❯\u{1b}[22m div calc.js:\u{1b}[2m3:22\u{1b}[22m\u{1b}[39m\n    \u{1b}[90m  3|\u{1b}[39m   if (b === 0) throw new Error(\"division by zero\");\n\u{1b}[90m \u{1b}[2m❯\u{1b}[22m test/calc.test.js:\u{1b}[2m9:12\u{1b}[22m\u{1b}[39m\n";
+        let d = parse_jest(&strip_ansi(vitest), "/w");
+        assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!(
-            d[0].message,
-            "test test/calc.test.js > calc > adds failed: AssertionError: expected -1 to be 3 // Object.is equality"
+            (d[0].file.as_str(), d[0].line, d[0].column),
+            ("test/calc.test.js", 6, 23)
+        );
+        assert!(
+            d[0].message.starts_with(
+                "test test/calc.test.js > calc > adds failed: AssertionError: expected -1 to be 3 // Object.is equality"
+            ),
+            "{}",
+            d[0].message
+        );
+        assert_eq!(
+            (d[1].file.as_str(), d[1].line, d[1].column),
+            ("calc.js", 3, 22)
+        );
+        assert_eq!(
+            d[1].message,
+            "test test/calc.test.js > calc > divides failed: Error: division by zero"
         );
     }
 }
