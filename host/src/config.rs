@@ -326,6 +326,12 @@ pub struct FixConfig {
     pub format: Option<String>,
     /// Default iteration ceiling.
     pub max_iters: Option<u32>,
+    /// The runner `kiln fix`/`check` use when no flag names one (trusted files only: naming
+    /// a runner grants the build it runs).
+    pub runner: Option<String>,
+    /// The `command` runner's command when no flag names one (trusted files only: it is
+    /// granted like `--cmd`).
+    pub cmd: Option<String>,
 }
 
 /// The merged configuration.
@@ -691,6 +697,13 @@ impl Config {
         if fix.format.is_some() {
             self.fix.format = fix.format;
         }
+        // An untrusted file never gets here with these (its allowlist has no such keys).
+        if fix.runner.is_some() {
+            self.fix.runner = fix.runner;
+        }
+        if fix.cmd.is_some() {
+            self.fix.cmd = fix.cmd;
+        }
         if let Some(n) = fix.max_iters {
             self.fix.max_iters = Some(match layer {
                 Layer::Untrusted => n.min(self.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS)),
@@ -1027,6 +1040,8 @@ impl UntrustedFile {
                     config.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS),
                     &mut ignored,
                 ),
+                runner: None,
+                cmd: None,
             });
         }
         if let Some(sandbox) = self.sandbox {
@@ -1352,6 +1367,35 @@ pub fn grant_runner_consent(
             program: program.trim_matches(['"', '\'']).to_string(),
             args: vec!["*".into()],
         });
+    }
+    // The built-in runners of other toolchains: the tool itself, with any arguments (the
+    // plugin's manifest narrows it: a call must fit both), and the variables it reads.
+    let (programs, args, env): (&[&str], &[&str], &[&str]) = match runner {
+        // The pytest runner runs one fixed `python3 -c SCRIPT` that calls `pytest.main`.
+        "pytest" => (
+            &["python3", "python"],
+            &["-c", "*"],
+            &["VIRTUAL_ENV", "PYTHONPATH"],
+        ),
+        "go" => (&["go"], &["*"], &["GOFLAGS", "GOTOOLCHAIN", "GOPROXY"]),
+        "tsc" => (&["tsc", "node_modules/.bin/tsc"], &["*"], &[]),
+        "node" => (&["npm", "node"], &["*"], &["NODE_OPTIONS", "NO_COLOR"]),
+        "make" => (&["make", "cmake"], &["*"], &["CC", "CXX", "CFLAGS"]),
+        _ => (&[], &[], &[]),
+    };
+    for program in programs {
+        pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
+            program: program.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        });
+    }
+    if !env.is_empty() {
+        let list = pc.env.get_or_insert_with(Vec::new);
+        for v in env {
+            if !list.iter().any(|e| e == v) {
+                list.push(v.to_string());
+            }
+        }
     }
     if runner == "cargo" {
         pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {

@@ -31,8 +31,13 @@ fn version_and_plugin_list() {
             ("cargo", "runner"),
             ("command", "runner"),
             ("fs", "tool"),
+            ("go", "runner"),
+            ("make", "runner"),
+            ("node", "runner"),
+            ("pytest", "runner"),
             ("search-replace", "edit-format"),
             ("shell", "tool"),
+            ("tsc", "runner"),
             ("udiff", "edit-format"),
             ("whole", "edit-format")
         ]

@@ -34,6 +34,7 @@ mod runtime;
 mod sandbox;
 mod store;
 mod task_spec;
+mod toolchains;
 mod trust;
 mod undo;
 mod view;

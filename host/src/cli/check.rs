@@ -12,14 +12,18 @@ use std::path::PathBuf;
 /// Which runner, with what, over which files: shared by `kiln check` and `kiln fix`.
 #[derive(Debug, Args)]
 pub(crate) struct RunnerArgs {
-    /// Runner plugin: `command`, `cargo`, or a user plugin.
-    #[arg(long, default_value = "command")]
-    pub runner: String,
+    /// Runner plugin: `cargo`, `pytest`, `go`, `tsc`, `node`, `make`, `command`, or a user
+    /// plugin. Without it (and without --cmd), `[fix] runner`/`cmd`, else the runner the
+    /// project's files imply (Cargo.toml, pyproject.toml, package.json, go.mod, Makefile, ...).
+    #[arg(long)]
+    pub runner: Option<String>,
     /// For the `command` runner: the command to run (`{file}`/`{files}` are replaced by the
     /// targets). Naming it here grants the runner that program.
     #[arg(long)]
     pub cmd: Option<String>,
-    /// For the `cargo` runner: `check` (default), `build` or `test`.
+    /// The runner's mode: `cargo` check (default), build or test; `go` test (default), build
+    /// or vet; `node` npm (default, `npm test`) or node (`node --test`); `make` make (default)
+    /// or cmake.
     #[arg(long)]
     pub mode: Option<String>,
     /// One target file.
@@ -28,6 +32,15 @@ pub(crate) struct RunnerArgs {
     /// Several target files.
     #[arg(long, num_args = 1..)]
     pub files: Vec<String>,
+}
+
+/// The runner a command runs, its settings, and how it was chosen when no flag named it.
+#[derive(Debug)]
+pub(crate) struct ChosenRunner {
+    pub runner: String,
+    pub settings: BTreeMap<String, String>,
+    /// `runner `go` (go test -json ./..., detected from go.mod)` when detected.
+    pub detected: Option<String>,
 }
 
 impl RunnerArgs {
@@ -46,20 +59,54 @@ impl RunnerArgs {
         Ok(targets)
     }
 
-    /// Grant what naming the runner consents to; return the runner settings from the flags.
-    pub fn consent(
+    /// Pick the runner (`--runner`, else `command` with `--cmd`, else `[fix] runner`/`cmd`,
+    /// else the one the project at `workspace` implies, else `command`), grant what naming
+    /// it consents to, and return it with its settings.
+    pub fn choose(
         &self,
         config: &mut crate::config::Config,
-    ) -> anyhow::Result<BTreeMap<String, String>> {
-        crate::config::grant_runner_consent(config, &self.runner, self.cmd.as_deref())?;
+        workspace: &std::path::Path,
+    ) -> anyhow::Result<ChosenRunner> {
+        let cmd = self.cmd.clone().or_else(|| {
+            // `[fix] cmd` belongs to the command runner (named or implied).
+            match (&self.runner, &config.fix.runner) {
+                (Some(r), _) | (None, Some(r)) if r != "command" => None,
+                _ => config.fix.cmd.clone(),
+            }
+        });
         let mut settings = BTreeMap::new();
-        if let Some(cmd) = &self.cmd {
+        let mut detected = None;
+        let runner = match (&self.runner, &self.cmd, &config.fix.runner, &cmd) {
+            (Some(r), _, _, _) => r.clone(),
+            (None, Some(_), _, _) => "command".to_string(),
+            (None, None, Some(r), _) => r.clone(),
+            (None, None, None, Some(_)) => "command".to_string(),
+            (None, None, None, None) => match super::detect::detect_runner(workspace) {
+                Some(d) => {
+                    for (k, v) in &d.settings {
+                        settings.insert(k.to_string(), v.to_string());
+                    }
+                    detected = Some(format!(
+                        "runner `{}` ({}, detected from {})",
+                        d.runner, d.command, d.file
+                    ));
+                    d.runner.to_string()
+                }
+                None => "command".to_string(),
+            },
+        };
+        crate::config::grant_runner_consent(config, &runner, cmd.as_deref())?;
+        if let Some(cmd) = &cmd {
             settings.insert("cmd".to_string(), cmd.clone());
         }
         if let Some(mode) = &self.mode {
             settings.insert("mode".to_string(), mode.clone());
         }
-        Ok(settings)
+        Ok(ChosenRunner {
+            runner,
+            settings,
+            detected,
+        })
     }
 }
 
@@ -78,18 +125,22 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
         .with_context(|| format!("cannot open the workspace {}", ctx.workspace.display()))?;
     crate::path::target_arguments(&root, &targets)?;
     let mut config = ctx.config.clone();
-    let settings = args.runner.consent(&mut config)?;
+    let chosen = args.runner.choose(&mut config, &ctx.workspace)?;
+    let settings = chosen.settings;
     let ctx2 = ctx.with_config(config);
     let reg = ctx2
-        .registry_for(extra, crate::plugin::Needed::Only(&[&args.runner.runner]))
+        .registry_for(extra, crate::plugin::Needed::Only(&[&chosen.runner]))
         .await?;
-    let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
+    let runner = reg.get(&chosen.runner, Some(PluginKind::Runner))?;
     if !args.json && !ctx.quiet {
-        eprintln!(
-            "checking {} with runner `{}`…",
-            targets.join(", "),
-            runner.name
-        );
+        match &chosen.detected {
+            Some(how) => eprintln!("checking {} with {how}…", targets.join(", ")),
+            None => eprintln!(
+                "checking {} with runner `{}`…",
+                targets.join(", "),
+                runner.name
+            ),
+        }
     }
     let result = runner.runner_run(&targets, &settings).await?;
     let r = match result {

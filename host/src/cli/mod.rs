@@ -7,6 +7,7 @@ mod batch_cmd;
 mod check;
 mod closed_output;
 mod common;
+mod detect;
 mod edit_cmd;
 mod event_log;
 mod fix_cmd;

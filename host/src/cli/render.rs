@@ -46,6 +46,7 @@ impl Event {
                 duration_ms,
                 fresh,
                 first,
+                tail,
             } => {
                 let verdict = if *ok { "passed" } else { "failed" };
                 let mut s = if *fresh {
@@ -62,6 +63,12 @@ impl Event {
                 if !*ok && *fresh {
                     for d in first {
                         s.push_str(&format!("\n      {d}"));
+                    }
+                    if !tail.is_empty() {
+                        s.push_str("\n      no diagnostic parsed; the output ends:");
+                        for l in tail {
+                            s.push_str(&format!("\n      | {l}"));
+                        }
                     }
                 }
                 s

@@ -79,7 +79,14 @@ impl FixSettings {
         )?;
         let targets = args.runner.targets()?;
         let mut config = ctx.config.clone();
-        let runner_settings = args.runner.consent(&mut config)?;
+        let chosen = args.runner.choose(&mut config, &ctx.workspace)?;
+        if let Some(how) = &chosen.detected
+            && !ctx.quiet
+            && !args.json
+        {
+            eprintln!("kiln: {how}");
+        }
+        let runner_settings = chosen.settings;
         let prompt = match &args.prompt_file {
             _ if args.prompt_text.is_some() => args.prompt_text.clone(),
             Some(p) => Some(
@@ -107,7 +114,7 @@ impl FixSettings {
             config,
             model,
             budget: args.budget,
-            runner: args.runner.runner,
+            runner: chosen.runner,
             format,
             options,
             json: args.json,

@@ -72,7 +72,7 @@ fn budget_of(l: &Limits) -> super::common::BudgetArgs {
 fn fix_args(spec: &TaskSpec) -> FixArgs {
     let mut a: FixArgs = defaults();
     if let Some(r) = &spec.runner {
-        a.runner.runner = r.clone();
+        a.runner.runner = Some(r.clone());
     }
     a.runner.cmd = spec.cmd.clone();
     a.runner.mode = spec.mode.clone();

@@ -121,6 +121,45 @@ fn write_grants_are_absolute_or_home_and_cargo_consent_writes_only_its_caches() 
 }
 
 #[test]
+fn naming_a_toolchain_runner_grants_its_tool_and_nothing_else() {
+    let mut c = Config::default();
+    grant_runner_consent(&mut c, "pytest", None).unwrap();
+    let pc = c.plugin("pytest");
+    let exec: Vec<(String, Vec<String>)> = pc
+        .exec
+        .unwrap()
+        .into_iter()
+        .map(|g| (g.program, g.args))
+        .collect();
+    let c_star = vec!["-c".to_string(), "*".to_string()];
+    assert_eq!(
+        exec,
+        [
+            ("python3".into(), c_star.clone()),
+            ("python".into(), c_star)
+        ]
+    );
+    assert!(pc.write.is_none() && pc.read.is_none() && !pc.net.unwrap_or(false));
+    // Only the named runner gets anything.
+    assert_eq!(c.plugins.keys().collect::<Vec<_>>(), ["pytest"]);
+    for (runner, program) in [
+        ("go", "go"),
+        ("tsc", "tsc"),
+        ("node", "npm"),
+        ("make", "make"),
+    ] {
+        let mut c = Config::default();
+        grant_runner_consent(&mut c, runner, None).unwrap();
+        let pc = c.plugin(runner);
+        assert!(
+            pc.exec.unwrap().iter().any(|g| g.program == program),
+            "{runner}"
+        );
+        assert!(pc.write.is_none(), "{runner}");
+    }
+}
+
+#[test]
 fn mcp_servers_need_trust_and_valid_names() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("kiln.toml");

@@ -44,6 +44,9 @@ pub enum Event {
         fresh: bool,
         /// The first few diagnostics, one line each (`file:line:col: severity: message`).
         first: Vec<String>,
+        /// When the check failed and no diagnostic was parsed: the last lines of its output
+        /// (stdout, then stderr), so a person sees what failed; empty otherwise.
+        tail: Vec<String>,
     },
     /// A request went to the model.
     #[serde(rename = "llm.request")]
@@ -319,5 +322,33 @@ impl Event {
             }
         }
         v
+    }
+}
+
+/// The last `max` non-blank lines of a run's output (stdout, then stderr), each cut to 300
+/// characters: what a person is shown when a failing check yielded no diagnostic.
+pub(crate) fn output_tail(stdout: &str, stderr: &str, max: usize) -> Vec<String> {
+    let lines: Vec<&str> = stdout
+        .lines()
+        .chain(stderr.lines())
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(max)..]
+        .iter()
+        .map(|l| match l.char_indices().nth(300) {
+            Some((i, _)) => format!("{}…", &l[..i]),
+            None => l.to_string(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tail_tests {
+    #[test]
+    fn the_tail_is_the_last_non_blank_lines_of_stdout_then_stderr() {
+        let t = super::output_tail("a\n\nb\n", "c\n\n", 2);
+        assert_eq!(t, ["b", "c"]);
+        assert!(super::output_tail("", "", 5).is_empty());
     }
 }

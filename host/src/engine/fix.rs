@@ -28,6 +28,8 @@ pub const STAGNATION_WINDOW: usize = 3;
 pub const NO_EDITS_WINDOW: u32 = 3;
 /// Diagnostics a person is shown of a failed check (all of them go to the model).
 const FIRST_DIAGNOSTICS: usize = 3;
+/// Lines of output shown to a person when a failing check yielded no diagnostic.
+const OUTPUT_TAIL_LINES: usize = 12;
 /// Rounds of history tool calls allowed within one iteration.
 const MAX_TOOL_ROUNDS: usize = 3;
 
@@ -713,6 +715,11 @@ impl Fix<'_> {
                 .take(FIRST_DIAGNOSTICS)
                 .map(crate::plugin::diagnostic_line)
                 .collect(),
+            tail: if r.ok || !r.diagnostics.is_empty() {
+                Vec::new()
+            } else {
+                super::events::output_tail(&r.stdout, &r.stderr, OUTPUT_TAIL_LINES)
+            },
         });
     }
 

@@ -1,0 +1,423 @@
+//! The built-in runners of other toolchains (pytest, go, tsc, node, make) against the real
+//! tools, and runner detection: `kiln check`/`fix` with no `--runner` pick one from the
+//! project's files.
+
+use crate::mock_llm::{MockLlm, openai_text};
+use crate::support::{Run, Workspace, fix_result, sr};
+use serde_json::Value;
+
+/// The diagnostics of a `--json` check, as (file, line, message).
+fn diags(r: &Run) -> Vec<(String, u64, String)> {
+    r.json()["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d: &Value| {
+            (
+                d["file"].as_str().unwrap().to_string(),
+                d["line"].as_u64().unwrap(),
+                d["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+const CALC_PY: &str = "def add(a, b):\n    return a - b\n\n\ndef div(a, b):\n    return a / b\n";
+const TEST_CALC_PY: &str = "from calc import add, div\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\ndef test_div():\n    assert div(1, 0) == 0\n\n\ndef test_ok():\n    assert True\n";
+
+fn pytest_project() -> Workspace {
+    let ws = Workspace::new();
+    ws.write(
+        "pyproject.toml",
+        "[project]\nname = \"calc\"\nversion = \"0\"\n",
+    );
+    ws.write("calc.py", CALC_PY);
+    ws.write("tests/test_calc.py", TEST_CALC_PY);
+    ws.write(
+        "tests/conftest.py",
+        "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
+    );
+    ws
+}
+
+#[test]
+fn pytest_is_detected_and_failures_point_at_the_assertion_and_the_raise() {
+    let ws = pytest_project();
+    let r = ws.kiln(&["check", "--file", "calc.py"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("runner `pytest` (python3 -m pytest, detected from pyproject.toml)"),
+        "{}",
+        r.stderr()
+    );
+    assert!(
+        r.stdout().contains("tests/test_calc.py:5:0: error[test-failure]: test tests.test_calc::test_add failed: AssertionError: assert -1 == 3"),
+        "{}",
+        r.stdout()
+    );
+    let r = ws.kiln(&["check", "--file", "calc.py", "--json"], &[]);
+    let d = diags(&r);
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!((d[1].0.as_str(), d[1].1), ("calc.py", 6), "{d:?}");
+    assert!(
+        d[1].2.contains("test_div failed: ZeroDivisionError"),
+        "{d:?}"
+    );
+    // The report is read, not shown: the output is pytest's own.
+    let j = r.json();
+    assert!(!j["stdout"].as_str().unwrap().contains("kiln-pytest-junit"));
+    assert!(j["stdout"].as_str().unwrap().contains("2 failed, 1 passed"));
+    // A syntax error is an import error of the test module, at the broken line.
+    ws.write("calc.py", "def add(a, b)\n    return a + b\n");
+    let d = diags(&ws.kiln(&["check", "--file", "calc.py", "--json"], &[]));
+    assert_eq!((d[0].0.as_str(), d[0].1), ("calc.py", 1), "{d:?}");
+    assert!(d[0].2.contains("SyntaxError"), "{d:?}");
+    ws.write(
+        "calc.py",
+        &CALC_PY
+            .replace("a - b", "a + b")
+            .replace("a / b", "a // b if b else 0"),
+    );
+    ws.kiln(&["check", "--file", "calc.py"], &[]).expect_code(0);
+}
+
+#[test]
+fn fix_with_no_runner_named_fixes_a_pytest_project() {
+    let ws = pytest_project();
+    ws.write("calc.py", &CALC_PY.replace("a / b", "a // b if b else 0"));
+    let mock = MockLlm::start(vec![openai_text(&format!(
+        "add subtracts.\n\n{}",
+        sr("    return a - b\n", "    return a + b\n")
+    ))]);
+    let r = ws.kiln_model(&mock.url, "fix", &["--file", "calc.py"]);
+    r.expect_code(0);
+    assert_eq!(fix_result(&r)["iters"], 1);
+    let body = mock.recorded()[0].body.to_string();
+    assert!(
+        body.contains("tests/test_calc.py:5") && body.contains("test_add failed"),
+        "{body}"
+    );
+    assert!(ws.read("calc.py").contains("a + b"));
+}
+
+#[test]
+fn go_is_detected_and_failures_point_at_the_test_line_and_the_panic() {
+    let ws = Workspace::new();
+    ws.write("go.mod", "module example.com/calc\n\ngo 1.19\n");
+    ws.write(
+        "mathx/calc.go",
+        "package mathx\n\nfunc Add(a, b int) int {\n\treturn a - b\n}\n\nfunc Div(a, b int) int {\n\treturn a / b\n}\n",
+    );
+    ws.write(
+        "mathx/calc_test.go",
+        "package mathx\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif got := Add(1, 2); got != 3 {\n\t\tt.Errorf(\"Add(1, 2) = %d, want 3\", got)\n\t}\n}\n\nfunc TestDiv(t *testing.T) {\n\tif Div(1, 0) != 0 {\n\t\tt.Fatal(\"no\")\n\t}\n}\n",
+    );
+    let r = ws.kiln(&["check", "--file", "mathx/calc.go"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("runner `go` (go test -json ./..., detected from go.mod)"),
+        "{}",
+        r.stderr()
+    );
+    let d = diags(&ws.kiln(&["check", "--file", "mathx/calc.go", "--json"], &[]));
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!(
+        (d[0].0.as_str(), d[0].1),
+        ("mathx/calc_test.go", 7),
+        "{d:?}"
+    );
+    assert_eq!(d[0].2, "test TestAdd failed: Add(1, 2) = -1, want 3");
+    assert_eq!((d[1].0.as_str(), d[1].1), ("mathx/calc.go", 8), "{d:?}");
+    assert!(d[1].2.contains("integer divide by zero"), "{d:?}");
+    // A compile error, at its line and column.
+    ws.write(
+        "mathx/calc.go",
+        "package mathx\n\nfunc Add(a, b int) int {\n\treturn a + c\n}\n\nfunc Div(a, b int) int {\n\treturn 0\n}\n",
+    );
+    let r = ws.kiln(&["check", "--file", "mathx/calc.go", "--json"], &[]);
+    let j = r.json();
+    let d = &j["diagnostics"][0];
+    assert_eq!(
+        (d["file"].as_str(), d["line"].as_u64(), d["column"].as_u64()),
+        (Some("mathx/calc.go"), Some(4), Some(13)),
+        "{j}"
+    );
+    assert!(
+        d["message"].as_str().unwrap().contains("undefined: c"),
+        "{j}"
+    );
+}
+
+#[test]
+fn tsc_is_detected_and_type_errors_carry_file_line_and_code() {
+    let ws = Workspace::new();
+    ws.write(
+        "tsconfig.json",
+        r#"{"compilerOptions":{"strict":true,"noEmit":true},"include":["src"]}"#,
+    );
+    ws.write(
+        "src/app.ts",
+        "const name: string = \"kiln\";\nexport const n: number = name.lenght;\n",
+    );
+    let r = ws.kiln(&["check", "--file", "src/app.ts"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr().contains("runner `tsc`") && r.stderr().contains("tsconfig.json"),
+        "{}",
+        r.stderr()
+    );
+    let j = ws
+        .kiln(&["check", "--file", "src/app.ts", "--json"], &[])
+        .json();
+    let d = &j["diagnostics"][0];
+    assert_eq!(
+        (
+            d["file"].as_str(),
+            d["line"].as_u64(),
+            d["column"].as_u64(),
+            d["code"].as_str()
+        ),
+        (Some("src/app.ts"), Some(2), Some(31), Some("TS2551")),
+        "{j}"
+    );
+    ws.write(
+        "src/app.ts",
+        "const name: string = \"kiln\";\nexport const n: number = name.length;\n",
+    );
+    ws.kiln(&["check", "--file", "src/app.ts"], &[])
+        .expect_code(0);
+}
+
+#[test]
+fn a_configured_runner_overrides_detection_but_not_from_an_untrusted_file() {
+    let ws = pytest_project();
+    // The user's own configuration names a command: it runs, not pytest.
+    ws.user_config("[fix]\ncmd = \"python3 -c 'raise SystemExit(3)'\"\n");
+    let r = ws.kiln(&["check", "--file", "calc.py", "--json"], &[]);
+    assert_eq!(r.json()["exit_code"], 3, "{}", r.stderr());
+    ws.user_config("");
+    // An untrusted kiln.toml may not pick what runs: ignored, pytest is detected.
+    ws.write(
+        "kiln.toml",
+        "[fix]\nrunner = \"command\"\ncmd = \"python3 -c 'raise SystemExit(3)'\"\n",
+    );
+    let r = Run(ws
+        .command(&["check", "--file", "calc.py", "--json"])
+        .env_remove("KILN_YES")
+        .output()
+        .unwrap());
+    assert!(
+        r.stderr().contains("fix.runner") && r.stderr().contains("fix.cmd"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(r.json()["exit_code"], 1, "{}", r.stderr());
+    assert_eq!(diags(&r).len(), 2);
+    // Trusted (KILN_YES), it is the workspace's own choice.
+    let r = ws.kiln(&["check", "--file", "calc.py", "--json"], &[]);
+    assert_eq!(r.json()["exit_code"], 3, "{}", r.stderr());
+    // A runner named on the command line wins over both.
+    let r = ws.kiln(
+        &["check", "--runner", "pytest", "--file", "calc.py", "--json"],
+        &[],
+    );
+    assert_eq!(diags(&r).len(), 2);
+}
+
+#[test]
+fn npm_test_is_detected_and_node_test_failures_point_into_the_project() {
+    let ws = Workspace::new();
+    ws.write(
+        "package.json",
+        r#"{"name":"calc","version":"1.0.0","scripts":{"test":"node --test"}}"#,
+    );
+    ws.write(
+        "calc.js",
+        "exports.add = (a, b) => a - b;\nexports.div = (a, b) => {\n  if (b === 0) throw new Error(\"division by zero\");\n  return a / b;\n};\n",
+    );
+    ws.write(
+        "test/calc.test.js",
+        "const test = require(\"node:test\");\nconst assert = require(\"node:assert\");\nconst { add, div } = require(\"../calc\");\n\ntest(\"adds\", () => {\n  assert.strictEqual(add(1, 2), 3);\n});\n\ntest(\"divides\", () => {\n  assert.strictEqual(div(1, 0), 0);\n});\n\ntest(\"ok\", () => {});\n",
+    );
+    let r = ws.kiln(&["check", "--file", "calc.js"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("runner `node` (npm test, detected from package.json)"),
+        "{}",
+        r.stderr()
+    );
+    let d = diags(&ws.kiln(&["check", "--file", "calc.js", "--json"], &[]));
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!((d[0].0.as_str(), d[0].1), ("test/calc.test.js", 6), "{d:?}");
+    assert!(
+        d[0].2.starts_with("test adds failed: AssertionError") && d[0].2.contains("-1 !== 3"),
+        "{d:?}"
+    );
+    assert_eq!((d[1].0.as_str(), d[1].1), ("calc.js", 3), "{d:?}");
+    assert_eq!(d[1].2, "test divides failed: division by zero");
+}
+
+const BROKEN_MAIN_C: &str = "#include <stdio.h>\n\nint main(void) {\n    int x = 1\n    printf(\"%d\\n\", x);\n    return 0;\n}\n";
+
+#[test]
+fn make_and_cmake_builds_give_the_compilers_diagnostics_relative_to_the_project() {
+    let ws = Workspace::new();
+    ws.write("src/main.c", BROKEN_MAIN_C);
+    ws.write(
+        "Makefile",
+        "app: src/main.c\n\tgcc -Wall -o app src/main.c\n",
+    );
+    let r = ws.kiln(&["check", "--file", "src/main.c"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("runner `make` (make, detected from Makefile)"),
+        "{}",
+        r.stderr()
+    );
+    let d = diags(&ws.kiln(&["check", "--file", "src/main.c", "--json"], &[]));
+    assert_eq!((d[0].0.as_str(), d[0].1), ("src/main.c", 5), "{d:?}");
+
+    // CMake wins over a Makefile: configure into build/, then build; gcc's absolute paths
+    // come back relative.
+    ws.write(
+        "CMakeLists.txt",
+        "cmake_minimum_required(VERSION 3.10)\nproject(demo C)\nadd_executable(app src/main.c)\n",
+    );
+    let r = ws.kiln(&["check", "--file", "src/main.c", "--json"], &[]);
+    let d = diags(&r);
+    assert_eq!(
+        (d[0].0.as_str(), d[0].1),
+        ("src/main.c", 5),
+        "{d:?} {}",
+        r.stdout()
+    );
+    // A CMakeLists.txt error is at its line.
+    ws.write(
+        "CMakeLists.txt",
+        "cmake_minimum_required(VERSION 3.10)\nproject(demo C)\nadd_executable(app src/nope.c)\n",
+    );
+    let d = diags(&ws.kiln(&["check", "--file", "src/main.c", "--json"], &[]));
+    assert_eq!((d[0].0.as_str(), d[0].1), ("CMakeLists.txt", 3), "{d:?}");
+}
+
+#[test]
+fn a_failing_check_without_diagnostics_shows_the_output_tail_in_fix() {
+    let ws = Workspace::new();
+    ws.write("a.py", "x = 1\n");
+    let mock = MockLlm::start(vec![openai_text(&format!(
+        "Try two.\n\n{}",
+        sr("x = 1\n", "x = 2\n")
+    ))]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--cmd",
+            "python3 -c \"print('boom: the widget exploded'); raise SystemExit(2)\"",
+            "--file",
+            "a.py",
+            "--max-iters",
+            "1",
+        ],
+        &[],
+    );
+    r.expect_code(1);
+    let all = format!("{}{}", r.stdout(), r.stderr());
+    assert!(
+        all.contains("runner: failed (exit 2, 0 errors")
+            && all.contains(
+                "no diagnostic parsed; the output ends:\n      | boom: the widget exploded"
+            ),
+        "{all}"
+    );
+}
+
+/// The `node_modules` of `tests/fixtures/NAME-runner` (installed by `.ci/run`), copied into
+/// `ws`.
+fn install_fixture(ws: &Workspace, name: &str) {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../tests/fixtures/{name}-runner/node_modules"));
+    assert!(
+        fixture.join(".bin").join(name).exists(),
+        "{} is missing: run `npm install` in tests/fixtures/{name}-runner (.ci/run does)",
+        fixture.display()
+    );
+    let ok = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&fixture)
+        .arg(ws.root().join("node_modules"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[test]
+fn npm_test_running_jest_gives_its_failures_at_the_project_frames() {
+    let ws = Workspace::new();
+    install_fixture(&ws, "jest");
+    ws.write(
+        "package.json",
+        r#"{"name":"calc","version":"1.0.0","scripts":{"test":"jest"}}"#,
+    );
+    ws.write(
+        "calc.js",
+        "exports.add = (a, b) => a - b;\nexports.div = (a, b) => {\n  if (b === 0) throw new Error(\"division by zero\");\n  return a / b;\n};\n",
+    );
+    ws.write(
+        "test/calc.test.js",
+        "const { add, div } = require(\"../calc\");\n\ndescribe(\"calc\", () => {\n  test(\"adds\", () => {\n    expect(add(1, 2)).toBe(3);\n  });\n  test(\"divides\", () => {\n    expect(div(1, 0)).toBe(0);\n  });\n});\n",
+    );
+    let r = ws.kiln(&["check", "--file", "calc.js", "--json"], &[]);
+    let d = diags(&r);
+    assert_eq!(d.len(), 2, "{d:?} {}", r.stdout());
+    assert_eq!((d[0].0.as_str(), d[0].1), ("test/calc.test.js", 5), "{d:?}");
+    assert!(
+        d[0].2
+            .starts_with("test calc > adds failed: expect(received).toBe(expected)"),
+        "{d:?}"
+    );
+    assert_eq!((d[1].0.as_str(), d[1].1), ("calc.js", 3), "{d:?}");
+    assert_eq!(d[1].2, "test calc > divides failed: division by zero");
+}
+
+#[test]
+fn npm_test_running_vitest_gives_its_failures_at_the_project_frames() {
+    let ws = Workspace::new();
+    install_fixture(&ws, "vitest");
+    ws.write(
+        "package.json",
+        r#"{"name":"calc","version":"1.0.0","type":"module","scripts":{"test":"vitest run"}}"#,
+    );
+    ws.write(
+        "calc.js",
+        "export const add = (a, b) => a - b;\nexport const div = (a, b) => {\n  if (b === 0) throw new Error(\"division by zero\");\n  return a / b;\n};\n",
+    );
+    ws.write(
+        "test/calc.test.js",
+        "import { describe, test, expect } from \"vitest\";\nimport { add, div } from \"../calc.js\";\n\ndescribe(\"calc\", () => {\n  test(\"adds\", () => {\n    expect(add(1, 2)).toBe(3);\n  });\n  test(\"divides\", () => {\n    expect(div(1, 0)).toBe(0);\n  });\n});\n",
+    );
+    let r = ws.kiln(&["check", "--file", "calc.js", "--json"], &[]);
+    let d = diags(&r);
+    assert_eq!(d.len(), 2, "{d:?} {} {}", r.stdout(), r.stderr());
+    assert_eq!((d[0].0.as_str(), d[0].1), ("test/calc.test.js", 6), "{d:?}");
+    assert!(
+        d[0].2.starts_with(
+            "test test/calc.test.js > calc > adds failed: AssertionError: expected -1 to be 3"
+        ),
+        "{d:?}"
+    );
+    assert_eq!((d[1].0.as_str(), d[1].1), ("calc.js", 3), "{d:?}");
+    assert_eq!(
+        d[1].2,
+        "test test/calc.test.js > calc > divides failed: Error: division by zero"
+    );
+}
