@@ -17,7 +17,11 @@ use kiln_guest::runner::{
 
 /// Runs pytest with the JUnit report in the temp dir and appends it behind [`MARKER`]. Must
 /// hold no `*` or `?` (it is matched as an exact exec argument).
-const SCRIPT: &str = "import os,sys,tempfile\nimport pytest\np=os.path.join(tempfile.mkdtemp(),'junit.xml')\nc=pytest.main(['-p','no:cacheprovider','--junitxml='+p]+sys.argv[1:])\nsys.stdout.flush()\nx=open(p,encoding='utf-8').read() if os.path.exists(p) else ''\nsys.stdout.write('\\n@@kiln-pytest-junit@@ '+os.getcwd()+'\\n'+x)\nsys.stdout.flush()\nsys.exit(int(c))\n";
+const SCRIPT: &str = "import os,sys,tempfile\nsys.pycache_prefix=tempfile.mkdtemp()\nsys.dont_write_bytecode=True\nimport pytest\np=os.path.join(tempfile.mkdtemp(),'junit.xml')\nc=pytest.main(['-p','no:cacheprovider','--junitxml='+p]+sys.argv[1:])\nsys.stdout.flush()\nx=open(p,encoding='utf-8').read() if os.path.exists(p) else ''\nsys.stdout.write('\\n@@kiln-pytest-junit@@ '+os.getcwd()+'\\n'+x)\nsys.stdout.flush()\nsys.exit(int(c))\n";
+// Bytecode is neither read from nor written to the project (`pycache_prefix` is a fresh
+// directory, `dont_write_bytecode`): a fix written within the second of the last run, of the
+// same size (`a - b` -> `a + b`), would otherwise be hidden by the `.pyc` of the old text,
+// whose check is the source's mtime in seconds and its size.
 const MARKER: &str = "\n@@kiln-pytest-junit@@ ";
 
 struct Pytest;
