@@ -31,14 +31,18 @@ pub(crate) struct RunnerArgs {
 }
 
 impl RunnerArgs {
-    /// The targets, `--file` or `--files`; at least one.
-    pub fn targets(&self) -> anyhow::Result<Vec<String>> {
-        let targets: Vec<String> = self
-            .file
+    /// The targets named, `--file` or `--files`; none: project mode.
+    pub fn named_targets(&self) -> Vec<String> {
+        self.file
             .iter()
             .cloned()
             .chain(self.files.iter().cloned())
-            .collect();
+            .collect()
+    }
+
+    /// The targets, `--file` or `--files`; at least one.
+    pub fn targets(&self) -> anyhow::Result<Vec<String>> {
+        let targets = self.named_targets();
         anyhow::ensure!(
             !targets.is_empty(),
             "name the files with --file F or --files F..."

@@ -6,6 +6,7 @@ mod agent_cmd;
 mod batch_cmd;
 mod check;
 mod common;
+mod detect;
 mod edit_cmd;
 mod event_log;
 mod fix_cmd;

@@ -34,7 +34,11 @@ impl Event {
             } => {
                 format!(
                     "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {})",
-                    targets.join(", "),
+                    if targets.is_empty() {
+                        "the project".to_string()
+                    } else {
+                        targets.join(", ")
+                    },
                     count(*max_iters as usize, "iteration", "iterations")
                 )
             }

@@ -69,7 +69,7 @@ pub(crate) struct FixSettings {
 }
 
 impl FixSettings {
-    pub fn resolve(ctx: &Ctx, args: FixArgs) -> anyhow::Result<FixSettings> {
+    pub fn resolve(ctx: &Ctx, mut args: FixArgs) -> anyhow::Result<FixSettings> {
         // A missing API key is reported before anything runs or loads.
         let model = ModelPlan::resolve(
             args.replay.as_deref(),
@@ -77,7 +77,15 @@ impl FixSettings {
             &args.llm,
             &ctx.config,
         )?;
-        let targets = args.runner.targets()?;
+        // No --file/--files: project mode, the whole workspace.
+        let targets = args.runner.named_targets();
+        if targets.is_empty() && args.runner.runner == "command" && args.runner.cmd.is_none() {
+            let found = super::detect::detect_runner(&ctx.workspace)
+                .ok_or_else(|| anyhow::anyhow!(super::detect::NAME_A_RUNNER))?;
+            args.runner.runner = found.runner;
+            args.runner.cmd = found.cmd;
+            args.runner.mode = found.mode;
+        }
         let mut config = ctx.config.clone();
         let runner_settings = args.runner.consent(&mut config)?;
         let prompt = match &args.prompt_file {
@@ -101,8 +109,11 @@ impl FixSettings {
             prompt,
             runner_settings,
             protected: config.protected(),
+            tool_rounds: args.tool_rounds,
+            max_files: args.max_files,
             ..Default::default()
         };
+        anyhow::ensure!(options.max_files > 0, "--max-files must be at least 1");
         Ok(FixSettings {
             config,
             model,

@@ -184,6 +184,7 @@ impl ToolHandler for CompileLoop {
                 store: nested.store,
                 cancel: nested.cancel,
                 on_event: nested.on_event,
+                tools: None,
             };
             let r = run_fix(&p.fix, deps).await;
             if let Ok(o) = &r {

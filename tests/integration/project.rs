@@ -1,0 +1,223 @@
+//! `kiln fix` in project mode (no `--file`): the diagnostics name the files, the model looks
+//! around with read-only tools (bounded), answers in the multi-file format and may change
+//! any file that is not protected, at most `--max-files` per answer (issue 33 item 1).
+
+use crate::mock_llm::{MockLlm, call, openai_text, tool_contents};
+use crate::support::{Run, Workspace, fix_result, sr};
+use serde_json::{Value, json};
+
+const MAIN_C: &str = "#include \"util.h\"\n\nint main(void) { return helper(); }\n";
+const BROKEN_H: &str = "static int helper(void) { return 0 }\n";
+const FIXED_H: &str = "static int helper(void) { return 0; }\n";
+/// The runner: gcc over main.c only; util.h is named by no flag.
+const GCC: &[&str] = &["--cmd", "gcc -fsyntax-only main.c"];
+
+fn fix(ws: &Workspace, mock: &MockLlm, args: &[&str]) -> Run {
+    let base = format!("{}/v1", mock.url);
+    let mut all = vec![
+        "fix",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+        "--json",
+    ];
+    all.extend_from_slice(args);
+    ws.kiln(&all, &[("OPENAI_API_KEY", "sk-project-test")])
+}
+
+/// A multi-file answer: one SEARCH/REPLACE block per `(path, search, replace)`.
+fn answer(edits: &[(&str, &str, &str)]) -> String {
+    let mut s = String::from("Here is the fix.\n\n");
+    for (path, search, replace) in edits {
+        s.push_str(&format!("<<< path={path} >>>\n{}", sr(search, replace)));
+    }
+    s
+}
+
+fn events(r: &Run, kind: &str) -> Vec<Value> {
+    r.stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| t["function"]["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn project() -> Workspace {
+    let ws = Workspace::new();
+    ws.write("main.c", MAIN_C);
+    ws.write("util.h", BROKEN_H);
+    ws
+}
+
+#[test]
+fn project_mode_fixes_a_file_no_flag_named_after_reading_it() {
+    let ws = project();
+    let mock = MockLlm::start(vec![
+        call("read_files", json!({"paths": ["util.h"]})),
+        openai_text(&answer(&[(
+            "util.h",
+            "static int helper(void) { return 0 }\n",
+            "static int helper(void) { return 0; }\n",
+        )])),
+    ]);
+    let r = fix(&ws, &mock, GCC);
+    r.expect_code(0);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}");
+    assert_eq!(
+        res["modified_files"],
+        json!([ws.root().join("util.h").to_string_lossy()])
+    );
+    assert_eq!(ws.read("util.h"), FIXED_H);
+    assert_eq!(ws.read("main.c"), MAIN_C);
+    let reqs = mock.recorded();
+    assert_eq!(reqs.len(), 2);
+    // The first prompt: the failure and the code of the file the diagnostics name, the
+    // multi-file format, and the read-only tools.
+    let first = reqs[0].body.to_string();
+    assert!(first.contains("Files named by the diagnostics"), "{first}");
+    assert!(
+        first.contains("return 0 }"),
+        "util.h's code is shown: {first}"
+    );
+    assert!(first.contains("<<< path="), "multi-file instructions");
+    let offered = tool_names(&reqs[0].body);
+    for t in ["read_files", "search_repo", "list_dir", "loop_stop"] {
+        assert!(offered.contains(&t.to_string()), "{t} in {offered:?}");
+    }
+    assert!(!offered.iter().any(|t| t == "write_file" || t == "run_cmd"));
+    // The model's read_files call was answered with the file's text.
+    let results = tool_contents(&mock, 1);
+    assert!(
+        results.iter().any(|c| c.contains("return 0 }")),
+        "{results:?}"
+    );
+    let started = events(&r, "tool.start");
+    assert_eq!(started.len(), 1, "{}", r.stdout());
+    assert_eq!(started[0]["name"], "read_files");
+}
+
+#[test]
+fn the_tool_rounds_are_bounded() {
+    let ws = project();
+    let read = || call("read_files", json!({"paths": ["util.h"]}));
+    let mock = MockLlm::start(vec![
+        read(),
+        // Past the last round: not answered, and the iteration applies nothing.
+        read(),
+        openai_text(&answer(&[(
+            "util.h",
+            "static int helper(void) { return 0 }\n",
+            "static int helper(void) { return 0; }\n",
+        )])),
+    ]);
+    let mut args = GCC.to_vec();
+    args.extend(["--tool-rounds", "1"]);
+    let r = fix(&ws, &mock, &args);
+    r.expect_code(0);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}");
+    assert_eq!(res["iters"], 2, "{res}");
+    let reqs = mock.recorded();
+    assert_eq!(reqs.len(), 3);
+    // After the one round, the tools are gone but `loop_stop`, and the model is told so.
+    assert_eq!(tool_names(&reqs[1].body), ["loop_stop"]);
+    assert!(
+        tool_contents(&mock, 1)
+            .iter()
+            .any(|c| c.contains("last round of tool calls"))
+    );
+    assert_eq!(events(&r, "tool.start").len(), 1, "{}", r.stdout());
+    // The next iteration offers them again.
+    assert!(tool_names(&reqs[2].body).contains(&"read_files".to_string()));
+}
+
+#[test]
+fn project_mode_refuses_an_edit_to_a_protected_path_whole() {
+    let ws = project();
+    ws.write(".git/config", "[core]\n");
+    let mock = MockLlm::start(vec![openai_text(&answer(&[
+        (
+            "util.h",
+            "static int helper(void) { return 0 }\n",
+            "static int helper(void) { return 0; }\n",
+        ),
+        (".git/config", "[core]\n", "[core]\n\thooksPath = /tmp\n"),
+    ]))]);
+    let mut args = GCC.to_vec();
+    args.extend(["--tool-rounds", "0"]);
+    let r = fix(&ws, &mock, &args);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "blocked", "{res}");
+    assert!(
+        res["summary"].as_str().unwrap().contains("protected"),
+        "{res}"
+    );
+    // All or nothing: the allowed edit was not applied either.
+    assert_eq!(ws.read(".git/config"), "[core]\n");
+    assert_eq!(ws.read("util.h"), BROKEN_H);
+    // With no tool rounds, no look-around tool is offered.
+    assert_eq!(
+        tool_names(&mock.recorded()[0].body).len(),
+        3,
+        "loop_stop and history"
+    );
+}
+
+#[test]
+fn project_mode_refuses_more_than_max_files() {
+    let ws = project();
+    ws.write("other.h", "int other;\n");
+    let two = answer(&[
+        (
+            "util.h",
+            "static int helper(void) { return 0 }\n",
+            "static int helper(void) { return 0; }\n",
+        ),
+        ("other.h", "int other;\n", "int other = 1;\n"),
+    ]);
+    let mock = MockLlm::start(vec![openai_text(&two)]);
+    let mut args = GCC.to_vec();
+    args.extend(["--max-files", "1"]);
+    let r = fix(&ws, &mock, &args);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "blocked", "{res}");
+    assert!(
+        res["summary"].as_str().unwrap().contains("--max-files"),
+        "{res}"
+    );
+    assert_eq!(ws.read("util.h"), BROKEN_H);
+    assert_eq!(ws.read("other.h"), "int other;\n");
+
+    // The same answer within the default limit applies.
+    let mock = MockLlm::start(vec![openai_text(&two)]);
+    let r = fix(&ws, &mock, GCC);
+    assert_eq!(fix_result(&r)["stop_reason"], "success", "{}", r.stdout());
+    assert_eq!(ws.read("other.h"), "int other = 1;\n");
+}
+
+#[test]
+fn project_mode_without_a_runner_asks_for_one() {
+    let ws = project();
+    let mock = MockLlm::start(vec![]);
+    let r = fix(&ws, &mock, &[]);
+    assert_ne!(r.code(), 0);
+    assert!(
+        r.stderr().contains("name a runner with --runner or --cmd"),
+        "{}",
+        r.stderr()
+    );
+    assert!(mock.recorded().is_empty());
+}
