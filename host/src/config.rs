@@ -298,6 +298,8 @@ pub struct FixConfig {
     pub format: Option<String>,
     /// Default iteration ceiling.
     pub max_iters: Option<u32>,
+    /// The runner's deadline per check, in seconds (default [`DEFAULT_RUNNER_TIMEOUT_S`]).
+    pub timeout: Option<u32>,
 }
 
 /// The merged configuration.
@@ -658,6 +660,12 @@ impl Config {
                 _ => n,
             });
         }
+        if let Some(n) = fix.timeout {
+            self.fix.timeout = Some(match layer {
+                Layer::Untrusted => n.min(self.fix.timeout.unwrap_or(DEFAULT_RUNNER_TIMEOUT_S)),
+                _ => n,
+            });
+        }
     }
 
     fn apply_sandbox(&mut self, path: &Path, sandbox: SandboxConfig) -> Result<(), ConfigError> {
@@ -819,6 +827,9 @@ const TRUSTED_WORKSPACE: Layer = Layer::Workspace { trusted: true };
 /// The `kiln fix` iteration ceiling when nothing sets one (the same default `kiln fix` and the
 /// MCP server use); an untrusted file may only lower it.
 pub const DEFAULT_MAX_ITERS: u32 = 5;
+/// A fix loop runner's default deadline per check, in seconds (10 minutes: a fresh build of a
+/// crate with dependencies takes minutes).
+pub const DEFAULT_RUNNER_TIMEOUT_S: u32 = 600;
 
 /// The longest `[fix] prompt` an untrusted file may set: a prompt is sent with every request,
 /// so a longer one raises cost and needs trust.
@@ -892,6 +903,7 @@ struct UntrustedFix {
     prompt: Option<String>,
     format: Option<String>,
     max_iters: Option<u32>,
+    timeout: Option<u32>,
     #[serde(flatten)]
     other: Other,
 }
@@ -986,6 +998,12 @@ impl UntrustedFile {
                     "fix.max_iters".into(),
                     fix.max_iters,
                     config.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS),
+                    &mut ignored,
+                ),
+                timeout: lower_only(
+                    "fix.timeout".into(),
+                    fix.timeout,
+                    config.fix.timeout.unwrap_or(DEFAULT_RUNNER_TIMEOUT_S),
                     &mut ignored,
                 ),
             });

@@ -221,3 +221,30 @@ fn project_mode_without_a_runner_asks_for_one() {
     );
     assert!(mock.recorded().is_empty());
 }
+
+/// Issue 33 item 5: a check that outlives the runner's deadline stops the loop as `timeout`,
+/// says so, names the setting, and never asks the model.
+#[test]
+fn a_runner_that_outlives_its_deadline_ends_timeout_without_asking_the_model() {
+    let ws = project();
+    let mock = MockLlm::start(vec![openai_text("never asked")]);
+    let start = std::time::Instant::now();
+    let r = fix(&ws, &mock, &["--cmd", "sleep 30", "--timeout", "1"]);
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "timeout", "{res}");
+    let summary = res["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("ran out of time after 1 s") && summary.contains("--timeout"),
+        "{summary}"
+    );
+    assert!(mock.recorded().is_empty(), "the model was asked");
+    assert_ne!(r.code(), 0);
+
+    // `[fix] timeout` in the user's configuration sets it too.
+    ws.user_config("[fix]\ntimeout = 1\n");
+    let r = fix(&ws, &mock, &["--cmd", "sleep 30", "--file", "main.c"]);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "timeout", "{res}");
+    assert!(mock.recorded().is_empty(), "the model was asked");
+}

@@ -73,6 +73,8 @@ pub struct FixOptions {
     /// Project mode: files one answer may change (default 10); an answer over it is refused
     /// whole.
     pub max_files: usize,
+    /// The runner's deadline per check (seconds), named when a check runs out of time.
+    pub timeout_s: Option<u32>,
 }
 
 impl Default for FixOptions {
@@ -91,6 +93,7 @@ impl Default for FixOptions {
             protected: crate::path::Protected::default(),
             tool_rounds: 5,
             max_files: 10,
+            timeout_s: None,
         }
     }
 }
@@ -711,7 +714,12 @@ impl Fix<'_> {
             }
         };
         let e = match r {
+            Ok(Ok(r)) if r.timed_out => {
+                self.last_error = Some(failure_text(&r));
+                return Err(self.timed_out());
+            }
             Ok(Ok(r)) => return Ok((r, ms)),
+            Err(PluginError::Deadline { .. }) => return Err(self.timed_out()),
             Ok(Err(e)) => format!(
                 "runner `{}`: {}",
                 self.runner.name,
@@ -721,6 +729,23 @@ impl Fix<'_> {
         };
         self.last_error = Some(e.clone());
         Err((StopReason::Error, e))
+    }
+
+    /// The stop of a check that ran out of time: said as such, naming the setting; the model
+    /// is not asked about it.
+    fn timed_out(&mut self) -> Stop {
+        let limit = match self.opts.timeout_s {
+            Some(s) => format!(" after {s} s"),
+            None => String::new(),
+        };
+        let msg = format!(
+            "the check (runner `{}`) ran out of time{limit} and was stopped; the model was not asked. Give it longer with --timeout SECONDS or `[fix] timeout` in your user config or a trusted kiln.toml",
+            self.runner.name
+        );
+        if self.last_error.is_none() {
+            self.last_error = Some(msg.clone());
+        }
+        (StopReason::Timeout, msg)
     }
 
     /// Store the iteration's row (with its edits) and emit `loop.iteration`; a store that
