@@ -248,3 +248,126 @@ fn a_runner_that_outlives_its_deadline_ends_timeout_without_asking_the_model() {
     assert_eq!(res["stop_reason"], "timeout", "{res}");
     assert!(mock.recorded().is_empty(), "the model was asked");
 }
+
+/// Issue 33 item 2: run from a subdirectory, kiln finds the root (the nearest directory
+/// holding `.git`, `kiln.toml` or `.kiln`); paths on the command line are relative to the
+/// current directory; the history is the root's.
+#[test]
+fn run_from_a_subdirectory_kiln_finds_the_root() {
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.root().join(".git")).unwrap();
+    ws.write("main.c", "int main(void) { return 0 }\n");
+    ws.write("src/lib.c", "int lib;\n");
+    let sub = ws.root().join("src");
+    let mock = MockLlm::start(vec![openai_text(&answer(&[(
+        "main.c",
+        "int main(void) { return 0 }\n",
+        "int main(void) { return 0; }\n",
+    )]))]);
+    let base = format!("{}/v1", mock.url);
+    let run = |args: &[&str]| {
+        let mut cmd = ws.command(args);
+        cmd.current_dir(&sub).env("OPENAI_API_KEY", "sk-root-test");
+        Run(cmd.output().unwrap())
+    };
+    let r = run(&[
+        "fix",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+        "--json",
+        "--cmd",
+        "gcc -fsyntax-only {files}",
+        "--files",
+        "../main.c",
+    ]);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}\n{}", r.stderr());
+    assert_eq!(ws.read("main.c"), "int main(void) { return 0; }\n");
+    assert_eq!(
+        res["modified_files"],
+        json!([ws.root().join("main.c").to_string_lossy()])
+    );
+    // One history, the root's; no second .kiln/ in the subdirectory.
+    let loops = ws.store().loops(10).unwrap();
+    assert_eq!(loops.len(), 1);
+    assert_eq!(loops[0].targets, ["main.c"]);
+    assert!(!sub.join(".kiln").exists());
+    // The banner says which root was chosen, once; a path in the subdirectory is relative
+    // to it.
+    let r = run(&[
+        "fix",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+        "--cmd",
+        "gcc -fsyntax-only {files}",
+        "--file",
+        "lib.c",
+    ]);
+    r.expect_code(0);
+    let line = format!(
+        "workspace: {} (the nearest directory holding .git)",
+        ws.root().canonicalize().unwrap().display()
+    );
+    assert_eq!(r.stderr().matches(&line).count(), 1, "{}", r.stderr());
+    assert_eq!(ws.store().loops(10).unwrap()[0].targets, ["src/lib.c"]);
+}
+
+/// Issue 33 item 8: `--cmd` with shell syntax is refused (no shell runs it), or run through
+/// `sh -c` with `--shell`.
+#[test]
+fn a_cmd_with_shell_syntax_is_refused_or_run_through_sh_with_shell() {
+    let ws = Workspace::new();
+    ws.write("main.c", "int main(void) { return 0; }\n");
+    let mock = MockLlm::start(vec![]);
+    for cmd in [
+        "gcc -fsyntax-only main.c && echo ok",
+        "gcc -fsyntax-only main.c | cat",
+        "CC=gcc make",
+        "gcc -fsyntax-only main.c > log",
+    ] {
+        let r = fix(&ws, &mock, &["--cmd", cmd, "--file", "main.c"]);
+        r.expect_code(2);
+        assert!(
+            r.stderr().contains("no shell runs it; use `sh -c '…'`"),
+            "{cmd}: {}",
+            r.stderr()
+        );
+    }
+    assert!(!ws.root().join("log").exists());
+    // With --shell, `sh -c` runs it: both sides of `&&` run, the redirection writes.
+    let r = fix(
+        &ws,
+        &mock,
+        &[
+            "--shell",
+            "--cmd",
+            "gcc -fsyntax-only main.c && echo \"it ran\" > log",
+            "--file",
+            "main.c",
+        ],
+    );
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}\n{}", r.stderr());
+    assert_eq!(ws.read("log"), "it ran\n");
+    assert!(mock.recorded().is_empty());
+}
+
+/// Issue 33 item 9: the model error points at the user's configuration or KILN_MODEL, not at
+/// a workspace kiln.toml that is untrusted (and whose `model` is ignored).
+#[test]
+fn no_model_points_at_the_user_config_not_kiln_toml() {
+    let ws = Workspace::new();
+    ws.write("main.c", "int main(void) { return 0; }\n");
+    let r = ws.kiln(&["fix", "--cmd", "true", "--file", "main.c"], &[]);
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains("KILN_MODEL") && err.contains("~/.config/kiln/config.toml"),
+        "{err}"
+    );
+    assert!(!err.contains("under [llm] in kiln.toml"), "{err}");
+}

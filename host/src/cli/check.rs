@@ -19,6 +19,10 @@ pub(crate) struct RunnerArgs {
     /// targets). Naming it here grants the runner that program.
     #[arg(long)]
     pub cmd: Option<String>,
+    /// Run `--cmd` through `sh -c` (for `&&`, `|`, `;`, redirections, `VAR=x cmd`); the
+    /// runner is then granted `sh`.
+    #[arg(long, requires = "cmd")]
+    pub shell: bool,
     /// For the `cargo` runner: `check` (default), `build` or `test`.
     #[arg(long)]
     pub mode: Option<String>,
@@ -55,15 +59,109 @@ impl RunnerArgs {
         &self,
         config: &mut crate::config::Config,
     ) -> anyhow::Result<BTreeMap<String, String>> {
-        crate::config::grant_runner_consent(config, &self.runner, self.cmd.as_deref())?;
+        let cmd = match &self.cmd {
+            Some(c) if self.shell => Some(through_sh(c)),
+            Some(c) => {
+                if let Some(what) = shell_syntax(c) {
+                    anyhow::bail!(
+                        "--cmd `{}` uses shell syntax ({what}), but no shell runs it; use `sh -c '…'`, or pass --shell to run it through `sh -c`",
+                        crate::terminal::printable(c)
+                    );
+                }
+                Some(c.clone())
+            }
+            None => None,
+        };
+        crate::config::grant_runner_consent(config, &self.runner, cmd.as_deref())?;
         let mut settings = BTreeMap::new();
-        if let Some(cmd) = &self.cmd {
-            settings.insert("cmd".to_string(), cmd.clone());
+        if let Some(cmd) = cmd {
+            settings.insert("cmd".to_string(), cmd);
         }
         if let Some(mode) = &self.mode {
             settings.insert("mode".to_string(), mode.clone());
         }
         Ok(settings)
+    }
+}
+
+/// `cmd` as one `sh -c` argument, double-quoted the way the `command` runner splits words.
+fn through_sh(cmd: &str) -> String {
+    let quoted = cmd.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("sh -c \"{quoted}\"")
+}
+
+/// The shell syntax a command uses outside quotes, if any: what a shell would read as
+/// `&&`, `||`, a pipe, `;`, a redirection, a background `&`, a substitution, or a leading
+/// `VAR=value` assignment. The `command` runner runs no shell: it would pass them on as
+/// arguments.
+fn shell_syntax(cmd: &str) -> Option<&'static str> {
+    let first = cmd.split_whitespace().next().unwrap_or("");
+    if let Some((name, _)) = first.split_once('=')
+        && !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Some("a `VAR=value` assignment");
+    }
+    let mut quote: Option<char> = None;
+    let mut chars = cmd.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '\\') => {
+                chars.next();
+            }
+            (None, '&') if chars.peek() == Some(&'&') => return Some("`&&`"),
+            (None, '|') if chars.peek() == Some(&'|') => return Some("`||`"),
+            (None, '|') => return Some("a pipe `|`"),
+            (None, ';') => return Some("`;`"),
+            (None, '&') => return Some("`&`"),
+            (None, '>' | '<') => return Some("a redirection"),
+            (None, '`') => return Some("a command substitution"),
+            (None, '$') if chars.peek() == Some(&'(') => return Some("a command substitution"),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_syntax_outside_quotes_is_found() {
+        for c in [
+            "gcc a.c && ./a.out",
+            "make || true",
+            "cat x | grep y",
+            "make; make test",
+            "gcc a.c > log",
+            "gcc a.c 2>&1",
+            "CC=clang make",
+            "echo $(date)",
+            "sleep 1 &",
+        ] {
+            assert!(shell_syntax(c).is_some(), "{c}");
+        }
+        for c in [
+            "gcc -fsyntax-only {files}",
+            "python3 -c \"print(1); print(2)\"",
+            "grep 'a|b' x",
+            "cargo test -- --nocapture",
+            "gcc -DX=1 a.c",
+        ] {
+            assert_eq!(shell_syntax(c), None, "{c}");
+        }
+        assert_eq!(
+            through_sh("gcc a.c && echo \"ok\""),
+            "sh -c \"gcc a.c && echo \\\"ok\\\"\""
+        );
     }
 }
 
@@ -77,7 +175,7 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow::Result<Outcome> {
-    let targets = args.runner.targets()?;
+    let targets = ctx.workspace_paths(args.runner.targets()?);
     let root = cap_std::fs::Dir::open_ambient_dir(&ctx.workspace, cap_std::ambient_authority())
         .with_context(|| format!("cannot open the workspace {}", ctx.workspace.display()))?;
     crate::path::target_arguments(&root, &targets)?;

@@ -117,6 +117,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         true => Some(reg.get(PROJECT_TOOLS_PLUGIN, Some(PluginKind::Tool))?),
         false => None,
     };
+    if let Some(line) = ctx.root_banner().filter(|_| !ctx.quiet && !s.json) {
+        super::err_line(&line);
+    }
     let (cancel, _ctrl_c) = ctrl_c_watch();
     let mut log = EventLog::new(!ctx.quiet && !s.json, None);
     let mut sink = EventSink::new(s.json, &mut log).holding_result();

@@ -78,7 +78,7 @@ impl FixSettings {
             &ctx.config,
         )?;
         // No --file/--files: project mode, the whole workspace.
-        let targets = args.runner.named_targets();
+        let targets = ctx.workspace_paths(args.runner.named_targets());
         if targets.is_empty() && args.runner.runner == "command" && args.runner.cmd.is_none() {
             let found = super::detect::detect_runner(&ctx.workspace)
                 .ok_or_else(|| anyhow::anyhow!(super::detect::NAME_A_RUNNER))?;
