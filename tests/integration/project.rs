@@ -371,3 +371,37 @@ fn no_model_points_at_the_user_config_not_kiln_toml() {
     );
     assert!(!err.contains("under [llm] in kiln.toml"), "{err}");
 }
+
+/// `compile_loop` without targets runs the fix loop in project mode: the answer may change a
+/// file the call never named.
+#[test]
+fn compile_loop_without_targets_fixes_the_project() {
+    let ws = project();
+    let mock = MockLlm::start(vec![
+        call("compile_loop", json!({"spec": "make it compile"})),
+        openai_text(&answer(&[(
+            "util.h",
+            "static int helper(void) { return 0 }\n",
+            "static int helper(void) { return 0; }\n",
+        )])),
+        call("final_answer", json!({"summary": "compiles now"})),
+    ]);
+    let r = crate::support::agent(
+        &ws,
+        &mock,
+        &[
+            "--prompt",
+            "make it compile",
+            "--test-command",
+            "gcc -fsyntax-only main.c",
+        ],
+    );
+    r.expect_code(0);
+    let cl: Value = serde_json::from_str(&tool_contents(&mock, 2)[0]).unwrap();
+    assert_eq!(cl["ok"], true, "{cl}");
+    assert_eq!(
+        cl["modified_files"],
+        json!([ws.root().join("util.h").to_string_lossy()])
+    );
+    assert_eq!(ws.read("util.h"), FIXED_H);
+}
