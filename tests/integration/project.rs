@@ -107,6 +107,9 @@ fn project_mode_fixes_a_file_no_flag_named_after_reading_it() {
     let started = events(&r, "tool.start");
     assert_eq!(started.len(), 1, "{}", r.stdout());
     assert_eq!(started[0]["name"], "read_files");
+    // Undo puts the project back as it was, as for named targets.
+    ws.kiln(&["undo"], &[]).expect_code(0);
+    assert_eq!(ws.read("util.h"), BROKEN_H);
 }
 
 #[test]
@@ -168,12 +171,10 @@ fn project_mode_refuses_an_edit_to_a_protected_path_whole() {
     // All or nothing: the allowed edit was not applied either.
     assert_eq!(ws.read(".git/config"), "[core]\n");
     assert_eq!(ws.read("util.h"), BROKEN_H);
-    // With no tool rounds, no look-around tool is offered.
-    assert_eq!(
-        tool_names(&mock.recorded()[0].body).len(),
-        3,
-        "loop_stop and history"
-    );
+    // With no tool rounds, no look-around tool is offered, nor spoken of.
+    let body = &mock.recorded()[0].body;
+    assert_eq!(tool_names(body).len(), 3, "loop_stop and history");
+    assert!(!body.to_string().contains("read_files"), "{body}");
 }
 
 #[test]
@@ -404,4 +405,44 @@ fn compile_loop_without_targets_fixes_the_project() {
         json!([ws.root().join("util.h").to_string_lossy()])
     );
     assert_eq!(ws.read("util.h"), FIXED_H);
+}
+
+/// Issue 33 item 7: `runner.started` comes before the runner runs (the first check's before
+/// `loop.started`, which waits for its answer), so a long build shows at once.
+#[test]
+fn runner_started_comes_before_the_runner_runs() {
+    use std::io::BufRead;
+    let ws = project();
+    let mut child = ws
+        .command(&[
+            "fix",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--json",
+            "--cmd",
+            "sleep 30",
+        ])
+        .env("OPENAI_API_KEY", "sk-started")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let waited = start.elapsed();
+    // SAFETY: sending SIGINT to the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let _ = child.wait();
+    let e: Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert_eq!(e["type"], "runner.started", "{e}");
+    assert_eq!(e["command"], "sleep 30");
+    assert_eq!(e["targets"], json!([]));
+    assert!(waited < std::time::Duration::from_secs(20), "{waited:?}");
 }

@@ -42,6 +42,23 @@ impl Event {
                     count(*max_iters as usize, "iteration", "iterations")
                 )
             }
+            Event::RunnerStarted {
+                iteration,
+                runner,
+                command,
+                targets,
+            } => {
+                let what = match command {
+                    Some(c) => format!("`{c}`"),
+                    None => format!("runner `{runner}`"),
+                };
+                let on = if targets.is_empty() {
+                    "the project".to_string()
+                } else {
+                    targets.join(", ")
+                };
+                format!("[{iteration}] checking {on}: {what}…")
+            }
             Event::RunnerFinished {
                 iteration,
                 ok,

@@ -26,6 +26,20 @@ pub enum Event {
         /// The iteration ceiling.
         max_iters: u32,
     },
+    /// The runner starts a check (sent before it runs, so a long build shows at once; the
+    /// first check's comes before `loop.started`, which waits for it).
+    #[serde(rename = "runner.started")]
+    RunnerStarted {
+        /// Iteration (0: before any fix).
+        iteration: u32,
+        /// The runner plugin.
+        runner: String,
+        /// The command it runs, when it is the `command` runner's `cmd`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// The target files; empty: the whole project.
+        targets: Vec<String>,
+    },
     /// The runner finished a check.
     #[serde(rename = "runner.finished")]
     RunnerFinished {
@@ -280,6 +294,7 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Event::LoopStarted { .. } => "loop.started",
+            Event::RunnerStarted { .. } => "runner.started",
             Event::RunnerFinished { .. } => "runner.finished",
             Event::LlmRequest { .. } => "llm.request",
             Event::LlmResponse { .. } => "llm.response",

@@ -430,6 +430,16 @@ async fn first_check(
     Ok(Some((r, start.elapsed().as_millis() as u64)))
 }
 
+/// `runner.started` for a check of `iteration`.
+fn runner_started(opts: &FixOptions, runner: &Plugin, iteration: u32) -> Event {
+    Event::RunnerStarted {
+        iteration,
+        runner: runner.name.clone(),
+        command: opts.runner_settings.get("cmd").cloned(),
+        targets: opts.targets.clone(),
+    }
+}
+
 /// Everything checked before the loop's row exists: the targets, the format's fit, the
 /// first check. Returns the format's instructions, the answers' log and the first check.
 async fn precheck(
@@ -438,6 +448,7 @@ async fn precheck(
     runner: &Plugin,
     format: &Plugin,
     cancel: &tokio::sync::watch::Receiver<bool>,
+    on_event: &mut (dyn FnMut(&Event) + Send),
 ) -> Result<(String, std::fs::File, Option<FirstCheck>), FixError> {
     ws.target_arguments(&opts.targets)
         .map_err(|e| FixError::Usage(e.to_string()))?;
@@ -461,6 +472,8 @@ async fn precheck(
     if format.name == WHOLE_FORMAT {
         refuse_over_limits(ws, &opts.targets, format)?;
     }
+    // Said before the runner runs (the loop's row and `loop.started` wait for its answer).
+    on_event(&runner_started(opts, runner, 0));
     let first = first_check(opts, runner, cancel).await?;
     Ok((instructions, log, first))
 }
@@ -483,7 +496,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         Some(p) if opts.project() && opts.tool_rounds > 0 => Some((p, project_tool_defs(p).await?)),
         _ => None,
     };
-    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel).await?;
+    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel, on_event).await?;
     let new = NewLoop {
         kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
@@ -700,6 +713,7 @@ impl Fix<'_> {
         let (r, ms) = match self.first.take() {
             Some(first) => first,
             None => {
+                run.emit(runner_started(self.opts, self.runner, self.iteration));
                 let start = Instant::now();
                 let mut cancel = run.cancel_signal();
                 let fut = self
@@ -817,7 +831,11 @@ impl Fix<'_> {
             whole,
         )?;
         let mut req = ChatRequest {
-            system: Some(build_system(self.opts, &self.instructions)),
+            system: Some(build_system(
+                self.opts,
+                &self.instructions,
+                self.tools.is_some(),
+            )),
             messages: vec![Message::User {
                 text: prompt.clone(),
             }],
@@ -1260,15 +1278,23 @@ fn failure_text(r: &RunResult) -> String {
     s.trim_end().to_string()
 }
 
-fn build_system(opts: &FixOptions, instructions: &str) -> String {
+/// The system prompt; `look`: the read-only look-around tools are offered.
+fn build_system(opts: &FixOptions, instructions: &str, look: bool) -> String {
     let lang = opts.lang.as_deref().unwrap_or("the");
     let mut s = if opts.project() {
         format!(
             "You are an expert programmer fixing {lang} code of a project so that its build or check passes.\n\
-             Change only what is needed to fix the failure. You may change any file of the workspace except kiln's and git's own (`.git/`, `.kiln/`, `kiln.toml`) and protected paths, at most {} files per answer; name each file in the multi-file format.\n\
-             Before you answer you may look around with the read-only tools (`read_files`, `search_repo`, `list_dir`), for at most {} rounds of calls.\n\
+             Change only what is needed to fix the failure. You may change any file of the workspace except kiln's and git's own (`.git/`, `.kiln/`, `kiln.toml`) and protected paths, at most {} files per answer; name each file in the multi-file format.\n{}\
              If the failure cannot be fixed by editing the project's files (missing information, a missing dependency), call the `loop_stop` tool with the reason instead of guessing.\n",
-            opts.max_files, opts.tool_rounds
+            opts.max_files,
+            if look {
+                format!(
+                    "Before you answer you may look around with the read-only tools (`read_files`, `search_repo`, `list_dir`), for at most {} rounds of calls.\n",
+                    opts.tool_rounds
+                )
+            } else {
+                String::new()
+            }
         )
     } else {
         format!(
