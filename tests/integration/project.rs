@@ -446,3 +446,34 @@ fn runner_started_comes_before_the_runner_runs() {
     assert_eq!(e["targets"], json!([]));
     assert!(waited < std::time::Duration::from_secs(20), "{waited:?}");
 }
+
+/// Issue 33 item 7: `kiln fix` streams the model's text to a person, as `kiln agent` does.
+#[test]
+fn fix_streams_the_models_text() {
+    let ws = project();
+    let mock = MockLlm::start(vec![openai_text(&answer(&[(
+        "util.h",
+        "static int helper(void) { return 0 }\n",
+        "static int helper(void) { return 0; }\n",
+    )]))]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--cmd",
+            "gcc -fsyntax-only main.c",
+        ],
+        &[("OPENAI_API_KEY", "sk-stream")],
+    );
+    r.expect_code(0);
+    let err = r.stderr();
+    assert!(err.contains("Here is the fix."), "{err}");
+    assert!(
+        err.contains("[0] checking the project: `gcc -fsyntax-only main.c`…"),
+        "{err}"
+    );
+}

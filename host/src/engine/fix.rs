@@ -1010,7 +1010,7 @@ impl Fix<'_> {
             iteration,
             prompt_chars,
         });
-        let resp = match run.ask(iteration, req, false).await {
+        let resp = match run.ask(iteration, req, true).await {
             Ok(r) => r,
             Err(AskError::Cancelled) => {
                 return Err((StopReason::Cancelled, "cancelled by the user".into()));
