@@ -477,3 +477,30 @@ fn fix_streams_the_models_text() {
         "{err}"
     );
 }
+
+/// Issue 33 item 7: a long check says it is still running, with the time elapsed.
+#[test]
+fn a_long_check_says_it_is_still_running() {
+    let ws = project();
+    let mock = MockLlm::start(vec![]);
+    let r = fix(&ws, &mock, &["--cmd", "sleep 11"]);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}");
+    let types: Vec<String> = r
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| e["type"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        types[..4],
+        [
+            "runner.started",
+            "runner.progress",
+            "loop.started",
+            "runner.finished"
+        ],
+        "{types:?}"
+    );
+    assert_eq!(events(&r, "runner.progress")[0]["elapsed_s"], 10);
+}

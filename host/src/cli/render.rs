@@ -59,6 +59,10 @@ impl Event {
                 };
                 format!("[{iteration}] checking {on}: {what}…")
             }
+            Event::RunnerProgress {
+                iteration,
+                elapsed_s,
+            } => format!("[{iteration}] still checking… {elapsed_s} s"),
             Event::RunnerFinished {
                 iteration,
                 ok,

@@ -40,6 +40,14 @@ pub enum Event {
         /// The target files; empty: the whole project.
         targets: Vec<String>,
     },
+    /// A check is still running (sent at 10 s, 30 s, 60 s, then every minute).
+    #[serde(rename = "runner.progress")]
+    RunnerProgress {
+        /// Iteration (0: before any fix).
+        iteration: u32,
+        /// Seconds since the check started.
+        elapsed_s: u64,
+    },
     /// The runner finished a check.
     #[serde(rename = "runner.finished")]
     RunnerFinished {
@@ -295,6 +303,7 @@ impl Event {
         match self {
             Event::LoopStarted { .. } => "loop.started",
             Event::RunnerStarted { .. } => "runner.started",
+            Event::RunnerProgress { .. } => "runner.progress",
             Event::RunnerFinished { .. } => "runner.finished",
             Event::LlmRequest { .. } => "llm.request",
             Event::LlmResponse { .. } => "llm.response",

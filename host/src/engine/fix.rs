@@ -413,12 +413,19 @@ async fn first_check(
     opts: &FixOptions,
     runner: &Plugin,
     cancel: &tokio::sync::watch::Receiver<bool>,
+    on_event: &mut (dyn FnMut(&Event) + Send),
 ) -> Result<Option<FirstCheck>, FixError> {
     let start = Instant::now();
-    let mut cancel = cancel.clone();
-    let r = tokio::select! {
-        r = runner.runner_run(&opts.targets, &opts.runner_settings) => r,
-        _ = cancelled(&mut cancel) => return Ok(None),
+    let fut = runner.runner_run(&opts.targets, &opts.runner_settings);
+    let Some(r) = with_progress(fut, cancel.clone(), |elapsed_s| {
+        on_event(&Event::RunnerProgress {
+            iteration: 0,
+            elapsed_s,
+        })
+    })
+    .await
+    else {
+        return Ok(None);
     };
     if let Ok(Err(PluginCallError::InvalidInput(m))) = &r {
         return Err(FixError::Usage(format!(
@@ -428,6 +435,38 @@ async fn first_check(
         )));
     }
     Ok(Some((r, start.elapsed().as_millis() as u64)))
+}
+
+/// When a running check is said to be still running: seconds after its start.
+fn progress_after(n: usize) -> u64 {
+    match n {
+        0 => 10,
+        1 => 30,
+        k => 60 * (k as u64 - 1),
+    }
+}
+
+/// Await `fut` unless `cancel` comes first (`None`), calling `tick` with the seconds elapsed
+/// at 10 s, 30 s, 60 s and then every minute while it runs.
+async fn with_progress<F: std::future::Future>(
+    fut: F,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
+    mut tick: impl FnMut(u64),
+) -> Option<F::Output> {
+    let start = tokio::time::Instant::now();
+    tokio::pin!(fut);
+    let mut n = 0;
+    loop {
+        let at = start + std::time::Duration::from_secs(progress_after(n));
+        tokio::select! {
+            r = &mut fut => return Some(r),
+            _ = cancelled(&mut cancel) => return None,
+            _ = tokio::time::sleep_until(at) => {
+                tick(progress_after(n));
+                n += 1;
+            }
+        }
+    }
 }
 
 /// `runner.started` for a check of `iteration`.
@@ -474,7 +513,7 @@ async fn precheck(
     }
     // Said before the runner runs (the loop's row and `loop.started` wait for its answer).
     on_event(&runner_started(opts, runner, 0));
-    let first = first_check(opts, runner, cancel).await?;
+    let first = first_check(opts, runner, cancel, on_event).await?;
     Ok((instructions, log, first))
 }
 
@@ -713,16 +752,23 @@ impl Fix<'_> {
         let (r, ms) = match self.first.take() {
             Some(first) => first,
             None => {
-                run.emit(runner_started(self.opts, self.runner, self.iteration));
+                let iteration = self.iteration;
+                run.emit(runner_started(self.opts, self.runner, iteration));
                 let start = Instant::now();
-                let mut cancel = run.cancel_signal();
+                let cancel = run.cancel_signal();
                 let fut = self
                     .runner
                     .runner_run(&self.opts.targets, &self.opts.runner_settings);
-                tokio::select! {
-                    r = fut => (r, start.elapsed().as_millis() as u64),
-                    _ = cancelled(&mut cancel) => {
-                        return Err((StopReason::Cancelled, "cancelled by the user".into()))
+                let tick = |elapsed_s| {
+                    run.emit(Event::RunnerProgress {
+                        iteration,
+                        elapsed_s,
+                    })
+                };
+                match with_progress(fut, cancel, tick).await {
+                    Some(r) => (r, start.elapsed().as_millis() as u64),
+                    None => {
+                        return Err((StopReason::Cancelled, "cancelled by the user".into()));
                     }
                 }
             }
@@ -1539,6 +1585,12 @@ mod tests {
                 "line 1\nline 2\nline 3\nline 4\nline 5\n[... 995 lines not shown ...]"
             )
         );
+    }
+
+    #[test]
+    fn a_running_check_is_said_at_10_30_60_s_then_every_minute() {
+        let at: Vec<u64> = (0..5).map(progress_after).collect();
+        assert_eq!(at, [10, 30, 60, 120, 180]);
     }
 
     #[test]
