@@ -315,6 +315,17 @@ fn run_from_a_subdirectory_kiln_finds_the_root() {
     );
     assert_eq!(r.stderr().matches(&line).count(), 1, "{}", r.stderr());
     assert_eq!(ws.store().loops(10).unwrap()[0].targets, ["src/lib.c"]);
+    // `kiln check` too.
+    let r = run(&[
+        "check",
+        "--cmd",
+        "gcc -fsyntax-only {file}",
+        "--file",
+        "../main.c",
+    ]);
+    r.expect_code(0);
+    assert!(r.stderr().contains(&line), "{}", r.stderr());
+    assert!(r.stderr().contains("checking main.c"), "{}", r.stderr());
 }
 
 /// Issue 33 item 8: `--cmd` with shell syntax is refused (no shell runs it), or run through

@@ -187,6 +187,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
         .await?;
     let runner = reg.get(&args.runner.runner, Some(PluginKind::Runner))?;
     if !args.json && !ctx.quiet {
+        if let Some(line) = ctx.root_banner() {
+            super::err_line(&line);
+        }
         eprintln!(
             "checking {} with runner `{}`…",
             targets.join(", "),
