@@ -2,7 +2,12 @@
 //! last attempt, diagnostics first, output capped keeping the tail, the targets' text, the edit
 //! format's instructions), ask the model, apply its edits atomically, record the iteration, and
 //! repeat until success or a stop reason: `success`, `max_iters`, `stagnation`,
-//! `no_edits_applied`, `blocked`, `cancelled`, `error`.
+//! `no_edits_applied`, `blocked`, `timeout`, `cancelled`, `error`.
+//!
+//! Without targets (project mode) the prompt shows the code around the diagnostics of the
+//! first files they name, the model may first look around with read-only tools (a bounded
+//! number of rounds), and its answer may change any file that is not protected, up to a
+//! number of files.
 
 use super::defaults::WHOLE_FORMAT;
 use super::error::{HostError, from_host_errors};
