@@ -1405,6 +1405,14 @@ pub fn grant_test_command(config: &mut Config, cmd: &str) -> Result<(), ConfigEr
                 },
             });
     }
+    // The `command` runner runs it in `compile_loop`: a build's deadline, as `kiln fix`'s
+    // (`[fix] timeout`, a deadline granted to the plugin, else 10 minutes).
+    let fix_timeout = config.fix.timeout;
+    let pc = config.plugins.entry("command".into()).or_default();
+    let secs = fix_timeout
+        .or(pc.timeout_ms.map(|ms| ms.div_ceil(1000)))
+        .unwrap_or(DEFAULT_RUNNER_TIMEOUT_S);
+    pc.timeout_ms = Some(secs.saturating_mul(1000));
     Ok(())
 }
 

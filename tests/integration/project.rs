@@ -515,3 +515,26 @@ fn a_long_check_says_it_is_still_running() {
     );
     assert_eq!(events(&r, "runner.progress")[0]["elapsed_s"], 10);
 }
+
+/// Issue 33 item 5 in `compile_loop`: the agent's build runs under `[fix] timeout` too, and
+/// one that outlives it ends `timeout` without asking the nested loop's model.
+#[test]
+fn compile_loop_ends_timeout_under_fix_timeout() {
+    let ws = project();
+    ws.user_config("[fix]\ntimeout = 1\n");
+    let mock = MockLlm::start(vec![
+        call("compile_loop", json!({"spec": "make it compile"})),
+        call("final_answer", json!({"summary": "the build is too slow"})),
+    ]);
+    let start = std::time::Instant::now();
+    let r = crate::support::agent(
+        &ws,
+        &mock,
+        &["--prompt", "build it", "--test-command", "sleep 30"],
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    r.expect_code(0);
+    let cl: Value = serde_json::from_str(&tool_contents(&mock, 1)[0]).unwrap();
+    assert_eq!(cl["stop_reason"], "timeout", "{cl}");
+    assert_eq!(mock.recorded().len(), 2, "the nested loop asked the model");
+}
