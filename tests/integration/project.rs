@@ -248,6 +248,25 @@ fn a_runner_that_outlives_its_deadline_ends_timeout_without_asking_the_model() {
     let res = fix_result(&r);
     assert_eq!(res["stop_reason"], "timeout", "{res}");
     assert!(mock.recorded().is_empty(), "the model was asked");
+
+    // `kiln check` takes --timeout as well.
+    ws.user_config("");
+    let start = std::time::Instant::now();
+    let r = ws.kiln(
+        &[
+            "check",
+            "--cmd",
+            "sleep 30",
+            "--file",
+            "main.c",
+            "--timeout",
+            "1",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(r.json()["timed_out"], true, "{}", r.stdout());
 }
 
 /// Issue 33 item 2: run from a subdirectory, kiln finds the root (the nearest directory

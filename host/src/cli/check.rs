@@ -23,6 +23,11 @@ pub(crate) struct RunnerArgs {
     /// runner is then granted `sh`.
     #[arg(long, requires = "cmd")]
     pub shell: bool,
+    /// The runner's deadline per check: seconds, or with a unit (`90s`, `10m`, `1h`)
+    /// (default: `[fix] timeout`, else 10 minutes). In `kiln fix`, a check that runs out of
+    /// time stops the loop (`timeout`).
+    #[arg(long, value_parser = parse_timeout)]
+    pub timeout: Option<u32>,
     /// For the `cargo` runner: `check` (default), `build` or `test`.
     #[arg(long)]
     pub mode: Option<String>,
@@ -73,6 +78,16 @@ impl RunnerArgs {
             None => None,
         };
         crate::config::grant_runner_consent(config, &self.runner, cmd.as_deref())?;
+        // The runner's deadline: --timeout, `[fix] timeout`, a deadline the user granted the
+        // plugin (`[plugins.NAME] timeout_ms`), else 10 minutes.
+        let fix_timeout = config.fix.timeout;
+        let grant = config.plugins.entry(self.runner.clone()).or_default();
+        let secs = self
+            .timeout
+            .or(fix_timeout)
+            .or(grant.timeout_ms.map(|ms| ms.div_ceil(1000)))
+            .unwrap_or(crate::config::DEFAULT_RUNNER_TIMEOUT_S);
+        grant.timeout_ms = Some(secs.saturating_mul(1000));
         let mut settings = BTreeMap::new();
         if let Some(cmd) = cmd {
             settings.insert("cmd".to_string(), cmd);
@@ -82,6 +97,44 @@ impl RunnerArgs {
         }
         Ok(settings)
     }
+}
+
+/// `--timeout`: seconds, or a number with `s`, `m` or `h`; at least one second.
+fn parse_timeout(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let mult = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => {
+            return Err(format!(
+                "`{s}`: give seconds, or a number with s, m or h (90s, 10m)"
+            ));
+        }
+    };
+    let n: u32 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: give seconds, or a number with s, m or h (90s, 10m)"))?;
+    match n.checked_mul(mult) {
+        Some(v) if v > 0 && v <= u32::MAX / 1000 => Ok(v),
+        _ => Err(format!(
+            "`{s}`: between 1 second and {} seconds",
+            u32::MAX / 1000
+        )),
+    }
+}
+
+/// The runner's deadline (seconds) that [`RunnerArgs::consent`] granted `runner`.
+pub fn deadline_s(config: &crate::config::Config, runner: &str) -> Option<u32> {
+    config
+        .plugins
+        .get(runner)
+        .and_then(|p| p.timeout_ms)
+        .map(|ms| ms.div_ceil(1000))
 }
 
 /// `cmd` as one `sh -c` argument, double-quoted the way the `command` runner splits words.

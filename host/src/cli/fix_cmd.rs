@@ -60,40 +60,6 @@ pub(crate) struct FixArgs {
     /// Project mode (no --file): files one answer may change; an answer over it is refused.
     #[arg(long, default_value_t = 10)]
     pub(super) max_files: usize,
-    /// The runner's deadline per check: seconds, or with a unit (`90s`, `10m`, `1h`)
-    /// (default: `[fix] timeout`, else 10 minutes). A check that runs out of time stops the
-    /// loop (`timeout`).
-    #[arg(long, value_parser = parse_timeout)]
-    pub(super) timeout: Option<u32>,
-}
-
-/// `--timeout`: seconds, or a number with `s`, `m` or `h`; at least one second.
-fn parse_timeout(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    let (num, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => t.split_at(i),
-        None => (t, ""),
-    };
-    let mult = match unit.trim() {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        _ => {
-            return Err(format!(
-                "`{s}`: give seconds, or a number with s, m or h (90s, 10m)"
-            ));
-        }
-    };
-    let n: u32 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: give seconds, or a number with s, m or h (90s, 10m)"))?;
-    match n.checked_mul(mult) {
-        Some(v) if v > 0 && v <= u32::MAX / 1000 => Ok(v),
-        _ => Err(format!(
-            "`{s}`: between 1 second and {} seconds",
-            u32::MAX / 1000
-        )),
-    }
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {

@@ -88,18 +88,7 @@ impl FixSettings {
         }
         let mut config = ctx.config.clone();
         let runner_settings = args.runner.consent(&mut config)?;
-        // The runner's deadline: --timeout, `[fix] timeout`, a deadline the user granted the
-        // plugin (`[plugins.NAME] timeout_ms`), else 10 minutes.
-        let grant = config
-            .plugins
-            .entry(args.runner.runner.clone())
-            .or_default();
-        let timeout_s = args
-            .timeout
-            .or(config.fix.timeout)
-            .or(grant.timeout_ms.map(|ms| ms.div_ceil(1000)))
-            .unwrap_or(crate::config::DEFAULT_RUNNER_TIMEOUT_S);
-        grant.timeout_ms = Some(timeout_s.saturating_mul(1000));
+        let timeout_s = super::check::deadline_s(&config, &args.runner.runner);
         let prompt = match &args.prompt_file {
             _ if args.prompt_text.is_some() => args.prompt_text.clone(),
             Some(p) => Some(
@@ -123,7 +112,7 @@ impl FixSettings {
             protected: config.protected(),
             tool_rounds: args.tool_rounds,
             max_files: args.max_files,
-            timeout_s: Some(timeout_s),
+            timeout_s,
             ..Default::default()
         };
         anyhow::ensure!(options.max_files > 0, "--max-files must be at least 1");
