@@ -107,6 +107,16 @@ fn project_mode_fixes_a_file_no_flag_named_after_reading_it() {
     let started = events(&r, "tool.start");
     assert_eq!(started.len(), 1, "{}", r.stdout());
     assert_eq!(started[0]["name"], "read_files");
+    // The history says the loop worked on the whole project.
+    let id = res["loop_id"].to_string();
+    let h = ws.kiln(&["history", "show", &id], &[]);
+    assert!(
+        h.stdout().contains("targets: the whole project"),
+        "{}",
+        h.stdout()
+    );
+    let list = ws.kiln(&["history"], &[]);
+    assert!(list.stdout().contains("(project)"), "{}", list.stdout());
     // Undo puts the project back as it was, as for named targets.
     ws.kiln(&["undo"], &[]).expect_code(0);
     assert_eq!(ws.read("util.h"), BROKEN_H);
