@@ -86,6 +86,7 @@ fn main() {
                     store: &mut store,
                     cancel: rx,
                     on_event: &mut on_event,
+                    tools: None,
                 },
             ))
             .unwrap();

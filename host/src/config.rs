@@ -332,6 +332,8 @@ pub struct FixConfig {
     /// The `command` runner's command when no flag names one (trusted files only: it is
     /// granted like `--cmd`).
     pub cmd: Option<String>,
+    /// The runner's deadline per check, in seconds (default [`DEFAULT_RUNNER_TIMEOUT_S`]).
+    pub timeout: Option<u32>,
 }
 
 /// The merged configuration.
@@ -710,6 +712,12 @@ impl Config {
                 _ => n,
             });
         }
+        if let Some(n) = fix.timeout {
+            self.fix.timeout = Some(match layer {
+                Layer::Untrusted => n.min(self.fix.timeout.unwrap_or(DEFAULT_RUNNER_TIMEOUT_S)),
+                _ => n,
+            });
+        }
     }
 
     fn apply_sandbox(&mut self, path: &Path, sandbox: SandboxConfig) -> Result<(), ConfigError> {
@@ -871,6 +879,9 @@ const TRUSTED_WORKSPACE: Layer = Layer::Workspace { trusted: true };
 /// The `kiln fix` iteration ceiling when nothing sets one (the same default `kiln fix` and the
 /// MCP server use); an untrusted file may only lower it.
 pub const DEFAULT_MAX_ITERS: u32 = 5;
+/// A fix loop runner's default deadline per check, in seconds (10 minutes: a fresh build of a
+/// crate with dependencies takes minutes).
+pub const DEFAULT_RUNNER_TIMEOUT_S: u32 = 600;
 
 /// The longest `[fix] prompt` an untrusted file may set: a prompt is sent with every request,
 /// so a longer one raises cost and needs trust.
@@ -944,6 +955,7 @@ struct UntrustedFix {
     prompt: Option<String>,
     format: Option<String>,
     max_iters: Option<u32>,
+    timeout: Option<u32>,
     #[serde(flatten)]
     other: Other,
 }
@@ -1042,6 +1054,12 @@ impl UntrustedFile {
                 ),
                 runner: None,
                 cmd: None,
+                timeout: lower_only(
+                    "fix.timeout".into(),
+                    fix.timeout,
+                    config.fix.timeout.unwrap_or(DEFAULT_RUNNER_TIMEOUT_S),
+                    &mut ignored,
+                ),
             });
         }
         if let Some(sandbox) = self.sandbox {
@@ -1470,6 +1488,14 @@ pub fn grant_test_command(config: &mut Config, cmd: &str) -> Result<(), ConfigEr
                 },
             });
     }
+    // The `command` runner runs it in `compile_loop`: a build's deadline, as `kiln fix`'s
+    // (`[fix] timeout`, a deadline granted to the plugin, else 10 minutes).
+    let fix_timeout = config.fix.timeout;
+    let pc = config.plugins.entry("command".into()).or_default();
+    let secs = fix_timeout
+        .or(pc.timeout_ms.map(|ms| ms.div_ceil(1000)))
+        .unwrap_or(DEFAULT_RUNNER_TIMEOUT_S);
+    pc.timeout_ms = Some(secs.saturating_mul(1000));
     Ok(())
 }
 

@@ -111,7 +111,7 @@ fn inspect_shows_requested_granted_and_missing() {
     r.expect_code(2);
     assert!(
         r.stderr().contains(
-            "no plugin named `nope`; plugins: apply-patch, ast-refactor, cargo, command, fs, search-replace, shell, udiff, whole"
+            "no plugin named `nope` (did you mean `node`?); plugins: apply-patch, ast-refactor, cargo, command, fs, go, make, node, pytest, search-replace, shell, tsc, udiff, whole"
         ),
         "{}",
         r.stderr()

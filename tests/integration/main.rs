@@ -25,6 +25,7 @@ mod languages;
 mod llm;
 mod loop_attacks;
 mod mcp;
+mod project;
 mod refactor;
 mod report;
 mod resume;

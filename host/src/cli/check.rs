@@ -21,6 +21,15 @@ pub(crate) struct RunnerArgs {
     /// targets). Naming it here grants the runner that program.
     #[arg(long)]
     pub cmd: Option<String>,
+    /// Run `--cmd` through `sh -c` (for `&&`, `|`, `;`, redirections, `VAR=x cmd`); the
+    /// runner is then granted `sh`.
+    #[arg(long, requires = "cmd")]
+    pub shell: bool,
+    /// The runner's deadline per check: seconds, or with a unit (`90s`, `10m`, `1h`)
+    /// (default: `[fix] timeout`, else 10 minutes). In `kiln fix`, a check that runs out of
+    /// time stops the loop (`timeout`).
+    #[arg(long, value_parser = parse_timeout)]
+    pub timeout: Option<u32>,
     /// The runner's mode: `cargo` check (default), build or test; `go` test (default), build
     /// or vet; `node` npm (default, `npm test`) or node (`node --test`); `make` make (default)
     /// or cmake.
@@ -44,14 +53,18 @@ pub(crate) struct ChosenRunner {
 }
 
 impl RunnerArgs {
-    /// The targets, `--file` or `--files`; at least one.
-    pub fn targets(&self) -> anyhow::Result<Vec<String>> {
-        let targets: Vec<String> = self
-            .file
+    /// The targets named, `--file` or `--files`; none: project mode.
+    pub fn named_targets(&self) -> Vec<String> {
+        self.file
             .iter()
             .cloned()
             .chain(self.files.iter().cloned())
-            .collect();
+            .collect()
+    }
+
+    /// The targets, `--file` or `--files`; at least one.
+    pub fn targets(&self) -> anyhow::Result<Vec<String>> {
+        let targets = self.named_targets();
         anyhow::ensure!(
             !targets.is_empty(),
             "name the files with --file F or --files F..."
@@ -74,6 +87,19 @@ impl RunnerArgs {
                 _ => config.fix.cmd.clone(),
             }
         });
+        let cmd = match cmd {
+            Some(c) if self.shell => Some(through_sh(&c)),
+            Some(c) => {
+                if let Some(what) = shell_syntax(&c) {
+                    anyhow::bail!(
+                        "--cmd `{}` uses shell syntax ({what}), but no shell runs it; use `sh -c '…'`, or pass --shell to run it through `sh -c`",
+                        crate::terminal::printable(&c)
+                    );
+                }
+                Some(c)
+            }
+            None => None,
+        };
         let mut settings = BTreeMap::new();
         let mut detected = None;
         let runner = match (&self.runner, &self.cmd, &config.fix.runner, &cmd) {
@@ -96,6 +122,16 @@ impl RunnerArgs {
             },
         };
         crate::config::grant_runner_consent(config, &runner, cmd.as_deref())?;
+        // The runner's deadline: --timeout, `[fix] timeout`, a deadline the user granted the
+        // plugin (`[plugins.NAME] timeout_ms`), else 10 minutes.
+        let fix_timeout = config.fix.timeout;
+        let grant = config.plugins.entry(runner.clone()).or_default();
+        let secs = self
+            .timeout
+            .or(fix_timeout)
+            .or(grant.timeout_ms.map(|ms| ms.div_ceil(1000)))
+            .unwrap_or(crate::config::DEFAULT_RUNNER_TIMEOUT_S);
+        grant.timeout_ms = Some(secs.saturating_mul(1000));
         if let Some(cmd) = &cmd {
             settings.insert("cmd".to_string(), cmd.clone());
         }
@@ -110,6 +146,125 @@ impl RunnerArgs {
     }
 }
 
+/// `--timeout`: seconds, or a number with `s`, `m` or `h`; at least one second.
+fn parse_timeout(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let mult = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => {
+            return Err(format!(
+                "`{s}`: give seconds, or a number with s, m or h (90s, 10m)"
+            ));
+        }
+    };
+    let n: u32 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: give seconds, or a number with s, m or h (90s, 10m)"))?;
+    match n.checked_mul(mult) {
+        Some(v) if v > 0 && v <= u32::MAX / 1000 => Ok(v),
+        _ => Err(format!(
+            "`{s}`: between 1 second and {} seconds",
+            u32::MAX / 1000
+        )),
+    }
+}
+
+/// The runner's deadline (seconds) that [`RunnerArgs::consent`] granted `runner`.
+pub fn deadline_s(config: &crate::config::Config, runner: &str) -> Option<u32> {
+    config
+        .plugins
+        .get(runner)
+        .and_then(|p| p.timeout_ms)
+        .map(|ms| ms.div_ceil(1000))
+}
+
+/// `cmd` as one `sh -c` argument, double-quoted the way the `command` runner splits words.
+fn through_sh(cmd: &str) -> String {
+    let quoted = cmd.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("sh -c \"{quoted}\"")
+}
+
+/// The shell syntax a command uses outside quotes, if any: what a shell would read as
+/// `&&`, `||`, a pipe, `;`, a redirection, a background `&`, a substitution, or a leading
+/// `VAR=value` assignment. The `command` runner runs no shell: it would pass them on as
+/// arguments.
+fn shell_syntax(cmd: &str) -> Option<&'static str> {
+    let first = cmd.split_whitespace().next().unwrap_or("");
+    if let Some((name, _)) = first.split_once('=')
+        && !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Some("a `VAR=value` assignment");
+    }
+    let mut quote: Option<char> = None;
+    let mut chars = cmd.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '\\') => {
+                chars.next();
+            }
+            (None, '&') if chars.peek() == Some(&'&') => return Some("`&&`"),
+            (None, '|') if chars.peek() == Some(&'|') => return Some("`||`"),
+            (None, '|') => return Some("a pipe `|`"),
+            (None, ';') => return Some("`;`"),
+            (None, '&') => return Some("`&`"),
+            (None, '>' | '<') => return Some("a redirection"),
+            (None, '`') => return Some("a command substitution"),
+            (None, '$') if chars.peek() == Some(&'(') => return Some("a command substitution"),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_syntax_outside_quotes_is_found() {
+        for c in [
+            "gcc a.c && ./a.out",
+            "make || true",
+            "cat x | grep y",
+            "make; make test",
+            "gcc a.c > log",
+            "gcc a.c 2>&1",
+            "CC=clang make",
+            "echo $(date)",
+            "sleep 1 &",
+        ] {
+            assert!(shell_syntax(c).is_some(), "{c}");
+        }
+        for c in [
+            "gcc -fsyntax-only {files}",
+            "python3 -c \"print(1); print(2)\"",
+            "grep 'a|b' x",
+            "cargo test -- --nocapture",
+            "gcc -DX=1 a.c",
+        ] {
+            assert_eq!(shell_syntax(c), None, "{c}");
+        }
+        assert_eq!(
+            through_sh("gcc a.c && echo \"ok\""),
+            "sh -c \"gcc a.c && echo \\\"ok\\\"\""
+        );
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct CheckArgs {
     #[command(flatten)]
@@ -120,7 +275,7 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow::Result<Outcome> {
-    let targets = args.runner.targets()?;
+    let targets = ctx.workspace_paths(args.runner.targets()?);
     let root = cap_std::fs::Dir::open_ambient_dir(&ctx.workspace, cap_std::ambient_authority())
         .with_context(|| format!("cannot open the workspace {}", ctx.workspace.display()))?;
     crate::path::target_arguments(&root, &targets)?;
@@ -133,6 +288,9 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
         .await?;
     let runner = reg.get(&chosen.runner, Some(PluginKind::Runner))?;
     if !args.json && !ctx.quiet {
+        if let Some(line) = ctx.root_banner() {
+            super::err_line(&line);
+        }
         match &chosen.detected {
             Some(how) => eprintln!("checking {} with {how}…", targets.join(", ")),
             None => eprintln!(

@@ -78,6 +78,9 @@ fn package_has_test_script(path: &Path) -> bool {
         .is_some_and(|t| !t.trim().is_empty() && !t.contains("no test specified"))
 }
 
+/// What is said when no runner is named and none is detected.
+pub(crate) const NAME_A_RUNNER: &str = "no runner named: name a runner with --runner or --cmd (for example `--runner cargo --mode test` or `--cmd \"pytest -q\"`)";
+
 #[cfg(test)]
 mod tests {
     use super::*;

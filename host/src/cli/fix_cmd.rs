@@ -15,6 +15,9 @@ use crate::terminal::count;
 use clap::Args;
 use std::path::PathBuf;
 
+/// The tool plugin whose read-only tools the model may use in project mode.
+const PROJECT_TOOLS_PLUGIN: &str = "fs";
+
 #[derive(Debug, Args)]
 pub(crate) struct FixArgs {
     #[command(flatten)]
@@ -50,6 +53,13 @@ pub(crate) struct FixArgs {
     pub(super) llm: LlmArgs,
     #[command(flatten)]
     pub(super) budget: super::common::BudgetArgs,
+    /// Project mode (no --file): rounds of read-only tool calls (`read_files`, `search_repo`,
+    /// `list_dir`) the model may make in each iteration before it answers.
+    #[arg(long, default_value_t = 5)]
+    pub(super) tool_rounds: usize,
+    /// Project mode (no --file): files one answer may change; an answer over it is refused.
+    #[arg(long, default_value_t = 10)]
+    pub(super) max_files: usize,
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
@@ -57,11 +67,25 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let mut store = ctx.open_store()?;
     let mut model = s.model.open_capped(Some(&store), &s.budget, &s.config)?;
     let ctx2 = ctx.with_config(s.config.clone());
+    // Project mode: the `fs` plugin answers the model's read-only look-around tools.
+    let look = s.options.project() && s.options.tool_rounds > 0;
+    let needed: &[&str] = if look {
+        &[&s.runner, &s.format, PROJECT_TOOLS_PLUGIN]
+    } else {
+        &[&s.runner, &s.format]
+    };
     let reg = ctx2
-        .registry_for(extra, crate::plugin::Needed::Only(&[&s.runner, &s.format]))
+        .registry_for(extra, crate::plugin::Needed::Only(needed))
         .await?;
     let runner = reg.get(&s.runner, Some(PluginKind::Runner))?;
     let format = reg.get(&s.format, Some(PluginKind::EditFormat))?;
+    let tools = match look {
+        true => Some(reg.get(PROJECT_TOOLS_PLUGIN, Some(PluginKind::Tool))?),
+        false => None,
+    };
+    if let Some(line) = ctx.root_banner().filter(|_| !ctx.quiet && !s.json) {
+        super::err_line(&line);
+    }
     let (cancel, _ctrl_c) = ctrl_c_watch();
     let mut log = EventLog::new(!ctx.quiet && !s.json, None);
     let mut sink = EventSink::new(s.json, &mut log).holding_result();
@@ -76,6 +100,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
             store: &mut store,
             cancel,
             on_event: &mut on_event,
+            tools,
         },
     )
     .await?;

@@ -115,7 +115,9 @@ fn list(ctx: &Ctx, store: &Store, limit: usize, json: bool) -> anyhow::Result<()
                 r.stop_reason.as_deref().unwrap_or("-"),
                 format!("{}/{}", r.iters, r.max_iters),
                 crate::clock::utc_text(r.started_at),
-                if r.targets.is_empty() {
+                if r.targets.is_empty() && r.kind == crate::store::RunKind::Fix {
+                    "(project)".to_string()
+                } else if r.targets.is_empty() {
                     "-".to_string()
                 } else {
                     r.targets.join(",")
@@ -153,7 +155,11 @@ fn show(store: &Store, id: i64, json: bool) -> anyhow::Result<()> {
         r.format,
         r.model
     );
-    say!("targets: {}", r.targets.join(", "));
+    if r.targets.is_empty() && r.kind == crate::store::RunKind::Fix {
+        say!("targets: the whole project");
+    } else {
+        say!("targets: {}", r.targets.join(", "));
+    }
     say!(
         "tokens: input {} (cached {}), output {}",
         r.tokens.input,

@@ -45,7 +45,7 @@ impl LlmArgs {
         let s = self.settings(config)?;
         if let Some(var) = missing_key(&s) {
             anyhow::bail!(
-                "no API key for {} ({}): set {var} (or name another variable with `api_key_env` under [llm] in kiln.toml)",
+                "no API key for {} ({}): set {var} (or name another variable with `api_key_env` under [llm] in your user config, ~/.config/kiln/config.toml)",
                 s.base_url,
                 s.provider.name()
             );

@@ -539,6 +539,7 @@ async fn compile_loop(
             store: &mut store,
             cancel: cancel_rx,
             on_event: &mut on_event,
+            tools: None,
         },
     )
     .await;

@@ -21,6 +21,7 @@ mod plugin_cmd;
 pub mod render;
 mod report_cmd;
 mod resume_cmd;
+mod root;
 mod scaffold;
 mod settings;
 mod task_cmd;
@@ -33,7 +34,7 @@ use crate::config::Config;
 use crate::plugin::{Registry, Runtime, Source};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// kiln: autonomous coding loops with sandboxed WebAssembly plugins.
@@ -148,17 +149,36 @@ pub(crate) struct Ctx {
     pub quiet: bool,
     /// `--store`, `KILN_STORE` or the user's `[store] url`; `None`: the workspace's own file.
     pub store: Option<crate::store::StoreUrl>,
+    /// The current directory relative to the workspace root when the root was found above
+    /// it (no `-C`); empty otherwise. Workspace paths on the command line are relative to it.
+    pub cwd_in_workspace: PathBuf,
+    /// The marker the root was found by (`.git`, `kiln.toml`, `.kiln`) when it is not the
+    /// current directory, for the banner.
+    pub found_by: Option<&'static str>,
 }
 
 impl Ctx {
     fn new(global: &Global) -> anyhow::Result<Ctx> {
-        let workspace = match &global.workspace {
+        let given = match &global.workspace {
             Some(w) => w.clone(),
             None => std::env::current_dir().context("cannot determine the current directory")?,
         };
-        let workspace = workspace
+        let given = given
             .canonicalize()
-            .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
+            .with_context(|| format!("workspace {} does not exist", given.display()))?;
+        // Without -C: the nearest ancestor holding .git, kiln.toml or .kiln.
+        let (workspace, found_by, cwd_in_workspace) = match &global.workspace {
+            Some(_) => (given, None, PathBuf::new()),
+            None => {
+                let (root, marker) = root::discover(&given);
+                let rel = given
+                    .strip_prefix(&root)
+                    .unwrap_or(Path::new(""))
+                    .to_path_buf();
+                let found_by = marker.filter(|_| !rel.as_os_str().is_empty());
+                (root, found_by, rel)
+            }
+        };
         let config = Config::load(&workspace, global.yes)?;
         let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
         let flag = global.store.as_ref().filter(|u| !u.is_empty());
@@ -172,6 +192,27 @@ impl Ctx {
             runtime,
             quiet: global.quiet,
             store,
+            cwd_in_workspace,
+            found_by,
+        })
+    }
+
+    /// Workspace-relative paths for paths given on the command line (relative to the current
+    /// directory, or to `-C DIR` when given).
+    pub fn workspace_paths(&self, given: Vec<String>) -> Vec<String> {
+        given
+            .iter()
+            .map(|p| root::from_cwd(&self.cwd_in_workspace, p))
+            .collect()
+    }
+
+    /// The line that says which root was found above the current directory, if one was.
+    pub fn root_banner(&self) -> Option<String> {
+        self.found_by.map(|m| {
+            format!(
+                "workspace: {} (the nearest directory holding {m})",
+                crate::terminal::printable(&self.workspace.to_string_lossy())
+            )
         })
     }
 
@@ -183,6 +224,8 @@ impl Ctx {
             runtime: self.runtime.clone(),
             quiet: self.quiet,
             store: self.store.clone(),
+            cwd_in_workspace: self.cwd_in_workspace.clone(),
+            found_by: self.found_by,
         }
     }
 

@@ -34,10 +34,35 @@ impl Event {
             } => {
                 format!(
                     "loop {loop_id}: fixing {} with runner `{runner}`, format `{format}`, model `{model}` (at most {})",
-                    targets.join(", "),
+                    if targets.is_empty() {
+                        "the project".to_string()
+                    } else {
+                        targets.join(", ")
+                    },
                     count(*max_iters as usize, "iteration", "iterations")
                 )
             }
+            Event::RunnerStarted {
+                iteration,
+                runner,
+                command,
+                targets,
+            } => {
+                let what = match command {
+                    Some(c) => format!("`{c}`"),
+                    None => format!("runner `{runner}`"),
+                };
+                let on = if targets.is_empty() {
+                    "the project".to_string()
+                } else {
+                    targets.join(", ")
+                };
+                format!("[{iteration}] checking {on}: {what}…")
+            }
+            Event::RunnerProgress {
+                iteration,
+                elapsed_s,
+            } => format!("[{iteration}] still checking… {elapsed_s} s"),
             Event::RunnerFinished {
                 iteration,
                 ok,

@@ -77,7 +77,8 @@ impl FixSettings {
             &args.llm,
             &ctx.config,
         )?;
-        let targets = args.runner.targets()?;
+        // No --file/--files: project mode, the whole workspace.
+        let targets = ctx.workspace_paths(args.runner.named_targets());
         let mut config = ctx.config.clone();
         let chosen = args.runner.choose(&mut config, &ctx.workspace)?;
         if let Some(how) = &chosen.detected
@@ -87,6 +88,14 @@ impl FixSettings {
             eprintln!("kiln: {how}");
         }
         let runner_settings = chosen.settings;
+        // Project mode with no runner named, configured or detected: nothing to run.
+        anyhow::ensure!(
+            !(targets.is_empty()
+                && chosen.runner == "command"
+                && !runner_settings.contains_key("cmd")),
+            super::detect::NAME_A_RUNNER
+        );
+        let timeout_s = super::check::deadline_s(&config, &chosen.runner);
         let prompt = match &args.prompt_file {
             _ if args.prompt_text.is_some() => args.prompt_text.clone(),
             Some(p) => Some(
@@ -108,8 +117,12 @@ impl FixSettings {
             prompt,
             runner_settings,
             protected: config.protected(),
+            tool_rounds: args.tool_rounds,
+            max_files: args.max_files,
+            timeout_s,
             ..Default::default()
         };
+        anyhow::ensure!(options.max_files > 0, "--max-files must be at least 1");
         Ok(FixSettings {
             config,
             model,

@@ -221,6 +221,9 @@ pub struct ApplyOptions {
     /// Paths no edit may create, change, delete or rename onto (kiln.toml, .kiln/, .git/ are
     /// always among them).
     pub protected: crate::path::Protected,
+    /// At most this many files (Move-to destinations included) may change; an answer over
+    /// it is refused whole, as policy (`kiln fix --max-files` in project mode).
+    pub max_files: Option<usize>,
 }
 
 /// What happened to one edit.
@@ -386,6 +389,21 @@ pub async fn apply_edits(
         })
         .collect();
     let (groups, mut failed) = group_allowed(ws, &edits, targets, opts, &mut report);
+    if let Some(max) = opts.max_files {
+        let mut files: Vec<&str> = edits.iter().map(|e| e.path.as_str()).collect();
+        files.extend(edits.iter().filter_map(|e| e.new_path.as_deref()));
+        files.sort_unstable();
+        files.dedup();
+        if files.len() > max {
+            let all: Vec<usize> = (0..edits.len()).collect();
+            let message = format!(
+                "the answer changes {} files, more than the {max} one answer may change (--max-files); nothing was applied",
+                files.len()
+            );
+            fail_edits(&mut report, &all, "policy", &message);
+            return Ok(report);
+        }
+    }
     // Compute every file's new state in memory.
     let mut plan: Vec<Planned> = Vec::new();
     for (path, idx) in &groups {

@@ -26,6 +26,28 @@ pub enum Event {
         /// The iteration ceiling.
         max_iters: u32,
     },
+    /// The runner starts a check (sent before it runs, so a long build shows at once; the
+    /// first check's comes before `loop.started`, which waits for it).
+    #[serde(rename = "runner.started")]
+    RunnerStarted {
+        /// Iteration (0: before any fix).
+        iteration: u32,
+        /// The runner plugin.
+        runner: String,
+        /// The command it runs, when it is the `command` runner's `cmd`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// The target files; empty: the whole project.
+        targets: Vec<String>,
+    },
+    /// A check is still running (sent at 10 s, 30 s, 60 s, then every minute).
+    #[serde(rename = "runner.progress")]
+    RunnerProgress {
+        /// Iteration (0: before any fix).
+        iteration: u32,
+        /// Seconds since the check started.
+        elapsed_s: u64,
+    },
     /// The runner finished a check.
     #[serde(rename = "runner.finished")]
     RunnerFinished {
@@ -283,6 +305,8 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Event::LoopStarted { .. } => "loop.started",
+            Event::RunnerStarted { .. } => "runner.started",
+            Event::RunnerProgress { .. } => "runner.progress",
             Event::RunnerFinished { .. } => "runner.finished",
             Event::LlmRequest { .. } => "llm.request",
             Event::LlmResponse { .. } => "llm.response",

@@ -2,7 +2,12 @@
 //! last attempt, diagnostics first, output capped keeping the tail, the targets' text, the edit
 //! format's instructions), ask the model, apply its edits atomically, record the iteration, and
 //! repeat until success or a stop reason: `success`, `max_iters`, `stagnation`,
-//! `no_edits_applied`, `blocked`, `cancelled`, `error`.
+//! `no_edits_applied`, `blocked`, `timeout`, `cancelled`, `error`.
+//!
+//! Without targets (project mode) the prompt shows the code around the diagnostics of the
+//! first files they name, the model may first look around with read-only tools (a bounded
+//! number of rounds), and its answer may change any file that is not protected, up to a
+//! number of files.
 
 use super::defaults::WHOLE_FORMAT;
 use super::error::{HostError, from_host_errors};
@@ -11,7 +16,7 @@ use super::history;
 use super::model::ModelSource;
 use super::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
-use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
+use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS, LIST_DIR, READ_FILES, SEARCH_REPO};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
 use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};
@@ -30,13 +35,21 @@ pub const NO_EDITS_WINDOW: u32 = 3;
 const FIRST_DIAGNOSTICS: usize = 3;
 /// Lines of output shown to a person when a failing check yielded no diagnostic.
 const OUTPUT_TAIL_LINES: usize = 12;
-/// Rounds of history tool calls allowed within one iteration.
+/// Rounds of history tool calls allowed within one iteration (target mode).
 const MAX_TOOL_ROUNDS: usize = 3;
+/// Files named by the diagnostics whose code a project-mode prompt shows.
+const PROJECT_FILES_SHOWN: usize = 5;
+/// The read-only tools the model may use in project mode to look around before it answers.
+pub const PROJECT_TOOLS: &[&str] = &[READ_FILES, SEARCH_REPO, LIST_DIR];
+/// Deadline of one project-mode tool call.
+const PROJECT_TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What to fix and how.
 #[derive(Debug, Clone)]
 pub struct FixOptions {
-    /// Workspace-relative target files.
+    /// Workspace-relative target files. Empty: project mode, the whole workspace (the
+    /// diagnostics name the first files; any file that is not protected may change, at most
+    /// `max_files` per answer, in the multi-file format).
     pub targets: Vec<String>,
     /// Multi-file mode (`--files`, `target_files`, even with one file): the model is taught
     /// the multi-file format and the result names `modified_files`; otherwise (`--file`,
@@ -60,6 +73,15 @@ pub struct FixOptions {
     pub window_threshold: usize,
     /// Paths no edit may touch (`[sandbox] protect` on top of kiln's own files).
     pub protected: crate::path::Protected,
+    /// Project mode: rounds of read-only tool calls (`read_files`, `search_repo`,
+    /// `list_dir`) the model may make within one iteration before it answers (seed 001's
+    /// `toolMaxIterations`; default 5).
+    pub tool_rounds: usize,
+    /// Project mode: files one answer may change (default 10); an answer over it is refused
+    /// whole.
+    pub max_files: usize,
+    /// The runner's deadline per check (seconds), named when a check runs out of time.
+    pub timeout_s: Option<u32>,
 }
 
 impl Default for FixOptions {
@@ -76,7 +98,22 @@ impl Default for FixOptions {
             parent: None,
             window_threshold: 600,
             protected: crate::path::Protected::default(),
+            tool_rounds: 5,
+            max_files: 10,
+            timeout_s: None,
         }
+    }
+}
+
+impl FixOptions {
+    /// Project mode: no target named, the whole workspace.
+    pub fn project(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    /// The answer is in the multi-file format.
+    fn multi(&self) -> bool {
+        self.multi_file || self.targets.len() > 1 || self.project()
     }
 }
 
@@ -104,6 +141,25 @@ fn loop_tools() -> Vec<ToolDef> {
     tools.extend(history::tool_defs());
     tools
 }
+
+/// The definitions of [`PROJECT_TOOLS`] as `plugin` (the `fs` plugin) offers them.
+async fn project_tool_defs(plugin: &Plugin) -> Result<Vec<ToolDef>, FixError> {
+    Ok(plugin
+        .tool_list()
+        .await?
+        .into_iter()
+        .filter(|t| t.read_only && PROJECT_TOOLS.contains(&t.name.as_str()))
+        .map(|t| ToolDef {
+            name: t.name,
+            description: t.description,
+            parameters: serde_json::from_str(&t.schema)
+                .unwrap_or_else(|_| json!({"type": "object"})),
+        })
+        .collect())
+}
+
+/// Characters of one project-mode tool result shown to the model (the head is kept).
+const TOOL_RESULT_CHARS: usize = 48 * 1024;
 
 /// Normalised fingerprint of a failure: what varies between two runs of the same failure
 /// (durations, hexadecimal addresses, temporary paths, timestamps) folded, whitespace trimmed,
@@ -311,6 +367,8 @@ pub struct FixDeps<'a> {
     pub cancel: tokio::sync::watch::Receiver<bool>,
     /// Receives every event of the loop as it happens.
     pub on_event: &'a mut (dyn FnMut(&Event) + Send),
+    /// Project mode: the tool plugin (`fs`) whose read-only tools the model may call.
+    pub tools: Option<&'a Plugin>,
 }
 
 /// How an iteration ended the loop: the reason and a line for a person.
@@ -348,6 +406,8 @@ struct Fix<'o> {
     stopped: Option<Answer>,
     /// The first check, run before the loop existed (see [`first_check`]).
     first: Option<FirstCheck>,
+    /// Project mode: the plugin and the definitions of the read-only tools offered.
+    tools: Option<(&'o Plugin, Vec<ToolDef>)>,
 }
 
 /// The runner's answer to the first check, and how long it took (ms).
@@ -360,12 +420,19 @@ async fn first_check(
     opts: &FixOptions,
     runner: &Plugin,
     cancel: &tokio::sync::watch::Receiver<bool>,
+    on_event: &mut (dyn FnMut(&Event) + Send),
 ) -> Result<Option<FirstCheck>, FixError> {
     let start = Instant::now();
-    let mut cancel = cancel.clone();
-    let r = tokio::select! {
-        r = runner.runner_run(&opts.targets, &opts.runner_settings) => r,
-        _ = cancelled(&mut cancel) => return Ok(None),
+    let fut = runner.runner_run(&opts.targets, &opts.runner_settings);
+    let Some(r) = with_progress(fut, cancel.clone(), |elapsed_s| {
+        on_event(&Event::RunnerProgress {
+            iteration: 0,
+            elapsed_s,
+        })
+    })
+    .await
+    else {
+        return Ok(None);
     };
     if let Ok(Err(PluginCallError::InvalidInput(m))) = &r {
         return Err(FixError::Usage(format!(
@@ -377,6 +444,48 @@ async fn first_check(
     Ok(Some((r, start.elapsed().as_millis() as u64)))
 }
 
+/// When a running check is said to be still running: seconds after its start.
+fn progress_after(n: usize) -> u64 {
+    match n {
+        0 => 10,
+        1 => 30,
+        k => 60 * (k as u64 - 1),
+    }
+}
+
+/// Await `fut` unless `cancel` comes first (`None`), calling `tick` with the seconds elapsed
+/// at 10 s, 30 s, 60 s and then every minute while it runs.
+async fn with_progress<F: std::future::Future>(
+    fut: F,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
+    mut tick: impl FnMut(u64),
+) -> Option<F::Output> {
+    let start = tokio::time::Instant::now();
+    tokio::pin!(fut);
+    let mut n = 0;
+    loop {
+        let at = start + std::time::Duration::from_secs(progress_after(n));
+        tokio::select! {
+            r = &mut fut => return Some(r),
+            _ = cancelled(&mut cancel) => return None,
+            _ = tokio::time::sleep_until(at) => {
+                tick(progress_after(n));
+                n += 1;
+            }
+        }
+    }
+}
+
+/// `runner.started` for a check of `iteration`.
+fn runner_started(opts: &FixOptions, runner: &Plugin, iteration: u32) -> Event {
+    Event::RunnerStarted {
+        iteration,
+        runner: runner.name.clone(),
+        command: opts.runner_settings.get("cmd").cloned(),
+        targets: opts.targets.clone(),
+    }
+}
+
 /// Everything checked before the loop's row exists: the targets, the format's fit, the
 /// first check. Returns the format's instructions, the answers' log and the first check.
 async fn precheck(
@@ -385,27 +494,33 @@ async fn precheck(
     runner: &Plugin,
     format: &Plugin,
     cancel: &tokio::sync::watch::Receiver<bool>,
+    on_event: &mut (dyn FnMut(&Event) + Send),
 ) -> Result<(String, std::fs::File, Option<FirstCheck>), FixError> {
     ws.target_arguments(&opts.targets)
         .map_err(|e| FixError::Usage(e.to_string()))?;
     let info = format.format_describe().await?;
-    if (opts.multi_file || opts.targets.len() > 1) && !info.multi_file {
+    if opts.multi() && !info.multi_file {
         return Err(FixError::Usage(format!(
-            "several targets need a multi-file edit format, but `{}` edits one file at a time; use --format search-replace (or udiff, whole, apply-patch)",
+            "{} need a multi-file edit format, but `{}` edits one file at a time; use --format search-replace (or udiff, whole, apply-patch)",
+            if opts.project() {
+                "project mode (no --file) and its answers"
+            } else {
+                "several targets"
+            },
             format.name
         )));
     }
     let log = crate::store::open_log(ws.root(), "fix-loop.log")?;
-    let instructions = format
-        .format_instructions(opts.multi_file || opts.targets.len() > 1)
-        .await?;
+    let instructions = format.format_instructions(opts.multi()).await?;
     refuse_non_text(ws, &opts.targets)?;
     // A format that returns whole files must fit each target in its limits; the others edit
     // a big file through a window around each change (`edit::window`).
     if format.name == WHOLE_FORMAT {
         refuse_over_limits(ws, &opts.targets, format)?;
     }
-    let first = first_check(opts, runner, cancel).await?;
+    // Said before the runner runs (the loop's row and `loop.started` wait for its answer).
+    on_event(&runner_started(opts, runner, 0));
+    let first = first_check(opts, runner, cancel, on_event).await?;
     Ok((instructions, log, first))
 }
 
@@ -420,14 +535,14 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         store,
         cancel,
         on_event,
+        tools,
     } = deps;
-    if opts.targets.is_empty() {
-        return Err(FixError::Usage(
-            "no target files: give --file F or --files F...".into(),
-        ));
-    }
     let ws = Workspace::open(workspace)?;
-    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel).await?;
+    let tools = match tools {
+        Some(p) if opts.project() && opts.tool_rounds > 0 => Some((p, project_tool_defs(p).await?)),
+        _ => None,
+    };
+    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel, on_event).await?;
     let new = NewLoop {
         kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
@@ -470,6 +585,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         last_iteration: None,
         stopped: None,
         first,
+        tools,
     };
     // Every end, an error included, finishes the loop's row and emits its result.
     let (reason, summary) = match fix.drive(&mut run).await {
@@ -643,21 +759,34 @@ impl Fix<'_> {
         let (r, ms) = match self.first.take() {
             Some(first) => first,
             None => {
+                let iteration = self.iteration;
+                run.emit(runner_started(self.opts, self.runner, iteration));
                 let start = Instant::now();
-                let mut cancel = run.cancel_signal();
+                let cancel = run.cancel_signal();
                 let fut = self
                     .runner
                     .runner_run(&self.opts.targets, &self.opts.runner_settings);
-                tokio::select! {
-                    r = fut => (r, start.elapsed().as_millis() as u64),
-                    _ = cancelled(&mut cancel) => {
-                        return Err((StopReason::Cancelled, "cancelled by the user".into()))
+                let tick = |elapsed_s| {
+                    run.emit(Event::RunnerProgress {
+                        iteration,
+                        elapsed_s,
+                    })
+                };
+                match with_progress(fut, cancel, tick).await {
+                    Some(r) => (r, start.elapsed().as_millis() as u64),
+                    None => {
+                        return Err((StopReason::Cancelled, "cancelled by the user".into()));
                     }
                 }
             }
         };
         let e = match r {
+            Ok(Ok(r)) if r.timed_out => {
+                self.last_error = Some(failure_text(&r));
+                return Err(self.timed_out());
+            }
             Ok(Ok(r)) => return Ok((r, ms)),
+            Err(PluginError::Deadline { .. }) => return Err(self.timed_out()),
             Ok(Err(e)) => format!(
                 "runner `{}`: {}",
                 self.runner.name,
@@ -667,6 +796,23 @@ impl Fix<'_> {
         };
         self.last_error = Some(e.clone());
         Err((StopReason::Error, e))
+    }
+
+    /// The stop of a check that ran out of time: said as such, naming the setting; the model
+    /// is not asked about it.
+    fn timed_out(&mut self) -> Stop {
+        let limit = match self.opts.timeout_s {
+            Some(s) => format!(" after {s} s"),
+            None => String::new(),
+        };
+        let msg = format!(
+            "the check (runner `{}`) ran out of time{limit} and was stopped; the model was not asked. Give it longer with --timeout SECONDS or `[fix] timeout` in your user config or a trusted kiln.toml",
+            self.runner.name
+        );
+        if self.last_error.is_none() {
+            self.last_error = Some(msg.clone());
+        }
+        (StopReason::Timeout, msg)
     }
 
     /// Store the iteration's row (with its edits) and emit `loop.iteration`; a store that
@@ -743,15 +889,24 @@ impl Fix<'_> {
             whole,
         )?;
         let mut req = ChatRequest {
-            system: Some(build_system(self.opts, &self.instructions)),
+            system: Some(build_system(
+                self.opts,
+                &self.instructions,
+                self.tools.is_some(),
+            )),
             messages: vec![Message::User {
                 text: prompt.clone(),
             }],
-            tools: loop_tools(),
+            tools: self.offered_tools(true),
             max_tokens: None,
         };
         let start = Instant::now();
         let mut usage = crate::llm::Usage::default();
+        // Project mode: `tool_rounds` rounds of look-around; then the model must answer.
+        let rounds = match &self.tools {
+            Some(_) => self.opts.tool_rounds,
+            None => MAX_TOOL_ROUNDS,
+        };
         for round in 0.. {
             let resp = match self.ask_once(run, &req, prompt.len()).await {
                 Ok(r) => r,
@@ -783,10 +938,13 @@ impl Fix<'_> {
             let history_calls: Vec<_> = resp
                 .tool_calls
                 .iter()
-                .filter(|c| c.name == GET_LOOPS || c.name == GET_LOOP_DETAIL)
+                .filter(|c| {
+                    c.name == GET_LOOPS
+                        || c.name == GET_LOOP_DETAIL
+                        || (self.tools.is_some() && PROJECT_TOOLS.contains(&c.name.as_str()))
+                })
                 .collect();
-            if history_calls.is_empty() || !resp.text.trim().is_empty() || round >= MAX_TOOL_ROUNDS
-            {
+            if history_calls.is_empty() || !resp.text.trim().is_empty() || round >= rounds {
                 return Ok(Ok(Answer {
                     text: resp.text,
                     shown,
@@ -794,17 +952,31 @@ impl Fix<'_> {
                     usage,
                 }));
             }
-            let results: Vec<Message> = history_calls
-                .into_iter()
-                .map(|call| {
-                    let out = history::answer(run.store, run.id, &call.name, &call.arguments);
-                    Message::ToolResult {
-                        id: call.id.clone(),
-                        is_error: out.is_error(),
-                        content: out.into_text(),
+            let last_round = round + 1 >= rounds;
+            let mut results: Vec<Message> = Vec::new();
+            for call in history_calls {
+                let out = match &self.tools {
+                    Some((p, _)) if PROJECT_TOOLS.contains(&call.name.as_str()) => {
+                        self.project_tool(run, p, call).await
                     }
-                })
-                .collect();
+                    _ => history::answer(run.store, run.id, &call.name, &call.arguments),
+                };
+                let is_error = out.is_error();
+                let mut content = out.into_text();
+                if last_round {
+                    content.push_str(
+                        "\n\n(That was your last round of tool calls in this iteration: answer now with your edits.)",
+                    );
+                }
+                results.push(Message::ToolResult {
+                    id: call.id.clone(),
+                    is_error,
+                    content,
+                });
+            }
+            if last_round {
+                req.tools = self.offered_tools(false);
+            }
             req.messages.push(Message::Assistant {
                 text: resp.text.clone(),
                 tool_calls: resp.tool_calls.clone(),
@@ -812,6 +984,75 @@ impl Fix<'_> {
             req.messages.extend(results);
         }
         unreachable!("the rounds end by returning")
+    }
+
+    /// The tools offered in a request: `loop_stop`, and while `look` the history tools and,
+    /// in project mode, the read-only look-around tools.
+    fn offered_tools(&self, look: bool) -> Vec<ToolDef> {
+        let mut tools = loop_tools();
+        if !look {
+            tools.truncate(1);
+            return tools;
+        }
+        if let Some((_, defs)) = &self.tools {
+            tools.extend(defs.iter().cloned());
+        }
+        tools
+    }
+
+    /// Answer one project-mode tool call through the tool plugin (it only reads; the
+    /// programs it could start write nowhere), with `tool.start`/`tool.end` events.
+    async fn project_tool(
+        &mut self,
+        run: &mut Run<'_>,
+        plugin: &Plugin,
+        call: &crate::llm::ToolCall,
+    ) -> super::outcome::ToolOutcome {
+        let turn = self.iteration;
+        run.emit(Event::ToolStart {
+            turn,
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        });
+        let start = Instant::now();
+        let out = super::tools::plugin_call_writing(
+            plugin,
+            &call.name,
+            &call.arguments,
+            PROJECT_TOOL_TIMEOUT,
+            crate::plugin::confine::Writes::Nowhere,
+        )
+        .await;
+        let out = match out {
+            super::outcome::ToolOutcome::Ok(t) if t.len() > TOOL_RESULT_CHARS => {
+                let mut cut = TOOL_RESULT_CHARS;
+                while !t.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                super::outcome::ToolOutcome::Ok(format!(
+                    "{}\n[... cut at {TOOL_RESULT_CHARS} characters ...]",
+                    &t[..cut]
+                ))
+            }
+            o => o,
+        };
+        let preview = match &out {
+            super::outcome::ToolOutcome::Ok(t)
+            | super::outcome::ToolOutcome::Failed(t)
+            | super::outcome::ToolOutcome::Refused(t) => {
+                t.lines().next().unwrap_or("").chars().take(200).collect()
+            }
+        };
+        run.emit(Event::ToolEnd {
+            turn,
+            id: call.id.clone(),
+            name: call.name.clone(),
+            ok: !out.is_error(),
+            duration_ms: start.elapsed().as_millis() as u64,
+            preview,
+        });
+        out
     }
 
     /// One model request of an iteration, with its `llm.request` and `llm.response` events;
@@ -827,7 +1068,7 @@ impl Fix<'_> {
             iteration,
             prompt_chars,
         });
-        let resp = match run.ask(iteration, req, false).await {
+        let resp = match run.ask(iteration, req, true).await {
             Ok(r) => r,
             Err(AskError::Cancelled) => {
                 return Err((StopReason::Cancelled, "cancelled by the user".into()));
@@ -856,26 +1097,40 @@ impl Fix<'_> {
         answer: &Answer,
     ) -> Result<edit::EditReport, edit::EditError> {
         let iteration = self.iteration;
-        // The targets as they were, for the diff a person is shown of what changed.
-        let before: BTreeMap<&str, Option<String>> = self
-            .opts
-            .targets
-            .iter()
-            .map(|t| (t.as_str(), self.ws.read(t).ok().flatten()))
-            .collect();
         let options = ApplyOptions {
             dry_run: false,
             shown: answer.shown.clone(),
             protected: self.opts.protected.clone(),
+            max_files: self.opts.project().then_some(self.opts.max_files),
         };
-        let report = edit::apply_response(
-            self.format,
-            &self.ws,
-            &answer.text,
-            &self.opts.targets,
-            &options,
-        )
-        .await?;
+        let mut report = edit::EditReport::default();
+        let edits = match edit::parse(self.format, &answer.text, &self.opts.targets).await? {
+            Ok(e) => e,
+            Err(problems) => {
+                report.parse_errors = problems;
+                Vec::new()
+            }
+        };
+        // The files as they were, for the diff a person is shown of what changed: the
+        // targets, or in project mode the files the answer names.
+        let before: BTreeMap<String, Option<String>> = self
+            .opts
+            .targets
+            .iter()
+            .chain(edits.iter().map(|e| &e.path))
+            .map(|t| (t.clone(), self.ws.read(t).ok().flatten()))
+            .collect();
+        if report.parse_errors.is_empty() {
+            report = edit::apply_edits(
+                self.format,
+                &self.ws,
+                edits,
+                &self.opts.targets,
+                &options,
+                report,
+            )
+            .await?;
+        }
         for p in &report.parse_errors {
             let at = if p.line > 0 {
                 format!("line {}: ", p.line)
@@ -1081,13 +1336,31 @@ fn failure_text(r: &RunResult) -> String {
     s.trim_end().to_string()
 }
 
-fn build_system(opts: &FixOptions, instructions: &str) -> String {
+/// The system prompt; `look`: the read-only look-around tools are offered.
+fn build_system(opts: &FixOptions, instructions: &str, look: bool) -> String {
     let lang = opts.lang.as_deref().unwrap_or("the");
-    let mut s = format!(
-        "You are an expert programmer fixing {lang} code so that its build or check passes.\n\
-         Change only what is needed to fix the failure. Never edit files other than the ones you are given.\n\
-         If the failure cannot be fixed by editing these files (missing information, the problem is elsewhere), call the `loop_stop` tool with the reason instead of guessing.\n"
-    );
+    let mut s = if opts.project() {
+        format!(
+            "You are an expert programmer fixing {lang} code of a project so that its build or check passes.\n\
+             Change only what is needed to fix the failure. You may change any file of the workspace except kiln's and git's own (`.git/`, `.kiln/`, `kiln.toml`) and protected paths, at most {} files per answer; name each file in the multi-file format.\n{}\
+             If the failure cannot be fixed by editing the project's files (missing information, a missing dependency), call the `loop_stop` tool with the reason instead of guessing.\n",
+            opts.max_files,
+            if look {
+                format!(
+                    "Before you answer you may look around with the read-only tools (`read_files`, `search_repo`, `list_dir`), for at most {} rounds of calls.\n",
+                    opts.tool_rounds
+                )
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        format!(
+            "You are an expert programmer fixing {lang} code so that its build or check passes.\n\
+             Change only what is needed to fix the failure. Never edit files other than the ones you are given.\n\
+             If the failure cannot be fixed by editing these files (missing information, the problem is elsewhere), call the `loop_stop` tool with the reason instead of guessing.\n"
+        )
+    };
     if let Some(extra) = &opts.system {
         s.push('\n');
         s.push_str(extra);
@@ -1115,10 +1388,17 @@ fn build_prompt(
         p.push_str(task.trim());
         p.push_str("\n\n");
     }
-    p.push_str(&format!(
-        "Files you may change: {}\n\n",
-        opts.targets.join(", ")
-    ));
+    if opts.project() {
+        p.push_str(&format!(
+            "Files you may change: any file of the workspace that is not protected, at most {} per answer.\n\n",
+            opts.max_files
+        ));
+    } else {
+        p.push_str(&format!(
+            "Files you may change: {}\n\n",
+            opts.targets.join(", ")
+        ));
+    }
     if let Some(a) = last {
         p.push_str("## Last attempt\n");
         p.push_str(&a.summary);
@@ -1131,9 +1411,19 @@ fn build_prompt(
         p.push('\n');
     }
     p.push_str(&failure_section(r, opts.output_budget));
-    p.push_str("\n## Current files\n");
-    let threshold = (!whole).then_some(opts.window_threshold);
-    let shown = files_section(&mut p, ws, r, &opts.targets, threshold)?;
+    let shown = if opts.project() {
+        // The files the diagnostics name first, each as the code around its diagnostics.
+        let files = diagnostic_files(ws, r, &opts.protected);
+        if !files.is_empty() {
+            p.push_str("\n## Files named by the diagnostics\n");
+        }
+        let threshold = (!whole).then_some(2 * WINDOW_RADIUS + 1);
+        files_section(&mut p, ws, r, &files, threshold)?
+    } else {
+        p.push_str("\n## Current files\n");
+        let threshold = (!whole).then_some(opts.window_threshold);
+        files_section(&mut p, ws, r, &opts.targets, threshold)?
+    };
     if insist {
         p.push_str(
             "IMPORTANT: your previous answers applied no edit. Reply with at least one edit block, in exactly the format described, whose search text is copied exactly from the current files above, so that it applies.\n",
@@ -1172,6 +1462,38 @@ fn failure_section(r: &RunResult, output_budget: usize) -> String {
     p
 }
 
+/// The first [`PROJECT_FILES_SHOWN`] workspace files the diagnostics name, in their order,
+/// as workspace-relative paths: existing text files, not protected; absolute paths inside
+/// the workspace made relative, the others left out.
+fn diagnostic_files(
+    ws: &Workspace,
+    r: &RunResult,
+    protected: &crate::path::Protected,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for d in &r.diagnostics {
+        if out.len() >= PROJECT_FILES_SHOWN {
+            break;
+        }
+        let f = d.file.trim();
+        let rel = match Path::new(f).strip_prefix(ws.root()) {
+            Ok(rel) => rel.to_string_lossy().into_owned(),
+            Err(_) if Path::new(f).is_absolute() => continue,
+            Err(_) => f.trim_start_matches("./").to_string(),
+        };
+        if rel.is_empty()
+            || out.contains(&rel)
+            || crate::path::check_relative(&rel).is_err()
+            || protected.why(&rel).is_some()
+            || !matches!(ws.read(&rel), Ok(Some(_)))
+        {
+            continue;
+        }
+        out.push(rel);
+    }
+    out
+}
+
 /// Append the targets' text to `p` (a file over `window_threshold` lines as windows around
 /// its diagnostics; `None`: always whole) and return the fingerprints of what was shown.
 fn files_section(
@@ -1193,7 +1515,13 @@ fn files_section(
             let at: Vec<u32> = r
                 .diagnostics
                 .iter()
-                .filter(|d| d.file.trim_start_matches("./") == t)
+                .filter(|d| {
+                    let f = d.file.trim_start_matches("./");
+                    f == t
+                        || Path::new(f)
+                            .strip_prefix(ws.root())
+                            .is_ok_and(|rel| rel == Path::new(t))
+                })
                 .map(|d| d.line)
                 .collect();
             p.push_str(&format!("{t} ({lines} lines; only the parts around the diagnostics are shown)\n```\n{}```\n\n", window(&text, &at, WINDOW_RADIUS)));
@@ -1269,6 +1597,12 @@ mod tests {
                 "line 1\nline 2\nline 3\nline 4\nline 5\n[... 995 lines not shown ...]"
             )
         );
+    }
+
+    #[test]
+    fn a_running_check_is_said_at_10_30_60_s_then_every_minute() {
+        let at: Vec<u64> = (0..5).map(progress_after).collect();
+        assert_eq!(at, [10, 30, 60, 120, 180]);
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum StopReason {
     MaxLoops,
     /// The next model request would pass `--max-cost` / `--max-tokens` (`[budget]`).
     Budget,
+    /// fix: a check ran out of time (the runner's deadline, `--timeout`); the model is not
+    /// asked to fix a failure it was never shown.
+    Timeout,
 }
 
 impl StopReason {
@@ -63,6 +66,7 @@ impl StopReason {
             StopReason::ReviewClean => "review_clean",
             StopReason::MaxLoops => "max_loops",
             StopReason::Budget => "budget",
+            StopReason::Timeout => "timeout",
         }
     }
 

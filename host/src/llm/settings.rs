@@ -332,7 +332,7 @@ impl LlmSettings {
             )));
         }
         let model = flags.model.clone().or_else(|| env("KILN_MODEL")).or(config.model.clone()).ok_or_else(|| {
-            SettingsError("no model configured: pass --model, set KILN_MODEL, or set `model` under [llm] in kiln.toml".into())
+            SettingsError("no model configured: pass --model, set KILN_MODEL, or set `model` under [llm] in your user config (~/.config/kiln/config.toml; a workspace's kiln.toml counts only once you trust it with `kiln trust`)".into())
         })?;
         let api_key = api_key(config, env, provider)?;
         let temperature = temperature(config, env, warn);

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 pub fn compile_loop_tool() -> ToolDef {
     ToolDef {
         name: COMPILE_LOOP.into(),
-        description: "Run an autonomous compile-and-fix loop on target files until the build/check passes or a stop reason is reached. Give either target_file or target_files, not both.".into(),
+        description: "Run an autonomous compile-and-fix loop on target files until the build/check passes or a stop reason is reached. Give either target_file or target_files, not both; give neither to fix the whole project (the build's diagnostics name the files; any file that is not protected may change).".into(),
         parameters: json!({
             "type": "object",
             "properties": {
@@ -50,13 +50,15 @@ pub struct CompileLoopArgs {
 }
 
 impl CompileLoopArgs {
-    /// The target files: `target_file` or `target_files`, not both.
+    /// The target files: `target_file` or `target_files`, not both; neither: none, the whole
+    /// project (the fix loop's project mode).
     pub fn targets(&self) -> Result<Vec<String>, CompileLoopError> {
         match (&self.target_file, &self.target_files) {
             (Some(_), Some(_)) => Err(CompileLoopError::BothTargets),
             (Some(f), None) => Ok(vec![f.clone()]),
+            (None, Some(fs)) if fs.is_empty() => Err(CompileLoopError::NoTargets),
             (None, Some(fs)) => Ok(fs.clone()),
-            (None, None) => Err(CompileLoopError::NoTargets),
+            (None, None) => Ok(Vec::new()),
         }
     }
 }
@@ -68,7 +70,9 @@ pub enum CompileLoopError {
     #[error("give target_file or target_files, not both")]
     BothTargets,
     /// Neither target form was given.
-    #[error("target_file or target_files is required")]
+    #[error(
+        "target_files is empty: name at least one file, or leave it out to fix the whole project"
+    )]
     NoTargets,
     /// The arguments do not have the tool's shape.
     #[error("compile_loop: invalid arguments: {0}")]
@@ -184,6 +188,7 @@ impl ToolHandler for CompileLoop {
                 store: nested.store,
                 cancel: nested.cancel,
                 on_event: nested.on_event,
+                tools: None,
             };
             let r = run_fix(&p.fix, deps).await;
             if let Ok(o) = &r {

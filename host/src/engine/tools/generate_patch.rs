@@ -90,6 +90,7 @@ async fn generate(cx: Ctx<'_, '_>, args: &str) -> Result<ToolOutcome, ToolOutcom
         dry_run: true,
         shown,
         protected: s.protected.clone(),
+        ..Default::default()
     };
     let (answer, attempt) =
         checked_answer(cx.run, s, fmt, cx.ws, &a.paths, &opts, &mut req).await?;

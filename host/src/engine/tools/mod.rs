@@ -37,5 +37,6 @@ pub(crate) use final_answer::FinalAnswerArgs;
 pub(crate) use handler::Kind;
 pub(crate) use hooks::run_hook;
 pub use plugin_call::plugin_call;
+pub(crate) use plugin_call::plugin_call_writing;
 pub use settings::ToolSettings;
 pub(crate) use table::Toolbox;
