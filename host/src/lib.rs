@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod cli;
+#[path = "../protocol/src/clock.rs"]
 pub mod clock;
 pub mod config;
 pub mod edit;

@@ -10,6 +10,7 @@ pub mod events;
 pub mod fix;
 pub(crate) mod history;
 pub mod model;
+#[path = "../../protocol/src/outcome.rs"]
 pub mod outcome;
 pub mod resume;
 pub mod review;
