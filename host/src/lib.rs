@@ -3,8 +3,6 @@
 
 pub mod batch;
 pub mod cli;
-#[path = "../protocol/src/clock.rs"]
-pub mod clock;
 pub mod config;
 pub mod edit;
 pub mod engine;
@@ -19,3 +17,6 @@ pub mod suggest;
 pub mod task_spec;
 pub mod terminal;
 pub mod undo;
+
+pub use kiln_protocol as protocol;
+pub use kiln_protocol::clock;

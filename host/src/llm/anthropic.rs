@@ -4,7 +4,7 @@
 use super::settings::LlmSettings;
 use super::sse;
 use super::types::{
-    Assembler, ChatRequest, ChatResponse, Delta, LlmError, Message, ToolCall, Usage,
+    Assembler, ChatRequest, ChatResponse, Delta, LlmError, Message, ReplyBytes, ToolCall, Usage,
 };
 use serde_json::{Value, json};
 

@@ -16,7 +16,7 @@ pub use types::{
     ChatRequest, ChatResponse, Delta, LlmError, Message, ToolCall, ToolDef, Usage, classify_error,
 };
 
-use types::Assembler;
+use types::{Assembler, ReplyBytes};
 
 use futures_util::StreamExt;
 use std::time::{Duration, Instant};

@@ -6,6 +6,8 @@ use super::{retry, sse};
 use serde::Serialize;
 use std::time::Duration;
 
+pub use kiln_protocol::chat::{Message, ToolCall, Usage};
+
 /// A tool the model may call.
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolDef {
@@ -15,44 +17,6 @@ pub struct ToolDef {
     pub description: String,
     /// JSON Schema of the arguments object.
     pub parameters: serde_json::Value,
-}
-
-/// A tool call made by the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ToolCall {
-    /// Call id (echoed in the tool result).
-    pub id: String,
-    /// Tool name.
-    pub name: String,
-    /// Arguments as JSON text.
-    pub arguments: String,
-}
-
-/// One message of a conversation.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
-pub enum Message {
-    /// From the user (or the loop speaking for them).
-    User {
-        /// What the user (or the loop) says.
-        text: String,
-    },
-    /// From the model.
-    Assistant {
-        /// What the model wrote besides its tool calls.
-        text: String,
-        /// Tool calls it made.
-        tool_calls: Vec<ToolCall>,
-    },
-    /// The result of a tool call.
-    ToolResult {
-        /// The call's id.
-        id: String,
-        /// Result text.
-        content: String,
-        /// The tool failed.
-        is_error: bool,
-    },
 }
 
 /// One request to the model: system prompt, conversation, tools and output limit.
@@ -66,31 +30,6 @@ pub struct ChatRequest {
     pub tools: Vec<ToolDef>,
     /// Override of the settings' max tokens.
     pub max_tokens: Option<u32>,
-}
-
-/// Token usage by class.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    /// Input tokens not read from a cache.
-    pub input: u64,
-    /// Input tokens read from the provider's prompt cache.
-    pub cached_input: u64,
-    /// Input tokens written to the prompt cache.
-    pub cache_write: u64,
-    /// Output tokens (reasoning included).
-    pub output: u64,
-    /// Of the output, reasoning tokens.
-    pub reasoning: u64,
-}
-
-impl std::ops::AddAssign for Usage {
-    fn add_assign(&mut self, o: Usage) {
-        self.input += o.input;
-        self.cached_input += o.cached_input;
-        self.cache_write += o.cache_write;
-        self.output += o.output;
-        self.reasoning += o.reasoning;
-    }
 }
 
 /// A complete answer.
@@ -422,9 +361,14 @@ pub(super) trait Assembler: Send {
 /// the memory a call costs, so a reply of many empty calls is capped too.
 pub(super) const CALL_OVERHEAD: usize = 64;
 
-impl ToolCall {
-    /// What the call counts toward `max_reply_bytes`.
-    pub(super) fn reply_bytes(&self) -> usize {
+/// What a tool call counts toward `max_reply_bytes`.
+pub(super) trait ReplyBytes {
+    /// Its id, name and arguments plus [`CALL_OVERHEAD`].
+    fn reply_bytes(&self) -> usize;
+}
+
+impl ReplyBytes for ToolCall {
+    fn reply_bytes(&self) -> usize {
         CALL_OVERHEAD + self.id.len() + self.name.len() + self.arguments.len()
     }
 }

@@ -1,7 +1,7 @@
 //! The store's errors: each names the database (a file, or a URL without its password) and,
 //! where one exists, the fix.
 
-use crate::clock::{human_time, now_ms};
+use kiln_protocol::clock::{human_time, now_ms};
 use std::path::PathBuf;
 
 /// Store errors name the database (a file, or a URL without its password).

@@ -26,8 +26,8 @@ pub use rows::{
 };
 pub use schema::SCHEMA_VERSION;
 
-use crate::clock::now_ms;
-use crate::engine::outcome::{LoopStatus, StopReason};
+use kiln_protocol::clock::now_ms;
+use kiln_protocol::outcome::{LoopStatus, StopReason};
 use std::path::Path;
 
 /// The file name of a workspace's own store in its state directory.
@@ -215,7 +215,7 @@ impl Store {
         &mut self,
         loop_id: i64,
         it: &IterationRow,
-        edits: &[crate::edit::EditResult],
+        edits: &[kiln_protocol::edit::EditResult],
     ) -> Result<(), StoreError> {
         let mut capped = it.clone();
         capped.stdout = cap_text(&it.stdout, MAX_STORED_TEXT);
@@ -241,7 +241,7 @@ impl Store {
     pub fn set_loop_tokens(
         &mut self,
         loop_id: i64,
-        u: &crate::llm::Usage,
+        u: &kiln_protocol::chat::Usage,
     ) -> Result<(), StoreError> {
         self.backend.set_tokens(loop_id, u)
     }
@@ -268,7 +268,7 @@ impl Store {
                 iteration,
                 model: model.to_string(),
                 latency_ms: 0,
-                tokens: crate::llm::Usage::default(),
+                tokens: kiln_protocol::chat::Usage::default(),
                 response: String::new(),
                 tool_calls: serde_json::json!([]),
                 error: Some(e.to_string()),

@@ -13,7 +13,7 @@ use super::{
     Backend, Begin, CRASHED, EditRow, End, IterationRow, LlmCallRow, LoopRow, PgUrl, Raw, Running,
     StoreError, ToolCallRow, check_running, with_kind,
 };
-use crate::llm::Usage;
+use kiln_protocol::chat::Usage;
 use ::postgres::{Client, NoTls, Row};
 use std::sync::Mutex;
 use std::time::Duration;

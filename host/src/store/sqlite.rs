@@ -10,7 +10,7 @@ use super::{
     Backend, Begin, CRASHED, EditRow, End, IterationRow, LlmCallRow, LoopRow, Raw, Running,
     StoreError, ToolCallRow, check_running, with_kind,
 };
-use crate::llm::Usage;
+use kiln_protocol::chat::Usage;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 

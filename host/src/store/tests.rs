@@ -99,8 +99,8 @@ fn sample_iteration() -> IterationRow {
     }
 }
 
-fn sample_edit() -> crate::edit::EditResult {
-    crate::edit::EditResult {
+fn sample_edit() -> kiln_protocol::edit::EditResult {
+    kiln_protocol::edit::EditResult {
         path: "a.rs".into(),
         kind: "replace",
         status: "applied",
@@ -229,7 +229,7 @@ fn projects_share_a_database_and_each_sees_its_own() {
 /// user's own `kiln history ID` / `kiln report` read any project's.
 #[test]
 fn another_projects_run_is_not_found_like_a_missing_one() {
-    use crate::engine::outcome::ToolOutcome;
+    use kiln_protocol::outcome::ToolOutcome;
     for db in backends() {
         let b = db.name();
         let mut a = db.open("/ws/a");
