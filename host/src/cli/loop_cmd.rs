@@ -7,7 +7,7 @@ use super::llm_cmd::LlmArgs;
 use super::settings::LoopSettings;
 use super::{Ctx, Outcome};
 use crate::engine::Event;
-use crate::engine::outcome::LoopRunResult;
+use kiln_protocol::outcome::LoopRunResult;
 use crate::engine::review::{LoopDeps, run_loop};
 use clap::Args;
 use std::path::PathBuf;

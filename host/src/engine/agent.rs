@@ -10,7 +10,7 @@ use super::defaults::DEFAULT_FORMAT;
 use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::model::ModelSource;
-use super::outcome::{AgentResult, StopReason, ToolCallRecord};
+use kiln_protocol::outcome::{AgentResult, StopReason, ToolCallRecord};
 use super::run::{AskError, Run, RunDeps};
 use super::tool_names::{FINAL_ANSWER, SUBMIT_REVIEW};
 use super::tools::{

@@ -9,7 +9,7 @@ use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::history;
 use super::model::ModelSource;
-use super::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
+use kiln_protocol::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
 use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::edit::{self, ApplyOptions, Workspace};

@@ -6,7 +6,7 @@
 
 use super::events::Event;
 use super::model::ModelSource;
-use super::outcome::StopReason;
+use kiln_protocol::outcome::StopReason;
 use crate::llm::{ChatRequest, ChatResponse, Delta, LlmError, Usage};
 use crate::store::{NewLoop, Store, StoreError};
 use std::path::Path;

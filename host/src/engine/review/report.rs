@@ -2,7 +2,7 @@
 //! items, the harness's own summary of a phase (from its structured tool calls, not from its
 //! prose), and the reviewer's `submit_review` verdict.
 
-use crate::engine::outcome::{
+use kiln_protocol::outcome::{
     AgentResult, CallStatus, CommandRun, LoopSummary, ReportStatus, ToolCallRecord,
 };
 use crate::engine::tool_names::{

@@ -8,7 +8,7 @@ use super::settings::ToolSettings;
 use crate::engine::defaults::{COMPILE_RUNNER, RUNNER_CMD_SETTING};
 use crate::engine::events::Event;
 use crate::engine::fix::{FixDeps, FixError, FixOptions, run_fix};
-use crate::engine::outcome::{FixOutcome, ToolOutcome};
+use kiln_protocol::outcome::{FixOutcome, ToolOutcome};
 use crate::engine::tool_names::COMPILE_LOOP;
 use crate::llm::ToolDef;
 use crate::plugin::{Plugin, PluginError, PluginKind, Registry};

@@ -5,7 +5,7 @@ use super::caps::cap;
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
 use super::settings::ToolSettings;
 use crate::edit::Workspace;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::engine::run::AskError;
 use crate::engine::tool_names::EVALUATE_WORK;
 use crate::llm::{ChatRequest, Message, ToolDef};

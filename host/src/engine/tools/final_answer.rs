@@ -3,7 +3,7 @@
 
 use super::handler::{Ctx, Kind, ToolHandler, def};
 use super::settings::ToolSettings;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::engine::tool_names::FINAL_ANSWER;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;

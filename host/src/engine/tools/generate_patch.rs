@@ -7,7 +7,7 @@ use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
 use super::settings::ToolSettings;
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::engine::defaults::BUNDLED_FORMATS;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::engine::run::{AskError, Run};
 use crate::engine::tool_names::GENERATE_PATCH;
 use crate::llm::{ChatRequest, Message, ToolDef};

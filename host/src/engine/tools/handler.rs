@@ -6,7 +6,7 @@
 use super::caps::Changes;
 use super::settings::ToolSettings;
 use crate::edit::Workspace;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::engine::run::Run;
 use crate::llm::ToolDef;
 use crate::plugin::Registry;

@@ -4,7 +4,7 @@
 use super::handler::{Ctx, Kind, ToolHandler, parse_args};
 use super::settings::ToolSettings;
 use crate::engine::history;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::engine::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;

@@ -3,7 +3,7 @@
 //! before-tool hook may deny a call or rewrite its arguments.
 
 use super::settings::ToolSettings;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::llm::ToolCall;
 use serde_json::{Value, json};
 use std::path::Path;

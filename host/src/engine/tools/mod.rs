@@ -5,7 +5,7 @@
 //!
 //! Each built-in tool is one file here that holds its argument type, schema, kind and
 //! handler (a `ToolHandler`, in `handler.rs`); `registry.rs` lists them. Every call ends in a
-//! typed [`ToolOutcome`](crate::engine::outcome::ToolOutcome): ok, failed, or refused.
+//! typed [`ToolOutcome`](kiln_protocol::outcome::ToolOutcome): ok, failed, or refused.
 
 pub mod args_check;
 mod caps;

@@ -1,7 +1,7 @@
 //! A plugin tool call under a deadline, as a tool outcome (the agent and `kiln mcp`): a
 //! plugin's `denied` error is a refusal, its other errors and a trap are failures.
 
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::plugin::{Plugin, PluginCallError};
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ use super::dispatch::{CallResult, Turn};
 use super::handler::Kind;
 use super::table::Toolbox;
 use crate::engine::events::Event;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::engine::resume::take_results;
 use crate::engine::run::Run;
 use crate::llm::ToolCall;

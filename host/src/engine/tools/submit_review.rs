@@ -4,7 +4,7 @@
 
 use super::handler::{Ctx, Kind, ToolHandler, def};
 use super::settings::ToolSettings;
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use crate::engine::tool_names::SUBMIT_REVIEW;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
