@@ -1,7 +1,8 @@
 //! The [`Backend`] trait both databases implement, the values it passes, and the overlap
 //! rule of a new loop that both apply inside their transaction.
 
-use super::{EditRow, IterationRow, LlmCallRow, LoopRow, NewLoop, StoreError, ToolCallRow};
+use super::error::StoreError;
+use super::rows::{EditRow, IterationRow, LlmCallRow, LoopRow, NewLoop, ToolCallRow};
 
 /// A row to open in `loops` (what [`Backend::begin`] inserts).
 #[derive(Debug, Clone)]
@@ -117,7 +118,7 @@ pub enum Raw<'a> {
     /// The SQLite connection.
     Sqlite(&'a mut rusqlite::Connection),
     /// The PostgreSQL connection (reconnecting, with typed errors).
-    Postgres(&'a mut super::postgres::PgConn),
+    Postgres(&'a mut super::pg_conn::PgConn),
 }
 
 /// Decide about the running loops [`Backend::begin`] found (same project, same host): an

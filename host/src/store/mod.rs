@@ -11,6 +11,7 @@ mod backend;
 mod error;
 mod files;
 mod location;
+mod pg_conn;
 pub mod postgres;
 mod rows;
 pub mod schema;

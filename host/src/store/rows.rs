@@ -1,7 +1,7 @@
 //! What the store records and returns: the run kinds and the rows of loops, iterations,
 //! edits, LLM calls and tool calls, the same for every backend.
 
-use super::StoreError;
+use super::error::StoreError;
 use serde::Serialize;
 
 /// What started a recorded run.
