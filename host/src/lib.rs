@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod edit;
 pub mod engine;
+#[path = "../llm/src/lib.rs"]
 pub mod llm;
 pub mod mcp;
 pub mod path;
@@ -15,6 +16,7 @@ pub mod state_dir;
 pub mod store;
 pub mod suggest;
 pub mod task_spec;
+#[path = "../protocol/src/terminal.rs"]
 pub mod terminal;
 pub mod undo;
 
