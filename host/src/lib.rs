@@ -6,8 +6,6 @@ pub mod cli;
 pub mod config;
 pub mod edit;
 pub mod engine;
-#[path = "../llm/src/lib.rs"]
-pub mod llm;
 pub mod mcp;
 pub mod path;
 pub mod plugin;
@@ -16,9 +14,8 @@ pub mod state_dir;
 pub mod store;
 pub mod suggest;
 pub mod task_spec;
-#[path = "../protocol/src/terminal.rs"]
-pub mod terminal;
 pub mod undo;
 
+pub use kiln_llm as llm;
 pub use kiln_protocol as protocol;
-pub use kiln_protocol::clock;
+pub use kiln_protocol::{clock, terminal};

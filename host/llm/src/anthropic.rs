@@ -161,7 +161,7 @@ impl StreamAssembler {
                 dialect: "Anthropic",
                 message: format!(
                     "a content block has index {}, but only {} block(s) came before it",
-                    crate::terminal::printable(
+                    kiln_protocol::terminal::printable(
                         &v["index"].to_string().chars().take(40).collect::<String>()
                     ),
                     self.blocks.len()

@@ -1,7 +1,11 @@
-//! The LLM transport: provider-neutral request/response types, the client (timeouts,
+//! kiln-llm, the LLM transport: provider-neutral request/response types, the client (timeouts,
 //! retries with backoff honouring `retry-after-ms`/`retry-after`, streaming), and typed
-//! errors. One file per wire dialect (`openai`, `anthropic`); SSE decoding in `sse`.
-//! API keys are [`Secret`]s and are scrubbed from every error message.
+//! errors. One file per wire dialect (`openai`, `anthropic`); SSE decoding in `sse`; prices
+//! in `pricing`. API keys are [`Secret`]s and are scrubbed from every error message.
+//!
+//! It depends on `kiln-protocol` only (messages, tool calls, usage). It must never import the
+//! engine, the store, the plugin runtime or the CLI: a loop asks a model through this crate,
+//! never the other way round.
 
 mod anthropic;
 mod openai;
@@ -212,7 +216,7 @@ impl LlmClient {
             preview: if text.is_empty() {
                 String::new()
             } else {
-                format!("; it begins \"{}\"", crate::terminal::printable(&text))
+                format!("; it begins \"{}\"", kiln_protocol::terminal::printable(&text))
             },
         }
     }

@@ -162,7 +162,7 @@ impl StreamAssembler {
                     dialect: "OpenAI",
                     message: format!(
                         "a tool call has index {}, but only {} call(s) came before it (an index may name a call seen already or the next one)",
-                        crate::terminal::printable(&v.to_string().chars().take(40).collect::<String>()),
+                        kiln_protocol::terminal::printable(&v.to_string().chars().take(40).collect::<String>()),
                         self.calls.len()
                     ),
                 })?,
