@@ -10,7 +10,9 @@ pub mod mcp;
 pub mod path;
 pub mod plugin;
 pub mod report;
+#[path = "../state/src/lib.rs"]
 pub mod state_dir;
+#[path = "../store/src/lib.rs"]
 pub mod store;
 pub mod suggest;
 pub mod task_spec;
