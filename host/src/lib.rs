@@ -10,14 +10,12 @@ pub mod mcp;
 pub mod path;
 pub mod plugin;
 pub mod report;
-#[path = "../state/src/lib.rs"]
-pub mod state_dir;
-#[path = "../store/src/lib.rs"]
-pub mod store;
 pub mod suggest;
 pub mod task_spec;
 pub mod undo;
 
 pub use kiln_llm as llm;
 pub use kiln_protocol as protocol;
+pub use kiln_state as state_dir;
+pub use kiln_store as store;
 pub use kiln_protocol::{clock, terminal};

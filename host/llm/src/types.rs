@@ -4,9 +4,8 @@
 use super::settings::Secret;
 use super::{retry, sse};
 use serde::Serialize;
-use std::time::Duration;
 
-pub use kiln_protocol::chat::{Message, ToolCall, Usage};
+pub use kiln_protocol::chat::{ChatResponse, Message, ToolCall, Usage};
 
 /// A tool the model may call.
 #[derive(Debug, Clone, Serialize)]
@@ -30,26 +29,6 @@ pub struct ChatRequest {
     pub tools: Vec<ToolDef>,
     /// Override of the settings' max tokens.
     pub max_tokens: Option<u32>,
-}
-
-/// A complete answer.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ChatResponse {
-    /// The answer's text (tool calls apart).
-    pub text: String,
-    /// Tool calls.
-    pub tool_calls: Vec<ToolCall>,
-    /// Tokens the request used, as the server counted them.
-    pub usage: Usage,
-    /// Why the model stopped (`stop`, `tool_calls`, `end_turn`, `length`, ...).
-    pub finish_reason: Option<String>,
-    /// The model that answered, as reported.
-    pub model: Option<String>,
-    /// Time from the first attempt to the end of the answer.
-    #[serde(skip)]
-    pub latency: Duration,
-    /// Attempts made (1 = no retry).
-    pub attempts: u32,
 }
 
 /// Streaming progress delivered to the caller.

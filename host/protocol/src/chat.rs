@@ -2,6 +2,7 @@
 //! messages, tool calls and token usage.
 
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// A tool call made by the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,4 +65,24 @@ impl std::ops::AddAssign for Usage {
         self.output += o.output;
         self.reasoning += o.reasoning;
     }
+}
+
+/// A complete answer.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChatResponse {
+    /// The answer's text (tool calls apart).
+    pub text: String,
+    /// Tool calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// Tokens the request used, as the server counted them.
+    pub usage: Usage,
+    /// Why the model stopped (`stop`, `tool_calls`, `end_turn`, `length`, ...).
+    pub finish_reason: Option<String>,
+    /// The model that answered, as reported.
+    pub model: Option<String>,
+    /// Time from the first attempt to the end of the answer.
+    #[serde(skip)]
+    pub latency: Duration,
+    /// Attempts made (1 = no retry).
+    pub attempts: u32,
 }

@@ -86,3 +86,7 @@ pub(crate) fn tail(s: &str, budget: usize) -> String {
     let start = s.ceil_char_boundary(s.len() - budget);
     format!("[... {} earlier bytes omitted ...]\n{}", start, &s[start..])
 }
+
+#[cfg(test)]
+#[path = "history_store_tests.rs"]
+mod store_tests;

@@ -1,4 +1,4 @@
-//! Persistence of loops, iterations, edits, LLM calls, tool calls and events, behind one
+//! kiln-store: persistence of loops, iterations, edits, LLM calls, tool calls and events, behind one
 //! [`Backend`] trait with two implementations: an SQLite file (the default: `kiln.db` in kiln's
 //! state directory for the workspace, outside it, [`Store::open`]; WAL; [`sqlite`]) and a PostgreSQL database that many workspaces and
 //! machines share ([`postgres`]). [`Store`] is the type the rest of kiln uses: it adds the
@@ -6,6 +6,11 @@
 //! carry a version and are migrated forward on open ([`schema`]). Writes are transactional;
 //! very large outputs are stored capped (head and tail kept, with a marker saying how much was
 //! cut), never dropped silently.
+//!
+//! It depends on `kiln-protocol` (statuses, stop reasons, usage, edit results) and `kiln-state`
+//! (where a workspace's own store lives) only. It must never import the engine, the LLM
+//! transport, the plugin runtime, edits or the CLI: they record into the store, not the
+//! other way round.
 
 mod backend;
 mod error;
@@ -36,10 +41,10 @@ pub const STORE_FILE: &str = "kiln.db";
 
 /// Where the store of the workspace at `workspace` is, or will be: [`STORE_FILE`] in kiln's
 /// state directory for it, `$XDG_STATE_HOME/kiln/workspaces/<key>/` (else
-/// `~/.local/state/kiln/...`; the key is [`crate::state_dir::Identity::key`]).
+/// `~/.local/state/kiln/...`; the key is [`kiln_state::Identity::key`]).
 pub fn default_path(workspace: &Path) -> Result<std::path::PathBuf, StoreError> {
-    let id = crate::state_dir::Identity::of(workspace)?;
-    Ok(crate::state_dir::base()?
+    let id = kiln_state::Identity::of(workspace)?;
+    Ok(kiln_state::base()?
         .join("workspaces")
         .join(id.key())
         .join(STORE_FILE))
@@ -110,7 +115,7 @@ impl Store {
     /// (programs could write it); the open that creates the new store says so once.
     pub fn open(workspace: &Path) -> Result<Store, StoreError> {
         let root = canonical(workspace)?;
-        let state = crate::state_dir::WorkspaceState::open(&root, true)?.ok_or_else(|| {
+        let state = kiln_state::WorkspaceState::open(&root, true)?.ok_or_else(|| {
             StoreError::Dir {
                 path: root.clone(),
                 source: std::io::ErrorKind::NotFound.into(),
@@ -253,7 +258,7 @@ impl Store {
         loop_id: i64,
         iteration: i64,
         model: &str,
-        r: Result<&crate::llm::ChatResponse, &str>,
+        r: Result<&kiln_protocol::chat::ChatResponse, &str>,
     ) -> Result<(), StoreError> {
         let row = match r {
             Ok(resp) => LlmCallRow {
