@@ -88,5 +88,4 @@ pub(crate) fn tail(s: &str, budget: usize) -> String {
 }
 
 #[cfg(test)]
-#[path = "history_store_tests.rs"]
 mod store_tests;
