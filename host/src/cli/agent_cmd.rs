@@ -2,9 +2,9 @@
 //! (`--prompt`) or interactively (tasks read from stdin, one per line, conversation kept).
 
 use super::common::{EventSink, ctrl_c_watch, outcome_of};
+use super::ctx::{Ctx, Outcome};
 use super::llm_cmd::LlmArgs;
 use super::settings::AgentSettings;
-use super::{Ctx, Outcome};
 use crate::engine::agent::{AgentDeps, run_agent};
 use crate::engine::{AgentResult, Event, StopReason};
 use crate::llm::pricing::format_usd;
@@ -248,7 +248,7 @@ async fn run_task(
         // always when stdout goes elsewhere (a pipe, a file), where it is the command's data.
         let on_screen = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
         if !(on_screen && s.log.showed(&result.content)) {
-            super::out_line(&crate::terminal::printable(result.content.trim()));
+            super::output::out_line(&crate::terminal::printable(result.content.trim()));
         }
     }
     if s.json || ctx.quiet {

@@ -2,8 +2,9 @@
 //! directory, N tasks at once), enqueue it for a fleet (`submit`), and read a batch's state
 //! and results (`status`, `results`) from either store.
 
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use super::worker_cmd::{self, LeaseArgs, QueueArgs};
-use super::{Ctx, Outcome, print_json};
 use crate::batch::worker::{self, Report, WorkerOptions};
 use crate::batch::{Budgets, Counts, task};
 use anyhow::Context;

@@ -1,7 +1,8 @@
 //! `kiln check`: run a runner once over target files and show its diagnostics (the first step
 //! of every fix-loop iteration).
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::plugin::{PluginKind, Severity};
 use anyhow::Context;
 use clap::Args;

@@ -3,10 +3,10 @@
 //! (`loop.result`, with its cost).
 
 use super::common::{EventSink, ctrl_c_watch, exit_for};
+use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
 use super::llm_cmd::LlmArgs;
 use super::settings::FixSettings;
-use super::{Ctx, Outcome};
 use crate::engine::{self, FixOutcome};
 use crate::llm::Usage;
 use crate::llm::pricing::format_usd;
@@ -93,16 +93,16 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
 /// A short result for a person (stdout); the full record is `--json` or `kiln history show`.
 /// Then a summary line on stderr, unless `quiet`.
 fn print_result(outcome: &FixOutcome, usage: &Usage, cost: Option<f64>, quiet: bool) {
-    super::out_line(&crate::terminal::printable(
+    super::output::out_line(&crate::terminal::printable(
         outcome.summary.lines().next().unwrap_or(""),
     ));
     for f in outcome.modified_files.iter().flatten() {
-        super::out_line(&format!("changed: {}", crate::terminal::printable(f)));
+        super::output::out_line(&format!("changed: {}", crate::terminal::printable(f)));
     }
     if quiet {
         return;
     }
-    super::err_line(&format!(
+    super::output::err_line(&format!(
         "[{}] {}, tokens in {} / out {}{}",
         outcome.stop_reason,
         count(outcome.iters as usize, "iteration", "iterations"),

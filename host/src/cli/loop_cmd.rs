@@ -2,14 +2,14 @@
 //! person (stderr) or as JSON lines (stdout), Ctrl-C handling and artifacts in `.kiln/loop/`.
 
 use super::common::{EventSink, ctrl_c_watch, exit_for};
+use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
 use super::llm_cmd::LlmArgs;
 use super::settings::LoopSettings;
-use super::{Ctx, Outcome};
 use crate::engine::Event;
-use kiln_protocol::outcome::LoopRunResult;
 use crate::engine::review::{LoopDeps, run_loop};
 use clap::Args;
+use kiln_protocol::outcome::LoopRunResult;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -110,14 +110,14 @@ pub(crate) async fn run(
 /// The loop's summary and what is still pending for a person, then a summary line on stderr
 /// (unless `quiet`).
 fn print_result(result: &LoopRunResult, quiet: bool) {
-    super::out_line(&crate::terminal::printable(result.summary.trim()));
+    super::output::out_line(&crate::terminal::printable(result.summary.trim()));
     for p in &result.pending {
-        super::out_line(&format!("pending: {}", crate::terminal::printable(p)));
+        super::output::out_line(&format!("pending: {}", crate::terminal::printable(p)));
     }
     if quiet {
         return;
     }
-    super::err_line(&format!(
+    super::output::err_line(&format!(
         "[{}] {}; tokens in {} / out {}; artifacts in .kiln/loop/",
         result.stop_reason,
         crate::terminal::count(result.loops_completed as usize, "round", "rounds"),

@@ -7,9 +7,9 @@
 //! session of kind `mcp`. Nothing but MCP JSON-RPC is written to stdout.
 
 use super::common::ModelPlan;
+use super::ctx::{Ctx, Outcome};
 use super::llm_cmd::LlmArgs;
 use super::settings::McpSettings;
-use super::{Ctx, Outcome};
 use crate::config::Config;
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::engine::tools::compile_loop::{self, CompileLoopSetup};

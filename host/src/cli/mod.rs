@@ -6,6 +6,7 @@ mod agent_cmd;
 mod batch_cmd;
 mod check;
 mod common;
+mod ctx;
 mod edit_cmd;
 mod event_log;
 mod fix_cmd;
@@ -14,12 +15,14 @@ mod history_cmd;
 mod llm_cmd;
 mod loop_cmd;
 mod mcp_cmd;
+mod output;
 mod plugin_cmd;
 pub mod render;
 mod report_cmd;
 mod resume_cmd;
 mod scaffold;
 mod settings;
+mod signals;
 mod task_cmd;
 mod tool_cmd;
 mod trust_cmd;
@@ -27,9 +30,11 @@ mod undo_cmd;
 mod worker_cmd;
 
 use crate::config::Config;
-use crate::plugin::{Registry, Runtime, Source};
+use crate::plugin::Runtime;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+pub(crate) use ctx::Ctx;
+pub use ctx::Outcome;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -120,31 +125,6 @@ enum Command {
     RunTask,
 }
 
-/// Outcome of a command, mapped to the exit status.
-pub enum Outcome {
-    /// Exit 0.
-    Success,
-    /// Exit 1: the work ran but did not succeed.
-    Failure,
-    /// Exit 2: the work stopped on an error (transport, plugin).
-    Error,
-    /// Exit 130: the work was interrupted (Ctrl-C), as a shell reports SIGINT.
-    Interrupted,
-}
-
-/// Everything a command needs: the workspace, merged configuration, the runtime and the
-/// loaded plugins.
-pub(crate) struct Ctx {
-    pub workspace: PathBuf,
-    pub config: Config,
-    /// One plugin runtime (wasmtime engine) per process, shared by every plugin it loads.
-    pub runtime: std::sync::Arc<Runtime>,
-    /// `-q`: no progress lines, only results and errors.
-    pub quiet: bool,
-    /// `--store`, `KILN_STORE` or the user's `[store] url`; `None`: the workspace's own file.
-    pub store: Option<crate::store::StoreUrl>,
-}
-
 impl Ctx {
     fn new(global: &Global) -> anyhow::Result<Ctx> {
         let workspace = match &global.workspace {
@@ -168,56 +148,6 @@ impl Ctx {
             quiet: global.quiet,
             store,
         })
-    }
-
-    /// The same workspace and runtime with another configuration (grants a command adds).
-    pub fn with_config(&self, config: Config) -> Ctx {
-        Ctx {
-            workspace: self.workspace.clone(),
-            config,
-            runtime: self.runtime.clone(),
-            quiet: self.quiet,
-            store: self.store.clone(),
-        }
-    }
-
-    /// The store runs of this workspace are recorded in (see [`Ctx::store`]).
-    pub fn open_store(&self) -> Result<crate::store::Store, crate::store::StoreError> {
-        crate::store::Store::open_url(self.store.as_ref(), &self.workspace)
-    }
-
-    /// Built-ins, configured plugins and `--plugin` files.
-    pub async fn registry(&self, extra: &[PathBuf]) -> anyhow::Result<Registry> {
-        self.registry_for(extra, crate::plugin::Needed::All).await
-    }
-
-    /// Like [`Ctx::registry`], compiling only the plugins named in `needed` (and `--plugin`
-    /// files).
-    pub async fn registry_for(
-        &self,
-        extra: &[PathBuf],
-        needed: crate::plugin::Needed<'_>,
-    ) -> anyhow::Result<Registry> {
-        let mut reg =
-            Registry::load_needed(&self.runtime, &self.workspace, &self.config, needed).await?;
-        for w in reg.warnings() {
-            eprintln!("warning: {}", crate::terminal::printable(&w));
-        }
-        for path in extra {
-            let checked = self.runtime.check_file(path)?;
-            reg.insert(
-                self.runtime
-                    .instantiate(checked, &self.workspace, &self.config)
-                    .await?,
-                &self.config,
-            )?;
-        }
-        if !self.quiet {
-            for w in reg.unknown_sections(&self.config) {
-                eprintln!("warning: {}", crate::terminal::printable(&w));
-            }
-        }
-        Ok(reg)
     }
 }
 
@@ -390,55 +320,4 @@ fn error_text(e: &anyhow::Error) -> String {
         );
     }
     text
-}
-
-/// Print a value as one line of JSON on stdout (see [`out_line`]).
-pub(crate) fn print_json(value: &serde_json::Value) {
-    out_line(&serde_json::to_string(value).expect("JSON values serialize"));
-}
-
-/// stdout or stderr was closed under kiln (EPIPE): nothing more is written to it.
-static OUT_CLOSED: [std::sync::atomic::AtomicBool; 2] = [
-    std::sync::atomic::AtomicBool::new(false),
-    std::sync::atomic::AtomicBool::new(false),
-];
-
-/// Write `text` on stdout (`err` false) or stderr, flushed. A reader that went away (`kiln
-/// fix --json | head -1`) asks the running loop to stop, recorded as `cancelled`; later
-/// writes to that stream are dropped. Any other write error is ignored.
-pub(crate) fn write_out(err: bool, text: &str) {
-    use std::io::Write;
-    use std::sync::atomic::Ordering::SeqCst;
-    let closed = &OUT_CLOSED[usize::from(err)];
-    if closed.load(SeqCst) {
-        return;
-    }
-    let result = if err {
-        let mut e = std::io::stderr().lock();
-        e.write_all(text.as_bytes()).and_then(|_| e.flush())
-    } else {
-        let mut o = std::io::stdout().lock();
-        o.write_all(text.as_bytes()).and_then(|_| o.flush())
-    };
-    if let Err(e) = result
-        && e.kind() == std::io::ErrorKind::BrokenPipe
-    {
-        closed.store(true, SeqCst);
-        common::request_stop(libc::SIGPIPE);
-    }
-}
-
-/// A line on stdout: see [`write_out`].
-pub(crate) fn out_line(text: &str) {
-    write_out(false, &format!("{text}\n"));
-}
-
-/// A line on stderr: see [`write_out`].
-pub(crate) fn err_line(text: &str) {
-    write_out(true, &format!("{text}\n"));
-}
-
-/// `built-in` or the file path.
-pub(crate) fn source_label(s: &Source) -> String {
-    s.to_string()
 }

@@ -6,9 +6,9 @@
 //! settings, logs, replays, plugins, trust, the store) stay as the person running kiln set them.
 
 use super::agent_cmd::AgentArgs;
+use super::ctx::{Ctx, Outcome};
 use super::fix_cmd::FixArgs;
 use super::loop_cmd::LoopArgs;
-use super::{Ctx, Outcome};
 use crate::task_spec::{Allowed, Kind, Limits, TaskSpec, strip_credentials};
 use anyhow::Context;
 use std::io::Read;

@@ -2,7 +2,7 @@
 //! with `--once`, until nothing is left to claim); plus what `kiln batch` shares with it:
 //! opening the queue, the lease flags, and driving a worker with progress on stderr.
 
-use super::{Ctx, Outcome};
+use super::ctx::{Ctx, Outcome};
 use crate::batch::db::{PgDb, SqliteDb};
 use crate::batch::exec::ExecSettings;
 use crate::batch::worker::{self, Report, SharedQueue, WorkerOptions};
