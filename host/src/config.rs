@@ -1132,11 +1132,7 @@ fn lowered(have: &PluginConfig, pc: &PluginConfig) -> PluginConfig {
     PluginConfig {
         memory_mib: low(pc.memory_mib, have.memory_mib, DEFAULT_MEMORY_MIB),
         timeout_ms: low(pc.timeout_ms, have.timeout_ms, DEFAULT_TIMEOUT_MS),
-        output_bytes: low(
-            pc.output_bytes,
-            have.output_bytes,
-            DEFAULT_OUTPUT_BYTES,
-        ),
+        output_bytes: low(pc.output_bytes, have.output_bytes, DEFAULT_OUTPUT_BYTES),
         ..PluginConfig::default()
     }
 }

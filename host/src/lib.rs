@@ -16,6 +16,6 @@ pub mod undo;
 
 pub use kiln_llm as llm;
 pub use kiln_protocol as protocol;
+pub use kiln_protocol::{clock, terminal};
 pub use kiln_state as state_dir;
 pub use kiln_store as store;
-pub use kiln_protocol::{clock, terminal};

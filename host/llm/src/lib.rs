@@ -31,7 +31,6 @@ pub struct LlmClient {
     settings: LlmSettings,
 }
 
-
 /// The most bytes kept of an HTTP error body (only its message is used).
 const ERROR_BODY_MAX: usize = 64 << 10;
 
@@ -75,7 +74,6 @@ fn reply_bytes(r: &ChatResponse) -> usize {
             .map(ToolCall::reply_bytes)
             .sum::<usize>()
 }
-
 
 impl LlmClient {
     /// Build a client.
@@ -216,7 +214,10 @@ impl LlmClient {
             preview: if text.is_empty() {
                 String::new()
             } else {
-                format!("; it begins \"{}\"", kiln_protocol::terminal::printable(&text))
+                format!(
+                    "; it begins \"{}\"",
+                    kiln_protocol::terminal::printable(&text)
+                )
             },
         }
     }

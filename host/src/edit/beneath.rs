@@ -135,10 +135,7 @@ impl Beneath {
     }
 
     /// What `rel` is, not following a link at any component; `None` when it does not exist.
-    pub(super) fn file_type(
-        &self,
-        rel: &str,
-    ) -> std::io::Result<Option<cap_std::fs::FileType>> {
+    pub(super) fn file_type(&self, rel: &str) -> std::io::Result<Option<cap_std::fs::FileType>> {
         let (dir, name) = match self.parent(rel, false) {
             Ok(x) => x,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -190,12 +187,7 @@ impl Beneath {
     }
 
     /// Rename `name` in `src` (a directory anywhere: kiln's state directory) onto `to`.
-    pub(super) fn rename_from(
-        &self,
-        src: &Dir,
-        name: &str,
-        to: &str,
-    ) -> std::io::Result<()> {
+    pub(super) fn rename_from(&self, src: &Dir, name: &str, to: &str) -> std::io::Result<()> {
         let (tdir, tname) = self.parent(to, true)?;
         match tdir.symlink_metadata(&tname) {
             Ok(m) if !(m.is_file() || m.file_type().is_symlink()) => {
@@ -235,12 +227,7 @@ impl Beneath {
     }
 
     /// Hard-link the regular file `rel` as `name` in `dst` (never a link's target).
-    pub(super) fn hard_link_to(
-        &self,
-        rel: &str,
-        dst: &Dir,
-        name: &str,
-    ) -> std::io::Result<()> {
+    pub(super) fn hard_link_to(&self, rel: &str, dst: &Dir, name: &str) -> std::io::Result<()> {
         let (dir, src) = self.parent(rel, false)?;
         if !dir.symlink_metadata(&src)?.is_file() {
             return Err(std::io::Error::other("not a regular file"));

@@ -424,11 +424,7 @@ const SIMULATED_KILL: &str = "simulated kill";
 /// Commit `changes` under the journal. Runs on a blocking-capable thread when called from a
 /// multi-threaded runtime (fsync may take a while); either way it has no await point, so a
 /// cancelled caller cannot stop it half-way.
-pub(super) fn commit(
-    ws: &Beneath,
-    state: &Dir,
-    changes: &[Change<'_>],
-) -> Result<(), EditError> {
+pub(super) fn commit(ws: &Beneath, state: &Dir, changes: &[Change<'_>]) -> Result<(), EditError> {
     let multi = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if multi {
@@ -1163,10 +1159,7 @@ fn workspace_journals(ws: &Beneath) -> Vec<String> {
 
 /// [`recover_workspace`] for an open workspace and its journal directory (`None`: there is
 /// none, so nothing to recover but stale temporary files, which wait for one).
-pub(super) fn recover(
-    ws: &Beneath,
-    state: Option<&Dir>,
-) -> Result<RecoveryReport, EditError> {
+pub(super) fn recover(ws: &Beneath, state: Option<&Dir>) -> Result<RecoveryReport, EditError> {
     let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
     let Some(state) = state else {
         return Ok(RecoveryReport::default());

@@ -17,9 +17,7 @@ pub use error::EditError;
 pub use kiln_protocol::edit::EditResult;
 pub use workspace::Workspace;
 
-use crate::plugin::{
-    EditKind, EditOutcome, EditStatus, FailureKind, FileEdit, Plugin,
-};
+use crate::plugin::{EditKind, EditOutcome, EditStatus, FailureKind, FileEdit, Plugin};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -502,4 +500,3 @@ fn report_as_tool_result(
         }
     }
 }
-

@@ -182,7 +182,6 @@ impl<'w> Writer<'w> {
     }
 }
 
-
 /// Open a log file for appending, as `--log-path` / `--log-file` name it (relative to the
 /// current directory). Inside the workspace it goes through the [`Writer`] (never through a
 /// link, never a protected file; `.kiln/logs/<name>` is kiln's own log directory); outside,

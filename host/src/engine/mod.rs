@@ -18,7 +18,7 @@ pub mod tools;
 
 pub use events::Event;
 pub use fix::{FixOptions, run_fix};
-pub use model::{ModelSource, Replay};
 pub use kiln_protocol::outcome;
+pub use model::{ModelSource, Replay};
 pub use outcome::{AgentResult, FixOutcome, LoopStatus, StopReason};
 pub use tools::compile_loop_tool;

@@ -87,7 +87,11 @@ pub trait Backend: Send {
     /// Set a loop's iteration count.
     fn set_iters(&mut self, loop_id: i64, iters: i64) -> Result<(), StoreError>;
     /// Set a loop's token totals.
-    fn set_tokens(&mut self, loop_id: i64, u: &kiln_protocol::chat::Usage) -> Result<(), StoreError>;
+    fn set_tokens(
+        &mut self,
+        loop_id: i64,
+        u: &kiln_protocol::chat::Usage,
+    ) -> Result<(), StoreError>;
     /// The newest loops (of `project`, or of every project), newest first.
     fn loops(&self, project: Option<&str>, limit: usize) -> Result<Vec<LoopRow>, StoreError>;
     /// One loop.

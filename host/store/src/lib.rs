@@ -115,12 +115,11 @@ impl Store {
     /// (programs could write it); the open that creates the new store says so once.
     pub fn open(workspace: &Path) -> Result<Store, StoreError> {
         let root = canonical(workspace)?;
-        let state = kiln_state::WorkspaceState::open(&root, true)?.ok_or_else(|| {
-            StoreError::Dir {
+        let state =
+            kiln_state::WorkspaceState::open(&root, true)?.ok_or_else(|| StoreError::Dir {
                 path: root.clone(),
                 source: std::io::ErrorKind::NotFound.into(),
-            }
-        })?;
+            })?;
         let path = state.path().join(STORE_FILE);
         let fresh = std::fs::symlink_metadata(&path).is_err();
         let store = Store::open_file(&path, &root.to_string_lossy())?;

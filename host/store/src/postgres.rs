@@ -5,16 +5,16 @@
 //! turns into [`StoreError::Unreachable`] and the next call reconnects. Messages never carry
 //! the URL's password ([`PgUrl::scrub`]).
 
-use super::schema::{
-    EDIT_COLUMNS, ITERATION_COLUMNS, LLM_CALL_COLUMNS, LOOP_COLUMNS, PG_STEPS, SCHEMA_VERSION,
-    TOOL_CALL_COLUMNS,
-};
 use super::backend::{Backend, Begin, CRASHED, End, Raw, Running, check_running};
 use super::error::StoreError;
 use super::location::PgUrl;
 use super::rows::{EditRow, IterationRow, LlmCallRow, LoopRow, ToolCallRow, with_kind};
-use kiln_protocol::chat::Usage;
+use super::schema::{
+    EDIT_COLUMNS, ITERATION_COLUMNS, LLM_CALL_COLUMNS, LOOP_COLUMNS, PG_STEPS, SCHEMA_VERSION,
+    TOOL_CALL_COLUMNS,
+};
 use ::postgres::{Client, Row};
+use kiln_protocol::chat::Usage;
 use std::sync::Mutex;
 
 pub use super::pg_conn::PgConn;

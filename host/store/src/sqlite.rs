@@ -2,13 +2,13 @@
 //! default store of a workspace. The file and its companions are refused when they are
 //! symlinks or not regular files; the schema version lives in `PRAGMA user_version`.
 
+use super::backend::{Backend, Begin, CRASHED, End, Raw, Running, check_running};
+use super::error::StoreError;
+use super::rows::{EditRow, IterationRow, LlmCallRow, LoopRow, ToolCallRow, with_kind};
 use super::schema::{
     EDIT_COLUMNS, ITERATION_COLUMNS, LLM_CALL_COLUMNS, LOOP_COLUMNS, SCHEMA_VERSION, SQLITE_STEPS,
     TOOL_CALL_COLUMNS,
 };
-use super::backend::{Backend, Begin, CRASHED, End, Raw, Running, check_running};
-use super::error::StoreError;
-use super::rows::{EditRow, IterationRow, LlmCallRow, LoopRow, ToolCallRow, with_kind};
 use kiln_protocol::chat::Usage;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
