@@ -2,55 +2,17 @@
 //! (stderr) or as JSON lines (stdout), Ctrl-C handling and the result
 //! (`loop.result`, with its cost).
 
+use super::args::FixArgs;
 use super::common::{EventSink, ctrl_c_watch, exit_for};
 use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
-use super::llm_cmd::LlmArgs;
 use super::settings::FixSettings;
 use crate::engine::{self, FixOutcome};
 use crate::llm::Usage;
 use crate::llm::pricing::format_usd;
 use crate::plugin::PluginKind;
 use crate::terminal::count;
-use clap::Args;
 use std::path::PathBuf;
-
-#[derive(Debug, Args)]
-pub(crate) struct FixArgs {
-    #[command(flatten)]
-    pub(super) runner: super::check::RunnerArgs,
-    /// Edit format (default: `[fix] format` in kiln.toml, else search-replace).
-    #[arg(long)]
-    pub(super) format: Option<String>,
-    /// Iteration ceiling (default 5).
-    #[arg(long)]
-    pub(super) max_iters: Option<u32>,
-    /// Extra system prompt text.
-    #[arg(long)]
-    pub(super) system: Option<String>,
-    /// Language hint for the model.
-    #[arg(long)]
-    pub(super) lang: Option<String>,
-    /// The task prompt, from a file (default: `[fix] prompt` in kiln.toml).
-    #[arg(long)]
-    pub(super) prompt_file: Option<PathBuf>,
-    /// The task prompt as text, from a task spec (never a flag).
-    #[arg(skip)]
-    pub(super) prompt_text: Option<String>,
-    /// Replay recorded LLM responses from a JSONL file instead of calling a model.
-    #[arg(long, conflicts_with = "replay_loop")]
-    pub(super) replay: Option<PathBuf>,
-    /// Replay the LLM responses recorded for an earlier loop.
-    #[arg(long)]
-    pub(super) replay_loop: Option<i64>,
-    /// Events as JSON lines on stdout; the last (`loop.result`) carries the result.
-    #[arg(long)]
-    pub(super) json: bool,
-    #[command(flatten)]
-    pub(super) llm: LlmArgs,
-    #[command(flatten)]
-    pub(super) budget: super::common::BudgetArgs,
-}
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
     let s = FixSettings::resolve(ctx, args)?;

@@ -3,6 +3,7 @@
 //! success, 2 usage, configuration or plugin-loading error.
 
 mod agent_cmd;
+mod args;
 mod batch_cmd;
 mod check;
 mod common;
@@ -20,6 +21,7 @@ mod plugin_cmd;
 pub mod render;
 mod report_cmd;
 mod resume_cmd;
+mod run_task_cmd;
 mod scaffold;
 mod settings;
 mod signals;
@@ -84,12 +86,12 @@ struct Global {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The coding agent: think, act with sandboxed tools, observe, until done or a cap.
-    Agent(Box<agent_cmd::AgentArgs>),
+    Agent(Box<args::AgentArgs>),
     /// The compile-and-fix loop: check, ask the model, apply its edits, repeat.
-    Fix(Box<fix_cmd::FixArgs>),
+    Fix(Box<args::FixArgs>),
     /// The execute/review loop over a task file: an execution agent works, a review agent
     /// records what is pending, for a bounded number of rounds.
-    Loop(Box<loop_cmd::LoopArgs>),
+    Loop(Box<args::LoopArgs>),
     /// Earlier loops of this workspace.
     History(history_cmd::HistoryArgs),
     /// Run a runner once over target files and report its diagnostics.
@@ -101,7 +103,7 @@ enum Command {
     #[command(subcommand)]
     Llm(llm_cmd::LlmCommand),
     /// Serve the workspace's sandboxed tools, apply_edit and compile_loop over MCP (stdio).
-    Mcp(Box<mcp_cmd::McpArgs>),
+    Mcp(Box<args::McpArgs>),
     /// List, inspect and validate plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -255,7 +257,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Report(args) => report_cmd::run(&ctx, args).await,
         Command::Batch(cmd) => batch_cmd::run(&ctx, cli.global.yes, cmd).await,
         Command::Worker(args) => worker_cmd::run(&ctx, cli.global.yes, *args).await,
-        Command::RunTask => task_cmd::run(&ctx, &cli.global.plugins).await,
+        Command::RunTask => run_task_cmd::run(&ctx, &cli.global.plugins).await,
     }
 }
 
