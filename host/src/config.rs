@@ -95,6 +95,13 @@ pub struct ExecGrant {
     pub args: Vec<String>,
 }
 
+/// Host defaults, the limits a plugin gets where neither the plugin nor the user asks for less.
+pub const DEFAULT_MEMORY_MIB: u32 = 256;
+/// Default deadline per plugin call.
+pub const DEFAULT_TIMEOUT_MS: u32 = 30_000;
+/// Default cap on returned and captured output.
+pub const DEFAULT_OUTPUT_BYTES: u32 = 4 << 20;
+
 /// `[plugins.NAME]`: what the user grants one plugin, and where a user plugin is loaded from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -200,16 +207,10 @@ pub struct GcConfig {
     pub max_age_days: Option<u64>,
 }
 
-impl GcConfig {
-    /// The limits, each default filled in.
-    pub fn limits(&self) -> crate::gc::Limits {
-        let d = crate::gc::Limits::default();
-        crate::gc::Limits {
-            keep_runs: self.keep_runs.unwrap_or(d.keep_runs),
-            max_age_days: self.max_age_days.unwrap_or(d.max_age_days),
-        }
-    }
-}
+/// Undo records kept per workspace by default (`[gc] keep_runs`).
+pub const DEFAULT_KEEP_RUNS: usize = 50;
+/// Age in days past which undo records are removed by default (`[gc] max_age_days`).
+pub const DEFAULT_MAX_AGE_DAYS: u64 = 30;
 
 /// `[batch]`: the local directories a batch task's `repo` may name (absolute, or starting
 /// with `~/`). Read only from the user's own configuration: a task or a workspace never
@@ -1100,26 +1101,25 @@ impl UntrustedFile {
 impl UntrustedPlugin {
     /// The limits that lower what `have` (the section so far) allows.
     fn narrowing(self, name: &str, have: &PluginConfig, ignored: &mut Vec<String>) -> PluginConfig {
-        use crate::plugin::capability as cap;
         other_keys(&format!("plugins.{name}"), &self.other, 0, ignored);
         let key = |f: &str| format!("plugins.{name}.{f}");
         PluginConfig {
             memory_mib: lower_only(
                 key("memory_mib"),
                 self.memory_mib,
-                have.memory_mib.unwrap_or(cap::DEFAULT_MEMORY_MIB),
+                have.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB),
                 ignored,
             ),
             timeout_ms: lower_only(
                 key("timeout_ms"),
                 self.timeout_ms,
-                have.timeout_ms.unwrap_or(cap::DEFAULT_TIMEOUT_MS),
+                have.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
                 ignored,
             ),
             output_bytes: lower_only(
                 key("output_bytes"),
                 self.output_bytes,
-                have.output_bytes.unwrap_or(cap::DEFAULT_OUTPUT_BYTES),
+                have.output_bytes.unwrap_or(DEFAULT_OUTPUT_BYTES),
                 ignored,
             ),
             ..PluginConfig::default()
@@ -1194,16 +1194,11 @@ impl UntrustedLlm {
 /// `pc`'s limits, each no higher than what `have` has (or the default): what an untrusted
 /// layer may merge into `have`.
 fn lowered(have: &PluginConfig, pc: &PluginConfig) -> PluginConfig {
-    use crate::plugin::capability as cap;
     let low = |v: Option<u32>, h: Option<u32>, d: u32| v.map(|v| v.min(h.unwrap_or(d)));
     PluginConfig {
-        memory_mib: low(pc.memory_mib, have.memory_mib, cap::DEFAULT_MEMORY_MIB),
-        timeout_ms: low(pc.timeout_ms, have.timeout_ms, cap::DEFAULT_TIMEOUT_MS),
-        output_bytes: low(
-            pc.output_bytes,
-            have.output_bytes,
-            cap::DEFAULT_OUTPUT_BYTES,
-        ),
+        memory_mib: low(pc.memory_mib, have.memory_mib, DEFAULT_MEMORY_MIB),
+        timeout_ms: low(pc.timeout_ms, have.timeout_ms, DEFAULT_TIMEOUT_MS),
+        output_bytes: low(pc.output_bytes, have.output_bytes, DEFAULT_OUTPUT_BYTES),
         ..PluginConfig::default()
     }
 }

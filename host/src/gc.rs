@@ -33,8 +33,20 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            keep_runs: 50,
-            max_age_days: 30,
+            keep_runs: crate::config::DEFAULT_KEEP_RUNS,
+            max_age_days: crate::config::DEFAULT_MAX_AGE_DAYS,
+        }
+    }
+}
+
+impl Limits {
+    /// The limits `[gc]` of the user's configuration sets, each default filled in.
+    pub fn of(c: &crate::config::GcConfig) -> Limits {
+        Limits {
+            keep_runs: c.keep_runs.unwrap_or(crate::config::DEFAULT_KEEP_RUNS),
+            max_age_days: c
+                .max_age_days
+                .unwrap_or(crate::config::DEFAULT_MAX_AGE_DAYS),
         }
     }
 }

@@ -3,19 +3,20 @@
 
 pub mod batch;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod edit;
 pub mod engine;
 pub mod gc;
-pub mod llm;
 pub mod mcp;
 pub mod path;
 pub mod plugin;
 pub mod report;
-pub mod state_dir;
-pub mod store;
 pub mod suggest;
 pub mod task_spec;
-pub mod terminal;
 pub mod undo;
+
+pub use kiln_llm as llm;
+pub use kiln_protocol as protocol;
+pub use kiln_protocol::{clock, terminal};
+pub use kiln_state as state_dir;
+pub use kiln_store as store;

@@ -1,10 +1,10 @@
 //! `kiln agent`: the think-act-observe agent over sandboxed tool plugins, for one task
 //! (`--prompt`) or interactively (tasks read from stdin, one per line, conversation kept).
 
+use super::args::AgentArgs;
 use super::common::{EventSink, ctrl_c_watch, outcome_of};
-use super::llm_cmd::LlmArgs;
+use super::ctx::{Ctx, Outcome};
 use super::settings::AgentSettings;
-use super::{Ctx, Outcome};
 use crate::engine::agent::{AgentDeps, run_agent};
 use crate::engine::{AgentResult, Event, StopReason};
 use crate::llm::pricing::format_usd;
@@ -13,90 +13,8 @@ use crate::mcp::ExternalTools;
 use crate::plugin::Registry;
 use crate::store::Store;
 use crate::terminal::count;
-use clap::Args;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-
-#[derive(Debug, Args)]
-pub(crate) struct AgentArgs {
-    /// The task. Without it (or --prompt), tasks are read from stdin, one per line
-    /// (interactive mode).
-    #[arg(value_name = "TASK", conflicts_with = "prompt")]
-    pub(super) task: Option<String>,
-    /// The task, as an option (instead of TASK).
-    #[arg(short = 'p', long)]
-    pub(super) prompt: Option<String>,
-    /// Turn cap.
-    #[arg(short = 'm', long, default_value_t = 20)]
-    pub(super) max_steps: u32,
-    /// write_patch cap.
-    #[arg(short = 'w', long, default_value_t = 10)]
-    pub(super) max_writes: u32,
-    /// run_cmd cap.
-    #[arg(short = 'c', long, default_value_t = 20)]
-    pub(super) max_commands: u32,
-    /// Identical calls allowed before stopping with `repeated_call`.
-    #[arg(long, default_value_t = 3)]
-    pub(super) max_repeats: u32,
-    /// Run every tool call in order (no parallel read-only calls).
-    #[arg(long)]
-    pub(super) sequential: bool,
-    /// Per-tool timeout in seconds.
-    #[arg(long, default_value_t = 30.0)]
-    pub(super) tool_timeout: f64,
-    /// Manual mode for models without tool calling: the model answers with JSON decisions.
-    #[arg(long)]
-    pub(super) manual: bool,
-    /// The command `run_cmd` may run (and `compile_loop` builds with), e.g. "cargo test".
-    /// Default: `[agent] test_command`, else detected (Cargo.toml: `cargo test`,
-    /// package.json: `npm test --silent`, pyproject.toml: `pytest -q`).
-    #[arg(long, value_name = "CMD")]
-    pub(super) test_command: Option<String>,
-    /// Arguments added to the test command, comma-separated (`--test-command npm
-    /// --test-args test,run` allows `npm test run`).
-    #[arg(long, value_name = "A,B,...", allow_hyphen_values = true)]
-    pub(super) test_args: Option<String>,
-    /// Default edit format of write_patch.
-    #[arg(long, default_value = crate::engine::defaults::DEFAULT_FORMAT)]
-    pub(super) format: String,
-    /// Conversation size (characters) that triggers compaction.
-    #[arg(long, default_value_t = 400_000)]
-    pub(super) context_chars: usize,
-    /// Extra text appended to kiln's system prompt.
-    #[arg(long, value_name = "TEXT")]
-    pub(super) system: Option<String>,
-    /// A file whose text replaces kiln's system prompt (--system is still appended).
-    #[arg(long, value_name = "PATH")]
-    pub(super) system_file: Option<PathBuf>,
-    /// Text that replaces kiln's system prompt, from a task spec (never a flag).
-    #[arg(skip)]
-    pub(super) system_text: Option<String>,
-    /// Do not print the event lines on stderr (also AGENT_CONSOLE_LOGGING=false); the answer
-    /// and the final summary line are still printed.
-    #[arg(long)]
-    pub(super) no_console_log: bool,
-    /// Append the event lines, timestamped, to a log file (also AGENT_FILE_LOGGING=true).
-    #[arg(long)]
-    pub(super) file_log: bool,
-    /// The log file; implies --file-log (also AGENT_LOG_FILE; default .kiln/logs/agent.log).
-    #[arg(long, value_name = "PATH")]
-    pub(super) log_file: Option<PathBuf>,
-    /// Replay recorded answers (JSONL) instead of calling a model.
-    #[arg(long)]
-    pub(super) replay: Option<PathBuf>,
-    /// Events as JSON lines on stdout (the last is `agent.result`, with `cost_usd`).
-    #[arg(long)]
-    pub(super) json: bool,
-    /// Continue run ID (cancelled or crashed) from its stored conversation: the answers and
-    /// tool results it already had are replayed, not asked for or run again; it keeps the
-    /// task it was started with (model, log and output options may be given again).
-    #[arg(long, value_name = "ID")]
-    pub(super) resume: Option<i64>,
-    #[command(flatten)]
-    pub(super) llm: LlmArgs,
-    #[command(flatten)]
-    pub(super) budget: super::common::BudgetArgs,
-}
 
 /// The start line: model, test command and its origin, caps.
 fn banner(s: &AgentSettings) -> String {
@@ -248,7 +166,7 @@ async fn run_task(
         // always when stdout goes elsewhere (a pipe, a file), where it is the command's data.
         let on_screen = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
         if !(on_screen && s.log.showed(&result.content)) {
-            super::out_line(&crate::terminal::printable(result.content.trim()));
+            super::output::out_line(&crate::terminal::printable(result.content.trim()));
         }
     }
     if s.json || ctx.quiet {

@@ -2,14 +2,15 @@
 //! directory, N tasks at once), enqueue it for a fleet (`submit`), and read a batch's state
 //! and results (`status`, `results`) from either store.
 
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use super::worker_cmd::{self, LeaseArgs, QueueArgs};
-use super::{Ctx, Outcome, print_json};
-use crate::batch::worker::{self, Report, WorkerOptions};
+use crate::batch::worker::{self, WorkerOptions};
 use crate::batch::{Budgets, Counts, task};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum BatchCommand {
@@ -413,104 +414,4 @@ fn print_results(rows: &[crate::batch::queue::ResultRow], json: bool) {
             );
         }
     }
-}
-
-/// The progress line after a task ends: done, running, failed and an ETA.
-pub(crate) fn progress_line(c: &Counts, started: Instant, finished_here: u64, jobs: u64) -> String {
-    let left = c.queued + c.running;
-    let eta = if finished_here > 0 && left > 0 {
-        let per = started.elapsed().as_secs_f64() / finished_here as f64;
-        let _ = jobs;
-        format!(", ETA {:.0}s", per * left as f64)
-    } else {
-        String::new()
-    };
-    format!(
-        "[{}/{} done, {} running, {} failed{eta}]",
-        c.finished(),
-        c.total(),
-        c.running,
-        c.failed + c.error + c.dead
-    )
-}
-
-/// How a worker's reports read on stderr.
-pub(crate) fn report_text(r: &Report) -> Option<String> {
-    Some(match r {
-        Report::Claimed(_) => return None,
-        Report::Finished(t) => format!(
-            "{} {} (attempt {}) in {:.1}s{}",
-            t.id,
-            t.status,
-            t.attempts,
-            t.duration_ms as f64 / 1000.0,
-            t.error
-                .as_deref()
-                .map(|e| format!(": {}", crate::terminal::printable(e)))
-                .unwrap_or_default()
-        ),
-        Report::Rejected {
-            claim,
-            attempts,
-            status,
-        } => format!(
-            "warning: {}/{} attempt {}: result rejected (fenced): the task is at attempt {attempts} ({status}) now; this worker's lease had expired and another worker took it over",
-            claim.batch, claim.task.id, claim.attempt
-        ),
-        Report::LeaseLost(c) => format!(
-            "warning: {}/{} attempt {}: lease lost (heartbeat rejected: another worker took the task over); stopping its run",
-            c.batch, c.task.id, c.attempt
-        ),
-        Report::Dead {
-            batch,
-            id,
-            attempts,
-        } => format!(
-            "{batch}/{id} is dead: its worker went away in each of its {} (--max-attempts)",
-            crate::terminal::count(*attempts as usize, "attempt", "attempts")
-        ),
-        Report::Refused { batch, id, why } => format!(
-            "error: {}/{}: {}",
-            crate::terminal::printable(batch),
-            crate::terminal::printable(id),
-            crate::terminal::printable(why)
-        ),
-        Report::Released(c) => format!(
-            "{}/{} given back (interrupted); it will be claimed again",
-            c.batch, c.task.id
-        ),
-        Report::StoreDown {
-            doing,
-            error,
-            retry_in,
-        } => format!(
-            "warning: store unreachable while {doing}: {}; retrying in {:.1}s",
-            crate::terminal::printable(error),
-            retry_in.as_secs_f64()
-        ),
-        Report::Requeued(c, why) => format!(
-            "warning: {}/{} attempt {}: its run lost the store ({}); given back to run again",
-            c.batch,
-            c.task.id,
-            c.attempt,
-            crate::terminal::printable(why)
-        ),
-        Report::StoreBack(doing) => format!("store reachable again ({doing})"),
-        Report::WorkerFault {
-            claim,
-            why,
-            retry_in,
-        } => format!(
-            "warning: {}/{} given back, attempts unchanged: {}; claiming again in {:.1}s",
-            claim.batch,
-            claim.task.id,
-            crate::terminal::printable(why),
-            retry_in.as_secs_f64()
-        ),
-        Report::GaveUp(why) => format!(
-            "error: this worker stops claiming tasks: {} checkouts in a row failed for its own reasons (last: {}); free its scratch directory or point --scratch elsewhere",
-            crate::batch::worker::MAX_WORKER_FAULTS,
-            crate::terminal::printable(why)
-        ),
-    })
 }

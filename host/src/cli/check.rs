@@ -1,7 +1,8 @@
 //! `kiln check`: run a runner once over target files and show its diagnostics (the first step
 //! of every fix-loop iteration).
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::plugin::{PluginKind, Severity};
 use anyhow::Context;
 use clap::Args;
@@ -289,7 +290,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     let runner = reg.get(&chosen.runner, Some(PluginKind::Runner))?;
     if !args.json && !ctx.quiet {
         if let Some(line) = ctx.root_banner() {
-            super::err_line(&line);
+            super::output::err_line(&line);
         }
         match &chosen.detected {
             Some(how) => eprintln!("checking {} with {how}…", targets.join(", ")),

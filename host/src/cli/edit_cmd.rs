@@ -1,6 +1,7 @@
 //! `kiln edit parse | apply`: run an edit format over an LLM response read from stdin.
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::edit::{self, ApplyOptions, EditError, EditReport, Workspace};
 use crate::plugin::{Plugin, PluginKind};
 use anyhow::Context;

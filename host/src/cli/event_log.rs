@@ -55,7 +55,7 @@ impl EventLog {
             Event::EditDiff { .. } if self.color => {
                 if let Some(diff) = e.human() {
                     self.end_text();
-                    super::err_line(&crate::terminal::color_diff(&diff));
+                    super::output::err_line(&crate::terminal::color_diff(&diff));
                     self.write_file(&diff);
                 }
             }
@@ -75,7 +75,7 @@ impl EventLog {
         let shown = printable(text);
         if self.console {
             self.turn_text.push_str(text);
-            super::write_out(true, &shown);
+            super::output::write_out(true, &shown);
             self.mid_line = !shown.ends_with('\n');
         }
         if self.file.is_some() {
@@ -97,7 +97,7 @@ impl EventLog {
     pub fn line(&mut self, line: &str) {
         self.end_text();
         if self.console {
-            super::err_line(line);
+            super::output::err_line(line);
         }
         self.write_file(line);
     }
@@ -106,14 +106,14 @@ impl EventLog {
     /// logged to the file.
     pub fn always(&mut self, line: &str) {
         self.end_text();
-        super::err_line(line);
+        super::output::err_line(line);
         self.write_file(line);
     }
 
     /// End a line of streamed text, so what follows starts on a line of its own.
     pub fn end_text(&mut self) {
         if self.mid_line {
-            super::err_line("");
+            super::output::err_line("");
             self.mid_line = false;
         }
         if !self.pending.is_empty() {

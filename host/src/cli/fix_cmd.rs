@@ -2,65 +2,20 @@
 //! (stderr) or as JSON lines (stdout), Ctrl-C handling and the result
 //! (`loop.result`, with its cost).
 
+use super::args::FixArgs;
 use super::common::{EventSink, ctrl_c_watch, exit_for};
+use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
-use super::llm_cmd::LlmArgs;
 use super::settings::FixSettings;
-use super::{Ctx, Outcome};
 use crate::engine::{self, FixOutcome};
 use crate::llm::Usage;
 use crate::llm::pricing::format_usd;
 use crate::plugin::PluginKind;
 use crate::terminal::count;
-use clap::Args;
 use std::path::PathBuf;
 
 /// The tool plugin whose read-only tools the model may use in project mode.
 const PROJECT_TOOLS_PLUGIN: &str = "fs";
-
-#[derive(Debug, Args)]
-pub(crate) struct FixArgs {
-    #[command(flatten)]
-    pub(super) runner: super::check::RunnerArgs,
-    /// Edit format (default: `[fix] format` in kiln.toml, else search-replace).
-    #[arg(long)]
-    pub(super) format: Option<String>,
-    /// Iteration ceiling (default 5).
-    #[arg(long)]
-    pub(super) max_iters: Option<u32>,
-    /// Extra system prompt text.
-    #[arg(long)]
-    pub(super) system: Option<String>,
-    /// Language hint for the model.
-    #[arg(long)]
-    pub(super) lang: Option<String>,
-    /// The task prompt, from a file (default: `[fix] prompt` in kiln.toml).
-    #[arg(long)]
-    pub(super) prompt_file: Option<PathBuf>,
-    /// The task prompt as text, from a task spec (never a flag).
-    #[arg(skip)]
-    pub(super) prompt_text: Option<String>,
-    /// Replay recorded LLM responses from a JSONL file instead of calling a model.
-    #[arg(long, conflicts_with = "replay_loop")]
-    pub(super) replay: Option<PathBuf>,
-    /// Replay the LLM responses recorded for an earlier loop.
-    #[arg(long)]
-    pub(super) replay_loop: Option<i64>,
-    /// Events as JSON lines on stdout; the last (`loop.result`) carries the result.
-    #[arg(long)]
-    pub(super) json: bool,
-    #[command(flatten)]
-    pub(super) llm: LlmArgs,
-    #[command(flatten)]
-    pub(super) budget: super::common::BudgetArgs,
-    /// Project mode (no --file): rounds of read-only tool calls (`read_files`, `search_repo`,
-    /// `list_dir`) the model may make in each iteration before it answers.
-    #[arg(long, default_value_t = 5)]
-    pub(super) tool_rounds: usize,
-    /// Project mode (no --file): files one answer may change; an answer over it is refused.
-    #[arg(long, default_value_t = 10)]
-    pub(super) max_files: usize,
-}
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::Result<Outcome> {
     let s = FixSettings::resolve(ctx, args)?;
@@ -84,7 +39,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         false => None,
     };
     if let Some(line) = ctx.root_banner().filter(|_| !ctx.quiet && !s.json) {
-        super::err_line(&line);
+        super::output::err_line(&line);
     }
     let (cancel, _ctrl_c) = ctrl_c_watch();
     let mut log = EventLog::new(!ctx.quiet && !s.json, None);
@@ -118,16 +73,16 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
 /// A short result for a person (stdout); the full record is `--json` or `kiln history show`.
 /// Then a summary line on stderr, unless `quiet`.
 fn print_result(outcome: &FixOutcome, usage: &Usage, cost: Option<f64>, quiet: bool) {
-    super::out_line(&crate::terminal::printable(
+    super::output::out_line(&crate::terminal::printable(
         outcome.summary.lines().next().unwrap_or(""),
     ));
     for f in outcome.modified_files.iter().flatten() {
-        super::out_line(&format!("changed: {}", crate::terminal::printable(f)));
+        super::output::out_line(&format!("changed: {}", crate::terminal::printable(f)));
     }
     if quiet {
         return;
     }
-    super::err_line(&format!(
+    super::output::err_line(&format!(
         "[{}] {}, tokens in {} / out {}{}",
         outcome.stop_reason,
         count(outcome.iters as usize, "iteration", "iterations"),

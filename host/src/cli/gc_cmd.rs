@@ -3,7 +3,8 @@
 //! already prunes its own workspace when it ends; this also removes the state of workspaces
 //! that no longer exist.
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use clap::Args;
 
 #[derive(Debug, Args)]
@@ -18,7 +19,7 @@ pub(crate) struct GcArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: GcArgs) -> anyhow::Result<Outcome> {
     let base = crate::state_dir::base()?;
-    let limits = ctx.config.gc.limits();
+    let limits = crate::gc::Limits::of(&ctx.config.gc);
     let r = crate::gc::collect(&base, limits, crate::clock::now_ms(), args.dry_run)?;
     if args.json {
         print_json(&serde_json::to_value(&r)?);

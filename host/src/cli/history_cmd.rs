@@ -1,6 +1,7 @@
 //! `kiln history [show ID]`: what happened in earlier loops, from the workspace's store.
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::engine::tools::result_text;
 use crate::store::{IterationRow, LoopDetail, Store};
 use clap::{Args, Subcommand};

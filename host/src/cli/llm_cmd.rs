@@ -1,6 +1,7 @@
 //! `kiln llm check`: one tiny request to confirm the model is reachable and the key works.
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::llm::{ChatRequest, LlmClient, LlmError, LlmFlags, LlmSettings, Message};
 use clap::{Args, Subcommand};
 use serde_json::json;

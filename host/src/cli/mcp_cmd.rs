@@ -6,10 +6,10 @@
 //! end of the server; a cancelled call is dropped. Every call is recorded in the store under a
 //! session of kind `mcp`. Nothing but MCP JSON-RPC is written to stdout.
 
+use super::args::McpArgs;
 use super::common::ModelPlan;
-use super::llm_cmd::LlmArgs;
+use super::ctx::{Ctx, Outcome};
 use super::settings::McpSettings;
-use super::{Ctx, Outcome};
 use crate::config::Config;
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::engine::tools::compile_loop::{self, CompileLoopSetup};
@@ -17,7 +17,6 @@ use crate::engine::{Event, FixOptions, ModelSource};
 use crate::plugin::{PluginKind, Registry};
 use crate::store::{NewLoop, Store};
 use anyhow::Context as _;
-use clap::Args;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
@@ -30,29 +29,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Args)]
-pub(crate) struct McpArgs {
-    /// Serve streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio.
-    #[arg(long, value_name = "ADDR")]
-    pub(super) http: Option<std::net::SocketAddr>,
-    /// The build command compile_loop runs (default: `[agent] test_command` in kiln.toml); like
-    /// `kiln agent --test-command`, it also grants `run_cmd` that command.
-    #[arg(long)]
-    pub(super) test_command: Option<String>,
-    /// Default edit format of apply_edit and compile_loop (default: `[fix] format`, else
-    /// search-replace).
-    #[arg(long)]
-    pub(super) format: Option<String>,
-    /// Deadline of a plugin tool or apply_edit call, in seconds.
-    #[arg(long, default_value_t = 30.0)]
-    pub(super) tool_timeout: f64,
-    /// compile_loop replays recorded answers (JSONL) instead of calling a model.
-    #[arg(long)]
-    pub(super) replay: Option<PathBuf>,
-    #[command(flatten)]
-    pub(super) llm: LlmArgs,
-}
 
 /// What a tool offered over MCP runs.
 enum Target {

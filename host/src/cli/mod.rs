@@ -3,10 +3,12 @@
 //! success, 2 usage, configuration or plugin-loading error.
 
 mod agent_cmd;
+mod args;
 mod batch_cmd;
 mod check;
 mod closed_output;
 mod common;
+mod ctx;
 mod detect;
 mod edit_cmd;
 mod event_log;
@@ -17,13 +19,16 @@ mod history_cmd;
 mod llm_cmd;
 mod loop_cmd;
 mod mcp_cmd;
+mod output;
 mod plugin_cmd;
 pub mod render;
 mod report_cmd;
 mod resume_cmd;
 mod root;
+mod run_task_cmd;
 mod scaffold;
 mod settings;
+mod signals;
 mod task_cmd;
 mod tool_cmd;
 mod trust_cmd;
@@ -31,10 +36,12 @@ mod undo_cmd;
 mod worker_cmd;
 
 use crate::config::Config;
-use crate::plugin::{Registry, Runtime, Source};
+use crate::plugin::Runtime;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use std::path::{Path, PathBuf};
+pub(crate) use ctx::Ctx;
+pub use ctx::Outcome;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// kiln: autonomous coding loops with sandboxed WebAssembly plugins.
@@ -83,12 +90,12 @@ struct Global {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The coding agent: think, act with sandboxed tools, observe, until done or a cap.
-    Agent(Box<agent_cmd::AgentArgs>),
+    Agent(Box<args::AgentArgs>),
     /// The compile-and-fix loop: check, ask the model, apply its edits, repeat.
-    Fix(Box<fix_cmd::FixArgs>),
+    Fix(Box<args::FixArgs>),
     /// The execute/review loop over a task file: an execution agent works, a review agent
     /// records what is pending, for a bounded number of rounds.
-    Loop(Box<loop_cmd::LoopArgs>),
+    Loop(Box<args::LoopArgs>),
     /// Earlier loops of this workspace.
     History(history_cmd::HistoryArgs),
     /// Run a runner once over target files and report its diagnostics.
@@ -100,7 +107,7 @@ enum Command {
     #[command(subcommand)]
     Llm(llm_cmd::LlmCommand),
     /// Serve the workspace's sandboxed tools, apply_edit and compile_loop over MCP (stdio).
-    Mcp(Box<mcp_cmd::McpArgs>),
+    Mcp(Box<args::McpArgs>),
     /// List, inspect and validate plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -126,37 +133,6 @@ enum Command {
     RunTask,
 }
 
-/// Outcome of a command, mapped to the exit status.
-pub enum Outcome {
-    /// Exit 0.
-    Success,
-    /// Exit 1: the work ran but did not succeed.
-    Failure,
-    /// Exit 2: the work stopped on an error (transport, plugin).
-    Error,
-    /// Exit 130: the work was interrupted (Ctrl-C), as a shell reports SIGINT.
-    Interrupted,
-}
-
-/// Everything a command needs: the workspace, merged configuration, the runtime and the
-/// loaded plugins.
-pub(crate) struct Ctx {
-    pub workspace: PathBuf,
-    pub config: Config,
-    /// One plugin runtime (wasmtime engine) per process, shared by every plugin it loads.
-    pub runtime: std::sync::Arc<Runtime>,
-    /// `-q`: no progress lines, only results and errors.
-    pub quiet: bool,
-    /// `--store`, `KILN_STORE` or the user's `[store] url`; `None`: the workspace's own file.
-    pub store: Option<crate::store::StoreUrl>,
-    /// The current directory relative to the workspace root when the root was found above
-    /// it (no `-C`); empty otherwise. Workspace paths on the command line are relative to it.
-    pub cwd_in_workspace: PathBuf,
-    /// The marker the root was found by (`.git`, `kiln.toml`, `.kiln`) when it is not the
-    /// current directory, for the banner.
-    pub found_by: Option<&'static str>,
-}
-
 impl Ctx {
     fn new(global: &Global) -> anyhow::Result<Ctx> {
         let given = match &global.workspace {
@@ -173,7 +149,7 @@ impl Ctx {
                 let (root, marker) = root::discover(&given);
                 let rel = given
                     .strip_prefix(&root)
-                    .unwrap_or(Path::new(""))
+                    .unwrap_or(std::path::Path::new(""))
                     .to_path_buf();
                 let found_by = marker.filter(|_| !rel.as_os_str().is_empty());
                 (root, found_by, rel)
@@ -195,77 +171,6 @@ impl Ctx {
             cwd_in_workspace,
             found_by,
         })
-    }
-
-    /// Workspace-relative paths for paths given on the command line (relative to the current
-    /// directory, or to `-C DIR` when given).
-    pub fn workspace_paths(&self, given: Vec<String>) -> Vec<String> {
-        given
-            .iter()
-            .map(|p| root::from_cwd(&self.cwd_in_workspace, p))
-            .collect()
-    }
-
-    /// The line that says which root was found above the current directory, if one was.
-    pub fn root_banner(&self) -> Option<String> {
-        self.found_by.map(|m| {
-            format!(
-                "workspace: {} (the nearest directory holding {m})",
-                crate::terminal::printable(&self.workspace.to_string_lossy())
-            )
-        })
-    }
-
-    /// The same workspace and runtime with another configuration (grants a command adds).
-    pub fn with_config(&self, config: Config) -> Ctx {
-        Ctx {
-            workspace: self.workspace.clone(),
-            config,
-            runtime: self.runtime.clone(),
-            quiet: self.quiet,
-            store: self.store.clone(),
-            cwd_in_workspace: self.cwd_in_workspace.clone(),
-            found_by: self.found_by,
-        }
-    }
-
-    /// The store runs of this workspace are recorded in (see [`Ctx::store`]).
-    pub fn open_store(&self) -> Result<crate::store::Store, crate::store::StoreError> {
-        crate::store::Store::open_url(self.store.as_ref(), &self.workspace)
-    }
-
-    /// Built-ins, configured plugins and `--plugin` files.
-    pub async fn registry(&self, extra: &[PathBuf]) -> anyhow::Result<Registry> {
-        self.registry_for(extra, crate::plugin::Needed::All).await
-    }
-
-    /// Like [`Ctx::registry`], compiling only the plugins named in `needed` (and `--plugin`
-    /// files).
-    pub async fn registry_for(
-        &self,
-        extra: &[PathBuf],
-        needed: crate::plugin::Needed<'_>,
-    ) -> anyhow::Result<Registry> {
-        let mut reg =
-            Registry::load_needed(&self.runtime, &self.workspace, &self.config, needed).await?;
-        for w in reg.warnings() {
-            eprintln!("warning: {}", crate::terminal::printable(&w));
-        }
-        for path in extra {
-            let checked = self.runtime.check_file(path)?;
-            reg.insert(
-                self.runtime
-                    .instantiate(checked, &self.workspace, &self.config)
-                    .await?,
-                &self.config,
-            )?;
-        }
-        if !self.quiet {
-            for w in reg.unknown_sections(&self.config) {
-                eprintln!("warning: {}", crate::terminal::printable(&w));
-            }
-        }
-        Ok(reg)
     }
 }
 
@@ -383,13 +288,13 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Report(args) => report_cmd::run(&ctx, args).await,
         Command::Batch(cmd) => batch_cmd::run(&ctx, cli.global.yes, cmd).await,
         Command::Worker(args) => worker_cmd::run(&ctx, cli.global.yes, *args).await,
-        Command::RunTask => task_cmd::run(&ctx, &cli.global.plugins).await,
+        Command::RunTask => run_task_cmd::run(&ctx, &cli.global.plugins).await,
         Command::Gc(args) => gc_cmd::run(&ctx, args),
     };
     if a_run {
         // The run's workspace keeps what `[gc]` says and no more; failing to prune costs only
         // disk space.
-        let _ = crate::gc::after_run(&ctx.workspace, ctx.config.gc.limits());
+        let _ = crate::gc::after_run(&ctx.workspace, crate::gc::Limits::of(&ctx.config.gc));
     }
     outcome
 }
@@ -456,60 +361,4 @@ fn error_text(e: &anyhow::Error) -> String {
         );
     }
     text
-}
-
-/// Print a value as one line of JSON on stdout (see [`out_line`]).
-pub(crate) fn print_json(value: &serde_json::Value) {
-    out_line(&serde_json::to_string(value).expect("JSON values serialize"));
-}
-
-/// stdout or stderr was closed under kiln (EPIPE): nothing more is written to it.
-static OUT_CLOSED: [std::sync::atomic::AtomicBool; 2] = [
-    std::sync::atomic::AtomicBool::new(false),
-    std::sync::atomic::AtomicBool::new(false),
-];
-
-/// Write `text` on stdout (`err` false) or stderr, flushed. A reader that went away (`kiln
-/// fix --json | head -1`) asks the running loop to stop, recorded as `cancelled`; later
-/// writes to that stream are dropped. Any other write error is ignored.
-pub(crate) fn write_out(err: bool, text: &str) {
-    use std::io::Write;
-    use std::sync::atomic::Ordering::SeqCst;
-    let closed = &OUT_CLOSED[usize::from(err)];
-    if closed.load(SeqCst) {
-        return;
-    }
-    let result = if err {
-        let mut e = std::io::stderr().lock();
-        e.write_all(text.as_bytes()).and_then(|_| e.flush())
-    } else {
-        let mut o = std::io::stdout().lock();
-        o.write_all(text.as_bytes()).and_then(|_| o.flush())
-    };
-    if let Err(e) = result
-        && e.kind() == std::io::ErrorKind::BrokenPipe
-    {
-        closed.store(true, SeqCst);
-        closed_output::null_over(if err {
-            libc::STDERR_FILENO
-        } else {
-            libc::STDOUT_FILENO
-        });
-        common::request_stop(libc::SIGPIPE);
-    }
-}
-
-/// A line on stdout: see [`write_out`].
-pub(crate) fn out_line(text: &str) {
-    write_out(false, &format!("{text}\n"));
-}
-
-/// A line on stderr: see [`write_out`].
-pub(crate) fn err_line(text: &str) {
-    write_out(true, &format!("{text}\n"));
-}
-
-/// `built-in` or the file path.
-pub(crate) fn source_label(s: &Source) -> String {
-    s.to_string()
 }

@@ -1,6 +1,7 @@
 //! `kiln plugin list | inspect | check`.
 
-use super::{Ctx, Outcome, print_json, source_label};
+use super::ctx::{Ctx, Outcome};
+use super::output::{print_json, source_label};
 use crate::config::Access;
 use crate::plugin::{Plugin, PluginKind};
 use clap::Subcommand;

@@ -5,7 +5,7 @@
 //! `kiln report --batch ID --html FILE`: a batch's table of tasks (status, attempts, cost),
 //! each linking to its last run's page, written beside FILE.
 
-use super::{Ctx, Outcome};
+use super::ctx::{Ctx, Outcome};
 use clap::Args;
 use std::path::PathBuf;
 

@@ -8,7 +8,7 @@
 //! run left: [`crate::undo::unaccounted`]) and tells the engine to serve the run's stored
 //! answers and tool results first ([`crate::engine::resume`]).
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::task_spec::{Allowed, Kind, TaskSpec};
 use anyhow::{Context, bail};
 use std::ffi::OsString;

@@ -4,13 +4,10 @@
 //! A command's `run` takes the settings resolved here and only runs them; the order in which
 //! each resolver reads its inputs is the order in which their errors are reported.
 
-use super::Ctx;
-use super::agent_cmd::AgentArgs;
+use super::args::{AgentArgs, FixArgs, LoopArgs, McpArgs};
 use super::common::{BudgetArgs, ModelPlan};
+use super::ctx::Ctx;
 use super::event_log::{EventLog, env_flag, open_log_file};
-use super::fix_cmd::FixArgs;
-use super::loop_cmd::LoopArgs;
-use super::mcp_cmd::McpArgs;
 use crate::config::{Config, ExecGrant};
 use crate::engine::agent::AgentOptions;
 use crate::engine::review::{LoopOptions, REVIEW_COMMANDS, load_task};

@@ -5,55 +5,12 @@
 //! one: nothing is parsed as a command line, and options a spec has no field for (model
 //! settings, logs, replays, plugins, trust, the store) stay as the person running kiln set them.
 
-use super::agent_cmd::AgentArgs;
-use super::fix_cmd::FixArgs;
-use super::loop_cmd::LoopArgs;
-use super::{Ctx, Outcome};
-use crate::task_spec::{Allowed, Kind, Limits, TaskSpec, strip_credentials};
-use anyhow::Context;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-
-/// The most bytes of a spec on stdin.
-const MAX_SPEC: usize = 2 * 1024 * 1024;
-
-/// `kiln run-task`: the spec on stdin, checked, run with `--json`.
-pub(crate) async fn run(ctx: &Ctx, plugins: &[PathBuf]) -> anyhow::Result<Outcome> {
-    if !plugins.is_empty() {
-        anyhow::bail!("run-task takes no --plugin: a task runs with the plugins installed here");
-    }
-    let mut buf = Vec::new();
-    std::io::stdin()
-        .take(MAX_SPEC as u64 + 1)
-        .read_to_end(&mut buf)
-        .context("cannot read the task spec on stdin")?;
-    if buf.len() > MAX_SPEC {
-        anyhow::bail!("the task spec on stdin is over {MAX_SPEC} bytes");
-    }
-    let v: serde_json::Value =
-        serde_json::from_slice(&buf).context("the task spec on stdin is not JSON")?;
-    let spec = TaskSpec::from_json(v).map_err(|e| anyhow::anyhow!("task spec: {e}"))?;
-    spec.check_allowed(&Allowed::from_config(&ctx.config))
-        .map_err(|e| anyhow::anyhow!("task spec: {e}"))?;
-    match spec.kind {
-        Kind::Fix => super::fix_cmd::run(ctx, &[], fix_args(&spec)).await,
-        Kind::Agent => {
-            let mut a: AgentArgs = defaults();
-            apply_agent(&mut a, &spec);
-            a.json = true;
-            super::agent_cmd::run(ctx, &[], a).await
-        }
-        Kind::Loop => {
-            let mut a: LoopArgs = defaults();
-            apply_loop(&mut a, &spec, &ctx.workspace);
-            a.json = true;
-            super::loop_cmd::run(ctx, &[], a).await
-        }
-    }
-}
+use super::args::{AgentArgs, FixArgs, LoopArgs};
+use crate::task_spec::{Kind, Limits, TaskSpec, strip_credentials};
+use std::path::Path;
 
 /// A command's options as given no flag at all.
-fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+pub(super) fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {
     let cmd = T::augment_args(clap::Command::new("kiln").no_binary_name(true));
     let m = cmd
         .try_get_matches_from(Vec::<String>::new())
@@ -69,7 +26,7 @@ fn budget_of(l: &Limits) -> super::common::BudgetArgs {
 }
 
 /// `kiln fix` options of a fix spec, with `--json`.
-fn fix_args(spec: &TaskSpec) -> FixArgs {
+pub(super) fn fix_args(spec: &TaskSpec) -> FixArgs {
     let mut a: FixArgs = defaults();
     if let Some(r) = &spec.runner {
         a.runner.runner = Some(r.clone());

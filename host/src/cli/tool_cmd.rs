@@ -2,7 +2,8 @@
 //! would have (its test command, given, configured or detected, granted to `run_cmd`), its
 //! arguments checked against the tool's schema first.
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::plugin::{Plugin, PluginKind, Registry};
 use anyhow::Context;
 use clap::Subcommand;

@@ -2,7 +2,8 @@
 //! in the user's state directory, `$XDG_STATE_HOME/kiln/trust/`, keyed by the workspace's
 //! canonical path, outside every workspace), or report whether it is and what it would apply.
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::config::Trust;
 use clap::Args;
 use serde_json::json;

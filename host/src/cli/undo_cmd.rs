@@ -2,7 +2,8 @@
 //! run changed (the latest run by default), from the pre-images kiln keeps in its state
 //! directory ([`crate::undo`]), and record in the store that the run was undone.
 
-use super::{Ctx, Outcome, print_json};
+use super::ctx::{Ctx, Outcome};
+use super::output::print_json;
 use crate::undo::restore::{self, Action};
 use clap::Args;
 

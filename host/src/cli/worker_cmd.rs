@@ -2,7 +2,7 @@
 //! with `--once`, until nothing is left to claim); plus what `kiln batch` shares with it:
 //! opening the queue, the lease flags, and driving a worker with progress on stderr.
 
-use super::{Ctx, Outcome};
+use super::ctx::{Ctx, Outcome};
 use crate::batch::db::{PgDb, SqliteDb};
 use crate::batch::exec::ExecSettings;
 use crate::batch::worker::{self, Report, SharedQueue, WorkerOptions};
@@ -372,7 +372,7 @@ pub(crate) async fn drive(
                 "claimed {}/{} (attempt {})",
                 c.batch, c.task.id, c.attempt
             )),
-            _ => super::batch_cmd::report_text(&r),
+            _ => report_text(&r),
         };
         let Some(mut text) = text else {
             continue;
@@ -380,10 +380,7 @@ pub(crate) async fn drive(
         if let (Report::Finished(_), Some(b)) = (&r, batch)
             && let Some(c) = counts(&queue, b).await
         {
-            text = format!(
-                "{text} {}",
-                super::batch_cmd::progress_line(&c, started, finished_here, jobs)
-            );
+            text = format!("{text} {}", progress_line(&c, started, finished_here, jobs));
         }
         eprintln!("{text}");
     }
@@ -417,5 +414,105 @@ pub(crate) fn batch_dir(ctx: &Ctx, given: Option<&Path>, create: bool) -> anyhow
             .join("workspaces")
             .join(Identity::of(&ctx.workspace)?.key())
             .join("batches"),
+    })
+}
+
+/// The progress line after a task ends: done, running, failed and an ETA.
+pub(crate) fn progress_line(c: &Counts, started: Instant, finished_here: u64, jobs: u64) -> String {
+    let left = c.queued + c.running;
+    let eta = if finished_here > 0 && left > 0 {
+        let per = started.elapsed().as_secs_f64() / finished_here as f64;
+        let _ = jobs;
+        format!(", ETA {:.0}s", per * left as f64)
+    } else {
+        String::new()
+    };
+    format!(
+        "[{}/{} done, {} running, {} failed{eta}]",
+        c.finished(),
+        c.total(),
+        c.running,
+        c.failed + c.error + c.dead
+    )
+}
+
+/// How a worker's reports read on stderr.
+pub(crate) fn report_text(r: &Report) -> Option<String> {
+    Some(match r {
+        Report::Claimed(_) => return None,
+        Report::Finished(t) => format!(
+            "{} {} (attempt {}) in {:.1}s{}",
+            t.id,
+            t.status,
+            t.attempts,
+            t.duration_ms as f64 / 1000.0,
+            t.error
+                .as_deref()
+                .map(|e| format!(": {}", crate::terminal::printable(e)))
+                .unwrap_or_default()
+        ),
+        Report::Rejected {
+            claim,
+            attempts,
+            status,
+        } => format!(
+            "warning: {}/{} attempt {}: result rejected (fenced): the task is at attempt {attempts} ({status}) now; this worker's lease had expired and another worker took it over",
+            claim.batch, claim.task.id, claim.attempt
+        ),
+        Report::LeaseLost(c) => format!(
+            "warning: {}/{} attempt {}: lease lost (heartbeat rejected: another worker took the task over); stopping its run",
+            c.batch, c.task.id, c.attempt
+        ),
+        Report::Dead {
+            batch,
+            id,
+            attempts,
+        } => format!(
+            "{batch}/{id} is dead: its worker went away in each of its {} (--max-attempts)",
+            crate::terminal::count(*attempts as usize, "attempt", "attempts")
+        ),
+        Report::Refused { batch, id, why } => format!(
+            "error: {}/{}: {}",
+            crate::terminal::printable(batch),
+            crate::terminal::printable(id),
+            crate::terminal::printable(why)
+        ),
+        Report::Released(c) => format!(
+            "{}/{} given back (interrupted); it will be claimed again",
+            c.batch, c.task.id
+        ),
+        Report::StoreDown {
+            doing,
+            error,
+            retry_in,
+        } => format!(
+            "warning: store unreachable while {doing}: {}; retrying in {:.1}s",
+            crate::terminal::printable(error),
+            retry_in.as_secs_f64()
+        ),
+        Report::Requeued(c, why) => format!(
+            "warning: {}/{} attempt {}: its run lost the store ({}); given back to run again",
+            c.batch,
+            c.task.id,
+            c.attempt,
+            crate::terminal::printable(why)
+        ),
+        Report::StoreBack(doing) => format!("store reachable again ({doing})"),
+        Report::WorkerFault {
+            claim,
+            why,
+            retry_in,
+        } => format!(
+            "warning: {}/{} given back, attempts unchanged: {}; claiming again in {:.1}s",
+            claim.batch,
+            claim.task.id,
+            crate::terminal::printable(why),
+            retry_in.as_secs_f64()
+        ),
+        Report::GaveUp(why) => format!(
+            "error: this worker stops claiming tasks: {} checkouts in a row failed for its own reasons (last: {}); free its scratch directory or point --scratch elsewhere",
+            crate::batch::worker::MAX_WORKER_FAULTS,
+            crate::terminal::printable(why)
+        ),
     })
 }

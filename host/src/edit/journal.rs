@@ -29,8 +29,8 @@
 //! cancelled future is dropped before or after it, never during it), and commands without a
 //! loop to cancel exit on Ctrl-C only once no commit is running ([`exit_on_interrupt`]).
 
-use super::EditError;
-use super::writer::Beneath;
+use super::beneath::Beneath;
+use super::error::{EditError, describe_io};
 use cap_std::fs::{Dir, OpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -305,7 +305,7 @@ fn sha256(bytes: &[u8]) -> String {
 pub(super) fn io_err(path: impl Into<String>, e: &std::io::Error) -> EditError {
     EditError::Io {
         path: path.into(),
-        message: super::describe_io(e),
+        message: describe_io(e),
     }
 }
 
@@ -424,11 +424,7 @@ const SIMULATED_KILL: &str = "simulated kill";
 /// Commit `changes` under the journal. Runs on a blocking-capable thread when called from a
 /// multi-threaded runtime (fsync may take a while); either way it has no await point, so a
 /// cancelled caller cannot stop it half-way.
-pub(in crate::edit) fn commit(
-    ws: &Beneath,
-    state: &Dir,
-    changes: &[Change<'_>],
-) -> Result<(), EditError> {
+pub(super) fn commit(ws: &Beneath, state: &Dir, changes: &[Change<'_>]) -> Result<(), EditError> {
     let multi = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if multi {
@@ -440,7 +436,7 @@ pub(in crate::edit) fn commit(
 
 /// [`commit`], with `step` called after every step; when it returns false the commit stops
 /// right there, leaving everything as a killed process would (for tests).
-pub(in crate::edit) fn commit_with(
+pub(super) fn commit_with(
     ws: &Beneath,
     state: &Dir,
     changes: &[Change<'_>],
@@ -1136,7 +1132,7 @@ pub fn recover_workspace(root: &Path) -> Result<RecoveryReport, EditError> {
     })?;
     let ignored = workspace_journals(&ws);
     let temps = !find_temps(&ws, None).is_empty();
-    let state = super::writer::journal_dir(root, temps)?;
+    let state = journal_dir(root, temps)?;
     let mut report = recover(&ws, state.as_ref())?;
     report.ignored = ignored;
     Ok(report)
@@ -1163,10 +1159,7 @@ fn workspace_journals(ws: &Beneath) -> Vec<String> {
 
 /// [`recover_workspace`] for an open workspace and its journal directory (`None`: there is
 /// none, so nothing to recover but stale temporary files, which wait for one).
-pub(in crate::edit) fn recover(
-    ws: &Beneath,
-    state: Option<&Dir>,
-) -> Result<RecoveryReport, EditError> {
+pub(super) fn recover(ws: &Beneath, state: Option<&Dir>) -> Result<RecoveryReport, EditError> {
     let _commit = COMMITS.read().unwrap_or_else(|e| e.into_inner());
     let Some(state) = state else {
         return Ok(RecoveryReport::default());
@@ -1296,6 +1289,23 @@ pub fn exit_on_interrupt() {
             std::process::exit(130);
         }
     });
+}
+
+/// The journal directory of the workspace at `root` in kiln's state directory
+/// ([`crate::state_dir`]); `None` when it does not exist and `create` is false.
+pub(super) fn journal_dir(root: &Path, create: bool) -> Result<Option<Dir>, EditError> {
+    let state_err = |e: crate::state_dir::StateDirError| EditError::Io {
+        path: "kiln's state directory".into(),
+        message: e.to_string(),
+    };
+    let state = match crate::state_dir::WorkspaceState::open(root, create) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(None),
+        // Nowhere to look, so nothing kiln wrote there to recover.
+        Err(crate::state_dir::StateDirError::NoHome) if !create => return Ok(None),
+        Err(e) => return Err(state_err(e)),
+    };
+    state.subdir("journal", create).map_err(state_err)
 }
 
 #[cfg(test)]

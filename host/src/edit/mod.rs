@@ -5,210 +5,26 @@
 //! apply all-or-nothing even when kiln is killed half-way. Every write goes through the one
 //! [`writer::Writer`].
 
+mod beneath;
+mod error;
 pub mod journal;
 pub mod refactor;
 mod window;
+mod workspace;
 pub mod writer;
 
-use crate::plugin::{
-    EditKind, EditOutcome, EditStatus, FailureKind, FileEdit, Plugin, PluginError,
-};
-use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+pub use error::EditError;
+pub use kiln_protocol::edit::EditResult;
+pub use workspace::Workspace;
+
+use crate::plugin::{EditKind, EditOutcome, EditStatus, FailureKind, FileEdit, Plugin};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-/// Errors of the edit machinery itself (not an edit the LLM got wrong: those are reported in
-/// the [`EditReport`]).
-#[derive(Debug, thiserror::Error)]
-pub enum EditError {
-    /// The workspace could not be opened.
-    #[error("cannot open workspace {path}: {source}")]
-    Workspace {
-        /// The workspace directory that could not be opened.
-        path: PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
-    },
-    /// A file is not UTF-8 text (kiln edits text only).
-    #[error(
-        "{path} is not UTF-8 text ({looks_like}); kiln edits UTF-8 files only. Convert it first (for example `iconv -f {} -t UTF-8`), or leave it out",
-        if looks_like.contains("UTF-16") { "UTF-16" } else { "LATIN1" }
-    )]
-    NotText {
-        /// Workspace-relative path.
-        path: String,
-        /// What the bytes most likely are.
-        looks_like: &'static str,
-    },
-    /// A file could not be read or written.
-    #[error("{path}: {message}")]
-    Io {
-        /// Workspace-relative path.
-        path: String,
-        /// What failed.
-        message: String,
-    },
-    /// The edit-format plugin failed (trap, deadline, ...).
-    #[error(transparent)]
-    Plugin(#[from] PluginError),
-}
-
-/// A workspace opened for editing.
-pub struct Workspace {
-    root: PathBuf,
-    dir: Dir,
-    beneath: writer::Beneath,
-    /// kiln's state directory, workspace-relative, when it lies inside the workspace.
-    state_inside: Option<PathBuf>,
-}
 
 /// A short fingerprint of a file's content, used for stale-read checks.
 pub fn fingerprint(text: &str) -> String {
     hex::encode(&Sha256::digest(text.as_bytes())[..12])
-}
-
-impl Workspace {
-    /// Open `root`.
-    pub fn open(root: &Path) -> Result<Workspace, EditError> {
-        let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|source| {
-            EditError::Workspace {
-                path: root.to_path_buf(),
-                source,
-            }
-        })?;
-        let beneath = writer::Beneath::open(root).map_err(|source| EditError::Workspace {
-            path: root.to_path_buf(),
-            source,
-        })?;
-        Ok(Workspace {
-            root: root.to_path_buf(),
-            dir,
-            beneath,
-            state_inside: crate::state_dir::inside(root),
-        })
-    }
-
-    /// The root directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// The workspace as a cap-std directory, for reading: it never leaves this module, so
-    /// the only way to write the workspace is the [`writer::Writer`].
-    pub(in crate::edit) fn dir(&self) -> &Dir {
-        &self.dir
-    }
-
-    /// Check files named by a model or a user before they become program arguments
-    /// ([`crate::path::target_arguments`]).
-    pub fn target_arguments(
-        &self,
-        targets: &[String],
-    ) -> Result<Vec<String>, crate::path::TargetError> {
-        crate::path::target_arguments(&self.dir, targets)
-    }
-
-    /// Read a file as text; `None` when it does not exist. Paths leaving the workspace
-    /// (`..`, absolute, symlinks out) are refused, and so is anything that is not a regular
-    /// file: it is opened non-blocking and checked before a byte is read, so a FIFO (or a
-    /// device) planted in the workspace cannot make kiln wait forever.
-    pub fn read(&self, rel: &str) -> Result<Option<String>, EditError> {
-        use cap_std::fs::{OpenOptions, OpenOptionsExt};
-        use std::io::Read;
-        check_path(rel)?;
-        let io = |e: std::io::Error| EditError::Io {
-            path: rel.into(),
-            message: describe_io(&e),
-        };
-        let mut file = match self.dir.open_with(
-            rel,
-            OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY),
-        ) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(e)),
-        };
-        let file_type = file.metadata().map_err(io)?.file_type();
-        if !file_type.is_file() {
-            return Err(EditError::Io {
-                path: rel.into(),
-                message: format!(
-                    "is {}, not a regular file; only regular files are read or edited",
-                    describe_type(&file_type)
-                ),
-            });
-        }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io)?;
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|e| EditError::NotText {
-                path: rel.into(),
-                looks_like: looks_like(e.as_bytes()),
-            })
-    }
-
-    /// The size of a regular file, when it is one (links are not followed).
-    pub fn size(&self, rel: &str) -> Option<u64> {
-        let m = self.dir.symlink_metadata(rel).ok()?;
-        m.is_file().then(|| m.len())
-    }
-
-    /// Why `rel` may not be written by an edit: a protected path, a path through a symbolic
-    /// link (`src -> .git` would write `.git/` under another name), or something that is not a
-    /// regular file. `None` when it may be created or replaced. The [`writer::Writer`]'s check.
-    pub fn refuse_write(&self, rel: &str, protected: &crate::path::Protected) -> Option<String> {
-        writer::Writer::new(self, protected, &[]).refuse(rel)
-    }
-
-    /// The one writer of this workspace, refusing `protected` paths and, unless `targets` is
-    /// empty, every path that is not a target.
-    pub fn writer<'w>(
-        &'w self,
-        protected: &'w crate::path::Protected,
-        targets: &'w [String],
-    ) -> writer::Writer<'w> {
-        writer::Writer::new(self, protected, targets)
-    }
-}
-
-pub(crate) fn describe_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::PermissionDenied => {
-            format!("permission denied or outside the workspace ({e})")
-        }
-        _ => e.to_string(),
-    }
-}
-
-/// What a non-regular file is, for messages.
-pub(crate) fn describe_type(t: &cap_std::fs::FileType) -> &'static str {
-    use cap_std::fs::FileTypeExt;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else if t.is_symlink() {
-        "a symbolic link"
-    } else {
-        "a special file"
-    }
-}
-
-fn check_path(rel: &str) -> Result<(), EditError> {
-    crate::path::check_relative(rel).map_err(|why| EditError::Io {
-        path: rel.into(),
-        message: format!("the path {why}"),
-    })
 }
 
 /// Options for [`apply_response`].
@@ -224,26 +40,6 @@ pub struct ApplyOptions {
     /// At most this many files (Move-to destinations included) may change; an answer over
     /// it is refused whole, as policy (`kiln fix --max-files` in project mode).
     pub max_files: Option<usize>,
-}
-
-/// What happened to one edit.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct EditResult {
-    /// Workspace-relative path.
-    pub path: String,
-    /// `replace`, `create`, `rewrite`, `delete`, `rename`.
-    pub kind: &'static str,
-    /// `applied`, `already_applied`, `failed`, or `not_applied` (another edit failed, so
-    /// nothing was written).
-    pub status: &'static str,
-    /// The matching tier, when a search located the edit.
-    pub tier: Option<String>,
-    /// Why it failed (`no_match`, `ambiguous`, `invalid`, `stale`, `policy`).
-    pub failure: Option<&'static str>,
-    /// The message for the LLM.
-    pub error: Option<String>,
-    /// Destination of a rename.
-    pub new_path: Option<String>,
 }
 
 /// A parse error of the response.
@@ -720,18 +516,5 @@ fn report_as_tool_result(
                 (report.feedback().unwrap_or(text), true, Vec::new())
             }
         }
-    }
-}
-
-/// A guess at what non-UTF-8 bytes are, for the message.
-fn looks_like(bytes: &[u8]) -> &'static str {
-    if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
-        "it looks like UTF-16"
-    } else if bytes.contains(&0) {
-        "it looks like a binary file"
-    } else if bytes.iter().any(|b| (0x80..0xA0).contains(b)) {
-        "it looks like Windows-1252"
-    } else {
-        "it looks like Latin-1 (ISO-8859-1)"
     }
 }

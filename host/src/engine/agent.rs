@@ -10,7 +10,6 @@ use super::defaults::DEFAULT_FORMAT;
 use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::model::ModelSource;
-use super::outcome::{AgentResult, StopReason, ToolCallRecord};
 use super::run::{AskError, Run, RunDeps};
 use super::tool_names::{FINAL_ANSWER, SUBMIT_REVIEW};
 use super::tools::{
@@ -20,6 +19,7 @@ use crate::config::Hooks;
 use crate::llm::{ChatRequest, LlmError, Message, ToolCall, ToolDef};
 use crate::plugin::Registry;
 use crate::store::{NewLoop, Store};
+use kiln_protocol::outcome::{AgentResult, StopReason, ToolCallRecord};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;

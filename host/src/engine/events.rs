@@ -166,7 +166,7 @@ pub enum Event {
     },
     /// The final result, in the compile_loop return shape.
     #[serde(rename = "loop.result")]
-    LoopResult(super::outcome::FixOutcome),
+    LoopResult(kiln_protocol::outcome::FixOutcome),
     /// An agent turn began.
     #[serde(rename = "turn.start")]
     TurnStart {
@@ -272,7 +272,7 @@ pub enum Event {
     },
     /// The execute/review loop's result.
     #[serde(rename = "loop.run.result")]
-    LoopRunResult(Box<super::outcome::LoopRunResult>),
+    LoopRunResult(Box<kiln_protocol::outcome::LoopRunResult>),
     /// A failure that ended (or will end) the run: the model, a plugin, the store.
     #[serde(rename = "error")]
     Error {
@@ -281,7 +281,7 @@ pub enum Event {
     },
     /// The agent's final result.
     #[serde(rename = "agent.result")]
-    AgentResult(super::outcome::AgentResult),
+    AgentResult(kiln_protocol::outcome::AgentResult),
 }
 
 impl Event {

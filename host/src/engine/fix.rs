@@ -14,13 +14,13 @@ use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::history;
 use super::model::ModelSource;
-use super::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
 use super::run::{AskError, Run, RunDeps, cancelled};
 use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS, LIST_DIR, READ_FILES, SEARCH_REPO};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
 use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};
 use crate::store::{IterationRow, NewLoop, Store};
+use kiln_protocol::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -1007,7 +1007,7 @@ impl Fix<'_> {
         run: &mut Run<'_>,
         plugin: &Plugin,
         call: &crate::llm::ToolCall,
-    ) -> super::outcome::ToolOutcome {
+    ) -> crate::protocol::outcome::ToolOutcome {
         let turn = self.iteration;
         run.emit(Event::ToolStart {
             turn,
@@ -1016,7 +1016,7 @@ impl Fix<'_> {
             arguments: call.arguments.clone(),
         });
         let start = Instant::now();
-        let out = super::tools::plugin_call_writing(
+        let out = super::tools::plugin_call::plugin_call_writing(
             plugin,
             &call.name,
             &call.arguments,
@@ -1025,12 +1025,12 @@ impl Fix<'_> {
         )
         .await;
         let out = match out {
-            super::outcome::ToolOutcome::Ok(t) if t.len() > TOOL_RESULT_CHARS => {
+            crate::protocol::outcome::ToolOutcome::Ok(t) if t.len() > TOOL_RESULT_CHARS => {
                 let mut cut = TOOL_RESULT_CHARS;
                 while !t.is_char_boundary(cut) {
                     cut -= 1;
                 }
-                super::outcome::ToolOutcome::Ok(format!(
+                crate::protocol::outcome::ToolOutcome::Ok(format!(
                     "{}\n[... cut at {TOOL_RESULT_CHARS} characters ...]",
                     &t[..cut]
                 ))
@@ -1038,9 +1038,9 @@ impl Fix<'_> {
             o => o,
         };
         let preview = match &out {
-            super::outcome::ToolOutcome::Ok(t)
-            | super::outcome::ToolOutcome::Failed(t)
-            | super::outcome::ToolOutcome::Refused(t) => {
+            crate::protocol::outcome::ToolOutcome::Ok(t)
+            | crate::protocol::outcome::ToolOutcome::Failed(t)
+            | crate::protocol::outcome::ToolOutcome::Refused(t) => {
                 t.lines().next().unwrap_or("").chars().take(200).collect()
             }
         };

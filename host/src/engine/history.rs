@@ -1,10 +1,10 @@
 //! The history tools offered to the model (`get_loops`, `get_loop_detail`): earlier loops and
 //! agent runs of this project, answered from the store.
 
-use super::outcome::ToolOutcome;
 use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::llm::ToolDef;
 use crate::store::Store;
+use kiln_protocol::outcome::ToolOutcome;
 use serde_json::json;
 
 /// `get_loops`: earlier loops and agent runs of this project (the fix loop's model and the
@@ -86,3 +86,6 @@ pub(crate) fn tail(s: &str, budget: usize) -> String {
     let start = s.ceil_char_boundary(s.len() - budget);
     format!("[... {} earlier bytes omitted ...]\n{}", start, &s[start..])
 }
+
+#[cfg(test)]
+mod store_tests;

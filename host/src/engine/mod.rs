@@ -10,7 +10,6 @@ pub mod events;
 pub mod fix;
 pub(crate) mod history;
 pub mod model;
-pub mod outcome;
 pub mod resume;
 pub mod review;
 pub mod run;
@@ -19,6 +18,7 @@ pub mod tools;
 
 pub use events::Event;
 pub use fix::{FixOptions, run_fix};
+pub use kiln_protocol::outcome;
 pub use model::{ModelSource, Replay};
 pub use outcome::{AgentResult, FixOutcome, LoopStatus, StopReason};
 pub use tools::compile_loop_tool;

@@ -6,9 +6,9 @@
 
 use super::events::Event;
 use super::model::ModelSource;
-use super::outcome::StopReason;
 use crate::llm::{ChatRequest, ChatResponse, Delta, LlmError, Usage};
 use crate::store::{NewLoop, Store, StoreError};
+use kiln_protocol::outcome::StopReason;
 use std::path::Path;
 use tokio::sync::watch;
 

@@ -20,9 +20,9 @@ pub mod runner {
         imports: { default: async },
         exports: { default: async },
         with: {
-            "kiln:plugin/types": super::types,
-            "kiln:plugin/log": super::log,
-            "kiln:plugin/exec": super::exec,
+            "kiln:plugin/types": crate::plugin::bindings::types,
+            "kiln:plugin/log": crate::plugin::bindings::log,
+            "kiln:plugin/exec": crate::plugin::bindings::exec,
         },
         additional_derives: [serde::Serialize, serde::Deserialize],
     });
@@ -35,8 +35,8 @@ pub mod edit_format {
         imports: { default: async },
         exports: { default: async },
         with: {
-            "kiln:plugin/types": super::types,
-            "kiln:plugin/log": super::log,
+            "kiln:plugin/types": crate::plugin::bindings::types,
+            "kiln:plugin/log": crate::plugin::bindings::log,
         },
         additional_derives: [serde::Serialize, serde::Deserialize],
     });
@@ -49,9 +49,9 @@ pub mod tool {
         imports: { default: async },
         exports: { default: async },
         with: {
-            "kiln:plugin/types": super::types,
-            "kiln:plugin/log": super::log,
-            "kiln:plugin/exec": super::exec,
+            "kiln:plugin/types": crate::plugin::bindings::types,
+            "kiln:plugin/log": crate::plugin::bindings::log,
+            "kiln:plugin/exec": crate::plugin::bindings::exec,
         },
         additional_derives: [serde::Serialize, serde::Deserialize],
     });

@@ -11,12 +11,9 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 /// Where the workspace appears inside every plugin.
 pub const GUEST_WORKSPACE: &str = "/workspace";
 
-/// Host defaults, used where neither the plugin nor the user asks for less.
-pub const DEFAULT_MEMORY_MIB: u32 = 256;
-/// Default deadline per plugin call.
-pub const DEFAULT_TIMEOUT_MS: u32 = 30_000;
-/// Default cap on returned and captured output.
-pub const DEFAULT_OUTPUT_BYTES: u32 = 4 << 20;
+/// Host defaults, used where neither the plugin nor the user asks for less (they sit beside
+/// the `[plugins.NAME]` fields they default).
+pub use crate::config::{DEFAULT_MEMORY_MIB, DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT_MS};
 
 use crate::path::normalize;
 use crate::path::{check_relative, glob_match};
@@ -80,7 +77,7 @@ pub struct Effective {
     /// expanded); a manifest cannot ask for any. Enforced with Landlock (`confine`).
     pub read: Vec<PathBuf>,
     /// Where programs may write: the workspace and grants, or (the review phase) nowhere.
-    pub writes: super::confine::Writes,
+    pub writes: kiln_sandbox::Writes,
     /// Programs may use the network (the grant's `net`).
     pub net: bool,
     /// Refuse to run programs that Landlock cannot fully confine (`[sandbox]
@@ -279,7 +276,7 @@ impl Effective {
             limits,
             write,
             read,
-            writes: super::confine::Writes::default(),
+            writes: kiln_sandbox::Writes::default(),
             net: grant.net == Some(true),
             require_confinement: false,
             protect: Vec::new(),
@@ -301,7 +298,7 @@ impl Effective {
             },
             write: Vec::new(),
             read: Vec::new(),
-            writes: super::confine::Writes::default(),
+            writes: kiln_sandbox::Writes::default(),
             net: false,
             require_confinement: false,
             protect: Vec::new(),

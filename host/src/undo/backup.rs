@@ -5,7 +5,7 @@
 //! again) and one record per run (`runs/<id>.json`). Every file is written whole (temporary
 //! file, fsync, rename), mode 0600 below 0700 directories; nothing here touches a workspace.
 
-use super::UndoError;
+use super::error::UndoError;
 use super::scan::StatKey;
 use cap_std::fs::{Dir, OpenOptions};
 use serde::{Deserialize, Serialize};

@@ -22,8 +22,11 @@
 //! run that started it: undoing the outer run undoes both.
 
 pub mod backup;
+mod error;
 pub mod restore;
 pub mod scan;
+
+pub use error::UndoError;
 
 use backup::{Backups, Cached, Change, RunRecord};
 use scan::{Listing, Now, StatKey};
@@ -31,39 +34,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Why undo's record or an undo failed.
-#[derive(Debug, thiserror::Error)]
-pub enum UndoError {
-    /// kiln's state directory cannot be used.
-    #[error(transparent)]
-    State(#[from] crate::state_dir::StateDirError),
-    /// A file in it could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// No record for the run.
-    #[error(
-        "run {0} has no undo record in kiln's state directory (it ran before kiln kept them, ran inside another run, or was not a fix, agent or loop run)"
-    )]
-    NoRecord(i64),
-    /// No run recorded at all.
-    #[error("no run of this workspace has an undo record yet")]
-    NoRuns,
-    /// The run is still running.
-    #[error("run {0} is still running (process {1}); stop it first")]
-    Running(i64, u32),
-    /// The run was undone already.
-    #[error("run {0} was undone already")]
-    AlreadyUndone(i64),
-    /// Writing the workspace failed.
-    #[error(transparent)]
-    Edit(#[from] crate::edit::EditError),
-}
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static ACTIVE: Mutex<Option<Recorder>> = Mutex::new(None);

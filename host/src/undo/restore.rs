@@ -4,8 +4,8 @@
 //! A file whose content is neither what the run left nor what it was before has been changed
 //! since by someone else: it is refused, and named, unless forced.
 
-use super::UndoError;
 use super::backup::{Backups, NOT_REGULAR, RunRecord};
+use super::error::UndoError;
 use super::scan::{self, Now};
 use crate::edit::Workspace;
 use crate::edit::journal::Change;

@@ -6,11 +6,11 @@
 use super::task::Task;
 use crate::engine::agent::AgentOptions;
 use crate::engine::command_policy::REVIEW_COMMANDS;
-use crate::engine::outcome::LoopSummary;
 use crate::engine::tool_names::{
     FINAL_ANSWER, GLOB, LIST_DIR, READ_FILE, READ_FILES, RUN_CMD, SEARCH, SEARCH_REPO,
     SUBMIT_REVIEW, WRITE_FILE, WRITE_PATCH,
 };
+use kiln_protocol::outcome::LoopSummary;
 
 const SYSTEM_POLICY: &str = "You are working in a repository to complete a task, in bounded sessions.\n\
 Rules:\n\

@@ -2,13 +2,13 @@
 //! items, the harness's own summary of a phase (from its structured tool calls, not from its
 //! prose), and the reviewer's `submit_review` verdict.
 
-use crate::engine::outcome::{
-    AgentResult, CallStatus, CommandRun, LoopSummary, ReportStatus, ToolCallRecord,
-};
 use crate::engine::tool_names::{
     READ_FILE, READ_FILES, RUN_CMD, SUBMIT_REVIEW, WRITE_FILE, WRITE_PATCH,
 };
 use crate::engine::tools::submit_review::SubmitReviewArgs;
+use kiln_protocol::outcome::{
+    AgentResult, CallStatus, CommandRun, LoopSummary, ReportStatus, ToolCallRecord,
+};
 use serde::Serialize;
 use serde_json::Value;
 

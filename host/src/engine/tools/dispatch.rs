@@ -12,10 +12,10 @@ use super::table::{Imp, Tool, Toolbox};
 use crate::edit::{self, Workspace};
 use crate::engine::command_policy;
 use crate::engine::events::Event;
-use crate::engine::outcome::ToolOutcome;
 use crate::engine::run::{Run, cancelled};
 use crate::engine::tool_names::RUN_CMD;
 use crate::llm::ToolCall;
+use kiln_protocol::outcome::ToolOutcome;
 use serde_json::{Value, json};
 use std::time::Instant;
 

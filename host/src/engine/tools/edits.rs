@@ -4,7 +4,7 @@
 
 use super::caps::Changes;
 use crate::edit::{EditError, EditReport};
-use crate::engine::outcome::ToolOutcome;
+use kiln_protocol::outcome::ToolOutcome;
 use std::time::Duration;
 
 /// The failure an edit policy refusal carries in the report.

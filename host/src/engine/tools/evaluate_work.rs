@@ -5,11 +5,11 @@ use super::caps::cap;
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
 use super::settings::ToolSettings;
 use crate::edit::Workspace;
-use crate::engine::outcome::ToolOutcome;
 use crate::engine::run::AskError;
 use crate::engine::tool_names::EVALUATE_WORK;
 use crate::llm::{ChatRequest, Message, ToolDef};
 use futures_util::future::BoxFuture;
+use kiln_protocol::outcome::ToolOutcome;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -6,11 +6,11 @@
 use super::caps::Changes;
 use super::settings::ToolSettings;
 use crate::edit::Workspace;
-use crate::engine::outcome::ToolOutcome;
 use crate::engine::run::Run;
 use crate::llm::ToolDef;
 use crate::plugin::Registry;
 use futures_util::future::BoxFuture;
+use kiln_protocol::outcome::ToolOutcome;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

@@ -3,8 +3,8 @@
 //! before-tool hook may deny a call or rewrite its arguments.
 
 use super::settings::ToolSettings;
-use crate::engine::outcome::ToolOutcome;
 use crate::llm::ToolCall;
+use kiln_protocol::outcome::ToolOutcome;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;

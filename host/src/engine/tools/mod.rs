@@ -5,7 +5,7 @@
 //!
 //! Each built-in tool is one file here that holds its argument type, schema, kind and
 //! handler (a `ToolHandler`, in `handler.rs`); `registry.rs` lists them. Every call ends in a
-//! typed [`ToolOutcome`](crate::engine::outcome::ToolOutcome): ok, failed, or refused.
+//! typed [`ToolOutcome`](kiln_protocol::outcome::ToolOutcome): ok, failed, or refused.
 
 pub mod args_check;
 mod caps;
@@ -19,7 +19,7 @@ mod generate_patch;
 pub(crate) mod handler;
 mod history;
 mod hooks;
-mod plugin_call;
+pub(crate) mod plugin_call;
 mod registry;
 pub(crate) mod replayed;
 pub mod result_text;
@@ -37,6 +37,5 @@ pub(crate) use final_answer::FinalAnswerArgs;
 pub(crate) use handler::Kind;
 pub(crate) use hooks::run_hook;
 pub use plugin_call::plugin_call;
-pub(crate) use plugin_call::plugin_call_writing;
 pub use settings::ToolSettings;
 pub(crate) use table::Toolbox;

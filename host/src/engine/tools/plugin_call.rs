@@ -1,8 +1,8 @@
 //! A plugin tool call under a deadline, as a tool outcome (the agent and `kiln mcp`): a
 //! plugin's `denied` error is a refusal, its other errors and a trap are failures.
 
-use crate::engine::outcome::ToolOutcome;
 use crate::plugin::{Plugin, PluginCallError};
+use kiln_protocol::outcome::ToolOutcome;
 use std::time::Duration;
 
 /// One plugin tool call, the programs it starts writing where the plugin's grant says.

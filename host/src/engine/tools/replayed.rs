@@ -6,11 +6,11 @@ use super::dispatch::{CallResult, Turn};
 use super::handler::Kind;
 use super::table::Toolbox;
 use crate::engine::events::Event;
-use crate::engine::outcome::ToolOutcome;
 use crate::engine::resume::take_results;
 use crate::engine::run::Run;
 use crate::llm::ToolCall;
 use crate::store::StoreError;
+use kiln_protocol::outcome::ToolOutcome;
 
 /// Run a turn's calls ([`Toolbox::act`]), except those whose result is stored: those are
 /// recorded and shown again (`tool.end`) without running.

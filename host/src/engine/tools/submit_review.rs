@@ -4,10 +4,10 @@
 
 use super::handler::{Ctx, Kind, ToolHandler, def};
 use super::settings::ToolSettings;
-use crate::engine::outcome::ToolOutcome;
 use crate::engine::tool_names::SUBMIT_REVIEW;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
+use kiln_protocol::outcome::ToolOutcome;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -6,10 +6,10 @@ use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
 use super::settings::ToolSettings;
 use crate::edit::{self, ApplyOptions};
 use crate::engine::defaults::BUNDLED_FORMATS;
-use crate::engine::outcome::ToolOutcome;
 use crate::engine::tool_names::WRITE_PATCH;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
+use kiln_protocol::outcome::ToolOutcome;
 use serde::Deserialize;
 use serde_json::json;
 

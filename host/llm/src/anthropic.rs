@@ -1,9 +1,10 @@
 //! The Anthropic Messages dialect (`{base}/v1/messages`, `anthropic-version` header, required
 //! `max_tokens`). Consecutive messages of one role are merged, as the API requires alternation.
 
-use super::{
-    Assembler, ChatRequest, ChatResponse, Delta, LlmError, LlmSettings, Message, ToolCall, Usage,
-    sse,
+use super::settings::LlmSettings;
+use super::sse;
+use super::types::{
+    Assembler, ChatRequest, ChatResponse, Delta, LlmError, Message, ReplyBytes, ToolCall, Usage,
 };
 use serde_json::{Value, json};
 
@@ -160,7 +161,7 @@ impl StreamAssembler {
                 dialect: "Anthropic",
                 message: format!(
                     "a content block has index {}, but only {} block(s) came before it",
-                    crate::terminal::printable(
+                    kiln_protocol::terminal::printable(
                         &v["index"].to_string().chars().take(40).collect::<String>()
                     ),
                     self.blocks.len()
@@ -175,7 +176,7 @@ impl StreamAssembler {
             let name = cb["name"].as_str().unwrap_or_default();
             let replaced = self.blocks[idx].as_ref().map_or(0, ToolCall::reply_bytes);
             self.call_bytes -= replaced;
-            self.count(super::CALL_OVERHEAD + id.len() + name.len())?;
+            self.count(super::types::CALL_OVERHEAD + id.len() + name.len())?;
             sink(Delta::ToolCall { name: name.into() });
             self.blocks[idx] = Some(ToolCall {
                 id: id.into(),
@@ -264,7 +265,7 @@ impl Assembler for StreamAssembler {
                     .and_then(Value::as_str)
                     .unwrap_or("unknown error")
                     .to_string();
-                if super::is_context_overflow(&msg) {
+                if super::types::is_context_overflow(&msg) {
                     return Err(LlmError::ContextOverflow { message: msg });
                 }
                 return Err(LlmError::Stream(msg));

@@ -2,9 +2,10 @@
 //! llama.cpp server, Ollama and OpenRouter.
 
 use super::settings::Flavor;
-use super::{
-    Assembler, ChatRequest, ChatResponse, Delta, LlmError, LlmSettings, Message, ToolCall, Usage,
-    sse,
+use super::settings::LlmSettings;
+use super::sse;
+use super::types::{
+    Assembler, ChatRequest, ChatResponse, Delta, LlmError, Message, ToolCall, Usage,
 };
 use serde_json::{Value, json};
 
@@ -161,7 +162,7 @@ impl StreamAssembler {
                     dialect: "OpenAI",
                     message: format!(
                         "a tool call has index {}, but only {} call(s) came before it (an index may name a call seen already or the next one)",
-                        crate::terminal::printable(&v.to_string().chars().take(40).collect::<String>()),
+                        kiln_protocol::terminal::printable(&v.to_string().chars().take(40).collect::<String>()),
                         self.calls.len()
                     ),
                 })?,
@@ -172,7 +173,7 @@ impl StreamAssembler {
                 name: String::new(),
                 arguments: String::new(),
             });
-            self.call_bytes += super::CALL_OVERHEAD;
+            self.call_bytes += super::types::CALL_OVERHEAD;
         }
         let id = tc["id"].as_str();
         let name = tc.pointer("/function/name").and_then(Value::as_str);
@@ -234,7 +235,7 @@ impl Assembler for StreamAssembler {
                 .and_then(Value::as_str)
                 .map(String::from)
                 .unwrap_or_else(|| err.to_string());
-            if super::is_context_overflow(&msg) {
+            if super::types::is_context_overflow(&msg) {
                 return Err(LlmError::ContextOverflow { message: msg });
             }
             return Err(LlmError::Stream(msg));

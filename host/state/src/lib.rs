@@ -1,4 +1,4 @@
-//! kiln's own state outside any repository: `$XDG_STATE_HOME/kiln/` (else
+//! kiln-state: kiln's own state outside any repository: `$XDG_STATE_HOME/kiln/` (else
 //! `~/.local/state/kiln/`), with one directory per workspace, so nothing a repository ships
 //! can steer it. The edit journal and its backups live there (`journal/`); trust records and
 //! undo backups are meant to as well.
@@ -12,6 +12,9 @@
 //!
 //! Every directory kiln creates here is mode 0700. The base directory is the user's own and is
 //! used as found; below it, each level is opened without following a symbolic link.
+//!
+//! It must never import another kiln crate: the store, the edit journal, undo and the plugin
+//! cache all find their directories through it.
 
 use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,7 @@
 //! inside [`PgUrl`], whose `Display` and `Debug` show it as `***`, and [`PgUrl::scrub`] removes
 //! it from any text (a driver's error message) before that text is shown or stored.
 
-use super::StoreError;
+use super::error::StoreError;
 use std::path::PathBuf;
 
 /// A store location.

@@ -1,7 +1,8 @@
 //! The [`Backend`] trait both databases implement, the values it passes, and the overlap
 //! rule of a new loop that both apply inside their transaction.
 
-use super::{EditRow, IterationRow, LlmCallRow, LoopRow, NewLoop, StoreError, ToolCallRow};
+use super::error::StoreError;
+use super::rows::{EditRow, IterationRow, LlmCallRow, LoopRow, NewLoop, ToolCallRow};
 
 /// A row to open in `loops` (what [`Backend::begin`] inserts).
 #[derive(Debug, Clone)]
@@ -86,7 +87,11 @@ pub trait Backend: Send {
     /// Set a loop's iteration count.
     fn set_iters(&mut self, loop_id: i64, iters: i64) -> Result<(), StoreError>;
     /// Set a loop's token totals.
-    fn set_tokens(&mut self, loop_id: i64, u: &crate::llm::Usage) -> Result<(), StoreError>;
+    fn set_tokens(
+        &mut self,
+        loop_id: i64,
+        u: &kiln_protocol::chat::Usage,
+    ) -> Result<(), StoreError>;
     /// The newest loops (of `project`, or of every project), newest first.
     fn loops(&self, project: Option<&str>, limit: usize) -> Result<Vec<LoopRow>, StoreError>;
     /// One loop.
@@ -117,7 +122,7 @@ pub enum Raw<'a> {
     /// The SQLite connection.
     Sqlite(&'a mut rusqlite::Connection),
     /// The PostgreSQL connection (reconnecting, with typed errors).
-    Postgres(&'a mut super::postgres::PgConn),
+    Postgres(&'a mut super::pg_conn::PgConn),
 }
 
 /// Decide about the running loops [`Backend::begin`] found (same project, same host): an

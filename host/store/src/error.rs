@@ -1,7 +1,7 @@
 //! The store's errors: each names the database (a file, or a URL without its password) and,
 //! where one exists, the fix.
 
-use crate::clock::{human_time, now_ms};
+use kiln_protocol::clock::{human_time, now_ms};
 use std::path::PathBuf;
 
 /// Store errors name the database (a file, or a URL without its password).
@@ -74,13 +74,13 @@ pub enum StoreError {
         /// The newest version this kiln knows.
         supported: i64,
     },
-    /// No such loop (or, for [`crate::store::Store::loop_detail`], none of this project).
+    /// No such loop (or, for [`crate::Store::loop_detail`], none of this project).
     #[error("no loop with id {0} in this store; see `kiln history`")]
     NoLoop(i64),
     /// kiln's state directory for the workspace, where its default store lives, cannot be
     /// used.
     #[error(transparent)]
-    State(#[from] crate::state_dir::StateDirError),
+    State(#[from] kiln_state::StateDirError),
     /// A row names a run kind this kiln does not know (a newer kiln wrote it).
     #[error("loop {id} has kind `{kind}`, unknown to this kiln; upgrade kiln")]
     UnknownKind {

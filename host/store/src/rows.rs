@@ -1,7 +1,7 @@
 //! What the store records and returns: the run kinds and the rows of loops, iterations,
 //! edits, LLM calls and tool calls, the same for every backend.
 
-use super::StoreError;
+use super::error::StoreError;
 use serde::Serialize;
 
 /// What started a recorded run.
@@ -104,7 +104,7 @@ pub struct LoopRow {
     /// End, unix ms.
     pub ended_at: Option<i64>,
     /// Token totals by class.
-    pub tokens: crate::llm::Usage,
+    pub tokens: kiln_protocol::chat::Usage,
 }
 
 /// An iteration row.
@@ -167,7 +167,7 @@ pub struct LlmCallRow {
     /// Latency, ms.
     pub latency_ms: i64,
     /// Token usage by class.
-    pub tokens: crate::llm::Usage,
+    pub tokens: kiln_protocol::chat::Usage,
     /// The raw answer text.
     pub response: String,
     /// Tool calls as JSON.

@@ -1,4 +1,4 @@
-//! Persistence of loops, iterations, edits, LLM calls, tool calls and events, behind one
+//! kiln-store: persistence of loops, iterations, edits, LLM calls, tool calls and events, behind one
 //! [`Backend`] trait with two implementations: an SQLite file (the default: `kiln.db` in kiln's
 //! state directory for the workspace, outside it, [`Store::open`]; WAL; [`sqlite`]) and a PostgreSQL database that many workspaces and
 //! machines share ([`postgres`]). [`Store`] is the type the rest of kiln uses: it adds the
@@ -6,11 +6,17 @@
 //! carry a version and are migrated forward on open ([`schema`]). Writes are transactional;
 //! very large outputs are stored capped (head and tail kept, with a marker saying how much was
 //! cut), never dropped silently.
+//!
+//! It depends on `kiln-protocol` (statuses, stop reasons, usage, edit results) and `kiln-state`
+//! (where a workspace's own store lives) only. It must never import the engine, the LLM
+//! transport, the plugin runtime, edits or the CLI: they record into the store, not the
+//! other way round.
 
 mod backend;
 mod error;
 mod files;
 mod location;
+mod pg_conn;
 pub mod postgres;
 mod rows;
 pub mod schema;
@@ -26,8 +32,8 @@ pub use rows::{
 };
 pub use schema::SCHEMA_VERSION;
 
-use crate::clock::now_ms;
-use crate::engine::outcome::{LoopStatus, StopReason};
+use kiln_protocol::clock::now_ms;
+use kiln_protocol::outcome::{LoopStatus, StopReason};
 use std::path::Path;
 
 /// The file name of a workspace's own store in its state directory.
@@ -35,10 +41,10 @@ pub const STORE_FILE: &str = "kiln.db";
 
 /// Where the store of the workspace at `workspace` is, or will be: [`STORE_FILE`] in kiln's
 /// state directory for it, `$XDG_STATE_HOME/kiln/workspaces/<key>/` (else
-/// `~/.local/state/kiln/...`; the key is [`crate::state_dir::Identity::key`]).
+/// `~/.local/state/kiln/...`; the key is [`kiln_state::Identity::key`]).
 pub fn default_path(workspace: &Path) -> Result<std::path::PathBuf, StoreError> {
-    let id = crate::state_dir::Identity::of(workspace)?;
-    Ok(crate::state_dir::base()?
+    let id = kiln_state::Identity::of(workspace)?;
+    Ok(kiln_state::base()?
         .join("workspaces")
         .join(id.key())
         .join(STORE_FILE))
@@ -109,12 +115,11 @@ impl Store {
     /// (programs could write it); the open that creates the new store says so once.
     pub fn open(workspace: &Path) -> Result<Store, StoreError> {
         let root = canonical(workspace)?;
-        let state = crate::state_dir::WorkspaceState::open(&root, true)?.ok_or_else(|| {
-            StoreError::Dir {
+        let state =
+            kiln_state::WorkspaceState::open(&root, true)?.ok_or_else(|| StoreError::Dir {
                 path: root.clone(),
                 source: std::io::ErrorKind::NotFound.into(),
-            }
-        })?;
+            })?;
         let path = state.path().join(STORE_FILE);
         let fresh = std::fs::symlink_metadata(&path).is_err();
         let store = Store::open_file(&path, &root.to_string_lossy())?;
@@ -215,7 +220,7 @@ impl Store {
         &mut self,
         loop_id: i64,
         it: &IterationRow,
-        edits: &[crate::edit::EditResult],
+        edits: &[kiln_protocol::edit::EditResult],
     ) -> Result<(), StoreError> {
         let mut capped = it.clone();
         capped.stdout = cap_text(&it.stdout, MAX_STORED_TEXT);
@@ -241,7 +246,7 @@ impl Store {
     pub fn set_loop_tokens(
         &mut self,
         loop_id: i64,
-        u: &crate::llm::Usage,
+        u: &kiln_protocol::chat::Usage,
     ) -> Result<(), StoreError> {
         self.backend.set_tokens(loop_id, u)
     }
@@ -252,7 +257,7 @@ impl Store {
         loop_id: i64,
         iteration: i64,
         model: &str,
-        r: Result<&crate::llm::ChatResponse, &str>,
+        r: Result<&kiln_protocol::chat::ChatResponse, &str>,
     ) -> Result<(), StoreError> {
         let row = match r {
             Ok(resp) => LlmCallRow {
@@ -268,7 +273,7 @@ impl Store {
                 iteration,
                 model: model.to_string(),
                 latency_ms: 0,
-                tokens: crate::llm::Usage::default(),
+                tokens: kiln_protocol::chat::Usage::default(),
                 response: String::new(),
                 tool_calls: serde_json::json!([]),
                 error: Some(e.to_string()),

@@ -2,7 +2,7 @@
 //! events and the JSON results use) and each loop's result shape. Events and loops both read
 //! these; nothing here depends on a loop.
 
-use crate::llm::{Message, Usage};
+use crate::chat::{Message, Usage};
 use serde::{Deserialize, Serialize};
 
 /// Why a loop stopped.

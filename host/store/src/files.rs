@@ -2,7 +2,7 @@
 //! when it or anything in it is a symlink) and the log files under `.kiln/logs/`. Only
 //! outputs meant for people live there: the store itself is in kiln's state directory.
 
-use super::StoreError;
+use super::error::StoreError;
 use std::path::{Path, PathBuf};
 
 /// What `path` is when it is not what kiln may use: a symlink or some other non-regular entry.

@@ -4,7 +4,7 @@
 //! by the longest name prefix (a provider prefix such as `openai/` is ignored), under the
 //! `[pricing."MODEL"]` tables of kiln.toml, which win. Unknown models have no cost.
 
-use super::Usage;
+use super::types::Usage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

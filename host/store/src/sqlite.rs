@@ -2,15 +2,14 @@
 //! default store of a workspace. The file and its companions are refused when they are
 //! symlinks or not regular files; the schema version lives in `PRAGMA user_version`.
 
+use super::backend::{Backend, Begin, CRASHED, End, Raw, Running, check_running};
+use super::error::StoreError;
+use super::rows::{EditRow, IterationRow, LlmCallRow, LoopRow, ToolCallRow, with_kind};
 use super::schema::{
     EDIT_COLUMNS, ITERATION_COLUMNS, LLM_CALL_COLUMNS, LOOP_COLUMNS, SCHEMA_VERSION, SQLITE_STEPS,
     TOOL_CALL_COLUMNS,
 };
-use super::{
-    Backend, Begin, CRASHED, EditRow, End, IterationRow, LlmCallRow, LoopRow, Raw, Running,
-    StoreError, ToolCallRow, check_running, with_kind,
-};
-use crate::llm::Usage;
+use kiln_protocol::chat::Usage;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
@@ -138,7 +137,7 @@ fn loop_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(LoopRow, String)> {
     let targets: String = r.get(5)?;
     let row = LoopRow {
         id: r.get(0)?,
-        kind: super::RunKind::Fix,
+        kind: super::rows::RunKind::Fix,
         project: r.get(2)?,
         host: r.get(3)?,
         runner: r.get(4)?,
