@@ -499,7 +499,7 @@ fn a_descriptor_kiln_inherited_never_reaches_the_program() {
 fn a_program_keeps_no_capability() {
     let ws = Workspace::new();
     ws.write("a.txt", "a\n");
-    let r = check(&ws, "grep -E ^Cap(Eff|Prm|Bnd) /proc/self/status", &[]);
+    let r = check(&ws, "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status", &[]);
     let out = output(&r);
     for line in out.lines() {
         let hex = line.split_whitespace().last().unwrap();
