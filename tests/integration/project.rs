@@ -395,6 +395,37 @@ fn a_cmd_with_shell_syntax_is_refused_or_run_through_sh_with_shell() {
     assert_eq!(res["stop_reason"], "success", "{res}\n{}", r.stderr());
     assert_eq!(ws.read("log"), "it ran\n");
     assert!(mock.recorded().is_empty());
+    // A line break is shell syntax too.
+    let r = fix(
+        &ws,
+        &mock,
+        &["--cmd", "true\ntouch two", "--file", "main.c"],
+    );
+    r.expect_code(2);
+    assert!(r.stderr().contains("a line break"), "{}", r.stderr());
+    // Under --shell a target's name is never shell text: a file named like a command stays
+    // a name (it is `sh`'s argument, `"$1"` in the script).
+    for name in ["x;touch p20;.txt", "$(touch p21).txt"] {
+        ws.write(name, "text\n");
+        let r = ws.kiln(
+            &["check", "--shell", "--cmd", "cat {file}", "--file", name],
+            &[],
+        );
+        r.expect_code(0);
+        assert!(
+            r.stderr().contains("passed") || r.stdout().is_empty(),
+            "{}",
+            r.stderr()
+        );
+    }
+    assert!(
+        !ws.root().join("p20").exists(),
+        "injected through a file name"
+    );
+    assert!(
+        !ws.root().join("p21").exists(),
+        "injected through a file name"
+    );
 }
 
 /// Issue 33 item 9: the model error points at the user's configuration or KILN_MODEL, not at

@@ -321,3 +321,34 @@ fn a_nested_protected_path_cannot_be_moved_away_with_its_parent() {
     // The directory itself stays writable.
     assert_eq!(ws.read("sub/file.txt"), "x\n");
 }
+
+/// A program cannot create a protected name the view did not hold (none existed when the call
+/// began): a nested `.git` with an `fsmonitor` command that the user's own `git status` would
+/// run outside the sandbox, a `.kiln`, a root `kiln.toml`. kiln removes each after the call,
+/// names them, and refuses the call's result.
+#[test]
+fn a_program_cannot_plant_a_new_git_kiln_or_kiln_toml() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    ws.write(
+        "plant.sh",
+        "mkdir -p pkg/.git && printf '[core]\\n\\tfsmonitor = \"touch PWNED\"\\n' > pkg/.git/config\nmkdir -p deep/.kiln && echo x > deep/.kiln/x\necho '[fix]' > kiln.toml\necho planted\n",
+    );
+    let r = ws.kiln(
+        &["check", "--cmd", "sh plant.sh", "--file", "a.txt", "--json"],
+        &[],
+    );
+    assert_ne!(r.code(), 0, "{}", r.stdout());
+    let err = r.stderr();
+    for p in ["`deep/.kiln`", "`kiln.toml`", "`pkg/.git`"] {
+        assert!(err.contains(p), "{p} not named: {err}");
+    }
+    assert!(err.contains("kiln removed them"), "{err}");
+    for p in ["pkg/.git", "deep/.kiln", "kiln.toml"] {
+        assert!(!ws.root().join(p).exists(), "{p} is still there");
+    }
+    // What existed stays, and a program that creates nothing protected runs as before.
+    assert!(ws.root().join("pkg").is_dir() && ws.root().join("deep").is_dir());
+    ws.kiln(&["check", "--cmd", "true", "--file", "a.txt"], &[])
+        .expect_code(0);
+}

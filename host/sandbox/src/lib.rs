@@ -27,7 +27,7 @@ pub mod view;
 mod world;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use landlock::Landlock;
@@ -175,6 +175,9 @@ pub struct Confinement {
     view_flags: libc::c_int,
     /// The paths of the view, for inspection.
     layout: Option<view::Layout>,
+    /// With a view: the workspace and the protected paths that existed when the call began
+    /// (the view holds those read-only; one the program creates is found after it).
+    protected: Option<(PathBuf, Vec<PathBuf>)>,
 }
 
 /// What the child applies between fork and exec (plain values: it allocates nothing).
@@ -193,6 +196,14 @@ pub struct Child {
 }
 
 impl Confinement {
+    /// The workspace and the protected paths that existed when the call began, when a view
+    /// holds them (the caller looks for protected names the program created).
+    pub fn protected(&self) -> Option<(&Path, &[PathBuf])> {
+        self.protected
+            .as_ref()
+            .map(|(w, p)| (w.as_path(), p.as_slice()))
+    }
+
     /// Create the call's temp dir and build the ruleset. `Err(refusal)` when the program may
     /// not run: confinement is required (`[sandbox] require_confinement`) but not complete here,
     /// or the ruleset could not be built.
@@ -252,6 +263,7 @@ impl Confinement {
                 0
             },
             layout,
+            protected: in_view.then(|| (policy.workspace.to_path_buf(), policy.protect.to_vec())),
         })
     }
 

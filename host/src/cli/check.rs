@@ -186,9 +186,13 @@ pub fn deadline_s(config: &crate::config::Config, runner: &str) -> Option<u32> {
 }
 
 /// `cmd` as one `sh -c` argument, double-quoted the way the `command` runner splits words.
+/// The targets never become shell text: `{file}` and `{files}` in it turn into `"$1"` and
+/// `"$@"`, and the targets follow as `sh`'s own arguments (one word each), so a file named
+/// `x;touch y` or `$(...)` stays a name.
 fn through_sh(cmd: &str) -> String {
-    let quoted = cmd.replace('\\', "\\\\").replace('"', "\\\"");
-    format!("sh -c \"{quoted}\"")
+    let script = cmd.replace("{files}", "\"$@\"").replace("{file}", "\"$1\"");
+    let quoted = script.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("sh -c \"{quoted}\" kiln-sh {{files}}")
 }
 
 /// The shell syntax a command uses outside quotes, if any: what a shell would read as
@@ -224,6 +228,7 @@ fn shell_syntax(cmd: &str) -> Option<&'static str> {
             (None, '&') => return Some("`&`"),
             (None, '>' | '<') => return Some("a redirection"),
             (None, '`') => return Some("a command substitution"),
+            (None, '\n' | '\r') => return Some("a line break"),
             (None, '$') if chars.peek() == Some(&'(') => return Some("a command substitution"),
             _ => {}
         }

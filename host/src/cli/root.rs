@@ -3,6 +3,7 @@
 //! their root), else the current directory. Workspace paths on the command line are then
 //! relative to the current directory, as git's are.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 /// What marks a workspace root, in the order they are looked for in each directory.
@@ -12,13 +13,31 @@ pub(crate) const ROOT_MARKERS: &[&str] = &[".git", "kiln.toml", ".kiln"];
 /// included) holding a [`ROOT_MARKERS`] entry, with the marker; else `cwd` and `None`.
 pub(crate) fn discover(cwd: &Path) -> (PathBuf, Option<&'static str>) {
     for dir in cwd.ancestors() {
+        // Not above a directory someone else may plant a marker in: one owned by another
+        // user (root's are fine), or writable by all (`/tmp`). A `kiln.toml` another user left
+        // in `/tmp` must not make `/tmp` every project's workspace.
+        if dir != cwd && !trusted_dir(dir) {
+            break;
+        }
         for m in ROOT_MARKERS {
-            if dir.join(m).symlink_metadata().is_ok() {
+            if let Ok(meta) = dir.join(m).symlink_metadata()
+                && owned_by_us_or_root(meta.uid())
+            {
                 return (dir.to_path_buf(), Some(m));
             }
         }
     }
     (cwd.to_path_buf(), None)
+}
+
+/// A directory only its owner (this user or root) may add entries to.
+fn trusted_dir(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| owned_by_us_or_root(m.uid()) && m.mode() & 0o002 == 0)
+}
+
+fn owned_by_us_or_root(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    uid == 0 || uid == unsafe { libc::geteuid() }
 }
 
 /// A path given on the command line, relative to `cwd_in_workspace` (the current directory
@@ -46,6 +65,26 @@ pub(crate) fn from_cwd(cwd_in_workspace: &Path, given: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_walk_stops_below_a_directory_anyone_may_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let shared = t.path().join("shared");
+        let deep = shared.join("proj/src");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(shared.join("kiln.toml"), "").unwrap();
+        let shared = shared.canonicalize().unwrap();
+        let deep = deep.canonicalize().unwrap();
+        // Only its owner may add entries: its kiln.toml marks the root.
+        assert_eq!(discover(&deep), (shared.clone(), Some("kiln.toml")));
+        // Writable by all (as /tmp is): a kiln.toml there is anyone's, and is not followed.
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(discover(&deep), (deep.clone(), None));
+        // A marker of the project itself, below it, still is.
+        std::fs::create_dir(shared.join("proj/.git")).unwrap();
+        assert_eq!(discover(&deep), (shared.join("proj"), Some(".git")));
+    }
 
     #[test]
     fn command_line_paths_are_relative_to_the_current_directory() {

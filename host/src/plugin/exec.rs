@@ -277,6 +277,35 @@ pub fn protected_in(workspace: &Path, globs: &[String]) -> Result<Vec<PathBuf>, 
     Ok(found)
 }
 
+/// The protected names (`.git`, `.kiln`, `kiln.toml`) under `workspace` that are not among
+/// `before` (a program of the call made them): each removed, without following a link, and
+/// returned workspace-relative. A walk that fails finds nothing to remove.
+fn remove_planted(workspace: &Path, before: &[PathBuf]) -> Vec<String> {
+    let Ok(now) = protected_in(workspace, &[]) else {
+        return Vec::new();
+    };
+    let mut planted = Vec::new();
+    for p in now {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if before.contains(&p) || !matches!(name, ".git" | ".kiln" | "kiln.toml") {
+            continue;
+        }
+        let removed = match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
+            Ok(_) => std::fs::remove_file(&p),
+            Err(e) => Err(e),
+        };
+        let rel = p.strip_prefix(workspace).unwrap_or(&p);
+        let rel = crate::terminal::printable(&rel.to_string_lossy()).into_owned();
+        planted.push(match removed {
+            Ok(()) => format!("`{rel}`"),
+            Err(e) => format!("`{rel}` (which could not be removed: {e}; remove it yourself)"),
+        });
+    }
+    planted.sort();
+    planted
+}
+
 /// The resolved target of the link at `rel`, or the directory a `.git` file names
 /// (`gitdir: PATH`, relative to the file's directory).
 fn git_dir_of(workspace: &Path, rel: &Path, link: bool) -> Option<PathBuf> {
@@ -462,12 +491,30 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         kill_all(&call).await;
         drain(&mut out, &mut err, AFTER_KILL).await;
     }
-    // Kill and reap what is left (strays too when no other call runs), then remove the temp dir.
-    let _ = tokio::task::spawn_blocking(move || {
+    // Kill and reap what is left (strays too when no other call runs), then remove the temp
+    // dir, and what the program created that its view could not hold read-only: a new `.git`,
+    // `.kiln` or `kiln.toml` (the view protects those that existed when the call began).
+    let planted = tokio::task::spawn_blocking(move || {
         call.finish();
+        let planted = confinement
+            .protected()
+            .map(|(ws, before)| remove_planted(ws, before))
+            .unwrap_or_default();
         drop(confinement);
+        planted
     })
-    .await;
+    .await
+    .unwrap_or_default();
+    if !planted.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "the program created {}, which only you may create (git would run its hooks and config outside kiln's sandbox); kiln removed {} and refuses the call's result",
+                planted.join(", "),
+                if planted.len() == 1 { "it" } else { "them" }
+            ),
+        ));
+    }
     Ok(Finished {
         exit_code,
         stdout: out.kept,
