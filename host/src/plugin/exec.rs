@@ -277,9 +277,10 @@ pub fn protected_in(workspace: &Path, globs: &[String]) -> Result<Vec<PathBuf>, 
     Ok(found)
 }
 
-/// The protected names (`.git`, `.kiln`, `kiln.toml`) under `workspace` that are not among
-/// `before` (a program of the call made them): each removed, without following a link, and
-/// returned workspace-relative. A walk that fails finds nothing to remove.
+/// The `.git` and `kiln.toml` under `workspace` that are not among `before` (a program of the
+/// call made them): each removed, without following a link, and returned workspace-relative.
+/// (`.kiln` holds only what kiln writes for people, nothing it trusts, and kiln itself may
+/// create it while a program runs: it is left.) A walk that fails finds nothing to remove.
 fn remove_planted(workspace: &Path, before: &[PathBuf]) -> Vec<String> {
     let Ok(now) = protected_in(workspace, &[]) else {
         return Vec::new();
@@ -287,7 +288,7 @@ fn remove_planted(workspace: &Path, before: &[PathBuf]) -> Vec<String> {
     let mut planted = Vec::new();
     for p in now {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if before.contains(&p) || !matches!(name, ".git" | ".kiln" | "kiln.toml") {
+        if before.contains(&p) || !matches!(name, ".git" | "kiln.toml") {
             continue;
         }
         let removed = match std::fs::symlink_metadata(&p) {
@@ -492,8 +493,8 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         drain(&mut out, &mut err, AFTER_KILL).await;
     }
     // Kill and reap what is left (strays too when no other call runs), then remove the temp
-    // dir, and what the program created that its view could not hold read-only: a new `.git`,
-    // `.kiln` or `kiln.toml` (the view protects those that existed when the call began).
+    // dir, and what the program created that its view could not hold read-only: a new `.git`
+    // or `kiln.toml` (the view protects those that existed when the call began).
     let planted = tokio::task::spawn_blocking(move || {
         call.finish();
         let planted = confinement
