@@ -266,7 +266,12 @@ mod tests {
         }
         assert_eq!(
             through_sh("gcc a.c && echo \"ok\""),
-            "sh -c \"gcc a.c && echo \\\"ok\\\"\""
+            "sh -c \"gcc a.c && echo \\\"ok\\\"\" kiln-sh {files}"
+        );
+        // The targets are sh's arguments, never text of its script.
+        assert_eq!(
+            through_sh("cat {file} && wc -l {files}"),
+            "sh -c \"cat \\\"$1\\\" && wc -l \\\"$@\\\"\" kiln-sh {files}"
         );
     }
 }
