@@ -356,6 +356,10 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("config.rs", "the user's configuration and trust records"),
     (
+        "plugin/planted.rs",
+        "removes a .git or kiln.toml a confined program created during its call, nothing else",
+    ),
+    (
         "gc.rs",
         "removes what kiln's state directory no longer keeps; never reads or writes a workspace",
     ),

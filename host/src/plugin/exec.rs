@@ -277,36 +277,6 @@ pub fn protected_in(workspace: &Path, globs: &[String]) -> Result<Vec<PathBuf>, 
     Ok(found)
 }
 
-/// The `.git` and `kiln.toml` under `workspace` that are not among `before` (a program of the
-/// call made them): each removed, without following a link, and returned workspace-relative.
-/// (`.kiln` holds only what kiln writes for people, nothing it trusts, and kiln itself may
-/// create it while a program runs: it is left.) A walk that fails finds nothing to remove.
-fn remove_planted(workspace: &Path, before: &[PathBuf]) -> Vec<String> {
-    let Ok(now) = protected_in(workspace, &[]) else {
-        return Vec::new();
-    };
-    let mut planted = Vec::new();
-    for p in now {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if before.contains(&p) || !matches!(name, ".git" | "kiln.toml") {
-            continue;
-        }
-        let removed = match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
-            Ok(_) => std::fs::remove_file(&p),
-            Err(e) => Err(e),
-        };
-        let rel = p.strip_prefix(workspace).unwrap_or(&p);
-        let rel = crate::terminal::printable(&rel.to_string_lossy()).into_owned();
-        planted.push(match removed {
-            Ok(()) => format!("`{rel}`"),
-            Err(e) => format!("`{rel}` (which could not be removed: {e}; remove it yourself)"),
-        });
-    }
-    planted.sort();
-    planted
-}
-
 /// The resolved target of the link at `rel`, or the directory a `.git` file names
 /// (`gitdir: PATH`, relative to the file's directory).
 fn git_dir_of(workspace: &Path, rel: &Path, link: bool) -> Option<PathBuf> {
@@ -499,7 +469,11 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         call.finish();
         let planted = confinement
             .protected()
-            .map(|(ws, before)| remove_planted(ws, before))
+            .map(|(ws, before)| match protected_in(ws, &[]) {
+                Ok(now) => super::planted::remove_new(ws, before, now),
+                // A walk that fails finds nothing to remove.
+                Err(_) => Vec::new(),
+            })
             .unwrap_or_default();
         drop(confinement);
         planted

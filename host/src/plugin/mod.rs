@@ -26,6 +26,7 @@ mod host_impl;
 mod instance;
 pub mod kiln_dirs;
 mod kind;
+mod planted;
 mod registry;
 mod runtime;
 
