@@ -160,7 +160,8 @@ impl Run {
         assert_eq!(
             self.code(),
             code,
-            "exit code\nstdout: {}\nstderr: {}",
+            "exit code ({:?})\nstdout: {}\nstderr: {}",
+            self.0.status,
             self.stdout(),
             self.stderr()
         );

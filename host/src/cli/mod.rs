@@ -201,11 +201,19 @@ pub fn main() -> ExitCode {
     };
     if matches!(
         cli.command,
-        Command::Agent(_) | Command::Fix(_) | Command::Loop(_) | Command::RunTask
+        Command::Agent(_)
+            | Command::Fix(_)
+            | Command::Loop(_)
+            | Command::RunTask
+            | Command::Worker(_)
+            | Command::Batch(batch_cmd::BatchCommand::Run(_))
     ) {
         // A run must outlive a closed stdout or stderr to record itself as cancelled: writes
-        // then fail with EPIPE ([`out_line`]) instead of killing kiln. A caught signal (unlike
-        // an ignored one) is reset to its default in the programs kiln starts.
+        // then fail with EPIPE ([`out_line`]) instead of killing kiln. So must a worker or a
+        // local batch whose task child exited before reading its spec (a child that found
+        // its claim taken over): the write to the child's stdin fails, the worker goes on. A
+        // caught signal (unlike an ignored one) is reset to its default in the programs kiln
+        // starts.
         extern "C" fn on_sigpipe(_: libc::c_int) {
             // The write that raised it fails with EPIPE; every later write to that stream
             // (a warning printed anywhere, a result) goes to /dev/null instead of failing
