@@ -3,18 +3,17 @@
 
 pub mod batch;
 pub mod cli;
-pub mod config;
 pub mod edit;
 pub mod engine;
 pub mod gc;
 pub mod mcp;
-pub mod path;
 pub mod plugin;
 pub mod report;
-pub mod suggest;
 pub mod task_spec;
 pub mod undo;
 
+pub use kiln_config as config;
+pub use kiln_config::{path, suggest};
 pub use kiln_llm as llm;
 pub use kiln_protocol as protocol;
 pub use kiln_protocol::{clock, terminal};

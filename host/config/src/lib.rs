@@ -1,9 +1,19 @@
-//! Configuration files: the user-level file (`$XDG_CONFIG_HOME/kiln/config.toml`, else
-//! `~/.config/kiln/config.toml`) and the workspace's `kiln.toml`, layered in that order.
-//! Owns parsing, validation (unknown fields are errors that name the file), merging, what an
-//! untrusted workspace file may set (an allowlist: `UntrustedFile`), which component the
-//! user's grants belong to ([`Config::grant_for`]) and the trust records (in the user's state
-//! directory); the meaning of a grant lives in `plugin::capability`.
+//! kiln-config: what a person writes down for kiln. It owns the configuration files (the
+//! user-level `$XDG_CONFIG_HOME/kiln/config.toml`, else `~/.config/kiln/config.toml`, and the
+//! workspace's `kiln.toml`, layered in that order): parsing, validation (unknown fields are
+//! errors that name the file), merging, what an untrusted workspace file may set (an
+//! allowlist: `UntrustedFile`), which component the user's grants belong to
+//! ([`Config::grant_for`]) and the trust records (in the user's state directory). It also
+//! owns the rules every workspace-relative path goes through ([`path`]) and the
+//! "did you mean" suggestions for names a person typed ([`suggest`]).
+//!
+//! The meaning of a grant lives in the plugin layer (`kiln-plugin`'s `capability`). This crate
+//! must never import the plugin runtime, the engine or the CLI: it depends only on the leaf
+//! crates (`kiln-llm` for the model settings, `kiln-store` for the store URL, `kiln-state`
+//! for the state directory).
+
+pub mod path;
+pub mod suggest;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -166,7 +176,7 @@ struct File {
     #[serde(default)]
     plugins: BTreeMap<String, PluginConfig>,
     #[serde(default)]
-    llm: Option<crate::llm::LlmConfig>,
+    llm: Option<kiln_llm::LlmConfig>,
     #[serde(default)]
     fix: Option<FixConfig>,
     #[serde(default)]
@@ -177,7 +187,7 @@ struct File {
     mcp: Option<McpConfig>,
     /// `[pricing."MODEL"]`: USD per million tokens, for the cost kiln reports.
     #[serde(default)]
-    pricing: Option<BTreeMap<String, crate::llm::pricing::Price>>,
+    pricing: Option<BTreeMap<String, kiln_llm::pricing::Price>>,
     /// `[budget]`: spend caps of `kiln fix`, `agent` and `loop`.
     #[serde(default)]
     budget: Option<BudgetConfig>,
@@ -194,7 +204,7 @@ struct File {
 }
 
 /// `[gc]`: how much of each workspace's undo history kiln's state directory keeps (see
-/// [`crate::gc`]). Read only from the user's own configuration: what kiln keeps about your
+/// `kiln gc`). Read only from the user's own configuration: what kiln keeps about your
 /// runs is not a repository's to say.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,7 +249,7 @@ impl std::fmt::Debug for StoreConfig {
         let url = self
             .url
             .as_deref()
-            .map(|u| match u.parse::<crate::store::StoreUrl>() {
+            .map(|u| match u.parse::<kiln_store::StoreUrl>() {
                 Ok(parsed) => parsed.to_string(),
                 Err(_) => "(invalid)".to_string(),
             });
@@ -343,7 +353,7 @@ pub struct Config {
     /// Per-plugin grants and settings, by plugin name.
     pub plugins: BTreeMap<String, PluginConfig>,
     /// `[llm]`, merged.
-    pub llm: crate::llm::LlmConfig,
+    pub llm: kiln_llm::LlmConfig,
     /// `[fix]`, merged.
     pub fix: FixConfig,
     /// `[agent]`, merged.
@@ -353,7 +363,7 @@ pub struct Config {
     /// `[mcp]`, merged (a later file's server of the same name replaces the earlier one).
     pub mcp: McpConfig,
     /// `[pricing]`, by model name (a later file's entry for the same model wins).
-    pub pricing: BTreeMap<String, crate::llm::pricing::Price>,
+    pub pricing: BTreeMap<String, kiln_llm::pricing::Price>,
     /// `[budget]`, merged (a later file's value replaces; an untrusted one only lowers).
     pub budget: BudgetConfig,
     /// `[store]`, from the user's configuration only.
@@ -763,7 +773,7 @@ impl Config {
     fn apply_pricing(
         &mut self,
         path: &Path,
-        pricing: BTreeMap<String, crate::llm::pricing::Price>,
+        pricing: BTreeMap<String, kiln_llm::pricing::Price>,
     ) -> Result<(), ConfigError> {
         for (model, price) in pricing {
             if model.trim().is_empty() {
@@ -1130,13 +1140,13 @@ impl UntrustedPlugin {
 impl UntrustedLlm {
     fn narrowing(
         self,
-        have: &crate::llm::LlmConfig,
+        have: &kiln_llm::LlmConfig,
         ignored: &mut Vec<String>,
-    ) -> crate::llm::LlmConfig {
-        use crate::llm::settings as d;
+    ) -> kiln_llm::LlmConfig {
+        use kiln_llm::settings as d;
         other_keys("llm", &self.other, 0, ignored);
         let key = |f: &str| format!("llm.{f}");
-        crate::llm::LlmConfig {
+        kiln_llm::LlmConfig {
             temperature: self.temperature,
             omit_temperature: self.omit_temperature,
             disable_thinking: self.disable_thinking,
@@ -1218,7 +1228,7 @@ fn read_text(path: &Path) -> Result<String, ConfigError> {
 /// kiln's directory in the user's state directory: `$XDG_STATE_HOME/kiln` (an absolute
 /// `XDG_STATE_HOME`), else `~/.local/state/kiln`. Outside every workspace.
 fn user_state_dir() -> Option<PathBuf> {
-    crate::state_dir::base().ok()
+    kiln_state::base().ok()
 }
 
 /// Where trusted copies of workspace `kiln.toml` files are kept: `trust/` in kiln's state
