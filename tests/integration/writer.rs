@@ -354,7 +354,10 @@ const ALLOWED: &[(&str, &str)] = &[
         "plugin/cache.rs",
         "the compile cache, outside the workspace",
     ),
-    ("config/lib.rs", "the user's configuration and trust records"),
+    (
+        "config/lib.rs",
+        "the user's configuration and trust records",
+    ),
     (
         "plugin/planted.rs",
         "removes a .git or kiln.toml a confined program created during its call, nothing else",

@@ -175,7 +175,10 @@ pub fn prepare(repo: &str, rev: Option<&str>, dest: &Path) -> Result<(), Checkou
 ///
 /// `.git` is read-only in the program's view, so new files are marked in a copy of the index
 /// in the call's own temp dir (`GIT_INDEX_FILE`, with new objects there too and the checkout's
-/// as alternates), never in the checkout's.
+/// as alternates), never in the checkout's. The copy keeps the index's time (`cp -p`): git
+/// re-reads an entry whose file is not older than its index ("racily clean"), and a fresh
+/// time on the copy would hide a same-size change made within the file system's timestamp
+/// granularity of the baseline commit.
 pub async fn diff(dest: &Path) -> Result<String, CheckoutError> {
     let d = confined_git(
         dest,
@@ -183,7 +186,7 @@ pub async fn diff(dest: &Path) -> Result<String, CheckoutError> {
         &[
             "sh",
             "-c",
-            "cp .git/index \"$TMPDIR/index\" 2>/dev/null; mkdir \"$TMPDIR/objects\" && \
+            "cp -p .git/index \"$TMPDIR/index\" 2>/dev/null; mkdir \"$TMPDIR/objects\" && \
              export GIT_INDEX_FILE=\"$TMPDIR/index\" GIT_OBJECT_DIRECTORY=\"$TMPDIR/objects\" \
              GIT_ALTERNATE_OBJECT_DIRECTORIES=\"$PWD/.git/objects\"; \
              git -c core.hooksPath=/dev/null -c core.fsmonitor=false add -A -N -- . && \

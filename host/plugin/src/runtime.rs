@@ -56,11 +56,11 @@ pub struct Checked {
 
 impl Runtime {
     /// Create the engine; `cache_dir` `None` disables the disk cache. Entries are signed with
-    /// the key at [`crate::state_dir::cache_key_path`].
+    /// the key at [`kiln_state::cache_key_path`].
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Runtime, PluginError> {
         match cache_dir {
             None => Runtime::with_cache(None),
-            Some(dir) => match crate::state_dir::cache_key_path() {
+            Some(dir) => match kiln_state::cache_key_path() {
                 Ok(key) => Runtime::with_cache(Some((dir, key))),
                 Err(e) => {
                     eprintln!("kiln: warning: the compile cache is off: {e}");
@@ -229,7 +229,7 @@ impl Runtime {
         &self,
         checked: Checked,
         workspace: &Path,
-        config: &crate::config::Config,
+        config: &kiln_config::Config,
     ) -> Result<Plugin, PluginError> {
         let source_name = checked.source.to_string();
         let sha256 = checked.sha256.clone().unwrap_or_default();
@@ -274,15 +274,18 @@ impl Runtime {
             message: e.to_string(),
         })?;
         let component = match &plugin.source {
-            Source::File(path) => crate::config::Component::File {
+            Source::File(path) => kiln_config::Component::File {
                 path,
                 sha256: &sha256,
             },
-            Source::Builtin => crate::config::Component::Builtin,
+            Source::Builtin => kiln_config::Component::Builtin,
         };
         let (mut grant, unbound) = config.grant_for(&manifest.name, component);
         if let Some(why) = unbound {
-            eprintln!("kiln: warning: {}", crate::terminal::printable(&why));
+            eprintln!(
+                "kiln: warning: {}",
+                kiln_protocol::terminal::printable(&why)
+            );
         }
         if plugin.source == Source::Builtin && grant.fs.is_none() {
             grant.fs = builtin::default_grant(&manifest.name).fs;
@@ -318,7 +321,7 @@ impl Runtime {
         bytes: &[u8],
         source: Source,
         workspace: &Path,
-        config: &crate::config::Config,
+        config: &kiln_config::Config,
     ) -> Result<Plugin, PluginError> {
         let checked = self.check_bytes(bytes, source)?;
         self.instantiate(checked, workspace, config).await

@@ -1,4 +1,4 @@
-//! The plugin runtime: one wasmtime `Engine` per process (component model, async, epoch
+//! kiln-plugin, the plugin runtime: one wasmtime `Engine` per process (component model, async, epoch
 //! interruption), components compiled once and cached on disk, one linked `InstancePre` per
 //! plugin and a fresh `Store` per call, with a wall-clock deadline, a memory limit and output
 //! caps. A trap or a deadline is reported with the plugin's name; the runtime keeps working.
@@ -10,6 +10,11 @@
 //! program run in the world `kiln-sandbox` builds for it), `cache`, `registry` and `builtin` as
 //! before; `fs_guard` (protected paths held on every `wasi:filesystem` write). `confine` is the
 //! `kiln-sandbox` crate.
+//!
+//! It owns everything about running a component; the built-in components are embedded here by
+//! its build script. It depends on the leaf crates only (`kiln-protocol`, `kiln-config`,
+//! `kiln-state`, `kiln-sandbox`) and must never import the engine, the store, the LLM client,
+//! the edit writer or the CLI: loops call plugins, plugins never call back into a loop.
 
 pub mod bindings;
 pub mod builtin;

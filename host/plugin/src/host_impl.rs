@@ -239,7 +239,7 @@ impl log::Host for State {
         }
         // Escape sequences and control characters are shown, not obeyed; each line of a
         // multi-line message carries the prefix, so no line can pass for kiln's own.
-        let text = crate::terminal::printable(msg.trim_end_matches('\n'));
+        let text = kiln_protocol::terminal::printable(msg.trim_end_matches('\n'));
         let lines = text.split('\n').count();
         if self.log.lines + lines > MAX_LOG_LINES_PER_CALL
             || self.log.bytes + text.len() > MAX_LOG_BYTES_PER_CALL

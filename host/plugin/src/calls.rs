@@ -73,7 +73,7 @@ impl Plugin {
         settings.extend(extra_settings.iter().map(|(k, v)| (k.clone(), v.clone())));
         // Targets often come from a model: each must be an existing regular file inside the
         // workspace, and is passed in a form no program reads as an option (`./-x`, `./@f`).
-        let targets = match crate::path::target_arguments(&self.root, targets) {
+        let targets = match kiln_config::path::target_arguments(&self.root, targets) {
             Ok(t) => t,
             Err(e) => return Ok(Err(PluginCallError::InvalidInput(e.to_string()))),
         };

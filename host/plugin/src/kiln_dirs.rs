@@ -6,7 +6,7 @@
 //! (`write = ["~/.cache"]` contains `~/.cache/kiln`) is refused, naming both. Reading the
 //! cache is allowed: its entries are signed with a key programs cannot read.
 
-use crate::config::{Access, PluginConfig};
+use kiln_config::{Access, PluginConfig};
 use std::path::{Path, PathBuf};
 
 /// One of kiln's directories (or files).
@@ -22,7 +22,7 @@ pub struct KilnDir {
 
 /// kiln's directories for this process: the configuration directory
 /// (`$XDG_CONFIG_HOME/kiln`, else `~/.config/kiln`) and a `KILN_CONFIG` file, the state
-/// directory ([`crate::state_dir::base`]) and the compile cache's key file, and the compile
+/// directory ([`kiln_state::base`]) and the compile cache's key file, and the compile
 /// cache: `cache_dir` (the runtime's, when it has one) and the default one.
 pub fn kiln_dirs(cache_dir: Option<&Path>) -> Vec<KilnDir> {
     let mut out = Vec::new();
@@ -44,14 +44,14 @@ pub fn kiln_dirs(cache_dir: Option<&Path>) -> Vec<KilnDir> {
     if let Some(file) = std::env::var_os("KILN_CONFIG") {
         add("kiln's configuration file", PathBuf::from(file), true);
     }
-    if let Ok(state) = crate::state_dir::base() {
+    if let Ok(state) = kiln_state::base() {
         add(
             "kiln's state directory (its store, journals, backups and keys)",
             state,
             true,
         );
     }
-    if let Ok(key) = crate::state_dir::cache_key_path() {
+    if let Ok(key) = kiln_state::cache_key_path() {
         add("the compile cache's key", key, true);
     }
     let default_cache = super::cache::default_dir();
@@ -115,7 +115,7 @@ pub fn check_grant(
                     grant: written,
                     relation,
                     what: d.what,
-                    dir: crate::state_dir::resolve(&d.path).display().to_string(),
+                    dir: kiln_state::resolve(&d.path).display().to_string(),
                 });
             }
         }
@@ -128,10 +128,7 @@ pub fn check_grant(
 fn overlap(grant: &Path, dir: &Path) -> Option<&'static str> {
     let pairs = [
         (grant.to_path_buf(), dir.to_path_buf()),
-        (
-            crate::state_dir::resolve(grant),
-            crate::state_dir::resolve(dir),
-        ),
+        (kiln_state::resolve(grant), kiln_state::resolve(dir)),
     ];
     for (g, d) in pairs {
         if g == d {

@@ -5,7 +5,7 @@
 //! use it fail (with its error).
 
 use super::{Plugin, PluginError, PluginKind, Runtime, Source, builtin};
-use crate::config::Config;
+use kiln_config::Config;
 use std::path::Path;
 
 /// Loaded plugins by name.
@@ -73,7 +73,7 @@ impl Registry {
         if cold > 0 && super::host_impl::progress_shown() {
             eprintln!(
                 "kiln: compiling {} (first run; cached afterwards)…",
-                crate::terminal::count(cold, "built-in plugin", "built-in plugins")
+                kiln_protocol::terminal::count(cold, "built-in plugin", "built-in plugins")
             );
         }
         let checked: Vec<Result<super::Checked, PluginError>> = std::thread::scope(|s| {
@@ -180,7 +180,7 @@ impl Registry {
             .iter()
             .filter(|(s, pc)| pc.path.is_none() && !names.contains(&canonical(s)))
             .filter_map(|(s, _)| {
-                let close = crate::suggest::did_you_mean(s, names.iter().copied())?;
+                let close = kiln_config::suggest::did_you_mean(s, names.iter().copied())?;
                 Some(format!(
                     "[plugins.{s}] names no plugin (no built-in or loaded plugin has that name, and it gives no `path`), so its settings are ignored; did you mean `{close}`?"
                 ))
@@ -283,7 +283,7 @@ impl Registry {
                 Err(PluginError::NotFound {
                     kind: kind.map_or("plugin".to_string(), |k| format!("{k} plugin")),
                     name: name.into(),
-                    hint: crate::suggest::hint(name, known.iter().copied()),
+                    hint: kiln_config::suggest::hint(name, known.iter().copied()),
                     known: known.join(", "),
                 })
             }

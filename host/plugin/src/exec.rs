@@ -53,7 +53,7 @@ pub struct Finished {
 /// Why a program named in an exec call or a configuration cannot be found.
 #[derive(Debug, thiserror::Error)]
 pub enum ProgramNotFound {
-    /// A path (with `/`) that is not workspace-relative: [`crate::path::check_relative`]'s
+    /// A path (with `/`) that is not workspace-relative: [`kiln_config::path::check_relative`]'s
     /// reason.
     #[error("program `{program}` {why}")]
     Outside { program: String, why: &'static str },
@@ -74,7 +74,7 @@ pub enum CwdError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The cwd is not workspace-relative: [`crate::path::check_relative`]'s reason.
+    /// The cwd is not workspace-relative: [`kiln_config::path::check_relative`]'s reason.
     #[error("cwd `{cwd}` {why}")]
     NotRelative { cwd: String, why: &'static str },
     /// A symbolic link on the way leads out of the workspace.
@@ -88,7 +88,7 @@ pub enum CwdError {
 /// Find `program` on the host's `PATH` (names) or in the workspace (paths with `/`).
 pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, ProgramNotFound> {
     if program.contains('/') {
-        crate::path::check_relative(program).map_err(|why| ProgramNotFound::Outside {
+        kiln_config::path::check_relative(program).map_err(|why| ProgramNotFound::Outside {
             program: program.to_string(),
             why,
         })?;
@@ -133,7 +133,7 @@ pub fn open_cwd(cwd: Option<&str>, workspace: &Path) -> Result<Dir, CwdError> {
         }
     })?;
     let Some(rel) = cwd else { return Ok(root) };
-    crate::path::check_relative(rel).map_err(|why| CwdError::NotRelative {
+    kiln_config::path::check_relative(rel).map_err(|why| CwdError::NotRelative {
         cwd: rel.to_string(),
         why,
     })?;
@@ -196,7 +196,7 @@ pub fn confinement(
         }
     }
     let cwd = match cwd {
-        Some(rel) => workspace.join(crate::path::normalize(rel)),
+        Some(rel) => workspace.join(kiln_config::path::normalize(rel)),
         None => workspace.to_path_buf(),
     };
     confine::Confinement::prepare(&confine::Policy {
@@ -231,7 +231,7 @@ pub struct WalkError {
 /// walk, directory by directory through descriptors (no path length limit), that follows no
 /// link and does not descend into what it found; a directory it cannot list fails the walk.
 pub fn protected_in(workspace: &Path, globs: &[String]) -> Result<Vec<PathBuf>, WalkError> {
-    let rules = (!globs.is_empty()).then(|| crate::path::Protected::new(globs));
+    let rules = (!globs.is_empty()).then(|| kiln_config::path::Protected::new(globs));
     let ws_real = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let fail = |rel: &Path| {
         let path = rel.to_path_buf();

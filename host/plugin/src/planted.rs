@@ -23,7 +23,7 @@ pub(crate) fn remove_new(workspace: &Path, before: &[PathBuf], now: Vec<PathBuf>
             Err(e) => Err(e),
         };
         let rel = p.strip_prefix(workspace).unwrap_or(&p);
-        let rel = crate::terminal::printable(&rel.to_string_lossy()).into_owned();
+        let rel = kiln_protocol::terminal::printable(&rel.to_string_lossy()).into_owned();
         planted.push(match removed {
             Ok(()) => format!("`{rel}`"),
             Err(e) => format!("`{rel}` (which could not be removed: {e}; remove it yourself)"),

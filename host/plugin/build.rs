@@ -1,7 +1,7 @@
-//! Builds the plugins in `plugins/` (embedded in the `kiln` binary) and the test fixtures in
-//! `tests/plugins/` for wasm32-wasip2 with a nested cargo, so a plain `cargo build` yields one
-//! self-contained binary. The nested build uses its own target directory (no lock contention
-//! with the outer build) and the workspace's Cargo.lock.
+//! Builds the plugins in `plugins/` (embedded in this crate, kiln-plugin, and so in the `kiln`
+//! binary) and the test fixtures in `tests/plugins/` for wasm32-wasip2 with a nested cargo, so
+//! a plain `cargo build` yields one self-contained binary. The nested build uses its own target
+//! directory (no lock contention with the outer build) and the workspace's Cargo.lock.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,7 +59,8 @@ fn plugin_crates(root: &Path) -> Vec<PluginCrate> {
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest_dir.parent().unwrap().to_path_buf();
+    // host/plugin → the workspace root.
+    let root = manifest_dir.ancestors().nth(2).unwrap().to_path_buf();
     for dir in ["wit", "guest-sdk", "plugins", "tests/plugins", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }

@@ -15,7 +15,7 @@
 //! Reads, and every call on a read-only preopen (which wasmtime-wasi refuses anyway), pass
 //! through unchecked.
 
-use crate::path::Protected;
+use kiln_config::path::Protected;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -81,7 +81,7 @@ impl FsGuard {
         };
         Some(format!(
             "kiln refused a write to `{}`{more}: {why}",
-            crate::terminal::printable(path)
+            kiln_protocol::terminal::printable(path)
         ))
     }
 

@@ -4,7 +4,7 @@
 mod imports {
     wasmtime::component::bindgen!({
         world: "host-imports",
-        path: "../wit",
+        path: "../../wit",
         imports: { default: async },
         additional_derives: [serde::Serialize, serde::Deserialize],
     });
@@ -16,13 +16,13 @@ pub use imports::kiln::plugin::{exec, log, types};
 pub mod runner {
     wasmtime::component::bindgen!({
         world: "runner-plugin",
-        path: "../wit",
+        path: "../../wit",
         imports: { default: async },
         exports: { default: async },
         with: {
-            "kiln:plugin/types": crate::plugin::bindings::types,
-            "kiln:plugin/log": crate::plugin::bindings::log,
-            "kiln:plugin/exec": crate::plugin::bindings::exec,
+            "kiln:plugin/types": crate::bindings::types,
+            "kiln:plugin/log": crate::bindings::log,
+            "kiln:plugin/exec": crate::bindings::exec,
         },
         additional_derives: [serde::Serialize, serde::Deserialize],
     });
@@ -31,12 +31,12 @@ pub mod runner {
 pub mod edit_format {
     wasmtime::component::bindgen!({
         world: "edit-format-plugin",
-        path: "../wit",
+        path: "../../wit",
         imports: { default: async },
         exports: { default: async },
         with: {
-            "kiln:plugin/types": crate::plugin::bindings::types,
-            "kiln:plugin/log": crate::plugin::bindings::log,
+            "kiln:plugin/types": crate::bindings::types,
+            "kiln:plugin/log": crate::bindings::log,
         },
         additional_derives: [serde::Serialize, serde::Deserialize],
     });
@@ -45,13 +45,13 @@ pub mod edit_format {
 pub mod tool {
     wasmtime::component::bindgen!({
         world: "tool-plugin",
-        path: "../wit",
+        path: "../../wit",
         imports: { default: async },
         exports: { default: async },
         with: {
-            "kiln:plugin/types": crate::plugin::bindings::types,
-            "kiln:plugin/log": crate::plugin::bindings::log,
-            "kiln:plugin/exec": crate::plugin::bindings::exec,
+            "kiln:plugin/types": crate::bindings::types,
+            "kiln:plugin/log": crate::bindings::log,
+            "kiln:plugin/exec": crate::bindings::exec,
         },
         additional_derives: [serde::Serialize, serde::Deserialize],
     });

@@ -15,10 +15,10 @@ pub const TEST_PLUGINS_DIR: &str = env!("KILN_TEST_PLUGINS_DIR");
 /// What a built-in is granted when `kiln.toml` says nothing about it. The built-in agent
 /// tools (`fs`, `ast-refactor`) may read the workspace; everything else stays
 /// denied by default.
-pub fn default_grant(name: &str) -> crate::config::PluginConfig {
-    let mut g = crate::config::PluginConfig::default();
+pub fn default_grant(name: &str) -> kiln_config::PluginConfig {
+    let mut g = kiln_config::PluginConfig::default();
     if name == "fs" || name == "ast-refactor" {
-        g.fs = Some(vec![crate::config::FsGrant::Path(".".into())]);
+        g.fs = Some(vec![kiln_config::FsGrant::Path(".".into())]);
     }
     g
 }

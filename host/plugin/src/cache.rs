@@ -7,7 +7,7 @@
 //! user might let a tool write (`~/.cache`). So every entry is signed: it starts with
 //! [`MAGIC`] and an HMAC-SHA256 over its file name (which names the component and the engine)
 //! and the artifact, keyed with a random key kept in kiln's state directory
-//! ([`crate::state_dir::cache_key_path`]), never in the cache. An entry is read into memory
+//! ([`kiln_state::cache_key_path`]), never in the cache. An entry is read into memory
 //! once, checked, and only then deserialized from that same memory: an entry that is unsigned, signed with another key, for another
 //! component, or changed after the check is never loaded. It is removed and the component
 //! compiled again.
@@ -50,7 +50,7 @@ pub fn entry_path(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
 
 /// The key that signs and checks cache entries.
 pub struct Signer {
-    key: [u8; crate::state_dir::CACHE_KEY_LEN],
+    key: [u8; kiln_state::CACHE_KEY_LEN],
 }
 
 impl std::fmt::Debug for Signer {
@@ -61,21 +61,21 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// A signer with `key`.
-    pub fn new(key: [u8; crate::state_dir::CACHE_KEY_LEN]) -> Signer {
+    pub fn new(key: [u8; kiln_state::CACHE_KEY_LEN]) -> Signer {
         Signer { key }
     }
 
-    /// The key at `path`, made when missing ([`crate::state_dir::load_or_create_key`]). A
+    /// The key at `path`, made when missing ([`kiln_state::load_or_create_key`]). A
     /// key file inside `cache_dir` is refused: whoever writes the cache could sign with it.
-    pub fn load(path: &Path, cache_dir: &Path) -> Result<Signer, crate::state_dir::StateDirError> {
-        use crate::state_dir::resolve;
+    pub fn load(path: &Path, cache_dir: &Path) -> Result<Signer, kiln_state::StateDirError> {
+        use kiln_state::resolve;
         if resolve(path).starts_with(resolve(cache_dir)) {
-            return Err(crate::state_dir::StateDirError::BadKey {
+            return Err(kiln_state::StateDirError::BadKey {
                 path: path.to_path_buf(),
                 why: "it is inside the compile cache it signs",
             });
         }
-        crate::state_dir::load_or_create_key(path).map(Signer::new)
+        kiln_state::load_or_create_key(path).map(Signer::new)
     }
 
     /// The HMAC-SHA256 of the entry named `name` holding `artifact`, fed but not finished.

@@ -3,7 +3,7 @@
 //! the only place that builds a plugin's `WasiCtx`.
 
 use super::bindings::types;
-use crate::config::{Access, PluginConfig};
+use kiln_config::{Access, PluginConfig};
 use std::path::{Path, PathBuf};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
@@ -13,10 +13,10 @@ pub const GUEST_WORKSPACE: &str = "/workspace";
 
 /// Host defaults, used where neither the plugin nor the user asks for less (they sit beside
 /// the `[plugins.NAME]` fields they default).
-pub use crate::config::{DEFAULT_MEMORY_MIB, DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT_MS};
+pub use kiln_config::{DEFAULT_MEMORY_MIB, DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT_MS};
 
-use crate::path::normalize;
-use crate::path::{check_relative, glob_match};
+use kiln_config::path::normalize;
+use kiln_config::path::{check_relative, glob_match};
 
 /// An exec rule: program pattern and argument patterns.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -497,7 +497,7 @@ impl Effective {
     pub fn check_protected(
         &self,
         plugin: &str,
-        protected: &crate::path::Protected,
+        protected: &kiln_config::path::Protected,
         workspace: &Path,
     ) -> Result<(), ProtectedGrant> {
         for (rel, access) in &self.fs {
@@ -615,7 +615,7 @@ pub fn unusable_fs(request: &types::Manifest) -> Vec<(String, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ExecGrant, FsGrant};
+    use kiln_config::{ExecGrant, FsGrant};
 
     fn manifest() -> types::Manifest {
         types::Manifest {
