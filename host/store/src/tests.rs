@@ -410,3 +410,80 @@ fn a_wrong_password_is_an_error_without_the_password() {
     );
     assert!(!text.contains("not-the-one-42"), "{text}");
 }
+
+/// Every table's columns (name, type, nullability, default, key) and every index, one line
+/// each: what a database's schema is, to compare two.
+fn schema_of(s: &mut Store) -> Vec<String> {
+    const SQLITE: &str = "SELECT m.name || ' ' || p.name || ' ' || p.type || ' ' || p.\"notnull\" || ' ' || COALESCE(p.dflt_value, '-') || ' ' || p.pk FROM sqlite_master m JOIN pragma_table_info(m.name) p WHERE m.type = 'table' UNION ALL SELECT 'index ' || name || ' ' || tbl_name FROM sqlite_master WHERE type = 'index' ORDER BY 1";
+    const PG: &str = "SELECT table_name || ' ' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '-') || ' ' || is_identity FROM information_schema.columns WHERE table_schema = 'public' UNION ALL SELECT 'index ' || indexname || ' ' || tablename FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1";
+    match s.backend().raw() {
+        Raw::Sqlite(c) => {
+            let mut st = c.prepare(SQLITE).unwrap();
+            st.query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        }
+        Raw::Postgres(c) => c
+            .with(|cl| cl.query(PG, &[])?.iter().map(|r| r.try_get(0)).collect())
+            .unwrap(),
+    }
+}
+
+/// A database written by kiln before its SQL was written once (schema version 3: the
+/// fixtures are that schema's DDL, as both backends ran it, and a run's rows) opens: the old
+/// run reads back as written, a new run is recorded after it, and its schema is the one a
+/// new database gets.
+#[test]
+fn a_database_of_the_old_schema_opens_reads_and_records() {
+    for (old, fresh) in backends().into_iter().zip(backends()) {
+        let b = old.name();
+        match &old {
+            Db::Sqlite(dir) => rusqlite::Connection::open(dir.path().join("k.db"))
+                .unwrap()
+                .execute_batch(include_str!("fixtures/v3_sqlite.sql"))
+                .unwrap(),
+            Db::Pg(url) => {
+                let StoreUrl::Postgres(pg_url) = url.parse().unwrap() else {
+                    panic!("{url}")
+                };
+                super::postgres::PgConn::connect(&pg_url)
+                    .unwrap()
+                    .with(|c| c.batch_execute(include_str!("fixtures/v3_postgres.sql")))
+                    .unwrap()
+            }
+        }
+        let mut s = old.open("/ws/old");
+        assert_eq!(s.schema_version().unwrap(), 3, "{b}");
+        let d = s.loop_detail(1).unwrap();
+        let r = &d.row;
+        assert_eq!(
+            (r.kind, r.status.as_str(), r.host.as_deref(), r.iters),
+            (RunKind::Agent, "success", Some("oldhost"), 1),
+            "{b}"
+        );
+        assert_eq!((r.tokens.input, r.tokens.output), (7, 3), "{b}");
+        assert_eq!(r.targets, ["a.rs"], "{b}");
+        let it = &d.iterations[0];
+        assert!(it.ok && it.diagnostics[0]["line"] == 3, "{b}: {it:?}");
+        assert_eq!(d.edits[0].tier.as_deref(), Some("exact"), "{b}");
+        assert_eq!(d.llm_calls[0].tokens.cached_input, 1, "{b}");
+        let events = s.events(1, None).unwrap();
+        assert_eq!(events[0].1, "loop_started", "{b}");
+        assert_eq!(events[0].2["a"], 1, "{b}");
+        assert!(s.tool_calls(1).unwrap()[0].is_error, "{b}");
+        let id = s.begin_loop(&new_loop(RunKind::Fix)).unwrap();
+        assert_eq!(id, 2, "{b}: after the old run");
+        s.record_iteration(id, &sample_iteration(), &[sample_edit()])
+            .unwrap();
+        s.record_llm_call(id, 1, "m", Ok(&sample_response())).unwrap();
+        s.finish_loop(id, LoopStatus::Failed, StopReason::MaxIters, "x", None)
+            .unwrap();
+        let d = s.loop_detail(id).unwrap();
+        assert_eq!((d.row.iters, d.row.tokens.input), (1, 10), "{b}");
+        assert_eq!(s.loops(5).unwrap().len(), 2, "{b}");
+        let mut new = fresh.open("/ws/new");
+        assert_eq!(schema_of(&mut s), schema_of(&mut new), "{b}");
+        assert!(schema_of(&mut s).len() > 60, "{b}");
+    }
+}
