@@ -13,10 +13,11 @@
 //! other way round.
 
 mod backend;
+pub mod conn;
 mod error;
 mod files;
 mod location;
-mod pg_conn;
+pub mod pg_conn;
 pub mod postgres;
 mod rows;
 pub mod schema;

@@ -476,7 +476,8 @@ fn a_database_of_the_old_schema_opens_reads_and_records() {
         assert_eq!(id, 2, "{b}: after the old run");
         s.record_iteration(id, &sample_iteration(), &[sample_edit()])
             .unwrap();
-        s.record_llm_call(id, 1, "m", Ok(&sample_response())).unwrap();
+        s.record_llm_call(id, 1, "m", Ok(&sample_response()))
+            .unwrap();
         s.finish_loop(id, LoopStatus::Failed, StopReason::MaxIters, "x", None)
             .unwrap();
         let d = s.loop_detail(id).unwrap();
@@ -486,4 +487,39 @@ fn a_database_of_the_old_schema_opens_reads_and_records() {
         assert_eq!(schema_of(&mut s), schema_of(&mut new), "{b}");
         assert!(schema_of(&mut s).len() > 60, "{b}");
     }
+}
+
+/// A transaction whose connection is lost is gone: the next statement fails as unreachable
+/// instead of running on a fresh connection outside it (where it would commit alone), and
+/// the connection is made again for the call after.
+#[test]
+fn a_statement_after_a_lost_connection_inside_a_transaction_is_not_made_alone() {
+    use conn::Conn;
+    let server = pg::PgServer::start();
+    let url = server.fresh_db();
+    let StoreUrl::Postgres(pg_url) = url.parse().unwrap() else {
+        panic!("{url}")
+    };
+    let mut c = pg_conn::PgConn::connect(&pg_url).unwrap();
+    c.batch("CREATE TABLE t (n BIGINT)").unwrap();
+    c.begin().unwrap();
+    c.execute("INSERT INTO t VALUES (?1)", &[1i64.into()])
+        .unwrap();
+    server.stop();
+    server.start_again();
+    let e = c
+        .execute("INSERT INTO t VALUES (?1)", &[2i64.into()])
+        .unwrap_err();
+    assert!(e.is_unreachable(), "{e:?}");
+    c.rollback();
+    let rows = c.query("SELECT COUNT(*) FROM t", &[]).unwrap();
+    assert_eq!(rows[0][0].int(), Some(0));
+    // A transaction begun on a connection the restart closed is begun on a fresh one.
+    server.stop();
+    server.start_again();
+    conn::transaction(&mut c, |c| c.execute("INSERT INTO t VALUES (3)", &[])).unwrap();
+    assert_eq!(
+        c.query("SELECT n FROM t", &[]).unwrap(),
+        [[conn::Val::Int(3)]]
+    );
 }
