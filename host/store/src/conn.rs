@@ -153,6 +153,6 @@ pub fn transaction<T, E: From<StoreError>>(
 pub fn open(url: &super::StoreUrl, busy: std::time::Duration) -> Result<Box<dyn Conn>, StoreError> {
     Ok(match url {
         super::StoreUrl::Sqlite(path) => Box::new(super::sqlite::SqliteConn::open(path, busy)?),
-        super::StoreUrl::Postgres(pg) => Box::new(super::pg_conn::PgConn::connect(pg)?),
+        super::StoreUrl::Postgres(pg) => Box::new(super::postgres::PgConn::connect(pg)?),
     })
 }

@@ -2,6 +2,7 @@
 //! a throwaway PostgreSQL cluster (one per test binary, `tests/integration/pg.rs`).
 
 use super::*;
+use conn::Conn;
 use kiln_protocol::chat::{ChatResponse, Usage};
 
 use super::test_pg as pg;
@@ -50,15 +51,7 @@ fn new_loop(kind: RunKind) -> NewLoop {
 
 /// Run `sql` (an UPDATE with one `id` parameter, written `?1`) on either backend's connection.
 fn raw_update(s: &mut Store, sql: &str, id: i64) {
-    match s.backend().raw() {
-        Raw::Sqlite(c) => {
-            c.execute(sql, [id]).unwrap();
-        }
-        Raw::Postgres(c) => {
-            let q = sql.replace("?1", "$1");
-            c.with(move |cl| cl.execute(&q, &[&id])).unwrap();
-        }
-    }
+    s.conn().execute(sql, &[id.into()]).unwrap();
 }
 
 #[test]
@@ -287,12 +280,7 @@ fn schema_is_versioned_and_a_newer_one_is_refused() {
         let b = db.name();
         let mut s = db.open("p");
         assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION, "{b}");
-        match s.backend().raw() {
-            Raw::Sqlite(c) => c.pragma_update(None, "user_version", 99).unwrap(),
-            Raw::Postgres(c) => c
-                .with(|cl| cl.batch_execute("UPDATE kiln_schema SET version = 99"))
-                .unwrap(),
-        }
+        s.conn().set_schema_version(99).unwrap();
         drop(s);
         let url: StoreUrl = match &db {
             Db::Sqlite(dir) => StoreUrl::Sqlite(dir.path().join("k.db")),
@@ -311,14 +299,15 @@ fn older_databases_are_migrated_forward() {
     // SQLite at version 1 (before tool calls and hosts).
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("k.db");
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    conn.execute_batch(schema::SQLITE_V1).unwrap();
+    let mut conn = sqlite::SqliteConn::open(&db, std::time::Duration::from_secs(1)).unwrap();
+    conn.batch(&schema::render(&conn, schema::STEPS[0].1))
+        .unwrap();
     conn.execute(
         "INSERT INTO loops (kind, project, runner, targets, format, model, status, max_iters, pid, started_at) VALUES ('fix', 'p', 'r', '[]', 'f', 'm', 'success', 5, 1, 0)",
-        [],
+        &[],
     )
     .unwrap();
-    conn.pragma_update(None, "user_version", 1).unwrap();
+    conn.set_schema_version(1).unwrap();
     drop(conn);
     let s = Store::open_file(&db, "p").unwrap();
     assert!(s.tool_calls(1).unwrap().is_empty(), "the v2 table exists");
@@ -331,16 +320,15 @@ fn older_databases_are_migrated_forward() {
         other => panic!("{other}"),
     };
     let mut conn = super::postgres::PgConn::connect(&pg_url).unwrap();
-    conn.with(|c| {
-        c.batch_execute("CREATE TABLE kiln_schema (version BIGINT NOT NULL); INSERT INTO kiln_schema VALUES (2);")?;
-        for (n, step) in schema::PG_STEPS {
-            if n <= 2 {
-                c.batch_execute(step)?;
-            }
-        }
-        Ok(())
-    })
+    conn.batch(
+        "CREATE TABLE kiln_schema (version BIGINT NOT NULL); INSERT INTO kiln_schema VALUES (2);",
+    )
     .unwrap();
+    for (n, step) in schema::STEPS {
+        if n <= 2 {
+            conn.batch(&schema::render(&conn, step)).unwrap();
+        }
+    }
     drop(conn);
     let mut s = Store::open_project(&StoreUrl::Postgres(pg_url), "p").unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
@@ -416,18 +404,13 @@ fn a_wrong_password_is_an_error_without_the_password() {
 fn schema_of(s: &mut Store) -> Vec<String> {
     const SQLITE: &str = "SELECT m.name || ' ' || p.name || ' ' || p.type || ' ' || p.\"notnull\" || ' ' || COALESCE(p.dflt_value, '-') || ' ' || p.pk FROM sqlite_master m JOIN pragma_table_info(m.name) p WHERE m.type = 'table' UNION ALL SELECT 'index ' || name || ' ' || tbl_name FROM sqlite_master WHERE type = 'index' ORDER BY 1";
     const PG: &str = "SELECT table_name || ' ' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '-') || ' ' || is_identity FROM information_schema.columns WHERE table_schema = 'public' UNION ALL SELECT 'index ' || indexname || ' ' || tablename FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1";
-    match s.backend().raw() {
-        Raw::Sqlite(c) => {
-            let mut st = c.prepare(SQLITE).unwrap();
-            st.query_map([], |r| r.get(0))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap()
-        }
-        Raw::Postgres(c) => c
-            .with(|cl| cl.query(PG, &[])?.iter().map(|r| r.try_get(0)).collect())
-            .unwrap(),
-    }
+    let sql = if s.describe().starts_with("postgres") {
+        PG
+    } else {
+        SQLITE
+    };
+    let rows = s.conn().query(sql, &[]).unwrap();
+    rows.iter().map(|r| rows::text(&r[0])).collect()
 }
 
 /// A database written by kiln before its SQL was written once (schema version 3: the
@@ -449,7 +432,7 @@ fn a_database_of_the_old_schema_opens_reads_and_records() {
                 };
                 super::postgres::PgConn::connect(&pg_url)
                     .unwrap()
-                    .with(|c| c.batch_execute(include_str!("fixtures/v3_postgres.sql")))
+                    .batch(include_str!("fixtures/v3_postgres.sql"))
                     .unwrap()
             }
         }
@@ -494,13 +477,12 @@ fn a_database_of_the_old_schema_opens_reads_and_records() {
 /// the connection is made again for the call after.
 #[test]
 fn a_statement_after_a_lost_connection_inside_a_transaction_is_not_made_alone() {
-    use conn::Conn;
     let server = pg::PgServer::start();
     let url = server.fresh_db();
     let StoreUrl::Postgres(pg_url) = url.parse().unwrap() else {
         panic!("{url}")
     };
-    let mut c = pg_conn::PgConn::connect(&pg_url).unwrap();
+    let mut c = postgres::PgConn::connect(&pg_url).unwrap();
     c.batch("CREATE TABLE t (n BIGINT)").unwrap();
     c.begin().unwrap();
     c.execute("INSERT INTO t VALUES (?1)", &[1i64.into()])
