@@ -45,8 +45,5 @@ impl From<StoreError> for DbError {
 /// Open the queue's database `url` names (an SQLite file waits up to 10 s for a writer: many
 /// workers may share it).
 pub fn open(url: &crate::store::StoreUrl) -> Result<Box<dyn Db>, DbError> {
-    Ok(crate::store::conn::open(
-        url,
-        std::time::Duration::from_secs(10),
-    )?)
+    Ok(url.open(std::time::Duration::from_secs(10))?)
 }

@@ -44,18 +44,10 @@ impl QueueArgs {
 
     fn open_queue(&self, ctx: &Ctx, create: bool) -> anyhow::Result<(SharedQueue, String)> {
         match (&self.dir, &ctx.store) {
-            (None, Some(StoreUrl::Postgres(pg))) => {
-                let db = crate::batch::db::open(&StoreUrl::Postgres(pg.clone()))?;
-                let q = Queue::new(db)?;
-                Ok((Arc::new(Mutex::new(q)), pg.secret_url().to_string()))
-            }
-            (None, Some(StoreUrl::Sqlite(file))) => {
-                let file = std::path::absolute(file)?;
-                let q = Queue::new(crate::batch::db::open(&StoreUrl::Sqlite(file.clone()))?)?;
-                Ok((
-                    Arc::new(Mutex::new(q)),
-                    format!("sqlite:{}", file.display()),
-                ))
+            (None, Some(url)) => {
+                let url = url.absolute()?;
+                let q = Queue::new(crate::batch::db::open(&url)?)?;
+                Ok((Arc::new(Mutex::new(q)), url.secret_url()))
             }
             _ => {
                 let dir = self.local_dir(ctx, create)?;

@@ -148,11 +148,3 @@ pub fn transaction<T, E: From<StoreError>>(
         }
     }
 }
-
-/// Open the database `url` names (an SQLite file waits up to `busy` for another writer).
-pub fn open(url: &super::StoreUrl, busy: std::time::Duration) -> Result<Box<dyn Conn>, StoreError> {
-    Ok(match url {
-        super::StoreUrl::Sqlite(path) => Box::new(super::sqlite::SqliteConn::open(path, busy)?),
-        super::StoreUrl::Postgres(pg) => Box::new(super::postgres::PgConn::connect(pg)?),
-    })
-}

@@ -26,7 +26,7 @@ pub mod sqlite;
 
 pub use error::StoreError;
 pub use files::open_log;
-pub use location::{PgUrl, StoreUrl};
+pub use location::PgUrl;
 pub use overlap::{CRASHED, Running, check_running, host_name};
 pub use rows::{
     EditRow, IterationRow, LlmCallRow, LoopDetail, LoopRow, NewLoop, RunKind, ToolCallRow,
@@ -40,7 +40,93 @@ use std::sync::{Mutex, MutexGuard};
 
 use kiln_protocol::clock::now_ms;
 use kiln_protocol::outcome::{LoopStatus, StopReason};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Where a store is: `--store`, `KILN_STORE` or the user's `[store] url`, parsed into one
+/// of the engines kiln has (each a `Conn` in its own file, opened by [`StoreUrl::open`]).
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// An SQLite file: `sqlite:PATH`, `sqlite://PATH` or a plain path.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database: `postgres://…` or `postgresql://…`.
+    Postgres(PgUrl),
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<StoreUrl, StoreError> {
+        let s = s.trim();
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return location::PgUrl::parse(s).map(StoreUrl::Postgres);
+        }
+        if let Some(rest) = s.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            return non_empty(path, s).map(StoreUrl::Sqlite);
+        }
+        if let Some((scheme, _)) = s.split_once("://") {
+            return Err(StoreError::BadUrl {
+                url: location::redact(s).0,
+                why: format!(
+                    "unknown scheme `{scheme}`; use postgres://USER@HOST/DB, sqlite:PATH or a file path"
+                ),
+            });
+        }
+        non_empty(s, s).map(StoreUrl::Sqlite)
+    }
+}
+
+fn non_empty(path: &str, whole: &str) -> Result<PathBuf, StoreError> {
+    if path.is_empty() {
+        return Err(StoreError::BadUrl {
+            url: whole.to_string(),
+            why: "no file named; use sqlite:PATH".into(),
+        });
+    }
+    Ok(PathBuf::from(path))
+}
+
+impl std::fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
+            StoreUrl::Postgres(u) => u.fmt(f),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreUrl({self})")
+    }
+}
+
+impl StoreUrl {
+    /// Open the database (an SQLite file waits up to `busy` for another writer).
+    pub fn open(&self, busy: std::time::Duration) -> Result<Box<dyn Conn>, StoreError> {
+        Ok(match self {
+            StoreUrl::Sqlite(path) => Box::new(sqlite::SqliteConn::open(path, busy)?),
+            StoreUrl::Postgres(pg) => Box::new(postgres::PgConn::connect(pg)?),
+        })
+    }
+
+    /// The same store, a relative file path made absolute (to hand to a process elsewhere).
+    pub fn absolute(&self) -> std::io::Result<StoreUrl> {
+        Ok(match self {
+            StoreUrl::Sqlite(path) => StoreUrl::Sqlite(std::path::absolute(path)?),
+            other => other.clone(),
+        })
+    }
+
+    /// The URL, any password included: only for handing the store to a child kiln (through
+    /// its environment), never for showing.
+    pub fn secret_url(&self) -> String {
+        match self {
+            StoreUrl::Postgres(pg) => pg.secret_url().to_string(),
+            other => other.to_string(),
+        }
+    }
+}
 
 /// The file name of a workspace's own store in its state directory.
 pub const STORE_FILE: &str = "kiln.db";
@@ -157,7 +243,7 @@ impl Store {
 
     /// Open the shared store `url` names, recording runs under `project`.
     pub fn open_project(url: &StoreUrl, project: &str) -> Result<Store, StoreError> {
-        Store::with_conn(conn::open(url, BUSY)?, project, true)
+        Store::with_conn(url.open(BUSY)?, project, true)
     }
 
     /// A store over any connection (its schema migrated forward first), for `project`.

@@ -4,9 +4,9 @@
 //! on a thread inside kiln's: every call (and the client's drop) runs on a scoped thread of
 //! its own when it is on such a thread. A connection that is gone turns into
 //! [`StoreError::Unreachable`] and the next call reconnects. Messages never carry the URL's
-//! password ([`PgUrl::scrub`](super::PgUrl::scrub)). A transaction's writers meet at advisory
-//! locks ([`Conn::lock`]) and a claim skips rows others hold (`FOR UPDATE SKIP LOCKED`); the
-//! schema version lives in the `kiln_schema` table.
+//! password ([`PgUrl::scrub`]). A transaction's writers meet at advisory locks
+//! ([`Conn::lock`]) and a claim skips rows others hold (`FOR UPDATE SKIP LOCKED`); the schema
+//! version lives in the `kiln_schema` table.
 
 use super::conn::{ColumnType, Conn, Val};
 use super::error::StoreError;

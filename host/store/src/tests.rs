@@ -505,3 +505,54 @@ fn a_statement_after_a_lost_connection_inside_a_transaction_is_not_made_alone() 
         [[conn::Val::Int(3)]]
     );
 }
+
+#[test]
+fn urls_parse_to_backends_and_never_show_the_password() {
+    let u: StoreUrl = "postgres://kiln:s%40cret@db.example:5433/runs?sslmode=disable"
+        .parse()
+        .unwrap();
+    let StoreUrl::Postgres(pg) = &u else {
+        panic!("{u}")
+    };
+    assert_eq!(
+        u.to_string(),
+        "postgres://kiln:***@db.example:5433/runs?sslmode=disable"
+    );
+    assert!(!format!("{u:?}").contains("cret"));
+    assert_eq!(
+        pg.scrub("password s@cret or s%40cret"),
+        "password *** or ***"
+    );
+    let q: StoreUrl = "postgresql://h/db?user=k&password=hunter2".parse().unwrap();
+    assert_eq!(q.to_string(), "postgresql://h/db?user=k&password=***");
+    assert_eq!(
+        "sqlite:/tmp/k.db".parse::<StoreUrl>().unwrap(),
+        StoreUrl::Sqlite("/tmp/k.db".into())
+    );
+    assert_eq!(
+        "runs.db".parse::<StoreUrl>().unwrap(),
+        StoreUrl::Sqlite("runs.db".into())
+    );
+    let e = "mysql://u:pw@h/db"
+        .parse::<StoreUrl>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown scheme `mysql`") && !e.contains("pw@"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tls_modes_are_refused_rather_than_connecting_in_clear() {
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let e = format!("postgres://u:topsecret@h/db?sslmode={mode}")
+            .parse::<StoreUrl>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no TLS"), "{e}");
+        assert!(!e.contains("topsecret"), "{e}");
+    }
+    let e = "postgres://u:pw@/db".parse::<StoreUrl>().unwrap_err();
+    assert!(e.to_string().contains("no host"), "{e}");
+}
