@@ -8,7 +8,6 @@
 #[path = "../../tests/integration/pg.rs"]
 mod pg;
 
-use kiln::batch::db::{PgDb, SqliteDb};
 use kiln::batch::{Budgets, Queue, Task};
 use kiln::task_spec::{Kind, TaskSpec};
 use serde_json::{Value, json};
@@ -241,7 +240,8 @@ fn fleet(url: &str, n: usize, workers: usize, q: &[&str]) -> Duration {
 
 fn main() {
     let d = tempfile::tempdir().unwrap();
-    let q = Queue::new(Box::new(SqliteDb::open(&d.path().join("q.db")).unwrap())).unwrap();
+    let file = kiln::store::StoreUrl::Sqlite(d.path().join("q.db"));
+    let q = Queue::new(kiln::batch::db::open(&file).unwrap()).unwrap();
     queue_overhead(q, "SQLite", 200);
     let have_pg = Command::new("sh")
         .args([
@@ -253,10 +253,7 @@ fn main() {
     let server = have_pg.then(pg::PgServer::start);
     if let Some(server) = &server {
         let url: kiln::store::StoreUrl = server.fresh_db().parse().unwrap();
-        let kiln::store::StoreUrl::Postgres(pg) = url else {
-            unreachable!()
-        };
-        let q = Queue::new(Box::new(PgDb::connect(&pg).unwrap())).unwrap();
+        let q = Queue::new(kiln::batch::db::open(&url).unwrap()).unwrap();
         queue_overhead(q, "PostgreSQL on 127.0.0.1", 200);
     } else {
         println!("queue overhead per task (PostgreSQL): skipped, PostgreSQL is not installed");

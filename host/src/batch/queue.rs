@@ -9,8 +9,9 @@
 //! Heartbeats, results and releases carry `(attempt, worker)` and change nothing once another
 //! attempt holds the task: a worker presumed dead cannot overwrite a newer attempt.
 
-use super::db::{Db, DbError, Dialect, Val};
+use super::db::{Db, DbError, Val};
 use super::task::{Task, check_id};
+use crate::store::conn::transaction;
 
 /// The batch tables, in SQL both SQLite and PostgreSQL accept.
 const SCHEMA: &str = "
@@ -164,23 +165,14 @@ fn now() -> i64 {
 }
 
 impl Queue {
-    /// Use `db`, creating the batch tables when missing.
+    /// Use `db`, creating the batch tables when missing (workers starting together: one
+    /// creates them, the others wait for it).
     pub fn new(mut db: Box<dyn Db>) -> Result<Queue, DbError> {
-        match db.dialect() {
-            Dialect::Sqlite => db.batch(SCHEMA)?,
-            // Workers starting together: one creates the tables, the others wait for it.
-            Dialect::Postgres => db.batch(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;"
-            ))?,
-        }
+        transaction(db.as_mut(), |db| {
+            db.lock(&SCHEMA_LOCK.into())?;
+            Ok::<_, DbError>(db.batch(SCHEMA)?)
+        })?;
         Ok(Queue { db })
-    }
-
-    fn begin(&mut self) -> Result<(), DbError> {
-        match self.db.dialect() {
-            Dialect::Sqlite => self.db.batch("BEGIN IMMEDIATE"),
-            Dialect::Postgres => self.db.batch("BEGIN"),
-        }
     }
 
     /// Run `f` in a transaction: committed when it returns `Ok`, rolled back otherwise.
@@ -188,17 +180,7 @@ impl Queue {
         &mut self,
         f: impl FnOnce(&mut dyn Db) -> Result<T, DbError>,
     ) -> Result<T, DbError> {
-        self.begin()?;
-        match f(self.db.as_mut()) {
-            Ok(v) => {
-                self.db.batch("COMMIT")?;
-                Ok(v)
-            }
-            Err(e) => {
-                let _ = self.db.batch("ROLLBACK");
-                Err(e)
-            }
-        }
+        transaction(self.db.as_mut(), f)
     }
 
     /// Enqueue `tasks` in `batch` (created with `budgets` if new); tasks whose id the batch
@@ -277,10 +259,7 @@ impl Queue {
         lease_ms: i64,
         max_attempts: i64,
     ) -> Result<Claimed, DbError> {
-        let lock = match self.db.dialect() {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => " FOR UPDATE OF t SKIP LOCKED",
-        };
+        let lock = self.db.skip_locked();
         let sql = format!(
             "UPDATE kiln_batch_tasks SET
                 status = CASE WHEN attempts >= CAST(?4 AS BIGINT) THEN 'dead' ELSE 'running' END,
@@ -310,7 +289,7 @@ impl Queue {
         // A dead or refused task is reported and the next one claimed, until a claim or
         // nothing.
         loop {
-            let rows = self.transaction(|db| db.query(&sql, &params))?;
+            let rows = self.transaction(|db| Ok(db.query(&sql, &params)?))?;
             let Some(row) = rows.into_iter().next() else {
                 return Ok((None, dead, refused));
             };
@@ -553,10 +532,10 @@ impl Queue {
     /// End the leases of a batch's running tasks now (a local run whose previous run was
     /// killed: nobody else holds them), so they are claimed again at once.
     pub fn expire_leases(&mut self, batch: &str) -> Result<u64, DbError> {
-        self.db.execute(
+        Ok(self.db.execute(
             "UPDATE kiln_batch_tasks SET lease_until = 0 WHERE batch = ?1 AND status = 'running'",
             &[batch.into()],
-        )
+        )?)
     }
 
     /// Tasks not ended that may still run (of `batch`, or of all): running ones, and queued
@@ -651,10 +630,9 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::db::SqliteDb;
-
     fn queue(dir: &std::path::Path) -> Queue {
-        Queue::new(Box::new(SqliteDb::open(&dir.join("q.db")).unwrap())).unwrap()
+        let url = crate::store::StoreUrl::Sqlite(dir.join("q.db"));
+        Queue::new(crate::batch::db::open(&url).unwrap()).unwrap()
     }
 
     fn fix_spec() -> crate::task_spec::TaskSpec {

@@ -3,7 +3,6 @@
 //! opening the queue, the lease flags, and driving a worker with progress on stderr.
 
 use super::ctx::{Ctx, Outcome};
-use crate::batch::db::{PgDb, SqliteDb};
 use crate::batch::exec::ExecSettings;
 use crate::batch::worker::{self, Report, SharedQueue, WorkerOptions};
 use crate::batch::{Counts, Queue};
@@ -45,18 +44,10 @@ impl QueueArgs {
 
     fn open_queue(&self, ctx: &Ctx, create: bool) -> anyhow::Result<(SharedQueue, String)> {
         match (&self.dir, &ctx.store) {
-            (None, Some(StoreUrl::Postgres(pg))) => {
-                let db = PgDb::connect(pg)?;
-                let q = Queue::new(Box::new(db))?;
-                Ok((Arc::new(Mutex::new(q)), pg.secret_url().to_string()))
-            }
-            (None, Some(StoreUrl::Sqlite(file))) => {
-                let file = std::path::absolute(file)?;
-                let q = Queue::new(Box::new(SqliteDb::open(&file)?))?;
-                Ok((
-                    Arc::new(Mutex::new(q)),
-                    format!("sqlite:{}", file.display()),
-                ))
+            (None, Some(url)) => {
+                let url = url.absolute()?;
+                let q = Queue::new(crate::batch::db::open(&url)?)?;
+                Ok((Arc::new(Mutex::new(q)), url.secret_url()))
             }
             _ => {
                 let dir = self.local_dir(ctx, create)?;
@@ -233,7 +224,7 @@ async fn open_waiting(
             c.downcast_ref::<crate::batch::db::DbError>()
                 .is_some_and(|d| d.transient)
                 || c.downcast_ref::<crate::store::StoreError>()
-                    .is_some_and(|s| s.is_unreachable())
+                    .is_some_and(|s| s.is_transient())
         });
         if !unreachable || deadline.is_some_and(|d| Instant::now() + wait > d) {
             return Err(e.context(match timeout {
@@ -265,10 +256,10 @@ fn migrate_store(url: &str) -> anyhow::Result<()> {
 /// task's runs); returns it with its URL.
 pub(crate) fn open_local(dir: &Path) -> anyhow::Result<(SharedQueue, String)> {
     let file = dir.join("kiln.db");
-    let db = SqliteDb::open(&file)?;
+    let db = crate::batch::db::open(&StoreUrl::Sqlite(file.clone()))?;
     let url = format!("sqlite:{}", file.display());
     migrate_store(&url)?;
-    Ok((Arc::new(Mutex::new(Queue::new(Box::new(db))?)), url))
+    Ok((Arc::new(Mutex::new(Queue::new(db)?)), url))
 }
 
 /// Hold `<dir>/lock` exclusively for as long as the returned file lives: one `kiln batch run`

@@ -115,4 +115,17 @@ impl StoreError {
     pub fn is_unreachable(&self) -> bool {
         matches!(self, StoreError::Unreachable { .. })
     }
+
+    /// The same call may succeed later: the server could not be reached, or the database
+    /// was busy or locked by another writer for longer than the busy timeout.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Unreachable { .. } => true,
+            StoreError::Sql { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ),
+            _ => false,
+        }
+    }
 }

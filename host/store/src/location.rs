@@ -1,19 +1,9 @@
-//! Where a store is: `--store`, `KILN_STORE` or the user's `[store] url`, parsed into an
-//! SQLite file or a PostgreSQL URL. A PostgreSQL URL carries a password: it is kept only
-//! inside [`PgUrl`], whose `Display` and `Debug` show it as `***`, and [`PgUrl::scrub`] removes
-//! it from any text (a driver's error message) before that text is shown or stored.
+//! A PostgreSQL store's URL (what a `postgres://…` store URL parses into). It carries a
+//! password: kept only inside [`PgUrl`], whose `Display` and `Debug` show it as `***`, and
+//! [`PgUrl::scrub`] removes it from any text (a driver's error message) before that text is
+//! shown or stored.
 
 use super::error::StoreError;
-use std::path::PathBuf;
-
-/// A store location.
-#[derive(Clone, PartialEq, Eq)]
-pub enum StoreUrl {
-    /// An SQLite file: `sqlite:PATH`, `sqlite://PATH` or a plain path.
-    Sqlite(PathBuf),
-    /// A PostgreSQL database: `postgres://…` or `postgresql://…`.
-    Postgres(PgUrl),
-}
 
 /// A PostgreSQL URL whose password never shows.
 #[derive(Clone, PartialEq, Eq)]
@@ -21,55 +11,6 @@ pub struct PgUrl {
     url: String,
     redacted: String,
     secrets: Vec<String>,
-}
-
-impl std::str::FromStr for StoreUrl {
-    type Err = StoreError;
-
-    fn from_str(s: &str) -> Result<StoreUrl, StoreError> {
-        let s = s.trim();
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            return PgUrl::parse(s).map(StoreUrl::Postgres);
-        }
-        if let Some(rest) = s.strip_prefix("sqlite:") {
-            let path = rest.strip_prefix("//").unwrap_or(rest);
-            return non_empty(path, s).map(StoreUrl::Sqlite);
-        }
-        if let Some((scheme, _)) = s.split_once("://") {
-            return Err(StoreError::BadUrl {
-                url: redact(s).0,
-                why: format!(
-                    "unknown scheme `{scheme}`; use postgres://USER@HOST/DB, sqlite:PATH or a file path"
-                ),
-            });
-        }
-        non_empty(s, s).map(StoreUrl::Sqlite)
-    }
-}
-
-fn non_empty(path: &str, whole: &str) -> Result<PathBuf, StoreError> {
-    if path.is_empty() {
-        return Err(StoreError::BadUrl {
-            url: whole.to_string(),
-            why: "no file named; use sqlite:PATH".into(),
-        });
-    }
-    Ok(PathBuf::from(path))
-}
-
-impl std::fmt::Display for StoreUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreUrl::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
-            StoreUrl::Postgres(u) => u.fmt(f),
-        }
-    }
-}
-
-impl std::fmt::Debug for StoreUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StoreUrl({self})")
-    }
 }
 
 impl std::fmt::Display for PgUrl {
@@ -147,7 +88,7 @@ const NO_TLS: &str = "kiln's PostgreSQL client has no TLS, so it will not connec
 
 /// The URL with its passwords (in the user part and any `password=` parameter) as `***`,
 /// and those passwords (as written and percent-decoded, for scrubbing).
-fn redact(url: &str) -> (String, Vec<String>) {
+pub(crate) fn redact(url: &str) -> (String, Vec<String>) {
     let mut secrets = Vec::new();
     let mut out = url.to_string();
     if let Some((scheme, rest)) = url.split_once("://") {
@@ -199,60 +140,4 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_parse_to_backends_and_never_show_the_password() {
-        let u: StoreUrl = "postgres://kiln:s%40cret@db.example:5433/runs?sslmode=disable"
-            .parse()
-            .unwrap();
-        let StoreUrl::Postgres(pg) = &u else {
-            panic!("{u}")
-        };
-        assert_eq!(
-            u.to_string(),
-            "postgres://kiln:***@db.example:5433/runs?sslmode=disable"
-        );
-        assert!(!format!("{u:?}").contains("cret"));
-        assert_eq!(
-            pg.scrub("password s@cret or s%40cret"),
-            "password *** or ***"
-        );
-        let q: StoreUrl = "postgresql://h/db?user=k&password=hunter2".parse().unwrap();
-        assert_eq!(q.to_string(), "postgresql://h/db?user=k&password=***");
-        assert_eq!(
-            "sqlite:/tmp/k.db".parse::<StoreUrl>().unwrap(),
-            StoreUrl::Sqlite("/tmp/k.db".into())
-        );
-        assert_eq!(
-            "runs.db".parse::<StoreUrl>().unwrap(),
-            StoreUrl::Sqlite("runs.db".into())
-        );
-        let e = "mysql://u:pw@h/db"
-            .parse::<StoreUrl>()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("unknown scheme `mysql`") && !e.contains("pw@"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn tls_modes_are_refused_rather_than_connecting_in_clear() {
-        for mode in ["require", "verify-ca", "verify-full"] {
-            let e = format!("postgres://u:topsecret@h/db?sslmode={mode}")
-                .parse::<StoreUrl>()
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("no TLS"), "{e}");
-            assert!(!e.contains("topsecret"), "{e}");
-        }
-        let e = "postgres://u:pw@/db".parse::<StoreUrl>().unwrap_err();
-        assert!(e.to_string().contains("no host"), "{e}");
-    }
 }

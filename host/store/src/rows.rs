@@ -1,7 +1,10 @@
 //! What the store records and returns: the run kinds and the rows of loops, iterations,
-//! edits, LLM calls and tool calls, the same for every backend.
+//! edits, LLM calls and tool calls, the same for every engine, and how each is read from a
+//! row of [`Val`]s.
 
+use super::conn::Val;
 use super::error::StoreError;
+use kiln_protocol::chat::Usage;
 use serde::Serialize;
 
 /// What started a recorded run.
@@ -233,4 +236,129 @@ pub fn with_kind(mut row: LoopRow, kind: &str) -> Result<LoopRow, StoreError> {
         kind: kind.to_string(),
     })?;
     Ok(row)
+}
+
+/// An integer column (0 when NULL).
+pub(crate) fn int(v: &Val) -> i64 {
+    v.int().unwrap_or(0)
+}
+
+/// A text column (empty when NULL).
+pub(crate) fn text(v: &Val) -> String {
+    v.text().unwrap_or_default().to_string()
+}
+
+fn opt_text(v: &Val) -> Option<String> {
+    v.text().map(str::to_string)
+}
+
+fn json(v: &Val) -> serde_json::Value {
+    v.text()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
+}
+
+/// A [`Usage`] from its five columns, in the store's order.
+fn usage(r: &[Val]) -> Usage {
+    let n = |i: usize| int(&r[i]) as u64;
+    Usage {
+        input: n(0),
+        cached_input: n(1),
+        cache_write: n(2),
+        output: n(3),
+        reasoning: n(4),
+    }
+}
+
+/// A [`Usage`] as the values of its five columns.
+pub(crate) fn usage_vals(u: &Usage) -> [Val; 5] {
+    [
+        u.input,
+        u.cached_input,
+        u.cache_write,
+        u.output,
+        u.reasoning,
+    ]
+    .map(Val::from)
+}
+
+/// A [`LoopRow`] from the `LOOP_COLUMNS` (an unknown kind is an error naming the loop).
+pub(crate) fn loop_row(r: &[Val]) -> Result<LoopRow, StoreError> {
+    let row = LoopRow {
+        id: int(&r[0]),
+        kind: RunKind::Fix,
+        project: text(&r[2]),
+        host: opt_text(&r[3]),
+        runner: text(&r[4]),
+        targets: serde_json::from_value(json(&r[5])).unwrap_or_default(),
+        format: text(&r[6]),
+        model: text(&r[7]),
+        status: text(&r[8]),
+        stop_reason: opt_text(&r[9]),
+        max_iters: int(&r[10]),
+        iters: int(&r[11]),
+        summary: opt_text(&r[12]),
+        last_error: opt_text(&r[13]),
+        started_at: int(&r[14]),
+        ended_at: r[15].int(),
+        tokens: usage(&r[16..]),
+    };
+    with_kind(row, &text(&r[1]))
+}
+
+/// An [`IterationRow`] from the `ITERATION_COLUMNS`.
+pub(crate) fn iteration_row(r: &[Val]) -> IterationRow {
+    IterationRow {
+        n: int(&r[0]),
+        exit_code: int(&r[1]),
+        ok: int(&r[2]) != 0,
+        stdout: text(&r[3]),
+        stderr: text(&r[4]),
+        diagnostics: json(&r[5]),
+        fingerprint: text(&r[6]),
+        llm_summary: opt_text(&r[7]),
+        runner_ms: int(&r[8]),
+        llm_ms: int(&r[9]),
+        tokens_input: int(&r[10]),
+        tokens_output: int(&r[11]),
+        edits_applied: int(&r[12]),
+    }
+}
+
+/// An [`EditRow`] from the `EDIT_COLUMNS`.
+pub(crate) fn edit_row(r: &[Val]) -> EditRow {
+    EditRow {
+        iteration: int(&r[0]),
+        path: text(&r[1]),
+        kind: text(&r[2]),
+        status: text(&r[3]),
+        tier: opt_text(&r[4]),
+        failure: opt_text(&r[5]),
+        error: opt_text(&r[6]),
+    }
+}
+
+/// An [`LlmCallRow`] from the `LLM_CALL_COLUMNS`.
+pub(crate) fn llm_call_row(r: &[Val]) -> LlmCallRow {
+    LlmCallRow {
+        iteration: int(&r[0]),
+        model: text(&r[1]),
+        latency_ms: int(&r[2]),
+        tokens: usage(&r[3..]),
+        response: text(&r[8]),
+        tool_calls: json(&r[9]),
+        error: opt_text(&r[10]),
+    }
+}
+
+/// A [`ToolCallRow`] from the `TOOL_CALL_COLUMNS`.
+pub(crate) fn tool_call_row(r: &[Val]) -> ToolCallRow {
+    ToolCallRow {
+        turn: int(&r[0]),
+        name: text(&r[1]),
+        arguments: text(&r[2]),
+        result: text(&r[3]),
+        is_error: int(&r[4]) != 0,
+        duration_ms: int(&r[5]),
+    }
 }

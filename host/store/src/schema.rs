@@ -1,16 +1,19 @@
-//! The store's schema, per backend, as numbered migration steps. A database records the
-//! version it is at (SQLite: `PRAGMA user_version`; PostgreSQL: the `kiln_schema` table) and
-//! is migrated forward on open, in one transaction; a database at a newer version than
-//! [`SCHEMA_VERSION`] is refused. Both backends have the same versions: step N does the same
-//! in each dialect.
+//! The store's schema: one list of numbered migration steps for every engine. A step names
+//! the engine-specific column types as `{id}` (the table's key, assigned on insert), `{int}`
+//! and `{bool}`; [`Conn::column_type`] spells them. A database records the version it is at
+//! (where is the engine's: [`Conn::schema_version`]) and is migrated forward on open, in one
+//! transaction under a lock; a database at a newer version than [`SCHEMA_VERSION`] is refused.
+
+use super::conn::{ColumnType, Conn, transaction};
+use super::error::StoreError;
 
 /// The current schema version.
 pub const SCHEMA_VERSION: i64 = 3;
 
-/// SQLite, version 1: loops, iterations, edits, LLM calls, events.
-pub const SQLITE_V1: &str = "
+/// Version 1: loops, iterations, edits, LLM calls, events.
+const V1: &str = "
 CREATE TABLE loops (
-    id INTEGER PRIMARY KEY,
+    id {id},
     kind TEXT NOT NULL,
     project TEXT NOT NULL,
     runner TEXT NOT NULL,
@@ -19,42 +22,42 @@ CREATE TABLE loops (
     model TEXT NOT NULL,
     status TEXT NOT NULL,
     stop_reason TEXT,
-    max_iters INTEGER NOT NULL,
-    iters INTEGER NOT NULL DEFAULT 0,
+    max_iters {int} NOT NULL,
+    iters {int} NOT NULL DEFAULT 0,
     summary TEXT,
     last_error TEXT,
-    pid INTEGER NOT NULL,
-    started_at INTEGER NOT NULL,
-    ended_at INTEGER,
-    tokens_input INTEGER NOT NULL DEFAULT 0,
-    tokens_cached_input INTEGER NOT NULL DEFAULT 0,
-    tokens_cache_write INTEGER NOT NULL DEFAULT 0,
-    tokens_output INTEGER NOT NULL DEFAULT 0,
-    tokens_reasoning INTEGER NOT NULL DEFAULT 0
+    pid {int} NOT NULL,
+    started_at {int} NOT NULL,
+    ended_at {int},
+    tokens_input {int} NOT NULL DEFAULT 0,
+    tokens_cached_input {int} NOT NULL DEFAULT 0,
+    tokens_cache_write {int} NOT NULL DEFAULT 0,
+    tokens_output {int} NOT NULL DEFAULT 0,
+    tokens_reasoning {int} NOT NULL DEFAULT 0
 );
 CREATE INDEX loops_status ON loops(project, status);
 CREATE TABLE iterations (
-    id INTEGER PRIMARY KEY,
-    loop_id INTEGER NOT NULL REFERENCES loops(id),
-    n INTEGER NOT NULL,
-    exit_code INTEGER NOT NULL,
-    ok INTEGER NOT NULL,
+    id {id},
+    loop_id {int} NOT NULL REFERENCES loops(id),
+    n {int} NOT NULL,
+    exit_code {int} NOT NULL,
+    ok {bool} NOT NULL,
     stdout TEXT NOT NULL,
     stderr TEXT NOT NULL,
     diagnostics TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     llm_summary TEXT,
-    runner_ms INTEGER NOT NULL,
-    llm_ms INTEGER NOT NULL,
-    tokens_input INTEGER NOT NULL,
-    tokens_output INTEGER NOT NULL,
-    edits_applied INTEGER NOT NULL,
-    created_at INTEGER NOT NULL
+    runner_ms {int} NOT NULL,
+    llm_ms {int} NOT NULL,
+    tokens_input {int} NOT NULL,
+    tokens_output {int} NOT NULL,
+    edits_applied {int} NOT NULL,
+    created_at {int} NOT NULL
 );
 CREATE TABLE edits (
-    id INTEGER PRIMARY KEY,
-    loop_id INTEGER NOT NULL REFERENCES loops(id),
-    iteration INTEGER NOT NULL,
+    id {id},
+    loop_id {int} NOT NULL REFERENCES loops(id),
+    iteration {int} NOT NULL,
     path TEXT NOT NULL,
     kind TEXT NOT NULL,
     status TEXT NOT NULL,
@@ -63,49 +66,49 @@ CREATE TABLE edits (
     error TEXT
 );
 CREATE TABLE llm_calls (
-    id INTEGER PRIMARY KEY,
-    loop_id INTEGER NOT NULL REFERENCES loops(id),
-    iteration INTEGER NOT NULL,
+    id {id},
+    loop_id {int} NOT NULL REFERENCES loops(id),
+    iteration {int} NOT NULL,
     model TEXT NOT NULL,
-    latency_ms INTEGER NOT NULL,
-    tokens_input INTEGER NOT NULL,
-    tokens_cached_input INTEGER NOT NULL,
-    tokens_cache_write INTEGER NOT NULL,
-    tokens_output INTEGER NOT NULL,
-    tokens_reasoning INTEGER NOT NULL,
+    latency_ms {int} NOT NULL,
+    tokens_input {int} NOT NULL,
+    tokens_cached_input {int} NOT NULL,
+    tokens_cache_write {int} NOT NULL,
+    tokens_output {int} NOT NULL,
+    tokens_reasoning {int} NOT NULL,
     response TEXT NOT NULL,
     tool_calls TEXT NOT NULL,
     error TEXT,
-    created_at INTEGER NOT NULL
+    created_at {int} NOT NULL
 );
 CREATE TABLE events (
-    id INTEGER PRIMARY KEY,
-    loop_id INTEGER NOT NULL REFERENCES loops(id),
-    seq INTEGER NOT NULL,
+    id {id},
+    loop_id {int} NOT NULL REFERENCES loops(id),
+    seq {int} NOT NULL,
     type TEXT NOT NULL,
     payload TEXT NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at {int} NOT NULL
 );
 ";
 
-/// SQLite, version 2: agent tool calls, with their full (up to the store cap) results.
-pub const SQLITE_V2: &str = "
+/// Version 2: agent tool calls, with their full (up to the store cap) results.
+const V2: &str = "
 CREATE TABLE tool_calls (
-    id INTEGER PRIMARY KEY,
-    loop_id INTEGER NOT NULL REFERENCES loops(id),
-    turn INTEGER NOT NULL,
+    id {id},
+    loop_id {int} NOT NULL REFERENCES loops(id),
+    turn {int} NOT NULL,
     call_id TEXT NOT NULL,
     name TEXT NOT NULL,
     arguments TEXT NOT NULL,
     result TEXT NOT NULL,
-    is_error INTEGER NOT NULL,
-    duration_ms INTEGER NOT NULL,
-    created_at INTEGER NOT NULL
+    is_error {bool} NOT NULL,
+    duration_ms {int} NOT NULL,
+    created_at {int} NOT NULL
 );
 ";
 
-/// Version 3 (both dialects): the machine each loop ran on (a shared store holds many), and
-/// indexes for reading one loop's rows.
+/// Version 3: the machine each loop ran on (a shared store holds many), and indexes for
+/// reading one loop's rows.
 const V3: &str = "
 ALTER TABLE loops ADD COLUMN host TEXT;
 CREATE INDEX iterations_loop ON iterations(loop_id);
@@ -115,108 +118,43 @@ CREATE INDEX events_loop ON events(loop_id);
 CREATE INDEX tool_calls_loop ON tool_calls(loop_id);
 ";
 
-/// SQLite's steps: `(version, SQL)`, applied in order when the database is older.
-pub const SQLITE_STEPS: [(i64, &str); 3] = [(1, SQLITE_V1), (2, SQLITE_V2), (3, V3)];
+/// The steps: `(version, SQL)`, applied in order when the database is older.
+pub const STEPS: [(i64, &str); 3] = [(1, V1), (2, V2), (3, V3)];
 
-/// PostgreSQL, version 1 (as SQLite's, with identity keys, `BIGINT` and `BOOLEAN`).
-const PG_V1: &str = "
-CREATE TABLE loops (
-    id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    kind TEXT NOT NULL,
-    project TEXT NOT NULL,
-    runner TEXT NOT NULL,
-    targets TEXT NOT NULL,
-    format TEXT NOT NULL,
-    model TEXT NOT NULL,
-    status TEXT NOT NULL,
-    stop_reason TEXT,
-    max_iters BIGINT NOT NULL,
-    iters BIGINT NOT NULL DEFAULT 0,
-    summary TEXT,
-    last_error TEXT,
-    pid BIGINT NOT NULL,
-    started_at BIGINT NOT NULL,
-    ended_at BIGINT,
-    tokens_input BIGINT NOT NULL DEFAULT 0,
-    tokens_cached_input BIGINT NOT NULL DEFAULT 0,
-    tokens_cache_write BIGINT NOT NULL DEFAULT 0,
-    tokens_output BIGINT NOT NULL DEFAULT 0,
-    tokens_reasoning BIGINT NOT NULL DEFAULT 0
-);
-CREATE INDEX loops_status ON loops(project, status);
-CREATE TABLE iterations (
-    id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    loop_id BIGINT NOT NULL REFERENCES loops(id),
-    n BIGINT NOT NULL,
-    exit_code BIGINT NOT NULL,
-    ok BOOLEAN NOT NULL,
-    stdout TEXT NOT NULL,
-    stderr TEXT NOT NULL,
-    diagnostics TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    llm_summary TEXT,
-    runner_ms BIGINT NOT NULL,
-    llm_ms BIGINT NOT NULL,
-    tokens_input BIGINT NOT NULL,
-    tokens_output BIGINT NOT NULL,
-    edits_applied BIGINT NOT NULL,
-    created_at BIGINT NOT NULL
-);
-CREATE TABLE edits (
-    id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    loop_id BIGINT NOT NULL REFERENCES loops(id),
-    iteration BIGINT NOT NULL,
-    path TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    status TEXT NOT NULL,
-    tier TEXT,
-    failure TEXT,
-    error TEXT
-);
-CREATE TABLE llm_calls (
-    id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    loop_id BIGINT NOT NULL REFERENCES loops(id),
-    iteration BIGINT NOT NULL,
-    model TEXT NOT NULL,
-    latency_ms BIGINT NOT NULL,
-    tokens_input BIGINT NOT NULL,
-    tokens_cached_input BIGINT NOT NULL,
-    tokens_cache_write BIGINT NOT NULL,
-    tokens_output BIGINT NOT NULL,
-    tokens_reasoning BIGINT NOT NULL,
-    response TEXT NOT NULL,
-    tool_calls TEXT NOT NULL,
-    error TEXT,
-    created_at BIGINT NOT NULL
-);
-CREATE TABLE events (
-    id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    loop_id BIGINT NOT NULL REFERENCES loops(id),
-    seq BIGINT NOT NULL,
-    type TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    created_at BIGINT NOT NULL
-);
-";
+/// The lock that serialises migrations (`kiln` in ASCII; processes opening a new store at
+/// once migrate it once, one after another).
+const MIGRATION_LOCK: i64 = 0x6b69_6c6e;
 
-/// PostgreSQL, version 2: agent tool calls.
-const PG_V2: &str = "
-CREATE TABLE tool_calls (
-    id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-    loop_id BIGINT NOT NULL REFERENCES loops(id),
-    turn BIGINT NOT NULL,
-    call_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    arguments TEXT NOT NULL,
-    result TEXT NOT NULL,
-    is_error BOOLEAN NOT NULL,
-    duration_ms BIGINT NOT NULL,
-    created_at BIGINT NOT NULL
-);
-";
+/// `step` in `conn`'s column types.
+pub fn render(conn: &dyn Conn, step: &str) -> String {
+    step.replace("{id}", conn.column_type(ColumnType::Id))
+        .replace("{int}", conn.column_type(ColumnType::Int))
+        .replace("{bool}", conn.column_type(ColumnType::Bool))
+}
 
-/// PostgreSQL's steps: `(version, SQL)`, applied in order when the database is older.
-pub const PG_STEPS: [(i64, &str); 3] = [(1, PG_V1), (2, PG_V2), (3, V3)];
+/// Bring the database to [`SCHEMA_VERSION`]; a newer one is [`StoreError::TooNew`].
+pub(crate) fn migrate(conn: &mut dyn Conn) -> Result<(), StoreError> {
+    transaction(conn, |c| {
+        c.lock(&MIGRATION_LOCK.into())?;
+        let found = c.schema_version()?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                store: c.describe(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if found == SCHEMA_VERSION {
+            return Ok(());
+        }
+        for (n, step) in STEPS {
+            if found < n {
+                c.batch(&render(c, step))?;
+            }
+        }
+        c.set_schema_version(SCHEMA_VERSION)
+    })
+}
 
 /// The columns of `loops` that [`LoopRow`](super::LoopRow) reads, in its order.
 pub const LOOP_COLUMNS: &str = "id, kind, project, host, runner, targets, format, model, status, stop_reason, max_iters, iters, summary, last_error, started_at, ended_at, tokens_input, tokens_cached_input, tokens_cache_write, tokens_output, tokens_reasoning";

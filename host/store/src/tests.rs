@@ -2,6 +2,7 @@
 //! a throwaway PostgreSQL cluster (one per test binary, `tests/integration/pg.rs`).
 
 use super::*;
+use conn::Conn;
 use kiln_protocol::chat::{ChatResponse, Usage};
 
 use super::test_pg as pg;
@@ -50,15 +51,7 @@ fn new_loop(kind: RunKind) -> NewLoop {
 
 /// Run `sql` (an UPDATE with one `id` parameter, written `?1`) on either backend's connection.
 fn raw_update(s: &mut Store, sql: &str, id: i64) {
-    match s.backend().raw() {
-        Raw::Sqlite(c) => {
-            c.execute(sql, [id]).unwrap();
-        }
-        Raw::Postgres(c) => {
-            let q = sql.replace("?1", "$1");
-            c.with(move |cl| cl.execute(&q, &[&id])).unwrap();
-        }
-    }
+    s.conn().execute(sql, &[id.into()]).unwrap();
 }
 
 #[test]
@@ -287,12 +280,7 @@ fn schema_is_versioned_and_a_newer_one_is_refused() {
         let b = db.name();
         let mut s = db.open("p");
         assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION, "{b}");
-        match s.backend().raw() {
-            Raw::Sqlite(c) => c.pragma_update(None, "user_version", 99).unwrap(),
-            Raw::Postgres(c) => c
-                .with(|cl| cl.batch_execute("UPDATE kiln_schema SET version = 99"))
-                .unwrap(),
-        }
+        s.conn().set_schema_version(99).unwrap();
         drop(s);
         let url: StoreUrl = match &db {
             Db::Sqlite(dir) => StoreUrl::Sqlite(dir.path().join("k.db")),
@@ -311,14 +299,15 @@ fn older_databases_are_migrated_forward() {
     // SQLite at version 1 (before tool calls and hosts).
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("k.db");
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    conn.execute_batch(schema::SQLITE_V1).unwrap();
+    let mut conn = sqlite::SqliteConn::open(&db, std::time::Duration::from_secs(1)).unwrap();
+    conn.batch(&schema::render(&conn, schema::STEPS[0].1))
+        .unwrap();
     conn.execute(
         "INSERT INTO loops (kind, project, runner, targets, format, model, status, max_iters, pid, started_at) VALUES ('fix', 'p', 'r', '[]', 'f', 'm', 'success', 5, 1, 0)",
-        [],
+        &[],
     )
     .unwrap();
-    conn.pragma_update(None, "user_version", 1).unwrap();
+    conn.set_schema_version(1).unwrap();
     drop(conn);
     let s = Store::open_file(&db, "p").unwrap();
     assert!(s.tool_calls(1).unwrap().is_empty(), "the v2 table exists");
@@ -331,16 +320,15 @@ fn older_databases_are_migrated_forward() {
         other => panic!("{other}"),
     };
     let mut conn = super::postgres::PgConn::connect(&pg_url).unwrap();
-    conn.with(|c| {
-        c.batch_execute("CREATE TABLE kiln_schema (version BIGINT NOT NULL); INSERT INTO kiln_schema VALUES (2);")?;
-        for (n, step) in schema::PG_STEPS {
-            if n <= 2 {
-                c.batch_execute(step)?;
-            }
-        }
-        Ok(())
-    })
+    conn.batch(
+        "CREATE TABLE kiln_schema (version BIGINT NOT NULL); INSERT INTO kiln_schema VALUES (2);",
+    )
     .unwrap();
+    for (n, step) in schema::STEPS {
+        if n <= 2 {
+            conn.batch(&schema::render(&conn, step)).unwrap();
+        }
+    }
     drop(conn);
     let mut s = Store::open_project(&StoreUrl::Postgres(pg_url), "p").unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
@@ -409,4 +397,162 @@ fn a_wrong_password_is_an_error_without_the_password() {
         "a wrong password is no reason to retry: {text}"
     );
     assert!(!text.contains("not-the-one-42"), "{text}");
+}
+
+/// Every table's columns (name, type, nullability, default, key) and every index, one line
+/// each: what a database's schema is, to compare two.
+fn schema_of(s: &mut Store) -> Vec<String> {
+    const SQLITE: &str = "SELECT m.name || ' ' || p.name || ' ' || p.type || ' ' || p.\"notnull\" || ' ' || COALESCE(p.dflt_value, '-') || ' ' || p.pk FROM sqlite_master m JOIN pragma_table_info(m.name) p WHERE m.type = 'table' UNION ALL SELECT 'index ' || name || ' ' || tbl_name FROM sqlite_master WHERE type = 'index' ORDER BY 1";
+    const PG: &str = "SELECT table_name || ' ' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '-') || ' ' || is_identity FROM information_schema.columns WHERE table_schema = 'public' UNION ALL SELECT 'index ' || indexname || ' ' || tablename FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1";
+    let sql = if s.describe().starts_with("postgres") {
+        PG
+    } else {
+        SQLITE
+    };
+    let rows = s.conn().query(sql, &[]).unwrap();
+    rows.iter().map(|r| rows::text(&r[0])).collect()
+}
+
+/// A database written by kiln before its SQL was written once (schema version 3: the
+/// fixtures are that schema's DDL, as both backends ran it, and a run's rows) opens: the old
+/// run reads back as written, a new run is recorded after it, and its schema is the one a
+/// new database gets.
+#[test]
+fn a_database_of_the_old_schema_opens_reads_and_records() {
+    for (old, fresh) in backends().into_iter().zip(backends()) {
+        let b = old.name();
+        match &old {
+            Db::Sqlite(dir) => rusqlite::Connection::open(dir.path().join("k.db"))
+                .unwrap()
+                .execute_batch(include_str!("fixtures/v3_sqlite.sql"))
+                .unwrap(),
+            Db::Pg(url) => {
+                let StoreUrl::Postgres(pg_url) = url.parse().unwrap() else {
+                    panic!("{url}")
+                };
+                super::postgres::PgConn::connect(&pg_url)
+                    .unwrap()
+                    .batch(include_str!("fixtures/v3_postgres.sql"))
+                    .unwrap()
+            }
+        }
+        let mut s = old.open("/ws/old");
+        assert_eq!(s.schema_version().unwrap(), 3, "{b}");
+        let d = s.loop_detail(1).unwrap();
+        let r = &d.row;
+        assert_eq!(
+            (r.kind, r.status.as_str(), r.host.as_deref(), r.iters),
+            (RunKind::Agent, "success", Some("oldhost"), 1),
+            "{b}"
+        );
+        assert_eq!((r.tokens.input, r.tokens.output), (7, 3), "{b}");
+        assert_eq!(r.targets, ["a.rs"], "{b}");
+        let it = &d.iterations[0];
+        assert!(it.ok && it.diagnostics[0]["line"] == 3, "{b}: {it:?}");
+        assert_eq!(d.edits[0].tier.as_deref(), Some("exact"), "{b}");
+        assert_eq!(d.llm_calls[0].tokens.cached_input, 1, "{b}");
+        let events = s.events(1, None).unwrap();
+        assert_eq!(events[0].1, "loop_started", "{b}");
+        assert_eq!(events[0].2["a"], 1, "{b}");
+        assert!(s.tool_calls(1).unwrap()[0].is_error, "{b}");
+        let id = s.begin_loop(&new_loop(RunKind::Fix)).unwrap();
+        assert_eq!(id, 2, "{b}: after the old run");
+        s.record_iteration(id, &sample_iteration(), &[sample_edit()])
+            .unwrap();
+        s.record_llm_call(id, 1, "m", Ok(&sample_response()))
+            .unwrap();
+        s.finish_loop(id, LoopStatus::Failed, StopReason::MaxIters, "x", None)
+            .unwrap();
+        let d = s.loop_detail(id).unwrap();
+        assert_eq!((d.row.iters, d.row.tokens.input), (1, 10), "{b}");
+        assert_eq!(s.loops(5).unwrap().len(), 2, "{b}");
+        let mut new = fresh.open("/ws/new");
+        assert_eq!(schema_of(&mut s), schema_of(&mut new), "{b}");
+        assert!(schema_of(&mut s).len() > 60, "{b}");
+    }
+}
+
+/// A transaction whose connection is lost is gone: the next statement fails as unreachable
+/// instead of running on a fresh connection outside it (where it would commit alone), and
+/// the connection is made again for the call after.
+#[test]
+fn a_statement_after_a_lost_connection_inside_a_transaction_is_not_made_alone() {
+    let server = pg::PgServer::start();
+    let url = server.fresh_db();
+    let StoreUrl::Postgres(pg_url) = url.parse().unwrap() else {
+        panic!("{url}")
+    };
+    let mut c = postgres::PgConn::connect(&pg_url).unwrap();
+    c.batch("CREATE TABLE t (n BIGINT)").unwrap();
+    c.begin().unwrap();
+    c.execute("INSERT INTO t VALUES (?1)", &[1i64.into()])
+        .unwrap();
+    server.stop();
+    server.start_again();
+    let e = c
+        .execute("INSERT INTO t VALUES (?1)", &[2i64.into()])
+        .unwrap_err();
+    assert!(e.is_unreachable(), "{e:?}");
+    c.rollback();
+    let rows = c.query("SELECT COUNT(*) FROM t", &[]).unwrap();
+    assert_eq!(rows[0][0].int(), Some(0));
+    // A transaction begun on a connection the restart closed is begun on a fresh one.
+    server.stop();
+    server.start_again();
+    conn::transaction(&mut c, |c| c.execute("INSERT INTO t VALUES (3)", &[])).unwrap();
+    assert_eq!(
+        c.query("SELECT n FROM t", &[]).unwrap(),
+        [[conn::Val::Int(3)]]
+    );
+}
+
+#[test]
+fn urls_parse_to_backends_and_never_show_the_password() {
+    let u: StoreUrl = "postgres://kiln:s%40cret@db.example:5433/runs?sslmode=disable"
+        .parse()
+        .unwrap();
+    let StoreUrl::Postgres(pg) = &u else {
+        panic!("{u}")
+    };
+    assert_eq!(
+        u.to_string(),
+        "postgres://kiln:***@db.example:5433/runs?sslmode=disable"
+    );
+    assert!(!format!("{u:?}").contains("cret"));
+    assert_eq!(
+        pg.scrub("password s@cret or s%40cret"),
+        "password *** or ***"
+    );
+    let q: StoreUrl = "postgresql://h/db?user=k&password=hunter2".parse().unwrap();
+    assert_eq!(q.to_string(), "postgresql://h/db?user=k&password=***");
+    assert_eq!(
+        "sqlite:/tmp/k.db".parse::<StoreUrl>().unwrap(),
+        StoreUrl::Sqlite("/tmp/k.db".into())
+    );
+    assert_eq!(
+        "runs.db".parse::<StoreUrl>().unwrap(),
+        StoreUrl::Sqlite("runs.db".into())
+    );
+    let e = "mysql://u:pw@h/db"
+        .parse::<StoreUrl>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown scheme `mysql`") && !e.contains("pw@"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tls_modes_are_refused_rather_than_connecting_in_clear() {
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let e = format!("postgres://u:topsecret@h/db?sslmode={mode}")
+            .parse::<StoreUrl>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no TLS"), "{e}");
+        assert!(!e.contains("topsecret"), "{e}");
+    }
+    let e = "postgres://u:pw@/db".parse::<StoreUrl>().unwrap_err();
+    assert!(e.to_string().contains("no host"), "{e}");
 }
