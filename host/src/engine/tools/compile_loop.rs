@@ -4,6 +4,7 @@
 //! ([`outcome`]); only where the events go and how cancellation arrives differ.
 
 use super::handler::{Ctx, Kind, ToolHandler};
+use super::schema::schema_of;
 use super::settings::ToolSettings;
 use crate::engine::defaults::{COMPILE_RUNNER, RUNNER_CMD_SETTING};
 use crate::engine::events::Event;
@@ -14,7 +15,7 @@ use crate::plugin::{Plugin, PluginError, PluginKind, Registry};
 use futures_util::future::BoxFuture;
 use kiln_protocol::outcome::{FixOutcome, ToolOutcome};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The `compile_loop` tool definition an agent or an MCP client is given.
@@ -22,30 +23,28 @@ pub fn compile_loop_tool() -> ToolDef {
     ToolDef {
         name: COMPILE_LOOP.into(),
         description: "Run an autonomous compile-and-fix loop on target files until the build/check passes or a stop reason is reached. Give either target_file or target_files, not both; give neither to fix the whole project (the build's diagnostics name the files; any file that is not protected may change).".into(),
-        parameters: json!({
-            "type": "object",
-            "properties": {
-                "spec": { "type": "string", "description": "What the code should do / what to fix" },
-                "target_file": { "type": "string", "description": "One file to fix (workspace-relative)" },
-                "target_files": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "Several files to fix (multi-file formats only)" },
-                "lang": { "type": "string", "description": "Language hint" }
-            },
-            "required": ["spec"],
-            "additionalProperties": false
-        }),
+        parameters: schema_of::<CompileLoopArgs>(),
     }
 }
 
-/// A `compile_loop` call's arguments.
-#[derive(Debug, Deserialize)]
+/// A `compile_loop` call's arguments (and, derived from them, the schema the caller is shown).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct CompileLoopArgs {
     /// What the code should do or what to fix (the fix loop's task prompt).
+    #[schemars(required, description = "What the code should do / what to fix")]
     pub spec: Option<String>,
     /// One file to fix.
+    #[schemars(description = "One file to fix (workspace-relative)")]
     pub target_file: Option<String>,
     /// Several files to fix (multi-file formats only).
+    #[schemars(
+        length(min = 1),
+        description = "Several files to fix (multi-file formats only)"
+    )]
     pub target_files: Option<Vec<String>>,
     /// The language, as a hint in the system prompt.
+    #[schemars(description = "Language hint")]
     pub lang: Option<String>,
 }
 

@@ -23,6 +23,7 @@ pub(crate) mod plugin_call;
 mod registry;
 pub(crate) mod replayed;
 pub mod result_text;
+pub(crate) mod schema;
 mod settings;
 pub mod submit_review;
 mod table;

@@ -57,4 +57,41 @@ mod tests {
             .collect();
         assert_eq!(offered, [crate::engine::tool_names::COMPILE_LOOP]);
     }
+
+    /// The schemas derived from the handlers' argument types are the ones written by hand
+    /// before (`required` and `additionalProperties: false` included), key for key.
+    #[test]
+    fn derived_schemas_are_the_hand_written_ones() {
+        use serde_json::json;
+        let formats = crate::engine::defaults::BUNDLED_FORMATS;
+        let want = [
+            json!({"type":"object","properties":{"path":{"type":"string"},"patch":{"type":"string"},"format":{"type":"string","enum":formats}},"required":["path","patch"],"additionalProperties":false}),
+            json!({"type":"object","properties":{"instruction":{"type":"string"},"paths":{"type":"array","items":{"type":"string"},"minItems":1},"format":{"type":"string","enum":formats},"apply":{"type":"boolean"}},"required":["instruction","paths"],"additionalProperties":false}),
+            json!({"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"],"additionalProperties":false}),
+            json!({"type":"object","properties":{"paths":{"type":"array","items":{"type":"string"}},"criteria":{"type":"string"}},"additionalProperties":false}),
+            json!({"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"],"additionalProperties":false}),
+            json!({"type":"object","properties":{"summary":{"type":"string"},"blocker":{"type":"string"},"pending":{"type":"array","items":{"type":"string"}}},"required":["summary","blocker","pending"],"additionalProperties":false}),
+            json!({
+                "type": "object",
+                "properties": {
+                    "spec": { "type": "string", "description": "What the code should do / what to fix" },
+                    "target_file": { "type": "string", "description": "One file to fix (workspace-relative)" },
+                    "target_files": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "Several files to fix (multi-file formats only)" },
+                    "lang": { "type": "string", "description": "Language hint" }
+                },
+                "required": ["spec"],
+                "additionalProperties": false
+            }),
+            json!({ "type": "object", "properties": {} }),
+            json!({ "type": "object", "properties": { "id": { "type": "integer" } }, "required": ["id"] }),
+        ];
+        let s = ToolSettings {
+            compile_cmd: Some(String::new()),
+            ..Default::default()
+        };
+        assert_eq!(BUILTINS.len(), want.len());
+        for (b, want) in BUILTINS.iter().zip(want) {
+            assert_eq!(b.def(&s).parameters, want, "{}", b.name());
+        }
+    }
 }
