@@ -1,6 +1,6 @@
 //! The shape of a built-in tool: a [`ToolHandler`] says its name, its schema, its kind and
 //! how it runs; [`Ctx`] is what a call may use (the plugins, the settings, the workspace, the
-//! run, the run's record of writes). Each built-in lives in its own file next to this one and
+//! run, the run's record of writes), [`Bare`] what a call outside a run may use. Each built-in lives in its own file next to this one and
 //! is listed once in `registry.rs`.
 
 use super::caps::Changes;
@@ -41,6 +41,16 @@ pub(crate) struct Ctx<'c, 'a> {
     pub changed: &'c mut Changes,
 }
 
+/// What a call outside a run may use (`kiln mcp`, `kiln tool call`): no model, no store.
+pub(crate) struct Bare<'c> {
+    /// The loaded plugins (edit formats, runners).
+    pub registry: &'c Registry,
+    /// How the tools are offered and run.
+    pub settings: &'c ToolSettings,
+    /// The workspace.
+    pub ws: &'c Workspace,
+}
+
 /// A built-in tool.
 pub(crate) trait ToolHandler: Sync {
     /// The name the model calls.
@@ -64,6 +74,16 @@ pub(crate) trait ToolHandler: Sync {
 
     /// Run one call with its arguments (JSON text, already checked to be valid JSON).
     fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome>;
+
+    /// Run one call outside a run: its outcome and the files it wrote. `None`: the tool needs
+    /// a run (a model, the store, the run's record of writes).
+    fn handle_bare<'c>(
+        &'c self,
+        _cx: Bare<'c>,
+        _args: &'c str,
+    ) -> Option<BoxFuture<'c, (ToolOutcome, Vec<String>)>> {
+        None
+    }
 }
 
 /// A tool's definition from its parts.

@@ -7,6 +7,7 @@
 //! handler (a `ToolHandler`, in `handler.rs`); `registry.rs` lists them. Every call ends in a
 //! typed [`ToolOutcome`](kiln_protocol::outcome::ToolOutcome): ok, failed, or refused.
 
+mod apply_edit;
 pub mod args_check;
 mod caps;
 mod catalog;
@@ -31,12 +32,12 @@ mod write_file;
 mod write_patch;
 
 pub(crate) use caps::{Changes, cap};
-pub use catalog::{PluginTool, ToolEntry, plugin_tools, tool_catalog, tool_catalog_with};
+pub use catalog::{ToolEntry, tool_catalog, tool_catalog_with};
 pub use compile_loop::compile_loop_tool;
-pub(crate) use dispatch::{CallResult, Turn};
+pub(crate) use dispatch::{Answer, CallResult, Turn};
 pub(crate) use final_answer::FinalAnswerArgs;
 pub(crate) use handler::Kind;
 pub(crate) use hooks::run_hook;
 pub use plugin_call::plugin_call;
 pub use settings::ToolSettings;
-pub(crate) use table::Toolbox;
+pub(crate) use table::{Imp, Toolbox};

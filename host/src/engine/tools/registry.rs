@@ -1,6 +1,7 @@
 //! The host's built-in tools, in the order they are offered. A new built-in is one file next
 //! to this one (its schema, kind and handler) and one line here.
 
+use super::apply_edit::ApplyEdit;
 use super::compile_loop::CompileLoop;
 use super::evaluate_work::EvaluateWork;
 use super::final_answer::FinalAnswer;
@@ -19,6 +20,7 @@ pub(crate) const BUILTINS: &[&dyn ToolHandler] = &[
     &EvaluateWork,
     &FinalAnswer,
     &SubmitReview,
+    &ApplyEdit,
     &CompileLoop,
     &GetLoops,
     &GetLoopDetail,
@@ -71,6 +73,17 @@ mod tests {
             json!({"type":"object","properties":{"paths":{"type":"array","items":{"type":"string"}},"criteria":{"type":"string"}},"additionalProperties":false}),
             json!({"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"],"additionalProperties":false}),
             json!({"type":"object","properties":{"summary":{"type":"string"},"blocker":{"type":"string"},"pending":{"type":"array","items":{"type":"string"}}},"required":["summary","blocker","pending"],"additionalProperties":false}),
+            json!({
+                "type": "object",
+                "properties": {
+                    "response": { "type": "string", "description": "The edit, e.g. SEARCH/REPLACE blocks with <<< path=REL >>> headers" },
+                    "format": { "type": "string", "description": "Edit format (default: the server's)" },
+                    "files": { "type": "array", "items": { "type": "string" }, "description": "The files the edit may change (workspace-relative)" },
+                    "dry_run": { "type": "boolean", "description": "Validate and report without writing" }
+                },
+                "required": ["response"],
+                "additionalProperties": false
+            }),
             json!({
                 "type": "object",
                 "properties": {
