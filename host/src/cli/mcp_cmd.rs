@@ -12,7 +12,7 @@ use super::ctx::{Ctx, Outcome};
 use super::settings::McpSettings;
 use crate::config::Config;
 use crate::edit::Workspace;
-use crate::engine::tool_names::{APPLY_EDIT, COMPILE_LOOP};
+use crate::engine::tool_names::COMPILE_LOOP;
 use crate::engine::tools::compile_loop::{self, CompileLoopSetup};
 use crate::engine::tools::{Kind, ToolSettings, Toolbox};
 use crate::engine::{Event, FixOptions, ModelSource};
@@ -137,7 +137,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         protected: s.config.protected(),
         ..Default::default()
     };
-    let table = Toolbox::served(registry, &settings, &[APPLY_EDIT, COMPILE_LOOP]).await?;
+    let table = Toolbox::served(registry, &settings, &[COMPILE_LOOP]).await?;
     let listed = listed(&table, s.compile_cmd.as_deref());
     let shared = Arc::new(Shared {
         workspace: ctx.workspace.clone(),
@@ -264,7 +264,9 @@ impl ServerHandler for KilnMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.shared().listed.clone()))
+        Ok(ListToolsResult::with_all_items(
+            self.shared().listed.clone(),
+        ))
     }
 
     async fn call_tool(

@@ -62,6 +62,10 @@ impl ToolHandler for ApplyEdit {
         true
     }
 
+    fn bare(&self) -> bool {
+        true
+    }
+
     fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome> {
         let Ctx {
             registry,

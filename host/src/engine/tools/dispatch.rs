@@ -247,11 +247,8 @@ impl<'r> Toolbox<'r> {
             Imp::Plugin(p, name) => {
                 if name == RUN_CMD
                     && let Some(allow) = &s.command_allowlist
-                    && let Err(refusal) = command_policy::check(
-                        allow,
-                        &command_policy::command_words(v),
-                        ws.root(),
-                    )
+                    && let Err(refusal) =
+                        command_policy::check(allow, &command_policy::command_words(v), ws.root())
                 {
                     return Answer::from(ToolOutcome::Refused(refusal.to_string()));
                 }
@@ -272,16 +269,16 @@ impl<'r> Toolbox<'r> {
                     written,
                 }
             }
-            Imp::External(server, name) => {
-                Answer::from(match tokio::time::timeout(s.timeout, server.call(name, v)).await {
+            Imp::External(server, name) => Answer::from(
+                match tokio::time::timeout(s.timeout, server.call(name, v)).await {
                     Ok(r) => ToolOutcome::from_flag(r.text, r.is_error),
                     Err(_) => ToolOutcome::Failed(format!(
                         "tool `{}` timed out after {} s",
                         tool.def.name,
                         s.timeout.as_secs_f64()
                     )),
-                })
-            }
+                },
+            ),
             Imp::Builtin(_) => Answer::from(ToolOutcome::Failed(
                 "a built-in tool is not routed here".into(),
             )),

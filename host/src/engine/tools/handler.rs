@@ -75,6 +75,12 @@ pub(crate) trait ToolHandler: Sync {
     /// Run one call with its arguments (JSON text, already checked to be valid JSON).
     fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome>;
 
+    /// It runs outside a run too ([`ToolHandler::handle_bare`] answers), so `kiln mcp` and
+    /// `kiln tool call` serve it.
+    fn bare(&self) -> bool {
+        false
+    }
+
     /// Run one call outside a run: its outcome and the files it wrote. `None`: the tool needs
     /// a run (a model, the store, the run's record of writes).
     fn handle_bare<'c>(

@@ -6,6 +6,10 @@
 //! Each built-in tool is one file here that holds its argument type, schema, kind and
 //! handler (a `ToolHandler`, in `handler.rs`); `registry.rs` lists them. Every call ends in a
 //! typed [`ToolOutcome`](kiln_protocol::outcome::ToolOutcome): ok, failed, or refused.
+//!
+//! This table is kiln's one tool surface: `kiln mcp` and `kiln tool call` serve it
+//! ([`Toolbox::served`], `Toolbox::call_bare`) under its names, and argument schemas are
+//! derived from the types the handlers deserialize (`schema.rs`).
 
 mod apply_edit;
 pub mod args_check;
@@ -39,5 +43,6 @@ pub(crate) use final_answer::FinalAnswerArgs;
 pub(crate) use handler::Kind;
 pub(crate) use hooks::run_hook;
 pub use plugin_call::plugin_call;
+pub(crate) use registry::is_builtin;
 pub use settings::ToolSettings;
 pub(crate) use table::{Imp, Toolbox};

@@ -67,12 +67,13 @@ impl<'r> Toolbox<'r> {
     }
 
     /// The table an adapter outside a run serves (`kiln mcp`, `kiln tool call`): the plugin
-    /// tools and the MCP servers' tools as the agent has them, and of the built-ins only
-    /// `builtins` (opt-in ones included), named as the agent names them.
+    /// tools and the MCP servers' tools as the agent has them, and of the built-ins those that
+    /// run outside a run ([`ToolHandler::bare`]) and `also` (opt-in ones included), named as
+    /// the agent names them.
     pub async fn served(
         registry: &'r Registry,
         s: &ToolSettings,
-        builtins: &[&str],
+        also: &[&str],
     ) -> Result<Self, PluginError> {
         let mut table = Toolbox::new(registry, s).await?;
         table.tools.retain(|t| !matches!(t.imp, Imp::Builtin(_)));
@@ -83,7 +84,7 @@ impl<'r> Toolbox<'r> {
             .unwrap_or(table.tools.len());
         let named = super::registry::BUILTINS
             .iter()
-            .filter(|b| builtins.contains(&b.name()) && b.offered(s))
+            .filter(|b| (b.bare() || also.contains(&b.name())) && b.offered(s))
             .map(|&b| Tool {
                 def: b.def(s),
                 kind: b.kind(),
