@@ -816,6 +816,12 @@ fn tool_call_takes_the_agents_names_and_the_old_ones_with_a_note() {
     assert_eq!(r.json()["mcp_server"], "other");
     assert!(!r.stderr().contains("note:"), "{}", r.stderr());
 
+    // `PLUGIN__TOOL` works for a tool no other plugin shares, too.
+    let r = call("fs__read_file", r#"{"path":"a.txt"}"#);
+    r.expect_code(0);
+    assert_eq!(r.json()["result"]["content"], "alpha\n");
+    assert!(!r.stderr().contains("note:"), "{}", r.stderr());
+
     // The old names: the same call, and a note naming the new name.
     let r = call("fs.read_file", r#"{"path":"a.txt"}"#);
     r.expect_code(0);

@@ -162,6 +162,8 @@ async fn call_in_table(
     let table = Toolbox::served(reg, settings, &[]).await?;
     let name = match table.get(tool) {
         Some(_) => tool.to_string(),
+        // `PLUGIN__TOOL` for a tool no other plugin shares (the table calls it `TOOL`).
+        None if let Some(n) = namespaced(&table, tool) => n,
         None => {
             let name = old_name(ctx, reg, &table, tool)?;
             eprintln!(
@@ -188,6 +190,15 @@ async fn call_in_table(
         Imp::Builtin(_) => (json!({}), name.clone()),
     };
     Ok((Called { name, from, own }, answer))
+}
+
+/// The table's name for `PLUGIN__TOOL` when that plugin offers that tool.
+fn namespaced(table: &Toolbox<'_>, tool: &str) -> Option<String> {
+    let (plugin, own) = tool.split_once("__")?;
+    table.tools.iter().find_map(|t| match &t.imp {
+        Imp::Plugin(p, n) if p.name == plugin && n == own => Some(t.def.name.clone()),
+        _ => None,
+    })
 }
 
 /// The table's name for `tool`, a name the table does not have: an old `PLUGIN.TOOL` or
