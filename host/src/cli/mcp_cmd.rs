@@ -13,12 +13,15 @@ use super::settings::McpSettings;
 use crate::config::Config;
 use crate::edit::Workspace;
 use crate::engine::tool_names::COMPILE_LOOP;
-use crate::engine::tools::compile_loop::{self, CompileLoopSetup};
+use crate::engine::tools::compile_loop::{self, CompileLoopPlan, CompileLoopSetup};
+use crate::engine::tools::fix_host::FixHost;
 use crate::engine::tools::{Kind, ToolSettings, Toolbox};
 use crate::engine::{Event, FixOptions, ModelSource};
 use crate::plugin::{PluginKind, Registry};
 use crate::store::{NewLoop, Store};
 use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use kiln_protocol::outcome::ToolOutcome;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
@@ -36,8 +39,6 @@ use std::time::Instant;
 struct Shared {
     workspace: PathBuf,
     config: Config,
-    /// The plugins; they live as long as the server process (the table borrows them).
-    registry: &'static Registry,
     /// The agent's tool table, served: the plugin tools, `apply_edit` and `compile_loop`.
     table: Toolbox<'static>,
     /// How the table's tools run (timeout, protected paths, default edit format).
@@ -132,8 +133,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
     let settings = ToolSettings {
         timeout: s.tool_timeout,
         default_format: s.format.clone(),
-        // compile_loop is listed without a build command too: a call says what is missing.
-        compile_cmd: Some(s.compile_cmd.clone().unwrap_or_default()),
+        compile_cmd: s.compile_cmd.clone(),
         protected: s.config.protected(),
         ..Default::default()
     };
@@ -144,7 +144,6 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         store: std::sync::Mutex::new(ctx.open_store()?),
         store_url: ctx.store.clone(),
         config: s.config,
-        registry,
         table,
         settings,
         listed,
@@ -288,10 +287,10 @@ impl ServerHandler for KilnMcp {
         let ct = context.ct.clone();
         let (text, is_error) = if name == COMPILE_LOOP {
             // The fix loop stops itself on cancellation, so its end is recorded.
-            compile_loop(shared, &args, &context).await
+            call(shared, &name, &args, &context).await
         } else {
             tokio::select! {
-                r = call(shared, &name, &args) => r,
+                r = call(shared, &name, &args, &context) => r,
                 _ = ct.cancelled() => ("cancelled by the client".into(), true),
             }
         };
@@ -317,16 +316,22 @@ impl ServerHandler for KilnMcp {
     }
 }
 
-/// Any tool but compile_loop, through the agent's table: the text for the caller and whether
-/// it is an error.
-async fn call(shared: &Shared, name: &str, args: &Value) -> (String, bool) {
+/// One call through the agent's table (compile_loop's loop run by [`McpFix`]): the text for
+/// the caller and whether it is an error.
+async fn call(
+    shared: &Shared,
+    name: &str,
+    args: &Value,
+    context: &RequestContext<RoleServer>,
+) -> (String, bool) {
     let ws = match Workspace::open(&shared.workspace) {
         Ok(ws) => ws,
         Err(e) => return (e.to_string(), true),
     };
+    let host = McpFix { shared, context };
     match shared
         .table
-        .call_bare(name, &args.to_string(), &shared.settings, &ws)
+        .call_bare(name, &args.to_string(), &shared.settings, &ws, Some(&host))
         .await
     {
         Some(a) => (a.outcome.text().to_string(), a.outcome.is_error()),
@@ -380,36 +385,46 @@ fn progress_forwarder(
     (on_event, forward)
 }
 
-/// The fix loop as a tool: a progress notification per iteration (when the caller asked for
-/// progress), stopped as `cancelled` when the caller cancels.
-async fn compile_loop(
+/// compile_loop's loops for one MCP call: the build command kiln.toml grants, the server's
+/// model (one loop at a time), a progress notification per iteration (when the caller asked
+/// for progress), stopped as `cancelled` when the caller cancels.
+struct McpFix<'c> {
+    shared: &'c Shared,
+    context: &'c RequestContext<RoleServer>,
+}
+
+impl FixHost for McpFix<'_> {
+    fn setup(&self) -> Result<CompileLoopSetup, String> {
+        let shared = self.shared;
+        let Some(cmd) = shared.compile_cmd.clone() else {
+            return Err("compile_loop needs the build command it may run: set `[agent] test_command` in the workspace's kiln.toml (and `kiln trust` it), or start `kiln mcp --test-command CMD`".into());
+        };
+        Ok(CompileLoopSetup {
+            cmd,
+            format: shared.default_format.clone(),
+            base: FixOptions {
+                max_iters: shared.config.fix.max_iters.unwrap_or(5),
+                prompt: shared.config.fix.prompt.clone(),
+                protected: shared.config.protected(),
+                ..Default::default()
+            },
+        })
+    }
+
+    fn run<'a>(&'a self, plan: CompileLoopPlan<'a>) -> BoxFuture<'a, ToolOutcome> {
+        Box::pin(run_compile_loop(self.shared, plan, self.context))
+    }
+}
+
+/// Run one compile_loop call's loop (see [`McpFix`]).
+async fn run_compile_loop(
     shared: &Shared,
-    args: &Value,
+    plan: CompileLoopPlan<'_>,
     context: &RequestContext<RoleServer>,
-) -> (String, bool) {
-    let Some(cmd) = shared.compile_cmd.clone() else {
-        return (
-            "compile_loop needs the build command it may run: set `[agent] test_command` in the workspace's kiln.toml (and `kiln trust` it), or start `kiln mcp --test-command CMD`".into(),
-            true,
-        );
-    };
-    let setup = CompileLoopSetup {
-        cmd,
-        format: shared.default_format.clone(),
-        base: FixOptions {
-            max_iters: shared.config.fix.max_iters.unwrap_or(5),
-            prompt: shared.config.fix.prompt.clone(),
-            protected: shared.config.protected(),
-            ..Default::default()
-        },
-    };
-    let plan = match compile_loop::plan(shared.registry, args, setup) {
-        Ok(p) => p,
-        Err(e) => return (e.to_string(), true),
-    };
+) -> ToolOutcome {
     let mut store = match Store::open_url(shared.store_url.as_ref(), &shared.workspace) {
         Ok(s) => s,
-        Err(e) => return (e.to_string(), true),
+        Err(e) => return ToolOutcome::Failed(e.to_string()),
     };
     // Cancellation: the loop ends with `cancelled` and its files whole.
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
@@ -422,14 +437,14 @@ async fn compile_loop(
         m = shared.model.lock() => m,
         _ = context.ct.cancelled() => {
             cancel_watch.abort();
-            return ("cancelled by the client".into(), true);
+            return ToolOutcome::Failed("cancelled by the client".into());
         }
     };
     let model = match &mut *model {
         Ok(m) => m,
         Err(why) => {
             cancel_watch.abort();
-            return (why.to_string(), true);
+            return ToolOutcome::Failed(why.to_string());
         }
     };
     let (mut on_event, forward) = progress_forwarder(context, plan.fix.max_iters);
@@ -452,6 +467,5 @@ async fn compile_loop(
         let _ = f.await;
     }
     cancel_watch.abort();
-    let outcome = compile_loop::outcome(&result);
-    (outcome.text().to_string(), outcome.is_error())
+    compile_loop::outcome(&result)
 }

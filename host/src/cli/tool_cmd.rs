@@ -180,7 +180,7 @@ async fn call_in_table(
     crate::engine::tools::args_check::check(tool, &t.def.parameters, args)?;
     let ws = crate::edit::Workspace::open(&ctx.workspace)?;
     let answer = table
-        .call_bare(&name, &args.to_string(), settings, &ws)
+        .call_bare(&name, &args.to_string(), settings, &ws, None)
         .await
         .with_context(|| format!("no tool named `{name}`"))?;
     let (from, own) = match &t.imp {

@@ -74,12 +74,14 @@ impl ToolHandler for ApplyEdit {
             changed,
             ..
         } = cx;
+        let fix_host = None;
         Box::pin(async move {
             let (outcome, written) = apply(
                 Bare {
                     registry,
                     settings,
                     ws,
+                    fix_host,
                 },
                 args,
             )

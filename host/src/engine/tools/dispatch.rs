@@ -4,6 +4,7 @@
 //! `tool.end` event for each.
 
 use super::caps::Changes;
+use super::fix_host::FixHost;
 use super::handler::{Bare, Ctx};
 use super::hooks::{before_tool, run_hook};
 use super::plugin_call::{plugin_answer, plugin_call};
@@ -190,15 +191,16 @@ impl<'r> Toolbox<'r> {
     }
 
     /// One call from outside a run (`kiln mcp`, `kiln tool call`), routed as the agent's
-    /// calls are; no hooks, no store row, no event (the caller records what it records). A
-    /// built-in that needs a run (a model, the store) is a failed call that says so. `None`:
-    /// no tool has that name.
+    /// calls are; no hooks, no store row, no event (the caller records what it records).
+    /// `compile_loop` runs its loop in `fix_host`; a built-in that needs a run (a model, the
+    /// store) is a failed call that says so. `None`: no tool has that name.
     pub async fn call_bare(
         &self,
         name: &str,
         args: &str,
         s: &ToolSettings,
         ws: &Workspace,
+        fix_host: Option<&dyn FixHost>,
     ) -> Option<Answer> {
         let tool = self.get(name)?;
         let v: Value = match serde_json::from_str(args) {
@@ -216,6 +218,7 @@ impl<'r> Toolbox<'r> {
             registry: self.registry,
             settings: s,
             ws,
+            fix_host,
         };
         Some(match h.handle_bare(cx, args) {
             Some(call) => {

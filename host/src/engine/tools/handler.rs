@@ -4,6 +4,7 @@
 //! is listed once in `registry.rs`.
 
 use super::caps::Changes;
+use super::fix_host::FixHost;
 use super::settings::ToolSettings;
 use crate::edit::Workspace;
 use crate::engine::run::Run;
@@ -41,7 +42,8 @@ pub(crate) struct Ctx<'c, 'a> {
     pub changed: &'c mut Changes,
 }
 
-/// What a call outside a run may use (`kiln mcp`, `kiln tool call`): no model, no store.
+/// What a call outside a run may use (`kiln mcp`, `kiln tool call`): no run; a caller that
+/// can run fix loops says so with `fix_host`.
 pub(crate) struct Bare<'c> {
     /// The loaded plugins (edit formats, runners).
     pub registry: &'c Registry,
@@ -49,6 +51,8 @@ pub(crate) struct Bare<'c> {
     pub settings: &'c ToolSettings,
     /// The workspace.
     pub ws: &'c Workspace,
+    /// Where `compile_loop` runs its loop (`kiln mcp`); `None`: nowhere.
+    pub fix_host: Option<&'c dyn FixHost>,
 }
 
 /// A built-in tool.

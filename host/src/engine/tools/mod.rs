@@ -20,6 +20,7 @@ mod dispatch;
 mod edits;
 mod evaluate_work;
 mod final_answer;
+pub(crate) mod fix_host;
 mod generate_patch;
 pub(crate) mod handler;
 mod history;

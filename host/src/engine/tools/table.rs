@@ -84,7 +84,7 @@ impl<'r> Toolbox<'r> {
             .unwrap_or(table.tools.len());
         let named = super::registry::BUILTINS
             .iter()
-            .filter(|b| (b.bare() || also.contains(&b.name())) && b.offered(s))
+            .filter(|b| (b.bare() && b.offered(s)) || also.contains(&b.name()))
             .map(|&b| Tool {
                 def: b.def(s),
                 kind: b.kind(),
