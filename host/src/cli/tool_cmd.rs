@@ -185,7 +185,10 @@ async fn call_in_table(
         .with_context(|| format!("no tool named `{name}`"))?;
     let (from, own) = match &t.imp {
         Imp::Plugin(p, own) => (json!({ "plugin": p.name }), own.clone()),
-        Imp::AstRefactor(p) => (json!({ "plugin": p.name }), name.clone()),
+        Imp::AstRefactor(p) => (
+            json!({ "plugin": p.name }),
+            crate::edit::refactor::TOOL.to_string(),
+        ),
         Imp::External(s, own) => (json!({ "mcp_server": s.name }), own.clone()),
         Imp::Builtin(_) => (json!({}), name.clone()),
     };
@@ -213,7 +216,7 @@ fn old_name(ctx: &Ctx, reg: &Registry, table: &Toolbox<'_>, tool: &str) -> anyho
         .iter()
         .filter(|t| match (&t.imp, owner) {
             (Imp::Plugin(p, n), Some(o)) => p.name == o && n == own,
-            (Imp::AstRefactor(p), Some(o)) => p.name == o && t.def.name.ends_with(own),
+            (Imp::AstRefactor(p), Some(o)) => p.name == o && own == crate::edit::refactor::TOOL,
             (Imp::External(s, n), Some(o)) => s.name == o && n == own,
             (Imp::Plugin(_, n), None) => n == own,
             _ => false,
