@@ -776,3 +776,95 @@ fn tool_call_runs_the_test_command_the_agent_would_detect() {
     r.expect_code(1);
     assert_eq!(r.json()["error"]["kind"], "denied", "{}", r.stdout());
 }
+
+/// `kiln tool call` is the agent's tool table from the command line: a tool is called by the
+/// name `kiln tool list` and the agent give it (an MCP server's as `SERVER__tool`), the old
+/// dotted names still work with a note on stderr, and the table's `apply_edit` writes through
+/// the host's edit path while a built-in that needs a run says so.
+#[test]
+fn tool_call_takes_the_agents_names_and_the_old_ones_with_a_note() {
+    let other = Workspace::new();
+    other.write("b.txt", "only in the other workspace\n");
+    let ws = Workspace::new();
+    ws.write("a.txt", "alpha\n");
+    ws.write(
+        "kiln.toml",
+        &format!(
+            "[mcp.servers.other]\ncommand = {:?}\nargs = [\"-C\", {:?}, \"mcp\"]\nenv = [\"KILN_CACHE_DIR\", \"KILN_CACHE_KEY\", \"KILN_CONFIG\", \"KILN_YES\", \"XDG_STATE_HOME\"]\n",
+            env!("CARGO_BIN_EXE_kiln"),
+            other.root().to_str().unwrap()
+        ),
+    );
+    let call =
+        |tool: &str, args: &str| ws.kiln(&["tool", "call", tool, "--args", args, "--json"], &[]);
+
+    // The agent's names: no note.
+    let r = call("read_file", r#"{"path":"a.txt"}"#);
+    r.expect_code(0);
+    assert_eq!(r.json()["result"]["content"], "alpha\n");
+    assert!(!r.stderr().contains("note:"), "{}", r.stderr());
+    let r = call("other__read_file", r#"{"path":"b.txt"}"#);
+    r.expect_code(0);
+    assert!(
+        r.json()["result"]
+            .to_string()
+            .contains("only in the other workspace"),
+        "{}\n{}",
+        r.stdout(),
+        r.stderr()
+    );
+    assert_eq!(r.json()["mcp_server"], "other");
+    assert!(!r.stderr().contains("note:"), "{}", r.stderr());
+
+    // `PLUGIN__TOOL` works for a tool no other plugin shares, too.
+    let r = call("fs__read_file", r#"{"path":"a.txt"}"#);
+    r.expect_code(0);
+    assert_eq!(r.json()["result"]["content"], "alpha\n");
+    assert!(!r.stderr().contains("note:"), "{}", r.stderr());
+
+    // The old names: the same call, and a note naming the new name.
+    let r = call("fs.read_file", r#"{"path":"a.txt"}"#);
+    r.expect_code(0);
+    assert_eq!(r.json()["result"]["content"], "alpha\n");
+    assert!(
+        r.stderr()
+            .contains("note: `fs.read_file` is the old name of `read_file`"),
+        "{}",
+        r.stderr()
+    );
+    let r = call("other.read_file", r#"{"path":"b.txt"}"#);
+    r.expect_code(0);
+    assert!(
+        r.stderr()
+            .contains("note: `other.read_file` is the old name of `other__read_file`"),
+        "{}",
+        r.stderr()
+    );
+
+    // apply_edit, as `kiln mcp` serves it: checked against its derived schema, then applied.
+    let r = call("apply_edit", r#"{"reponse":"x"}"#);
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("the required field `response` is missing")
+            && r.stderr().contains("did you mean `response`?"),
+        "{}",
+        r.stderr()
+    );
+    let edit = "<<<<<<< SEARCH\nalpha\n=======\nbeta\n>>>>>>> REPLACE\n";
+    let args = serde_json::json!({"response": edit, "files": ["a.txt"]}).to_string();
+    let r = call("apply_edit", &args);
+    r.expect_code(0);
+    assert_eq!(r.json()["result"]["written"], serde_json::json!(["a.txt"]));
+    assert_eq!(ws.read("a.txt"), "beta\n");
+
+    // A built-in that needs a model and a store is not run from here.
+    let r = call("write_patch", r#"{"path":"a.txt","patch":"x"}"#);
+    assert_eq!(r.code(), 2, "{}\n{}", r.stdout(), r.stderr());
+    assert!(
+        r.stderr()
+            .contains("`write_patch` is a built-in tool that needs an agent run"),
+        "{}",
+        r.stderr()
+    );
+}

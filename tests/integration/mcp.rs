@@ -185,6 +185,46 @@ async fn serves_plugin_tools_edits_and_refusals_over_stdio() {
     );
 }
 
+/// The table's tools as served over MCP: `ast_refactor` as `kiln agent` has it (the host
+/// applies its edits), and `compile_loop` without a build command telling the caller what to
+/// set, as a tool error; a bad compile_loop call is refused by the table before any loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_the_agents_table_and_compile_loop_says_what_it_lacks() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "x\n");
+    let s = connect(&ws, &[]).await;
+    let tools = s.peer().list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert!(names.contains(&"ast_refactor"), "{names:?}");
+    let cl = tools.iter().find(|t| t.name == "compile_loop").unwrap();
+    assert_eq!(cl.input_schema["required"], json!(["spec"]));
+    assert_eq!(cl.input_schema["additionalProperties"], json!(false));
+
+    let r = call(&s, "compile_loop", json!({"spec": "fix it"})).await;
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(
+        text(&r).contains("compile_loop needs the build command it may run"),
+        "{}",
+        text(&r)
+    );
+    s.cancel().await.unwrap();
+
+    let s = connect(&ws, &["--test-command", "true"]).await;
+    let r = call(
+        &s,
+        "compile_loop",
+        json!({"spec": "fix", "target_file": "a", "target_files": ["b"]}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(
+        text(&r).contains("give target_file or target_files, not both"),
+        "{}",
+        text(&r)
+    );
+    s.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compile_loop_fixes_with_a_progress_notification_per_iteration() {
     let ws = Workspace::new();

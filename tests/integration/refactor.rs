@@ -302,3 +302,54 @@ fn a_rename_touching_a_symlink_or_a_protected_file_writes_nothing() {
         "import { total } from '../src/a';\nexport const v = total([1]);\n"
     );
 }
+
+/// `kiln tool call ast_refactor` is the agent's call: the plugin computes, the host applies the
+/// files through its edit path (the old `ast-refactor.ast_refactor` name too, with a note).
+#[test]
+fn tool_call_applies_ast_refactor_as_the_agent_does() {
+    let ws = Workspace::new();
+    ws.write("src/a.ts", A_TS);
+    ws.write("src/b.ts", B_TS);
+    let args = json!({"operation":"rename","path":"src/a.ts","symbol":"label","new_name":"title"});
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "ast_refactor",
+            "--args",
+            &args.to_string(),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 0, "{}\n{}", r.stdout(), r.stderr());
+    assert_eq!(r.json()["plugin"], "ast-refactor");
+    assert!(
+        ws.read("src/a.ts")
+            .contains("export const title = \"total\";")
+    );
+    assert!(
+        ws.read("src/b.ts")
+            .contains("import { total, title } from './a';")
+    );
+
+    let back = json!({"operation":"rename","path":"src/a.ts","symbol":"title","new_name":"label"});
+    let r = ws.kiln(
+        &[
+            "tool",
+            "call",
+            "ast-refactor.ast_refactor",
+            "--args",
+            &back.to_string(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 0, "{}\n{}", r.stdout(), r.stderr());
+    assert!(
+        r.stderr()
+            .contains("`ast-refactor.ast_refactor` is the old name of `ast_refactor`"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(ws.read("src/a.ts"), A_TS);
+}

@@ -11,12 +11,17 @@ use super::common::ModelPlan;
 use super::ctx::{Ctx, Outcome};
 use super::settings::McpSettings;
 use crate::config::Config;
-use crate::edit::{self, ApplyOptions, Workspace};
-use crate::engine::tools::compile_loop::{self, CompileLoopSetup};
+use crate::edit::Workspace;
+use crate::engine::tool_names::COMPILE_LOOP;
+use crate::engine::tools::compile_loop::{self, CompileLoopPlan, CompileLoopSetup};
+use crate::engine::tools::fix_host::FixHost;
+use crate::engine::tools::{Kind, ToolSettings, Toolbox};
 use crate::engine::{Event, FixOptions, ModelSource};
 use crate::plugin::{PluginKind, Registry};
 use crate::store::{NewLoop, Store};
 use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use kiln_protocol::outcome::ToolOutcome;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
@@ -28,30 +33,20 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant};
-
-/// What a tool offered over MCP runs.
-enum Target {
-    /// A tool plugin's tool: (plugin, its name for the tool).
-    Plugin(String, String),
-    ApplyEdit,
-    CompileLoop,
-}
-
-struct Offered {
-    tool: Tool,
-    target: Target,
-}
+use std::time::Instant;
 
 /// Everything the sessions of one `kiln mcp` process share.
 struct Shared {
     workspace: PathBuf,
     config: Config,
-    registry: Registry,
-    tools: Vec<Offered>,
+    /// The agent's tool table, served: the plugin tools, `apply_edit` and `compile_loop`.
+    table: Toolbox<'static>,
+    /// How the table's tools run (timeout, protected paths, default edit format).
+    settings: ToolSettings,
+    /// The tools as MCP lists them, in the table's order.
+    listed: Vec<Tool>,
     default_format: String,
     compile_cmd: Option<String>,
-    tool_timeout: Duration,
     /// compile_loop's model; one loop at a time (a second waits). `Err`: why there is none.
     model: tokio::sync::Mutex<Result<ModelSource, NoModel>>,
     model_label: String,
@@ -125,26 +120,6 @@ fn object(v: Value) -> serde_json::Map<String, Value> {
     }
 }
 
-fn apply_edit_tool(default_format: &str) -> Tool {
-    Tool::new(
-        "apply_edit",
-        format!(
-            "Apply an edit response to the workspace through kiln's atomic edit path: every file or none, protected paths (kiln.toml, .kiln/, .git/, [sandbox] protect) refused. `response` is the edit text in `format` (default {default_format}; search-replace, udiff, whole, apply-patch or a plugin format); `files` names the files it may change (workspace-relative; with several, each file's blocks follow a `<<< path=REL >>>` header); `dry_run` validates without writing. Returns the per-edit report; a refused edit is an error that says why."
-        ),
-        object(json!({
-            "type": "object",
-            "properties": {
-                "response": { "type": "string", "description": "The edit, e.g. SEARCH/REPLACE blocks with <<< path=REL >>> headers" },
-                "format": { "type": "string", "description": "Edit format (default: the server's)" },
-                "files": { "type": "array", "items": { "type": "string" }, "description": "The files the edit may change (workspace-relative)" },
-                "dry_run": { "type": "boolean", "description": "Validate and report without writing" }
-            },
-            "required": ["response"],
-            "additionalProperties": false
-        })),
-    )
-}
-
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::Result<Outcome> {
     let s = McpSettings::resolve(ctx, &args)?;
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
@@ -153,17 +128,27 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         .with_context(|| format!("--format {}", s.format))?;
     let model = compile_loop_model(&args, &s.config)?;
     let model_label = model.as_ref().map_or("-".to_string(), |m| m.label());
-    let tools = offered_tools(&registry, &s.format, s.compile_cmd.as_deref()).await?;
+    // One registry per server process, borrowed by the table for the process's life.
+    let registry: &'static Registry = Box::leak(Box::new(registry));
+    let settings = ToolSettings {
+        timeout: s.tool_timeout,
+        default_format: s.format.clone(),
+        compile_cmd: s.compile_cmd.clone(),
+        protected: s.config.protected(),
+        ..Default::default()
+    };
+    let table = Toolbox::served(registry, &settings, &[COMPILE_LOOP]).await?;
+    let listed = listed(&table, s.compile_cmd.as_deref());
     let shared = Arc::new(Shared {
         workspace: ctx.workspace.clone(),
         store: std::sync::Mutex::new(ctx.open_store()?),
         store_url: ctx.store.clone(),
         config: s.config,
-        registry,
-        tools,
+        table,
+        settings,
+        listed,
         default_format: s.format,
         compile_cmd: s.compile_cmd,
-        tool_timeout: s.tool_timeout,
         model: tokio::sync::Mutex::new(model),
         model_label,
     });
@@ -189,48 +174,32 @@ fn compile_loop_model(
     })
 }
 
-/// The tools offered: the plugin tools, named as `kiln tool list` names them, then kiln's own.
-async fn offered_tools(
-    registry: &Registry,
-    default_format: &str,
-    compile_cmd: Option<&str>,
-) -> anyhow::Result<Vec<Offered>> {
-    let mut tools: Vec<Offered> = Vec::new();
-    for t in crate::engine::tools::plugin_tools(registry).await? {
-        let name = if ["apply_edit", "compile_loop"].contains(&t.def.name.as_str()) {
-            format!("{}__{}", t.plugin.name, t.def.name)
-        } else {
-            t.def.name.clone()
-        };
-        let mut tool = Tool::new(name, t.def.description.clone(), object(t.def.parameters));
-        if t.read_only {
-            tool = tool.with_annotations(ToolAnnotations::new().read_only(true));
-        }
-        tools.push(Offered {
-            tool,
-            target: Target::Plugin(t.plugin.name.clone(), t.tool),
-        });
-    }
-    tools.push(Offered {
-        tool: apply_edit_tool(default_format),
-        target: Target::ApplyEdit,
-    });
-    let cl = crate::engine::compile_loop_tool();
-    tools.push(Offered {
-        tool: Tool::new(
-            cl.name,
-            format!(
-                "{} Runs the build command the workspace's kiln.toml grants{}; the model comes from kiln's LLM settings. Sends a progress notification per iteration.",
-                cl.description,
-                compile_cmd
-                    .map(|c| format!(" (`{c}`)"))
-                    .unwrap_or_default()
-            ),
-            object(cl.parameters),
-        ),
-        target: Target::CompileLoop,
-    });
-    Ok(tools)
+/// The table's tools as MCP lists them: read-only ones annotated, compile_loop's description
+/// saying which build command it runs and that it sends progress.
+fn listed(table: &Toolbox<'_>, compile_cmd: Option<&str>) -> Vec<Tool> {
+    table
+        .tools
+        .iter()
+        .map(|t| {
+            let mut description = t.def.description.clone();
+            if t.def.name == COMPILE_LOOP {
+                description.push_str(&format!(
+                    " Runs the build command the workspace's kiln.toml grants{}; the model comes from kiln's LLM settings. Sends a progress notification per iteration.",
+                    compile_cmd.map(|c| format!(" (`{c}`)")).unwrap_or_default()
+                ));
+            }
+            let tool = Tool::new(
+                t.def.name.clone(),
+                description,
+                object(t.def.parameters.clone()),
+            );
+            if t.kind == Kind::Read {
+                tool.with_annotations(ToolAnnotations::new().read_only(true))
+            } else {
+                tool
+            }
+        })
+        .collect()
 }
 
 async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<Outcome> {
@@ -295,7 +264,7 @@ impl ServerHandler for KilnMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(
-            self.shared().tools.iter().map(|t| t.tool.clone()).collect(),
+            self.shared().listed.clone(),
         ))
     }
 
@@ -306,24 +275,23 @@ impl ServerHandler for KilnMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let shared = self.shared();
         let name = request.name.to_string();
-        let Some(offered) = shared.tools.iter().find(|t| t.tool.name == name) else {
+        if shared.table.get(&name).is_none() {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool `{name}`; see tools/list"),
                 None,
             ));
-        };
+        }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let n = self.session.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let start = Instant::now();
         let ct = context.ct.clone();
-        let (text, is_error) = match &offered.target {
+        let (text, is_error) = if name == COMPILE_LOOP {
             // The fix loop stops itself on cancellation, so its end is recorded.
-            Target::CompileLoop => compile_loop(shared, &args, &context).await,
-            target => {
-                tokio::select! {
-                    r = call(shared, target, &args) => r,
-                    _ = ct.cancelled() => ("cancelled by the client".into(), true),
-                }
+            call(shared, &name, &args, &context).await
+        } else {
+            tokio::select! {
+                r = call(shared, &name, &args, &context) => r,
+                _ = ct.cancelled() => ("cancelled by the client".into(), true),
             }
         };
         if let Ok(mut store) = shared.store.lock() {
@@ -348,61 +316,26 @@ impl ServerHandler for KilnMcp {
     }
 }
 
-/// A plugin tool or apply_edit: the text for the caller and whether it is an error.
-async fn call(shared: &Shared, target: &Target, args: &Value) -> (String, bool) {
-    let timeout = shared.tool_timeout;
-    match target {
-        Target::Plugin(plugin, tool) => {
-            let plugin = match shared.registry.get(plugin, Some(PluginKind::Tool)) {
-                Ok(p) => p,
-                Err(e) => return (e.to_string(), true),
-            };
-            let out =
-                crate::engine::tools::plugin_call(plugin, tool, &args.to_string(), timeout).await;
-            (out.text().to_string(), out.is_error())
-        }
-        Target::ApplyEdit => {
-            let Some(response) = args["response"].as_str() else {
-                return ("`response` (the edit text) is required".into(), true);
-            };
-            let format_name = args["format"].as_str().unwrap_or(&shared.default_format);
-            let files: Vec<String> = match &args["files"] {
-                Value::Null => vec![],
-                Value::Array(a) if a.iter().all(Value::is_string) => a
-                    .iter()
-                    .filter_map(|f| f.as_str().map(String::from))
-                    .collect(),
-                _ => return ("`files` must be an array of paths".into(), true),
-            };
-            let format = match shared
-                .registry
-                .get(format_name, Some(PluginKind::EditFormat))
-            {
-                Ok(f) => f,
-                Err(e) => return (e.to_string(), true),
-            };
-            let ws = match Workspace::open(&shared.workspace) {
-                Ok(ws) => ws,
-                Err(e) => return (e.to_string(), true),
-            };
-            let opts = ApplyOptions {
-                dry_run: args["dry_run"].as_bool().unwrap_or(false),
-                protected: shared.config.protected(),
-                ..Default::default()
-            };
-            let (text, is_error, _) = edit::apply_as_tool_result(
-                "apply_edit",
-                format,
-                &ws,
-                response,
-                &files,
-                &opts,
-                timeout,
-            )
-            .await;
-            (text, is_error)
-        }
-        Target::CompileLoop => ("compile_loop is not a plain call".into(), true),
+/// One call through the agent's table (compile_loop's loop run by [`McpFix`]): the text for
+/// the caller and whether it is an error.
+async fn call(
+    shared: &Shared,
+    name: &str,
+    args: &Value,
+    context: &RequestContext<RoleServer>,
+) -> (String, bool) {
+    let ws = match Workspace::open(&shared.workspace) {
+        Ok(ws) => ws,
+        Err(e) => return (e.to_string(), true),
+    };
+    let host = McpFix { shared, context };
+    match shared
+        .table
+        .call_bare(name, &args.to_string(), &shared.settings, &ws, Some(&host))
+        .await
+    {
+        Some(a) => (a.outcome.text().to_string(), a.outcome.is_error()),
+        None => (format!("unknown tool `{name}`; see tools/list"), true),
     }
 }
 
@@ -452,36 +385,46 @@ fn progress_forwarder(
     (on_event, forward)
 }
 
-/// The fix loop as a tool: a progress notification per iteration (when the caller asked for
-/// progress), stopped as `cancelled` when the caller cancels.
-async fn compile_loop(
+/// compile_loop's loops for one MCP call: the build command kiln.toml grants, the server's
+/// model (one loop at a time), a progress notification per iteration (when the caller asked
+/// for progress), stopped as `cancelled` when the caller cancels.
+struct McpFix<'c> {
+    shared: &'c Shared,
+    context: &'c RequestContext<RoleServer>,
+}
+
+impl FixHost for McpFix<'_> {
+    fn setup(&self) -> Result<CompileLoopSetup, String> {
+        let shared = self.shared;
+        let Some(cmd) = shared.compile_cmd.clone() else {
+            return Err("compile_loop needs the build command it may run: set `[agent] test_command` in the workspace's kiln.toml (and `kiln trust` it), or start `kiln mcp --test-command CMD`".into());
+        };
+        Ok(CompileLoopSetup {
+            cmd,
+            format: shared.default_format.clone(),
+            base: FixOptions {
+                max_iters: shared.config.fix.max_iters.unwrap_or(5),
+                prompt: shared.config.fix.prompt.clone(),
+                protected: shared.config.protected(),
+                ..Default::default()
+            },
+        })
+    }
+
+    fn run<'a>(&'a self, plan: CompileLoopPlan<'a>) -> BoxFuture<'a, ToolOutcome> {
+        Box::pin(run_compile_loop(self.shared, plan, self.context))
+    }
+}
+
+/// Run one compile_loop call's loop (see [`McpFix`]).
+async fn run_compile_loop(
     shared: &Shared,
-    args: &Value,
+    plan: CompileLoopPlan<'_>,
     context: &RequestContext<RoleServer>,
-) -> (String, bool) {
-    let Some(cmd) = shared.compile_cmd.clone() else {
-        return (
-            "compile_loop needs the build command it may run: set `[agent] test_command` in the workspace's kiln.toml (and `kiln trust` it), or start `kiln mcp --test-command CMD`".into(),
-            true,
-        );
-    };
-    let setup = CompileLoopSetup {
-        cmd,
-        format: shared.default_format.clone(),
-        base: FixOptions {
-            max_iters: shared.config.fix.max_iters.unwrap_or(5),
-            prompt: shared.config.fix.prompt.clone(),
-            protected: shared.config.protected(),
-            ..Default::default()
-        },
-    };
-    let plan = match compile_loop::plan(&shared.registry, args, setup) {
-        Ok(p) => p,
-        Err(e) => return (e.to_string(), true),
-    };
+) -> ToolOutcome {
     let mut store = match Store::open_url(shared.store_url.as_ref(), &shared.workspace) {
         Ok(s) => s,
-        Err(e) => return (e.to_string(), true),
+        Err(e) => return ToolOutcome::Failed(e.to_string()),
     };
     // Cancellation: the loop ends with `cancelled` and its files whole.
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
@@ -494,14 +437,14 @@ async fn compile_loop(
         m = shared.model.lock() => m,
         _ = context.ct.cancelled() => {
             cancel_watch.abort();
-            return ("cancelled by the client".into(), true);
+            return ToolOutcome::Failed("cancelled by the client".into());
         }
     };
     let model = match &mut *model {
         Ok(m) => m,
         Err(why) => {
             cancel_watch.abort();
-            return (why.to_string(), true);
+            return ToolOutcome::Failed(why.to_string());
         }
     };
     let (mut on_event, forward) = progress_forwarder(context, plan.fix.max_iters);
@@ -524,6 +467,5 @@ async fn compile_loop(
         let _ = f.await;
     }
     cancel_watch.abort();
-    let outcome = compile_loop::outcome(&result);
-    (outcome.text().to_string(), outcome.is_error())
+    compile_loop::outcome(&result)
 }

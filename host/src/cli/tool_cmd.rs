@@ -4,19 +4,23 @@
 
 use super::ctx::{Ctx, Outcome};
 use super::output::print_json;
-use crate::plugin::{Plugin, PluginKind, Registry};
+use crate::engine::tools::plugin_call::PLUGIN_FAILED;
+use crate::engine::tools::{Answer, Imp, ToolSettings, Toolbox};
+use crate::plugin::{PluginKind, Registry};
 use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ToolCommand {
-    /// Call a tool: `kiln tool call read_file --args '{"path":"src/main.rs"}'`. Name it
-    /// `PLUGIN.TOOL` when two plugins offer the same tool, `SERVER.TOOL` for a tool of an MCP
-    /// server of `[mcp.servers]`.
+    /// Call a tool: `kiln tool call read_file --args '{"path":"src/main.rs"}'`, by the name
+    /// `kiln tool list` and the agent give it: `PLUGIN__TOOL` when two plugins offer the same
+    /// tool, `SERVER__TOOL` for a tool of an MCP server of `[mcp.servers]` (the old
+    /// `PLUGIN.TOOL` and `SERVER.TOOL` still work, with a note).
     Call {
-        /// Tool name, or `PLUGIN.TOOL`.
+        /// Tool name, as `kiln tool list` shows it.
         tool: String,
         /// Arguments as a JSON object.
         #[arg(long, default_value = "{}")]
@@ -100,7 +104,9 @@ async fn list(ctx: &Ctx, reg: &Registry, json: bool) -> anyhow::Result<Outcome> 
     Ok(Outcome::Success)
 }
 
-/// `kiln tool call TOOL --args JSON`.
+/// `kiln tool call TOOL --args JSON`: one call through the agent's tool table, under the name
+/// the agent and `kiln tool list` give the tool (`PLUGIN.TOOL` and `SERVER.TOOL`, the old
+/// names, still work, with a note on stderr).
 async fn call(
     ctx: &Ctx,
     reg: &Registry,
@@ -114,150 +120,177 @@ async fn call(
         parsed.is_object(),
         "--args must be a JSON object, got {args}"
     );
-    let (plugin_name, tool_name) = match tool.split_once('.') {
-        Some((p, t)) => (Some(p), t),
-        None => (None, tool),
+    // The one MCP server the name points into, if any, is started for the call.
+    let servers = &ctx.config.mcp.servers;
+    let server = servers.iter().find(|(n, _)| {
+        tool.starts_with(&crate::mcp::wire_name(n, ""))
+            || tool.split_once('.').is_some_and(|(s, _)| s == n.as_str())
+    });
+    let one = server
+        .map(|(n, c)| std::iter::once((n.clone(), c.clone())).collect())
+        .unwrap_or_default();
+    let external = crate::mcp::ExternalTools::start(&one, &ctx.workspace).await?;
+    let settings = ToolSettings {
+        // As before the table: a call from the command line runs until it ends.
+        timeout: Duration::MAX,
+        protected: ctx.config.protected(),
+        external: external.clone(),
+        ..Default::default()
     };
-    if let Some(server) = plugin_name.and_then(|p| ctx.config.mcp.servers.get_key_value(p)) {
-        return call_external(ctx, server, tool_name, &parsed, json).await;
-    }
-    let (plugin, schema) = find_plugin(reg, tool, plugin_name, tool_name).await?;
-    // Checked before the call, as the model's calls are described to it: wrong arguments are
-    // named here, not somewhere inside the tool.
-    if let Ok(schema) = serde_json::from_str::<Value>(&schema) {
-        crate::engine::tools::args_check::check(tool, &schema, &parsed)?;
-    }
-    let args_text = parsed.to_string();
-    match plugin.tool_call(tool_name, &args_text).await {
-        Ok(Ok(result)) => {
-            if json {
-                let value = serde_json::from_str::<Value>(&result).unwrap_or(Value::String(result));
-                print_json(
-                    &json!({ "ok": true, "plugin": plugin.name, "tool": tool_name, "result": value }),
-                );
-            } else {
-                println!("{}", crate::terminal::printable(&result));
-            }
-            Ok(Outcome::Success)
-        }
-        Ok(Err(err)) => {
-            if json {
-                let (kind, message) = crate::plugin::call_error_parts(&err);
-                print_json(
-                    &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": kind, "message": message } }),
-                );
-            } else {
-                eprintln!(
-                    "{}.{tool_name}: {}",
-                    plugin.name,
-                    crate::terminal::printable(&crate::plugin::describe_call_error(&err))
-                );
-            }
-            Ok(Outcome::Failure)
-        }
-        Err(host_err) => {
-            if json {
-                print_json(
-                    &json!({ "ok": false, "plugin": plugin.name, "tool": tool_name, "error": { "kind": "plugin-error", "message": host_err.to_string() } }),
-                );
-            }
-            Err(host_err.into())
-        }
-    }
+    let answer = call_in_table(ctx, reg, &settings, tool, &parsed).await;
+    external.shutdown().await;
+    let (called, answer) = answer?;
+    report(&called, answer, json)
 }
 
-/// The one tool plugin offering `tool_name` (only `plugin_name`, when given) and the tool's
-/// argument schema; `tool` is the name as the user wrote it.
-async fn find_plugin<'r>(
-    reg: &'r Registry,
-    tool: &str,
-    plugin_name: Option<&str>,
-    tool_name: &str,
-) -> anyhow::Result<(&'r Plugin, String)> {
-    let mut candidates = Vec::new();
-    let mut known = Vec::new();
-    for p in reg.all().iter().filter(|p| p.kind == PluginKind::Tool) {
-        if plugin_name.is_some_and(|n| n != p.name) {
-            continue;
-        }
-        for t in p.tool_list().await? {
-            if t.name == tool_name {
-                candidates.push((p, t.schema));
-            } else {
-                known.push(t.name);
-            }
-        }
-    }
-    match candidates.len() {
-        1 => Ok(candidates.remove(0)),
-        0 => {
-            // A plugin named but absent (or skipped because it failed to load) says why.
-            if let Some(p) = plugin_name {
-                reg.get(p, Some(PluginKind::Tool))?;
-            }
-            anyhow::bail!(
-                "no tool named `{tool}`{}; see `kiln tool list`",
-                crate::suggest::hint(tool_name, known.iter().map(String::as_str))
-            )
-        }
-        _ => anyhow::bail!(
-            "tool `{tool_name}` is offered by several plugins ({}); name it as PLUGIN.{tool_name}",
-            candidates
-                .iter()
-                .map(|(p, _)| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
+/// A call as made: the tool's name in the table, where it comes from (`{"plugin": ..}`,
+/// `{"mcp_server": ..}` or nothing for a built-in) and its owner's name for it.
+struct Called {
+    name: String,
+    from: Value,
+    own: String,
 }
 
-/// `kiln tool call SERVER.TOOL`: start that one MCP server, call the tool, stop the server.
-async fn call_external(
+/// Resolve `tool` in the table (an old dotted name with a note) and call it.
+async fn call_in_table(
     ctx: &Ctx,
-    (name, cfg): (&String, &crate::config::McpServerConfig),
+    reg: &Registry,
+    settings: &ToolSettings,
     tool: &str,
     args: &Value,
-    json: bool,
-) -> anyhow::Result<Outcome> {
-    let one = std::iter::once((name.clone(), cfg.clone())).collect();
-    let external = crate::mcp::ExternalTools::start(&one, &ctx.workspace).await?;
-    let server = &external.servers[0];
-    let found = server.tools.iter().find(|t| t.tool == tool);
-    let checked = found.map(|t| {
-        crate::engine::tools::args_check::check(&format!("{name}.{tool}"), &t.parameters, args)
-    });
-    let outcome = match &checked {
-        Some(Ok(())) => {
-            let out = server.call(tool, args).await;
-            Some((out.text, out.is_error))
-        }
-        _ => None,
-    };
-    let hint = crate::suggest::hint(tool, server.tools.iter().map(|t| t.tool.as_str()));
-    external.shutdown().await;
-    let Some((text, is_error)) = outcome else {
-        if let Some(Err(e)) = checked {
-            return Err(e.into());
-        }
-        anyhow::bail!("MCP server `{name}` has no tool named `{tool}`{hint}; see `kiln tool list`");
-    };
-    if json {
-        if is_error {
-            print_json(
-                &json!({ "ok": false, "mcp_server": name, "tool": tool, "error": { "kind": "tool-error", "message": text } }),
+) -> anyhow::Result<(Called, Answer)> {
+    let table = Toolbox::served(reg, settings, &[]).await?;
+    let name = match table.get(tool) {
+        Some(_) => tool.to_string(),
+        // `PLUGIN__TOOL` for a tool no other plugin shares (the table calls it `TOOL`).
+        None if let Some(n) = namespaced(&table, tool) => n,
+        None => {
+            let name = old_name(ctx, reg, &table, tool)?;
+            eprintln!(
+                "note: `{tool}` is the old name of `{name}`; call it `{name}`, as `kiln tool list` and the agent name it (the old names will go)"
             );
-        } else {
-            let value = serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));
-            print_json(&json!({ "ok": true, "mcp_server": name, "tool": tool, "result": value }));
+            name
         }
-    } else if is_error {
-        eprintln!("{name}.{tool}: {text}");
-    } else {
-        println!("{text}");
-    }
-    Ok(if is_error {
-        Outcome::Failure
-    } else {
-        Outcome::Success
+    };
+    let Some(t) = table.get(&name) else {
+        anyhow::bail!("no tool named `{name}`; see `kiln tool list`");
+    };
+    // Checked before the call, as the model's calls are described to it: wrong arguments are
+    // named here, not somewhere inside the tool.
+    crate::engine::tools::args_check::check(tool, &t.def.parameters, args)?;
+    let ws = crate::edit::Workspace::open(&ctx.workspace)?;
+    let answer = table
+        .call_bare(&name, &args.to_string(), settings, &ws, None)
+        .await
+        .with_context(|| format!("no tool named `{name}`"))?;
+    let (from, own) = match &t.imp {
+        Imp::Plugin(p, own) => (json!({ "plugin": p.name }), own.clone()),
+        Imp::AstRefactor(p) => (
+            json!({ "plugin": p.name }),
+            crate::edit::refactor::TOOL.to_string(),
+        ),
+        Imp::External(s, own) => (json!({ "mcp_server": s.name }), own.clone()),
+        Imp::Builtin(_) => (json!({}), name.clone()),
+    };
+    Ok((Called { name, from, own }, answer))
+}
+
+/// The table's name for `PLUGIN__TOOL` when that plugin offers that tool.
+fn namespaced(table: &Toolbox<'_>, tool: &str) -> Option<String> {
+    let (plugin, own) = tool.split_once("__")?;
+    table.tools.iter().find_map(|t| match &t.imp {
+        Imp::Plugin(p, n) if p.name == plugin && n == own => Some(t.def.name.clone()),
+        _ => None,
     })
+}
+
+/// The table's name for `tool`, a name the table does not have: an old `PLUGIN.TOOL` or
+/// `SERVER.TOOL` name, else an error that says what there is.
+fn old_name(ctx: &Ctx, reg: &Registry, table: &Toolbox<'_>, tool: &str) -> anyhow::Result<String> {
+    let (owner, own) = match tool.split_once('.') {
+        Some((o, t)) => (Some(o), t),
+        None => (None, tool),
+    };
+    let matches: Vec<&str> = table
+        .tools
+        .iter()
+        .filter(|t| match (&t.imp, owner) {
+            (Imp::Plugin(p, n), Some(o)) => p.name == o && n == own,
+            (Imp::AstRefactor(p), Some(o)) => p.name == o && own == crate::edit::refactor::TOOL,
+            (Imp::External(s, n), Some(o)) => s.name == o && n == own,
+            (Imp::Plugin(_, n), None) => n == own,
+            _ => false,
+        })
+        .map(|t| t.def.name.as_str())
+        .collect();
+    match (matches.as_slice(), owner) {
+        ([one], _) => return Ok(one.to_string()),
+        ([], _) => {}
+        (several, _) => anyhow::bail!(
+            "tool `{own}` is offered by several plugins; call it by one of its names: {}",
+            several.join(", ")
+        ),
+    }
+    match owner {
+        Some(s) if ctx.config.mcp.servers.contains_key(s) => {
+            let known = table.tools.iter().filter_map(|t| match &t.imp {
+                Imp::External(server, n) if server.name == s => Some(n.as_str()),
+                _ => None,
+            });
+            anyhow::bail!(
+                "MCP server `{s}` has no tool named `{own}`{}; see `kiln tool list`",
+                crate::suggest::hint(own, known)
+            )
+        }
+        // A plugin named but absent (or skipped because it failed to load) says why.
+        Some(p) => {
+            reg.get(p, Some(PluginKind::Tool))?;
+        }
+        None if crate::engine::tools::is_builtin(tool) => anyhow::bail!(
+            "`{tool}` is a built-in tool that needs an agent run (a model, the store): `kiln agent` offers it"
+        ),
+        None => {}
+    }
+    anyhow::bail!(
+        "no tool named `{tool}`{}; see `kiln tool list`",
+        crate::suggest::hint(tool, table.tools.iter().map(|t| t.def.name.as_str()))
+    )
+}
+
+/// Print a call's answer (`{"ok": ..., "result"|"error": ...}` with `--json`): success,
+/// failure (the tool's error), or an error of kiln's when the plugin failed rather than
+/// answered.
+fn report(called: &Called, a: Answer, json: bool) -> anyhow::Result<Outcome> {
+    let text = a.outcome.text().to_string();
+    let mut out = called.from.clone();
+    out["tool"] = json!(called.own);
+    if !a.outcome.is_error() {
+        if json {
+            out["ok"] = json!(true);
+            out["result"] = serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));
+            print_json(&out);
+        } else {
+            println!("{}", crate::terminal::printable(&text));
+        }
+        return Ok(Outcome::Success);
+    }
+    let kind = a.error_kind.unwrap_or("tool-error");
+    // A plugin's own error is `kind: message`; the message alone goes in the JSON.
+    let message = text
+        .strip_prefix(kind)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(&text)
+        .to_string();
+    if json {
+        out["ok"] = json!(false);
+        out["error"] = json!({ "kind": kind, "message": message });
+        print_json(&out);
+    }
+    if kind == PLUGIN_FAILED {
+        anyhow::bail!(text);
+    }
+    if !json {
+        eprintln!("{}: {}", called.name, crate::terminal::printable(&text));
+    }
+    Ok(Outcome::Failure)
 }

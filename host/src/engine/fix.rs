@@ -131,12 +131,20 @@ pub enum FixError {
 
 from_host_errors!(FixError);
 
+/// A `loop_stop` call's arguments (and, derived from them, the schema the model is shown).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct LoopStopArgs {
+    /// Why the loop cannot finish by editing; a missing one reads as "no reason given".
+    #[schemars(required, description = "")]
+    reason: Option<String>,
+}
+
 /// Stop-tool and history tools offered to the model inside the loop.
 fn loop_tools() -> Vec<ToolDef> {
     let mut tools = vec![ToolDef {
         name: "loop_stop".into(),
         description: "Stop the fix loop when the task cannot be completed by editing the given files (missing information, the failure is elsewhere). Give the reason.".into(),
-        parameters: json!({ "type": "object", "properties": { "reason": { "type": "string" } }, "required": ["reason"] }),
+        parameters: super::tools::schema::schema_of::<LoopStopArgs>(),
     }];
     tools.extend(history::tool_defs());
     tools
@@ -914,9 +922,9 @@ impl Fix<'_> {
             };
             usage += resp.usage;
             if let Some(stop) = resp.tool_calls.iter().find(|c| c.name == "loop_stop") {
-                let reason = serde_json::from_str::<serde_json::Value>(&stop.arguments)
+                let reason = serde_json::from_str::<LoopStopArgs>(&stop.arguments)
                     .ok()
-                    .and_then(|v| v["reason"].as_str().map(String::from))
+                    .and_then(|a| a.reason)
                     .unwrap_or_else(|| "no reason given".into());
                 // The iteration's summary: why the model stopped, and what it said.
                 let said = resp.text.trim();
@@ -1582,6 +1590,15 @@ fn window(text: &str, at: &[u32], radius: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `loop_stop`'s schema, derived from its argument type, is the hand-written one it replaced.
+    #[test]
+    fn loop_stop_schema_is_the_hand_written_one() {
+        assert_eq!(
+            loop_tools()[0].parameters,
+            json!({ "type": "object", "properties": { "reason": { "type": "string" } }, "required": ["reason"] })
+        );
+    }
 
     #[test]
     fn large_files_are_windowed_around_diagnostics() {

@@ -7,13 +7,26 @@ use crate::store::Store;
 use kiln_protocol::outcome::ToolOutcome;
 use serde_json::json;
 
+/// `get_loops` takes no arguments (any it is given are ignored).
+#[derive(schemars::JsonSchema)]
+#[schemars(extend("properties" = {}))]
+struct NoArgs {}
+
+/// A `get_loop_detail` call's arguments (and, derived from them, the schema the model is shown).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[schemars(transform = super::tools::schema::undescribed)]
+pub(crate) struct DetailArgs {
+    /// The loop's id in the store.
+    pub id: i64,
+}
+
 /// `get_loops`: earlier loops and agent runs of this project (the fix loop's model and the
 /// agent are offered it).
 pub(crate) fn get_loops_def() -> ToolDef {
     ToolDef {
         name: GET_LOOPS.into(),
         description: "List earlier fix loops and agent runs on this project (id, kind, status, stop reason, summary).".into(),
-        parameters: json!({ "type": "object", "properties": {} }),
+        parameters: super::tools::schema::schema_of::<NoArgs>(),
     }
 }
 
@@ -22,7 +35,7 @@ pub(crate) fn get_loop_detail_def() -> ToolDef {
     ToolDef {
         name: GET_LOOP_DETAIL.into(),
         description: "Show one earlier loop: its iterations, errors and edits.".into(),
-        parameters: json!({ "type": "object", "properties": { "id": { "type": "integer" } }, "required": ["id"] }),
+        parameters: super::tools::schema::schema_of::<DetailArgs>(),
     }
 }
 
@@ -35,10 +48,6 @@ pub(crate) fn tool_defs() -> Vec<ToolDef> {
 pub(crate) fn answer(store: &Store, current: i64, name: &str, args: &str) -> ToolOutcome {
     if name == GET_LOOPS {
         return loops(store, current);
-    }
-    #[derive(serde::Deserialize)]
-    struct DetailArgs {
-        id: i64,
     }
     match serde_json::from_str::<DetailArgs>(args) {
         Ok(a) => loop_detail(store, a.id),

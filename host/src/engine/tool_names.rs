@@ -14,6 +14,8 @@ pub const EVALUATE_WORK: &str = "evaluate_work";
 pub const FINAL_ANSWER: &str = "final_answer";
 /// The review phase's end: summary, blocker and pending items.
 pub const SUBMIT_REVIEW: &str = "submit_review";
+/// An edit response applied through the host's edit path (`kiln mcp`).
+pub const APPLY_EDIT: &str = "apply_edit";
 /// The fix loop as a tool.
 pub const COMPILE_LOOP: &str = "compile_loop";
 /// Earlier loops of the project.

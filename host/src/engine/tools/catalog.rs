@@ -1,11 +1,9 @@
-//! The tool table as other commands see it: every tool an agent would be offered (for
-//! `kiln tool list`) and the tool plugins' tools as named for `kiln mcp`.
+//! The tool table as `kiln tool list` shows it: every tool an agent would be offered.
 
 use super::handler::Kind;
 use super::settings::ToolSettings;
 use super::table::{Imp, Toolbox};
-use crate::llm::ToolDef;
-use crate::plugin::{Plugin, PluginError, Registry};
+use crate::plugin::{PluginError, Registry};
 use serde::Serialize;
 
 /// One tool as the agent offers it to the model (for `kiln tool list`).
@@ -56,37 +54,6 @@ pub async fn tool_catalog_with(
                 Imp::External(s, _) => Some(s.name.clone()),
                 _ => None,
             },
-        })
-        .collect())
-}
-
-/// One tool of a tool plugin, named as the agent offers it.
-pub struct PluginTool<'a> {
-    /// Name, description and argument schema as the model sees them (`plugin__tool` on a
-    /// collision).
-    pub def: ToolDef,
-    /// The plugin that implements it.
-    pub plugin: &'a Plugin,
-    /// The plugin's own name for the tool.
-    pub tool: String,
-    /// It only reads (may run in parallel with other reads).
-    pub read_only: bool,
-}
-
-/// The tool plugins' tools exactly as an agent is offered them (for `kiln mcp`).
-pub async fn plugin_tools(registry: &Registry) -> Result<Vec<PluginTool<'_>>, PluginError> {
-    Ok(Toolbox::new(registry, &ToolSettings::default())
-        .await?
-        .tools
-        .into_iter()
-        .filter_map(|t| match t.imp {
-            Imp::Plugin(plugin, tool) => Some(PluginTool {
-                def: t.def,
-                plugin,
-                tool,
-                read_only: t.kind == Kind::Read,
-            }),
-            _ => None,
         })
         .collect())
 }

@@ -3,18 +3,20 @@
 //! caller's edit format, the call's targets, spec and language) and read its result here
 //! ([`outcome`]); only where the events go and how cancellation arrives differ.
 
-use super::handler::{Ctx, Kind, ToolHandler};
+pub use super::fix_host::{CompileLoopPlan, CompileLoopSetup};
+use super::handler::{Bare, Ctx, Kind, ToolHandler};
+use super::schema::schema_of;
 use super::settings::ToolSettings;
 use crate::engine::defaults::{COMPILE_RUNNER, RUNNER_CMD_SETTING};
 use crate::engine::events::Event;
 use crate::engine::fix::{FixDeps, FixError, FixOptions, run_fix};
 use crate::engine::tool_names::COMPILE_LOOP;
 use crate::llm::ToolDef;
-use crate::plugin::{Plugin, PluginError, PluginKind, Registry};
+use crate::plugin::{PluginError, PluginKind, Registry};
 use futures_util::future::BoxFuture;
 use kiln_protocol::outcome::{FixOutcome, ToolOutcome};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The `compile_loop` tool definition an agent or an MCP client is given.
@@ -22,30 +24,28 @@ pub fn compile_loop_tool() -> ToolDef {
     ToolDef {
         name: COMPILE_LOOP.into(),
         description: "Run an autonomous compile-and-fix loop on target files until the build/check passes or a stop reason is reached. Give either target_file or target_files, not both; give neither to fix the whole project (the build's diagnostics name the files; any file that is not protected may change).".into(),
-        parameters: json!({
-            "type": "object",
-            "properties": {
-                "spec": { "type": "string", "description": "What the code should do / what to fix" },
-                "target_file": { "type": "string", "description": "One file to fix (workspace-relative)" },
-                "target_files": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "Several files to fix (multi-file formats only)" },
-                "lang": { "type": "string", "description": "Language hint" }
-            },
-            "required": ["spec"],
-            "additionalProperties": false
-        }),
+        parameters: schema_of::<CompileLoopArgs>(),
     }
 }
 
-/// A `compile_loop` call's arguments.
-#[derive(Debug, Deserialize)]
+/// A `compile_loop` call's arguments (and, derived from them, the schema the caller is shown).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct CompileLoopArgs {
     /// What the code should do or what to fix (the fix loop's task prompt).
+    #[schemars(required, description = "What the code should do / what to fix")]
     pub spec: Option<String>,
     /// One file to fix.
+    #[schemars(description = "One file to fix (workspace-relative)")]
     pub target_file: Option<String>,
     /// Several files to fix (multi-file formats only).
+    #[schemars(
+        length(min = 1),
+        description = "Several files to fix (multi-file formats only)"
+    )]
     pub target_files: Option<Vec<String>>,
     /// The language, as a hint in the system prompt.
+    #[schemars(description = "Language hint")]
     pub lang: Option<String>,
 }
 
@@ -80,27 +80,6 @@ pub enum CompileLoopError {
     /// The runner or the edit format is not loaded.
     #[error(transparent)]
     Plugin(#[from] PluginError),
-}
-
-/// What the caller decides beyond the call's arguments.
-pub struct CompileLoopSetup {
-    /// The build command the `command` runner runs.
-    pub cmd: String,
-    /// The edit format the nested loop's model answers in.
-    pub format: String,
-    /// The rest of the loop's options (iteration ceiling, default task prompt, protected
-    /// paths, parent run); targets, prompt, language and runner settings come from the call.
-    pub base: FixOptions,
-}
-
-/// A nested fix loop, ready to run.
-pub struct CompileLoopPlan<'r> {
-    /// The loop's options.
-    pub fix: FixOptions,
-    /// The `command` runner.
-    pub runner: &'r Plugin,
-    /// The edit format.
-    pub format: &'r Plugin,
 }
 
 /// Build the nested loop a `compile_loop` call asks for.
@@ -196,6 +175,25 @@ impl ToolHandler for CompileLoop {
             }
             outcome(&r)
         })
+    }
+
+    fn handle_bare<'c>(
+        &'c self,
+        cx: Bare<'c>,
+        args: &'c str,
+    ) -> Option<BoxFuture<'c, (ToolOutcome, Vec<String>)>> {
+        let host = cx.fix_host?;
+        Some(Box::pin(async move {
+            let setup = match host.setup() {
+                Ok(s) => s,
+                Err(why) => return (ToolOutcome::Failed(why), Vec::new()),
+            };
+            let v: Value = serde_json::from_str(args).unwrap_or(Value::Null);
+            match plan(cx.registry, &v, setup) {
+                Ok(p) => (host.run(p).await, Vec::new()),
+                Err(e) => (ToolOutcome::Failed(e.to_string()), Vec::new()),
+            }
+        }))
     }
 }
 

@@ -4,9 +4,10 @@
 //! `tool.end` event for each.
 
 use super::caps::Changes;
-use super::handler::Ctx;
+use super::fix_host::FixHost;
+use super::handler::{Bare, Ctx};
 use super::hooks::{before_tool, run_hook};
-use super::plugin_call::{plugin_call, plugin_call_writing};
+use super::plugin_call::{plugin_answer, plugin_call};
 use super::settings::ToolSettings;
 use super::table::{Imp, Tool, Toolbox};
 use crate::edit::{self, Workspace};
@@ -174,46 +175,137 @@ impl<'r> Toolbox<'r> {
             Err(e) => return ToolOutcome::Failed(format!("arguments are not valid JSON: {e}")),
         };
         let s = t.settings;
+        if let Imp::Builtin(h) = &tool.imp {
+            let cx = Ctx {
+                registry: self.registry,
+                settings: s,
+                ws: t.ws,
+                run,
+                changed,
+            };
+            return h.handle(cx, args).await;
+        }
+        let answer = self.route(tool, args, &v, s, t.ws).await;
+        changed.note(answer.written);
+        answer.outcome
+    }
+
+    /// One call from outside a run (`kiln mcp`, `kiln tool call`), routed as the agent's
+    /// calls are; no hooks, no store row, no event (the caller records what it records).
+    /// `compile_loop` runs its loop in `fix_host`; a built-in that needs a run (a model, the
+    /// store) is a failed call that says so. `None`: no tool has that name.
+    pub async fn call_bare(
+        &self,
+        name: &str,
+        args: &str,
+        s: &ToolSettings,
+        ws: &Workspace,
+        fix_host: Option<&dyn FixHost>,
+    ) -> Option<Answer> {
+        let tool = self.get(name)?;
+        let v: Value = match serde_json::from_str(args) {
+            Ok(v) => v,
+            Err(e) => {
+                return Some(Answer::from(ToolOutcome::Failed(format!(
+                    "arguments are not valid JSON: {e}"
+                ))));
+            }
+        };
+        let Imp::Builtin(h) = &tool.imp else {
+            return Some(self.route(tool, args, &v, s, ws).await);
+        };
+        let cx = Bare {
+            registry: self.registry,
+            settings: s,
+            ws,
+            fix_host,
+        };
+        Some(match h.handle_bare(cx, args) {
+            Some(call) => {
+                let (outcome, written) = call.await;
+                Answer {
+                    outcome,
+                    error_kind: None,
+                    written,
+                }
+            }
+            None => Answer::from(ToolOutcome::Failed(format!(
+                "`{name}` is a built-in tool that needs an agent run (a model, the store): `kiln agent` offers it"
+            ))),
+        })
+    }
+
+    /// A call of a tool that is not a built-in: a plugin's (`run_cmd` checked against the
+    /// command allowlist first), `ast_refactor` (the plugin computes, the host applies), an
+    /// MCP server's.
+    async fn route(
+        &self,
+        tool: &Tool<'_>,
+        args: &str,
+        v: &Value,
+        s: &ToolSettings,
+        ws: &Workspace,
+    ) -> Answer {
         match &tool.imp {
             Imp::Plugin(p, name) => {
                 if name == RUN_CMD
                     && let Some(allow) = &s.command_allowlist
-                    && let Err(refusal) = command_policy::check(
-                        allow,
-                        &command_policy::command_words(&v),
-                        run.workspace,
-                    )
+                    && let Err(refusal) =
+                        command_policy::check(allow, &command_policy::command_words(v), ws.root())
                 {
-                    return ToolOutcome::Refused(refusal.to_string());
+                    return Answer::from(ToolOutcome::Refused(refusal.to_string()));
                 }
-                plugin_call_writing(p, name, args, s.timeout, s.program_writes).await
+                let (outcome, error_kind) =
+                    plugin_answer(p, name, args, s.timeout, s.program_writes).await;
+                Answer {
+                    outcome,
+                    error_kind,
+                    written: Vec::new(),
+                }
             }
             Imp::AstRefactor(p) => {
                 let (text, is_error, written) =
-                    edit::refactor::ast_refactor_tool(p, t.ws, args, &s.protected, s.timeout).await;
-                changed.note(written);
-                ToolOutcome::from_flag(text, is_error)
+                    edit::refactor::ast_refactor_tool(p, ws, args, &s.protected, s.timeout).await;
+                Answer {
+                    outcome: ToolOutcome::from_flag(text, is_error),
+                    error_kind: None,
+                    written,
+                }
             }
-            Imp::Builtin(h) => {
-                let cx = Ctx {
-                    registry: self.registry,
-                    settings: s,
-                    ws: t.ws,
-                    run,
-                    changed,
-                };
-                h.handle(cx, args).await
-            }
-            Imp::External(server, name) => {
-                match tokio::time::timeout(s.timeout, server.call(name, &v)).await {
+            Imp::External(server, name) => Answer::from(
+                match tokio::time::timeout(s.timeout, server.call(name, v)).await {
                     Ok(r) => ToolOutcome::from_flag(r.text, r.is_error),
                     Err(_) => ToolOutcome::Failed(format!(
                         "tool `{}` timed out after {} s",
                         tool.def.name,
                         s.timeout.as_secs_f64()
                     )),
-                }
-            }
+                },
+            ),
+            Imp::Builtin(_) => Answer::from(ToolOutcome::Failed(
+                "a built-in tool is not routed here".into(),
+            )),
+        }
+    }
+}
+
+/// One call's answer, as an adapter outside a run reports it.
+pub(crate) struct Answer {
+    /// What the call returned, and whether it worked, failed or was refused.
+    pub outcome: ToolOutcome,
+    /// For a plugin call that did not work: the kind of its error (`denied`, `not-found`,
+    /// ..., `plugin-error` for a plugin that failed rather than answered).
+    pub error_kind: Option<&'static str>,
+    /// The files the call wrote (workspace-relative).
+    pub written: Vec<String>,
+}
+
+impl From<ToolOutcome> for Answer {
+    fn from(outcome: ToolOutcome) -> Answer {
+        Answer {
+            outcome,
+            error_kind: None,
+            written: Vec::new(),
         }
     }
 }

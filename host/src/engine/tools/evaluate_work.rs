@@ -3,6 +3,7 @@
 
 use super::caps::cap;
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
+use super::schema::{schema_of, undescribed};
 use super::settings::ToolSettings;
 use crate::edit::Workspace;
 use crate::engine::run::AskError;
@@ -16,8 +17,9 @@ use serde_json::{Value, json};
 /// The `evaluate_work` handler (listed in `registry.rs`).
 pub(crate) struct EvaluateWork;
 
-/// An `evaluate_work` call's arguments.
-#[derive(Deserialize)]
+/// An `evaluate_work` call's arguments (and, derived from them, the schema the model is shown).
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields, transform = undescribed)]
 struct Args {
     /// Files to review; none: the files this run changed.
     #[serde(default)]
@@ -35,7 +37,7 @@ impl ToolHandler for EvaluateWork {
         def(
             EVALUATE_WORK,
             "Ask a separate reviewer for structured feedback (score 0-10, strengths, improvements, suggestions) on files (default: the files changed in this run) or on the work so far.",
-            json!({"type":"object","properties":{"paths":{"type":"array","items":{"type":"string"}},"criteria":{"type":"string"}},"additionalProperties":false}),
+            schema_of::<Args>(),
         )
     }
 

@@ -2,19 +2,25 @@
 //! turn runs; the call itself only answers "done".
 
 use super::handler::{Ctx, Kind, ToolHandler, def};
+use super::schema::{schema_of, undescribed};
 use super::settings::ToolSettings;
 use crate::engine::tool_names::FINAL_ANSWER;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use kiln_protocol::outcome::ToolOutcome;
 use serde::Deserialize;
-use serde_json::json;
 
 /// The `final_answer` handler (listed in `registry.rs`).
 pub(crate) struct FinalAnswer;
 
-/// A `final_answer` call's arguments, as the agent reads them.
-#[derive(Deserialize, Default)]
+/// A `final_answer` call's arguments, as the agent reads them (a missing summary reads as
+/// empty; the schema the model is shown requires it).
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[schemars(
+    deny_unknown_fields,
+    transform = undescribed,
+    extend("required" = ["summary"])
+)]
 pub(crate) struct FinalAnswerArgs {
     /// What was done.
     #[serde(default)]
@@ -30,7 +36,7 @@ impl ToolHandler for FinalAnswer {
         def(
             FINAL_ANSWER,
             "Finish the task: give a summary of what was done.",
-            json!({"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"],"additionalProperties":false}),
+            schema_of::<FinalAnswerArgs>(),
         )
     }
 

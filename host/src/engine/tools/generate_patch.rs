@@ -4,9 +4,9 @@
 
 use super::edits::{edit_outcome, format};
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
+use super::schema::{edit_format, schema_of, undescribed};
 use super::settings::ToolSettings;
 use crate::edit::{self, ApplyOptions, Workspace};
-use crate::engine::defaults::BUNDLED_FORMATS;
 use crate::engine::run::{AskError, Run};
 use crate::engine::tool_names::GENERATE_PATCH;
 use crate::llm::{ChatRequest, Message, ToolDef};
@@ -20,12 +20,21 @@ use std::collections::BTreeMap;
 /// The `generate_patch` handler (listed in `registry.rs`).
 pub(crate) struct GeneratePatch;
 
-/// A `generate_patch` call's arguments.
-#[derive(Deserialize)]
+/// A `generate_patch` call's arguments (and, derived from them, the schema the model is shown).
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(
+    deny_unknown_fields,
+    transform = undescribed,
+    extend("required" = ["instruction", "paths"])
+)]
 struct Args {
     instruction: String,
+    /// Missing reads as none, which the call refuses with its own message.
     #[serde(default)]
+    #[schemars(length(min = 1))]
     paths: Vec<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "edit_format")]
     format: Option<String>,
     /// Write the edit (default), or only return it.
     apply: Option<bool>,
@@ -40,7 +49,7 @@ impl ToolHandler for GeneratePatch {
         def(
             GENERATE_PATCH,
             "Have a separate model call write the change: it is shown the files and the instruction and answers with an edit, which kiln checks (one failed attempt is fed back) and then applies (`apply`, default true) or returns unapplied.",
-            json!({"type":"object","properties":{"instruction":{"type":"string"},"paths":{"type":"array","items":{"type":"string"},"minItems":1},"format":{"type":"string","enum":BUNDLED_FORMATS},"apply":{"type":"boolean"}},"required":["instruction","paths"],"additionalProperties":false}),
+            schema_of::<Args>(),
         )
     }
 

@@ -1,9 +1,10 @@
 //! The shape of a built-in tool: a [`ToolHandler`] says its name, its schema, its kind and
 //! how it runs; [`Ctx`] is what a call may use (the plugins, the settings, the workspace, the
-//! run, the run's record of writes). Each built-in lives in its own file next to this one and
+//! run, the run's record of writes), [`Bare`] what a call outside a run may use. Each built-in lives in its own file next to this one and
 //! is listed once in `registry.rs`.
 
 use super::caps::Changes;
+use super::fix_host::FixHost;
 use super::settings::ToolSettings;
 use crate::edit::Workspace;
 use crate::engine::run::Run;
@@ -41,6 +42,19 @@ pub(crate) struct Ctx<'c, 'a> {
     pub changed: &'c mut Changes,
 }
 
+/// What a call outside a run may use (`kiln mcp`, `kiln tool call`): no run; a caller that
+/// can run fix loops says so with `fix_host`.
+pub(crate) struct Bare<'c> {
+    /// The loaded plugins (edit formats, runners).
+    pub registry: &'c Registry,
+    /// How the tools are offered and run.
+    pub settings: &'c ToolSettings,
+    /// The workspace.
+    pub ws: &'c Workspace,
+    /// Where `compile_loop` runs its loop (`kiln mcp`); `None`: nowhere.
+    pub fix_host: Option<&'c dyn FixHost>,
+}
+
 /// A built-in tool.
 pub(crate) trait ToolHandler: Sync {
     /// The name the model calls.
@@ -64,6 +78,22 @@ pub(crate) trait ToolHandler: Sync {
 
     /// Run one call with its arguments (JSON text, already checked to be valid JSON).
     fn handle<'c, 'a>(&'c self, cx: Ctx<'c, 'a>, args: &'c str) -> BoxFuture<'c, ToolOutcome>;
+
+    /// It runs outside a run too ([`ToolHandler::handle_bare`] answers), so `kiln mcp` and
+    /// `kiln tool call` serve it.
+    fn bare(&self) -> bool {
+        false
+    }
+
+    /// Run one call outside a run: its outcome and the files it wrote. `None`: the tool needs
+    /// a run (a model, the store, the run's record of writes).
+    fn handle_bare<'c>(
+        &'c self,
+        _cx: Bare<'c>,
+        _args: &'c str,
+    ) -> Option<BoxFuture<'c, (ToolOutcome, Vec<String>)>> {
+        None
+    }
 }
 
 /// A tool's definition from its parts.

@@ -3,25 +3,17 @@
 
 use super::handler::{Ctx, Kind, ToolHandler, parse_args};
 use super::settings::ToolSettings;
-use crate::engine::history;
+use crate::engine::history::{self, DetailArgs};
 use crate::engine::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use kiln_protocol::outcome::ToolOutcome;
-use serde::Deserialize;
 
 /// The `get_loops` handler: the project's last loops.
 pub(crate) struct GetLoops;
 
 /// The `get_loop_detail` handler: one loop's iterations and edits.
 pub(crate) struct GetLoopDetail;
-
-/// A `get_loop_detail` call's arguments.
-#[derive(Deserialize)]
-struct DetailArgs {
-    /// The loop's id in the store.
-    id: i64,
-}
 
 impl ToolHandler for GetLoops {
     fn name(&self) -> &'static str {

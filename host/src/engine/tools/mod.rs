@@ -6,7 +6,12 @@
 //! Each built-in tool is one file here that holds its argument type, schema, kind and
 //! handler (a `ToolHandler`, in `handler.rs`); `registry.rs` lists them. Every call ends in a
 //! typed [`ToolOutcome`](kiln_protocol::outcome::ToolOutcome): ok, failed, or refused.
+//!
+//! This table is kiln's one tool surface: `kiln mcp` and `kiln tool call` serve it
+//! ([`Toolbox::served`], `Toolbox::call_bare`) under its names, and argument schemas are
+//! derived from the types the handlers deserialize (`schema.rs`).
 
+mod apply_edit;
 pub mod args_check;
 mod caps;
 mod catalog;
@@ -15,6 +20,7 @@ mod dispatch;
 mod edits;
 mod evaluate_work;
 mod final_answer;
+pub(crate) mod fix_host;
 mod generate_patch;
 pub(crate) mod handler;
 mod history;
@@ -23,6 +29,7 @@ pub(crate) mod plugin_call;
 mod registry;
 pub(crate) mod replayed;
 pub mod result_text;
+pub(crate) mod schema;
 mod settings;
 pub mod submit_review;
 mod table;
@@ -30,12 +37,13 @@ mod write_file;
 mod write_patch;
 
 pub(crate) use caps::{Changes, cap};
-pub use catalog::{PluginTool, ToolEntry, plugin_tools, tool_catalog, tool_catalog_with};
+pub use catalog::{ToolEntry, tool_catalog, tool_catalog_with};
 pub use compile_loop::compile_loop_tool;
-pub(crate) use dispatch::{CallResult, Turn};
+pub(crate) use dispatch::{Answer, CallResult, Turn};
 pub(crate) use final_answer::FinalAnswerArgs;
 pub(crate) use handler::Kind;
 pub(crate) use hooks::run_hook;
 pub use plugin_call::plugin_call;
+pub(crate) use registry::is_builtin;
 pub use settings::ToolSettings;
-pub(crate) use table::Toolbox;
+pub(crate) use table::{Imp, Toolbox};

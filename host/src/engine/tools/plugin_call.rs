@@ -1,4 +1,4 @@
-//! A plugin tool call under a deadline, as a tool outcome (the agent and `kiln mcp`): a
+//! A plugin tool call under a deadline, as a tool outcome (every caller of the tool table): a
 //! plugin's `denied` error is a refusal, its other errors and a trap are failures.
 
 use crate::plugin::{Plugin, PluginCallError};
@@ -18,17 +18,42 @@ pub(crate) async fn plugin_call_writing(
     timeout: Duration,
     writes: crate::plugin::confine::Writes,
 ) -> ToolOutcome {
+    plugin_answer(p, name, args, timeout, writes).await.0
+}
+
+/// What a plugin that failed a call says (besides the text), for `kiln tool call --json`.
+pub(crate) const PLUGIN_FAILED: &str = "plugin-error";
+
+/// [`plugin_call_writing`] with, for a call that did not work, its kind: the plugin's own
+/// error's (`denied`, `not-found`, ...), `timed-out`, or [`PLUGIN_FAILED`] for a plugin that
+/// failed (trap, deadline, memory) rather than answered.
+pub(crate) async fn plugin_answer(
+    p: &Plugin,
+    name: &str,
+    args: &str,
+    timeout: Duration,
+    writes: crate::plugin::confine::Writes,
+) -> (ToolOutcome, Option<&'static str>) {
     match tokio::time::timeout(timeout, p.tool_call_writing(name, args, writes)).await {
-        Err(_) => ToolOutcome::Failed(format!(
-            "tool `{name}` timed out after {} s",
-            timeout.as_secs_f64()
-        )),
-        Ok(Ok(Ok(out))) => ToolOutcome::Ok(out),
-        Ok(Ok(Err(e @ PluginCallError::Denied(_)))) => {
-            ToolOutcome::Refused(crate::plugin::describe_call_error(&e))
+        Err(_) => (
+            ToolOutcome::Failed(format!(
+                "tool `{name}` timed out after {} s",
+                timeout.as_secs_f64()
+            )),
+            Some("timed-out"),
+        ),
+        Ok(Ok(Ok(out))) => (ToolOutcome::Ok(out), None),
+        Ok(Ok(Err(e))) => {
+            let kind = crate::plugin::call_error_parts(&e).0;
+            let text = crate::plugin::describe_call_error(&e);
+            let outcome = if matches!(e, PluginCallError::Denied(_)) {
+                ToolOutcome::Refused(text)
+            } else {
+                ToolOutcome::Failed(text)
+            };
+            (outcome, Some(kind))
         }
-        Ok(Ok(Err(e))) => ToolOutcome::Failed(crate::plugin::describe_call_error(&e)),
         // A plugin bug (trap, deadline, memory): reported to the model, which can go on.
-        Ok(Err(e)) => ToolOutcome::Failed(e.to_string()),
+        Ok(Err(e)) => (ToolOutcome::Failed(e.to_string()), Some(PLUGIN_FAILED)),
     }
 }

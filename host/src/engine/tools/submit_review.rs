@@ -3,29 +3,37 @@
 //! name it.
 
 use super::handler::{Ctx, Kind, ToolHandler, def};
+use super::schema::{schema_of, undescribed};
 use super::settings::ToolSettings;
 use crate::engine::tool_names::SUBMIT_REVIEW;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use kiln_protocol::outcome::ToolOutcome;
 use serde::Deserialize;
-use serde_json::json;
 
 /// The `submit_review` handler (listed in `registry.rs`).
 pub(crate) struct SubmitReview;
 
 /// A `submit_review` call's arguments, as the execute/review loop reads them (missing or
-/// mistyped fields read as empty).
-#[derive(Deserialize, Default)]
+/// mistyped fields read as empty; the schema the model is shown requires each, typed).
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[schemars(
+    deny_unknown_fields,
+    transform = undescribed,
+    extend("required" = ["summary", "blocker", "pending"])
+)]
 pub struct SubmitReviewArgs {
     /// What actually happened.
     #[serde(default, deserialize_with = "lenient_string")]
+    #[schemars(with = "String")]
     pub summary: String,
     /// Something only a person can resolve; empty when none.
     #[serde(default, deserialize_with = "lenient_string")]
+    #[schemars(with = "String")]
     pub blocker: String,
     /// Items still to do (non-strings and blank items are dropped).
     #[serde(default, deserialize_with = "lenient_items")]
+    #[schemars(with = "Vec<String>")]
     pub pending: Vec<String>,
 }
 
@@ -54,7 +62,7 @@ impl ToolHandler for SubmitReview {
         def(
             SUBMIT_REVIEW,
             "Finish the review: a summary of the state of the work, a blocker (empty when none: something only a person can resolve) and the items still pending (empty when the task is done).",
-            json!({"type":"object","properties":{"summary":{"type":"string"},"blocker":{"type":"string"},"pending":{"type":"array","items":{"type":"string"}}},"required":["summary","blocker","pending"],"additionalProperties":false}),
+            schema_of::<SubmitReviewArgs>(),
         )
     }
 

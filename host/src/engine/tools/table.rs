@@ -66,6 +66,34 @@ impl<'r> Toolbox<'r> {
         Ok(Toolbox { tools, registry })
     }
 
+    /// The table an adapter outside a run serves (`kiln mcp`, `kiln tool call`): the plugin
+    /// tools and the MCP servers' tools as the agent has them, and of the built-ins those that
+    /// run outside a run ([`ToolHandler::bare`]) and `also` (opt-in ones included), named as
+    /// the agent names them.
+    pub async fn served(
+        registry: &'r Registry,
+        s: &ToolSettings,
+        also: &[&str],
+    ) -> Result<Self, PluginError> {
+        let mut table = Toolbox::new(registry, s).await?;
+        table.tools.retain(|t| !matches!(t.imp, Imp::Builtin(_)));
+        let at = table
+            .tools
+            .iter()
+            .position(|t| matches!(t.imp, Imp::External(..)))
+            .unwrap_or(table.tools.len());
+        let named = super::registry::BUILTINS
+            .iter()
+            .filter(|b| (b.bare() && b.offered(s)) || also.contains(&b.name()))
+            .map(|&b| Tool {
+                def: b.def(s),
+                kind: b.kind(),
+                imp: Imp::Builtin(b),
+            });
+        table.tools.splice(at..at, named);
+        Ok(table)
+    }
+
     /// The schemas offered to the model.
     pub fn defs(&self) -> Vec<ToolDef> {
         self.tools.iter().map(|t| t.def.clone()).collect()

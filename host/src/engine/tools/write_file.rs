@@ -3,6 +3,7 @@
 
 use super::edits::{edit_outcome, format};
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
+use super::schema::schema_of;
 use super::settings::ToolSettings;
 use crate::edit::{self, ApplyOptions};
 use crate::engine::defaults::WHOLE_FORMAT;
@@ -11,13 +12,13 @@ use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use kiln_protocol::outcome::ToolOutcome;
 use serde::Deserialize;
-use serde_json::json;
 
 /// The `write_file` handler (listed in `registry.rs`).
 pub(crate) struct WriteFile;
 
-/// A `write_file` call's arguments.
-#[derive(Deserialize)]
+/// A `write_file` call's arguments (and, derived from them, the schema the model is shown).
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 struct Args {
     path: String,
     content: String,
@@ -32,7 +33,7 @@ impl ToolHandler for WriteFile {
         def(
             WRITE_FILE,
             "Create a file of the workspace, or overwrite it whole, with `content`. Written atomically; protected paths (kiln.toml, .kiln/, .git/) are refused.",
-            json!({"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"],"additionalProperties":false}),
+            schema_of::<Args>(),
         )
     }
 

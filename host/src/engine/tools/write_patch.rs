@@ -3,24 +3,26 @@
 
 use super::edits::{edit_outcome, format};
 use super::handler::{Ctx, Kind, ToolHandler, def, parse_args};
+use super::schema::{edit_format, schema_of};
 use super::settings::ToolSettings;
 use crate::edit::{self, ApplyOptions};
-use crate::engine::defaults::BUNDLED_FORMATS;
 use crate::engine::tool_names::WRITE_PATCH;
 use crate::llm::ToolDef;
 use futures_util::future::BoxFuture;
 use kiln_protocol::outcome::ToolOutcome;
 use serde::Deserialize;
-use serde_json::json;
 
 /// The `write_patch` handler (listed in `registry.rs`).
 pub(crate) struct WritePatch;
 
-/// A `write_patch` call's arguments.
-#[derive(Deserialize)]
+/// A `write_patch` call's arguments (and, derived from them, the schema the model is shown).
+#[derive(Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 struct Args {
     path: String,
     patch: String,
+    #[serde(default)]
+    #[schemars(schema_with = "edit_format")]
     format: Option<String>,
 }
 
@@ -36,7 +38,7 @@ impl ToolHandler for WritePatch {
                 "Change a file of the workspace: `patch` in the named edit format (default {}). Applied atomically; refused edits say exactly why.",
                 s.default_format
             ),
-            json!({"type":"object","properties":{"path":{"type":"string"},"patch":{"type":"string"},"format":{"type":"string","enum":BUNDLED_FORMATS}},"required":["path","patch"],"additionalProperties":false}),
+            schema_of::<Args>(),
         )
     }
 
