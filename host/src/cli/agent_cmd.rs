@@ -5,7 +5,8 @@ use super::args::AgentArgs;
 use super::common::{EventSink, ctrl_c_watch, outcome_of};
 use super::ctx::{Ctx, Outcome};
 use super::settings::AgentSettings;
-use crate::engine::agent::{AgentDeps, run_agent};
+use crate::engine::agent::run_agent;
+use crate::engine::run::RunCtx;
 use crate::engine::{AgentResult, Event, StopReason};
 use crate::llm::pricing::format_usd;
 use crate::llm::{Message, Usage};
@@ -146,13 +147,13 @@ async fn run_task(
         task,
         history,
         &s.options,
-        AgentDeps {
+        RunCtx {
             workspace: &ctx.workspace,
-            registry,
-            model: &mut s.model,
             store,
+            events: &mut on_event,
+            model: &mut s.model,
+            plugins: registry,
             cancel,
-            on_event: &mut on_event,
         },
     )
     .await;

@@ -47,15 +47,18 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let mut on_event = |e: &engine::Event| sink.event(e);
     let outcome = engine::run_fix(
         &s.options,
-        engine::fix::FixDeps {
-            workspace: &ctx.workspace,
+        engine::fix::FixPlugins {
             runner,
             format,
-            model: &mut model,
-            store: &mut store,
-            cancel,
-            on_event: &mut on_event,
             tools,
+        },
+        engine::run::RunCtx {
+            workspace: &ctx.workspace,
+            store: &mut store,
+            events: &mut on_event,
+            model: &mut model,
+            plugins: &reg,
+            cancel,
         },
     )
     .await?;

@@ -7,7 +7,8 @@ use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
 use super::settings::LoopSettings;
 use crate::engine::Event;
-use crate::engine::review::{LoopDeps, run_loop};
+use crate::engine::review::run_loop;
+use crate::engine::run::RunCtx;
 use kiln_protocol::outcome::LoopRunResult;
 use std::path::PathBuf;
 
@@ -44,13 +45,13 @@ pub(crate) async fn run(
     let mut on_event = |e: &Event| sink.event(e);
     let result = run_loop(
         opts,
-        LoopDeps {
+        RunCtx {
             workspace: &ctx.workspace,
-            registry: &registry,
-            model: &mut s.model,
             store: &mut store,
+            events: &mut on_event,
+            model: &mut s.model,
+            plugins: &registry,
             cancel,
-            on_event: &mut on_event,
         },
     )
     .await?;

@@ -1,4 +1,5 @@
-//! The run core every loop shares: a run's lifecycle in the store (begin, finish), its numbered
+//! The run core every loop shares: the run context ([`RunCtx`]: everything a run borrows from
+//! its caller), a run's lifecycle in the store (begin, finish), its numbered
 //! event stream (stored and sent to the caller), the one "ask the model" step (streaming text,
 //! retries shown as they happen, cancellation, every call recorded, tokens counted, the budget
 //! checked before each request), and
@@ -7,23 +8,28 @@
 use super::events::Event;
 use super::model::ModelSource;
 use crate::llm::{ChatRequest, ChatResponse, Delta, LlmError, Usage};
+use crate::plugin::Registry;
 use crate::store::{NewLoop, Store, StoreError};
 use kiln_protocol::outcome::StopReason;
 use std::path::Path;
 use tokio::sync::watch;
 
-/// What a run borrows from its caller.
-pub struct RunDeps<'a> {
+/// The run context: everything a run (of any loop kind) borrows from its caller, passed
+/// explicitly instead of kept in process-wide state. A nested run (a loop's phase, an agent's
+/// `compile_loop`) gets one borrowed from its parent's ([`Run::split`], [`Run::nested`]).
+pub struct RunCtx<'a> {
     /// Workspace root.
     pub workspace: &'a Path,
-    /// The model (its token counter spans nested runs).
-    pub model: &'a mut ModelSource,
     /// Where the run, its model calls and its tool calls are recorded.
     pub store: &'a mut Store,
-    /// Set to true to cancel (Ctrl-C).
-    pub cancel: watch::Receiver<bool>,
     /// Receives every event of the run as it happens.
-    pub on_event: &'a mut (dyn FnMut(&Event) + Send),
+    pub events: &'a mut (dyn FnMut(&Event) + Send),
+    /// The model (live or replayed) with its budget; its token counter spans nested runs.
+    pub model: &'a mut ModelSource,
+    /// Loaded plugins (runners, edit formats, tool plugins).
+    pub plugins: &'a Registry,
+    /// Becomes true when the run is to stop (Ctrl-C, a client's cancellation).
+    pub cancel: watch::Receiver<bool>,
 }
 
 /// Why an ask produced no answer.
@@ -47,6 +53,8 @@ pub struct Run<'a> {
     pub model: &'a mut ModelSource,
     /// Where the run is recorded.
     pub store: &'a mut Store,
+    /// Loaded plugins.
+    pub plugins: &'a Registry,
     cancel: watch::Receiver<bool>,
     on_event: &'a mut (dyn FnMut(&Event) + Send),
     seq: u64,
@@ -57,14 +65,15 @@ pub struct Run<'a> {
 impl<'a> Run<'a> {
     /// Open the run's row (refused while another loop runs on the workspace, unless `new`
     /// names it as the parent).
-    pub fn begin(deps: RunDeps<'a>, new: &NewLoop) -> Result<Run<'a>, StoreError> {
-        let RunDeps {
+    pub fn begin(ctx: RunCtx<'a>, new: &NewLoop) -> Result<Run<'a>, StoreError> {
+        let RunCtx {
             workspace,
-            model,
             store,
+            events: on_event,
+            model,
+            plugins,
             cancel,
-            on_event,
-        } = deps;
+        } = ctx;
         let id = store.begin_loop(new)?;
         crate::undo::begin(workspace, id);
         super::resume::on_begin(store, id);
@@ -74,6 +83,7 @@ impl<'a> Run<'a> {
             spent_at_start: model.spent(),
             model,
             store,
+            plugins,
             cancel,
             on_event,
             seq: 0,
@@ -204,25 +214,27 @@ impl<'a> Run<'a> {
 
     /// Borrow everything for a nested run whose events go to this run's caller (not to this
     /// run's stream in the store: the nested run stores its own).
-    pub fn split(&mut self) -> RunDeps<'_> {
-        RunDeps {
+    pub fn split(&mut self) -> RunCtx<'_> {
+        RunCtx {
             workspace: self.workspace,
-            model: self.model,
             store: self.store,
+            events: &mut *self.on_event,
+            model: self.model,
+            plugins: self.plugins,
             cancel: self.cancel.clone(),
-            on_event: &mut *self.on_event,
         }
     }
 
     /// Borrow the model and the store for a nested run (a compile_loop called by an agent),
     /// whose events go to `on_event` and whose cancellation follows this run's.
-    pub fn nested<'b>(&'b mut self, on_event: &'b mut (dyn FnMut(&Event) + Send)) -> RunDeps<'b> {
-        RunDeps {
+    pub fn nested<'b>(&'b mut self, on_event: &'b mut (dyn FnMut(&Event) + Send)) -> RunCtx<'b> {
+        RunCtx {
             workspace: self.workspace,
-            model: self.model,
             store: self.store,
+            events: on_event,
+            model: self.model,
+            plugins: self.plugins,
             cancel: self.cancel.clone(),
-            on_event,
         }
     }
 }
