@@ -90,6 +90,8 @@ fn main() {
                     model: &mut model,
                     plugins: &reg,
                     cancel: rx,
+                    task: None,
+                    resumed: None,
                 },
             ))
             .unwrap();

@@ -59,6 +59,8 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
             model: &mut model,
             plugins: &reg,
             cancel,
+            task: None,
+            resumed: None,
         },
     )
     .await?;

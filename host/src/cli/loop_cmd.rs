@@ -17,14 +17,19 @@ pub(crate) async fn run(
     extra: &[PathBuf],
     mut args: LoopArgs,
 ) -> anyhow::Result<Outcome> {
+    let mut resumed = None;
     if let Some(id) = args.resume {
-        let spec = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Loop, id)?;
-        super::task_cmd::apply_loop(&mut args, &spec, &ctx.workspace);
+        let r = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Loop, id)?;
+        super::task_cmd::apply_loop(&mut args, &r.spec, &ctx.workspace);
+        resumed = Some(r);
     }
-    if let Some(task) = &args.task {
-        let rel = super::settings::task_path(&ctx.workspace, task)?;
-        crate::engine::resume::set_record(super::task_cmd::spec_of_loop(&args, &rel));
-    }
+    let record = match &args.task {
+        Some(task) => {
+            let rel = super::settings::task_path(&ctx.workspace, task)?;
+            Some(super::task_cmd::spec_of_loop(&args, &rel))
+        }
+        None => None,
+    };
     let mut s = LoopSettings::resolve(ctx, args)?;
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
     let mut store = ctx.open_store()?;
@@ -52,6 +57,8 @@ pub(crate) async fn run(
             model: &mut s.model,
             plugins: &registry,
             cancel,
+            task: record.as_ref(),
+            resumed: resumed.as_mut(),
         },
     )
     .await?;

@@ -519,6 +519,8 @@ async fn compile_loop(
             model,
             plugins: &shared.registry,
             cancel: cancel_rx,
+            task: None,
+            resumed: None,
         },
     )
     .await;

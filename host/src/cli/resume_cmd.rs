@@ -9,6 +9,7 @@
 //! answers and tool results first ([`crate::engine::resume`]).
 
 use super::ctx::Ctx;
+use crate::engine::resume::Resumed;
 use crate::task_spec::{Allowed, Kind, TaskSpec};
 use anyhow::{Context, bail};
 use std::ffi::OsString;
@@ -101,9 +102,9 @@ pub(crate) fn check_line(argv: &[OsString]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Check that run `id` can be resumed as a `kind` run, start serving its answers, and return
-/// the task it was started with, checked.
-pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<TaskSpec> {
+/// Check that run `id` can be resumed as a `kind` run and return what the resumed run serves
+/// and the task it was started with, checked.
+pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<Resumed> {
     let command = kind.name();
     let mut store = ctx.open_store()?;
     let row = store.loop_detail(id)?.row;
@@ -157,7 +158,8 @@ pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<TaskSpec
         runs.extend(phase_runs(&store, id, &row)?);
         runs.sort_unstable();
     }
-    let served = crate::engine::resume::start(&store, &runs)?;
+    let resumed = Resumed::load(&store, &runs, spec)?;
+    let served = resumed.served();
     let note = serde_json::json!({"type": "run.resume_started", "at": crate::clock::now_ms()});
     let seq = store.event_count(id).unwrap_or(0) + 1;
     let _ = store.record_event(id, seq as u64, "run.resume_started", &note);
@@ -166,7 +168,7 @@ pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<TaskSpec
         crate::terminal::count(served.answers, "answer", "answers"),
         crate::terminal::count(served.results, "tool result", "tool results")
     );
-    Ok(spec)
+    Ok(resumed)
 }
 
 /// The runs of a loop's phases: runs of their own, begun while it ran (one loop at a time per

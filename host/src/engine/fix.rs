@@ -526,36 +526,21 @@ pub async fn run_fix(
         format,
         tools,
     } = plugins;
-    let RunCtx {
-        workspace,
-        store,
-        events: on_event,
-        model,
-        plugins,
-        cancel,
-    } = ctx;
-    let ws = Workspace::open(workspace)?;
+    let ws = Workspace::open(ctx.workspace)?;
     let tools = match tools {
         Some(p) if opts.project() && opts.tool_rounds > 0 => Some((p, project_tool_defs(p).await?)),
         _ => None,
     };
-    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel, on_event).await?;
+    let (instructions, log, first) =
+        precheck(opts, &ws, runner, format, &ctx.cancel, ctx.events).await?;
     let new = NewLoop {
         kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
         targets: opts.targets.clone(),
         format: format.name.clone(),
-        model: model.label(),
+        model: ctx.model.label(),
         max_iters: opts.max_iters as i64,
         parent: opts.parent,
-    };
-    let ctx = RunCtx {
-        workspace,
-        store,
-        events: on_event,
-        model,
-        plugins,
-        cancel,
     };
     let mut run = Run::begin(ctx, &new)?;
     run.log_answers(log);

@@ -7,9 +7,11 @@
 
 use super::events::Event;
 use super::model::ModelSource;
+use super::resume::{Resumed, Stored};
 use crate::llm::{ChatRequest, ChatResponse, Delta, LlmError, Usage};
 use crate::plugin::Registry;
 use crate::store::{NewLoop, Store, StoreError};
+use crate::task_spec::TaskSpec;
 use kiln_protocol::outcome::StopReason;
 use std::path::Path;
 use tokio::sync::watch;
@@ -30,6 +32,11 @@ pub struct RunCtx<'a> {
     pub plugins: &'a Registry,
     /// Becomes true when the run is to stop (Ctrl-C, a client's cancellation).
     pub cancel: watch::Receiver<bool>,
+    /// The task (typed, without endpoints or secrets) recorded with the run (its `run.task`
+    /// event) so it can be resumed; nested runs record it too.
+    pub task: Option<&'a TaskSpec>,
+    /// A resumed run: the stored answers and tool results served before anything new.
+    pub resumed: Option<&'a mut Resumed>,
 }
 
 /// Why an ask produced no answer.
@@ -56,6 +63,8 @@ pub struct Run<'a> {
     /// Loaded plugins.
     pub plugins: &'a Registry,
     cancel: watch::Receiver<bool>,
+    task: Option<&'a TaskSpec>,
+    resumed: Option<&'a mut Resumed>,
     on_event: &'a mut (dyn FnMut(&Event) + Send),
     seq: u64,
     spent_at_start: Usage,
@@ -73,10 +82,14 @@ impl<'a> Run<'a> {
             model,
             plugins,
             cancel,
+            task,
+            resumed,
         } = ctx;
         let id = store.begin_loop(new)?;
         crate::undo::begin(workspace, id);
-        super::resume::on_begin(store, id);
+        if let Some(spec) = task {
+            super::resume::on_begin(store, id, spec);
+        }
         Ok(Run {
             id,
             workspace,
@@ -85,6 +98,8 @@ impl<'a> Run<'a> {
             store,
             plugins,
             cancel,
+            task,
+            resumed,
             on_event,
             seq: 0,
             log: None,
@@ -150,8 +165,11 @@ impl<'a> Run<'a> {
             store,
             on_event,
             seq,
+            resumed,
             ..
         } = self;
+        // A resumed run: the answers the model already gave, before any new request.
+        let stored = resumed.as_deref_mut().and_then(Resumed::next_answer);
         let mut sink = |d: Delta| {
             let e = match d {
                 Delta::Text(text) if live_text => Event::TextDelta { text },
@@ -169,7 +187,12 @@ impl<'a> Run<'a> {
             on_event(&e);
         };
         let resp = tokio::select! {
-            r = model.complete_streaming(req, &mut sink) => r,
+            r = async {
+                match stored {
+                    Some(answer) => Ok(model.served(answer)),
+                    None => model.complete_streaming(req, &mut sink).await,
+                }
+            } => r,
             _ = cancelled(&mut cancel) => return Err(AskError::Cancelled),
         };
         let label = self.model.label();
@@ -222,6 +245,8 @@ impl<'a> Run<'a> {
             model: self.model,
             plugins: self.plugins,
             cancel: self.cancel.clone(),
+            task: self.task,
+            resumed: self.resumed.as_deref_mut(),
         }
     }
 
@@ -235,6 +260,17 @@ impl<'a> Run<'a> {
             model: self.model,
             plugins: self.plugins,
             cancel: self.cancel.clone(),
+            task: self.task,
+            resumed: self.resumed.as_deref_mut(),
+        }
+    }
+
+    /// The stored result of each call (by name and arguments, first match), when the run
+    /// resumes one that stored them.
+    pub(crate) fn take_stored(&mut self, calls: &[crate::llm::ToolCall]) -> Vec<Option<Stored>> {
+        match self.resumed.as_deref_mut() {
+            Some(r) => r.take_results(calls),
+            None => calls.iter().map(|_| None).collect(),
         }
     }
 }
