@@ -17,6 +17,7 @@ mod gc_cmd;
 mod guest_sdk;
 mod history_cmd;
 mod llm_cmd;
+mod log_lines;
 mod loop_cmd;
 mod mcp_cmd;
 mod output;
@@ -224,7 +225,7 @@ pub fn main() -> ExitCode {
             );
         }
     }
-    crate::plugin::set_log_level(settings::log_level(cli.global.quiet, cli.global.verbose));
+    log_lines::install(log_lines::level(cli.global.quiet, cli.global.verbose));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
