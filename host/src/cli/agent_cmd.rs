@@ -5,7 +5,7 @@ use super::args::AgentArgs;
 use super::common::{EventSink, ctrl_c_watch, outcome_of};
 use super::ctx::{Ctx, Outcome};
 use super::settings::AgentSettings;
-use crate::engine::agent::run_agent;
+use crate::engine::kind::{Agent, LoopKind};
 use crate::engine::resume::Resumed;
 use crate::engine::run::RunCtx;
 use crate::engine::{AgentResult, Event, StopReason};
@@ -159,11 +159,13 @@ async fn run_task(
         }
     });
     let mut on_event = |e: &Event| sink.event(e);
-    let result = run_agent(
+    let agent = Agent {
         task,
         history,
-        &s.options,
-        RunCtx {
+        opts: &s.options,
+    };
+    let result = agent
+        .run(RunCtx {
             workspace: &ctx.workspace,
             store,
             events: &mut on_event,
@@ -172,9 +174,8 @@ async fn run_task(
             cancel,
             task: Some(run.task),
             resumed: run.resumed.as_deref_mut(),
-        },
-    )
-    .await;
+        })
+        .await;
     ctrl_c.abort();
     drop(sink);
     let result = result?;

@@ -7,7 +7,7 @@ use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
 use super::settings::LoopSettings;
 use crate::engine::Event;
-use crate::engine::review::run_loop;
+use crate::engine::kind::{ExecuteReview, LoopKind};
 use crate::engine::run::RunCtx;
 use kiln_protocol::outcome::LoopRunResult;
 use std::path::PathBuf;
@@ -48,9 +48,8 @@ pub(crate) async fn run(
     let mut log = EventLog::lines_only(!ctx.quiet && !s.json);
     let mut sink = EventSink::new(s.json, &mut log);
     let mut on_event = |e: &Event| sink.event(e);
-    let result = run_loop(
-        opts,
-        RunCtx {
+    let result = ExecuteReview { opts }
+        .run(RunCtx {
             workspace: &ctx.workspace,
             store: &mut store,
             events: &mut on_event,
@@ -59,9 +58,8 @@ pub(crate) async fn run(
             cancel,
             task: record.as_ref(),
             resumed: resumed.as_mut(),
-        },
-    )
-    .await?;
+        })
+        .await?;
     if !s.json {
         print_result(&result, ctx.quiet);
     }

@@ -54,7 +54,8 @@ pub(crate) fn check_line(argv: &[OsString]) -> anyhow::Result<()> {
             1
         };
     }
-    if !text.get(i).is_some_and(|c| c == "agent" || c == "loop") {
+    let resumable = |c: &String| crate::engine::kind::kind_named(c).is_some_and(|k| k.resumable);
+    if !text.get(i).is_some_and(resumable) {
         return Ok(());
     }
     let rest = &text[i + 1..];
