@@ -114,8 +114,7 @@ impl<'a> Run<'a> {
     /// Number, store and send an event. A store that cannot take it only loses the row.
     pub fn emit(&mut self, e: Event) {
         self.seq += 1;
-        let v = e.to_json(self.seq, crate::clock::now_ms());
-        let _ = self.store.record_event(self.id, self.seq, e.name(), &v);
+        record(self.store, self.id, self.seq, &e);
         crate::undo::on_event(e.name());
         (self.on_event)(&e);
     }
@@ -180,10 +179,7 @@ impl<'a> Run<'a> {
                 },
             };
             *seq += 1;
-            if matches!(e, Event::LlmRetry { .. }) {
-                let v = e.to_json(*seq, crate::clock::now_ms());
-                let _ = store.record_event(*id, *seq, e.name(), &v);
-            }
+            record(store, *id, *seq, &e);
             on_event(&e);
         };
         let resp = tokio::select! {
@@ -273,6 +269,17 @@ impl<'a> Run<'a> {
             None => calls.iter().map(|_| None).collect(),
         }
     }
+}
+
+/// The store recorder: event `seq` of run `id` in the store, by its type (every event but
+/// streamed model text, whose whole answer is stored with its call). A store that cannot take
+/// it only loses the row.
+fn record(store: &mut Store, id: i64, seq: u64, e: &Event) {
+    if matches!(e, Event::TextDelta { .. }) {
+        return;
+    }
+    let v = e.to_json(seq, crate::clock::now_ms());
+    let _ = store.record_event(id, seq, e.name(), &v);
 }
 
 /// Resolves once `rx` says the run is cancelled (Ctrl-C).
