@@ -5,8 +5,8 @@
 //! Model settings (provider, endpoint, model), logs, output and the workspace's trust come
 //! from the person resuming, as for any run. Before that kiln checks that the run can be
 //! resumed (an agent or loop run that did not succeed, whose workspace holds exactly what the
-//! run left: [`crate::undo::unaccounted`]) and tells the engine to serve the run's stored
-//! answers and tool results first ([`crate::engine::resume`]).
+//! run left: [`crate::undo::unaccounted`]) and loads the run's stored answers and tool
+//! results, which the command hands to the run as a [`Resumed`] value in its `RunCtx`.
 
 use super::ctx::Ctx;
 use crate::engine::resume::Resumed;
