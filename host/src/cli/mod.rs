@@ -187,13 +187,19 @@ pub fn main() -> ExitCode {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
     }
     common::note_inherited_signals();
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Err(e) = resume_cmd::check_line(&argv) {
-        eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
-        return ExitCode::from(2);
-    }
-    let cli = match Cli::try_parse_from(argv) {
-        Ok(c) => c,
+    let command = <Cli as clap::CommandFactory>::command();
+    let parsed = command
+        .clone()
+        .try_get_matches_from(std::env::args_os())
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m).map(|c| (m, c)));
+    let cli = match parsed {
+        Ok((matches, cli)) => {
+            if let Err(e) = resume_cmd::check_matches(&command, &matches) {
+                eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
+                return ExitCode::from(2);
+            }
+            cli
+        }
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
