@@ -78,15 +78,20 @@ fn main() {
         let outcome = rt
             .block_on(engine::run_fix(
                 &opts,
-                engine::fix::FixDeps {
-                    workspace: dir.path(),
+                engine::fix::FixPlugins {
                     runner,
                     format,
-                    model: &mut model,
-                    store: &mut store,
-                    cancel: rx,
-                    on_event: &mut on_event,
                     tools: None,
+                },
+                engine::run::RunCtx {
+                    workspace: dir.path(),
+                    store: &mut store,
+                    events: &mut on_event,
+                    model: &mut model,
+                    plugins: &reg,
+                    cancel: rx,
+                    task: None,
+                    resumed: None,
                 },
             ))
             .unwrap();

@@ -7,7 +7,6 @@ use super::confine::Refusal;
 use super::fs_guard::{FsGuard, Guarded, WritePolicy};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
@@ -21,40 +20,37 @@ const MAX_LOG_LINES_PER_CALL: usize = 200;
 /// Most log bytes one plugin call may print.
 const MAX_LOG_BYTES_PER_CALL: usize = 64 * 1024;
 
-/// How much plugin logging is shown, from least to most: each level shows its own messages
-/// and those of the levels before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum LogLevel {
-    /// Nothing.
-    Off = 0,
-    /// Errors only (`-q`).
-    Error = 1,
-    /// Errors and warnings (the command line's default).
-    Warn = 2,
-    /// Also informational messages (the library's default, before the command line sets one).
-    Info = 3,
-    /// Also debug messages (`-v`).
-    Debug = 4,
-    /// Everything a plugin logs.
-    Trace = 5,
-}
+/// The `tracing` target of a plugin's log messages (each event has a `plugin` field, the
+/// plugin's name). Which levels are shown is the subscriber's choice (the command line's
+/// `-q`/`-v`); with no subscriber, nothing is.
+pub const PLUGIN_LOG_TARGET: &str = "kiln::plugin";
 
-static LOG_LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Info as u8);
-
-/// Set the most detailed plugin log level shown.
-pub fn set_log_level(level: LogLevel) {
-    LOG_LEVEL.store(level as u8, Ordering::Relaxed);
-}
-
-/// Whether a plugin message at `level` is shown.
-fn log_shown(level: LogLevel) -> bool {
-    level as u8 <= LOG_LEVEL.load(Ordering::Relaxed)
-}
-
-/// Whether kiln's own progress lines are shown (not with `-q`, which sets [`LogLevel::Error`]).
+/// Whether kiln's own progress lines are shown: the subscriber shows warnings (not `-q`,
+/// which shows errors only).
 pub fn progress_shown() -> bool {
-    log_shown(LogLevel::Warn)
+    tracing::enabled!(target: "kiln::progress", tracing::Level::WARN)
+}
+
+/// Whether a plugin's message at `level` is shown.
+fn log_shown(level: log::Level) -> bool {
+    match level {
+        log::Level::Error => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::ERROR),
+        log::Level::Warn => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::WARN),
+        log::Level::Info => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::INFO),
+        log::Level::Debug => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::DEBUG),
+        log::Level::Trace => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::TRACE),
+    }
+}
+
+/// Send a plugin's message (already made printable) to the subscriber.
+fn log_event(level: log::Level, plugin: &str, text: &str) {
+    match level {
+        log::Level::Error => tracing::error!(target: PLUGIN_LOG_TARGET, plugin, "{text}"),
+        log::Level::Warn => tracing::warn!(target: PLUGIN_LOG_TARGET, plugin, "{text}"),
+        log::Level::Info => tracing::info!(target: PLUGIN_LOG_TARGET, plugin, "{text}"),
+        log::Level::Debug => tracing::debug!(target: PLUGIN_LOG_TARGET, plugin, "{text}"),
+        log::Level::Trace => tracing::trace!(target: PLUGIN_LOG_TARGET, plugin, "{text}"),
+    }
 }
 
 /// Most linear memories, tables and core instances one plugin instance may create. A
@@ -191,10 +187,8 @@ impl State {
 
     /// Say once, at the end of a call, which writes to protected paths were refused.
     pub(crate) fn report_refused_writes(&self) {
-        if let Some(line) = self.fs_guard.refusals()
-            && log_shown(LogLevel::Warn)
-        {
-            eprintln!("[plugin {}] warn: {line}", self.plugin);
+        if let Some(line) = self.fs_guard.refusals() {
+            log_event(log::Level::Warn, &self.plugin, &line);
         }
     }
 
@@ -222,14 +216,7 @@ impl types::Host for State {}
 
 impl log::Host for State {
     async fn log(&mut self, level: log::Level, message: String) {
-        let (n, name) = match level {
-            log::Level::Error => (LogLevel::Error, "error"),
-            log::Level::Warn => (LogLevel::Warn, "warn"),
-            log::Level::Info => (LogLevel::Info, "info"),
-            log::Level::Debug => (LogLevel::Debug, "debug"),
-            log::Level::Trace => (LogLevel::Trace, "trace"),
-        };
-        if !log_shown(n) {
+        if !log_shown(level) {
             return;
         }
         let mut msg = message;
@@ -249,11 +236,7 @@ impl log::Host for State {
         }
         self.log.lines += lines;
         self.log.bytes += text.len();
-        let mut out = String::new();
-        for line in text.split('\n') {
-            out.push_str(&format!("[plugin {}] {name}: {line}\n", self.plugin));
-        }
-        eprint!("{out}");
+        log_event(level, &self.plugin, &text);
     }
 }
 

@@ -44,7 +44,7 @@ pub use error::{PluginError, call_error_parts, describe_call_error};
 pub use exec::{
     Finished, HostProgramError, Reach, confinement, resolve_program, run_confined, run_host_program,
 };
-pub use host_impl::{LogLevel, State, set_log_level};
+pub use host_impl::{PLUGIN_LOG_TARGET, State};
 pub use instance::{HeldInstance, Plugin};
 pub use kind::{PluginKind, Source};
 pub use registry::{Needed, Registry};

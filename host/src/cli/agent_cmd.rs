@@ -5,13 +5,16 @@ use super::args::AgentArgs;
 use super::common::{EventSink, ctrl_c_watch, outcome_of};
 use super::ctx::{Ctx, Outcome};
 use super::settings::AgentSettings;
-use crate::engine::agent::{AgentDeps, run_agent};
+use crate::engine::kind::{Agent, LoopKind};
+use crate::engine::resume::Resumed;
+use crate::engine::run::RunCtx;
 use crate::engine::{AgentResult, Event, StopReason};
 use crate::llm::pricing::format_usd;
 use crate::llm::{Message, Usage};
 use crate::mcp::ExternalTools;
 use crate::plugin::Registry;
 use crate::store::Store;
+use crate::task_spec::TaskSpec;
 use crate::terminal::count;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -69,11 +72,17 @@ pub(crate) async fn run(
     extra: &[PathBuf],
     mut args: AgentArgs,
 ) -> anyhow::Result<Outcome> {
+    let mut resumed = None;
     if let Some(id) = args.resume {
-        let spec = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Agent, id)?;
-        super::task_cmd::apply_agent(&mut args, &spec);
+        let r = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Agent, id)?;
+        super::task_cmd::apply_agent(&mut args, &r.spec);
+        resumed = Some(r);
     }
-    crate::engine::resume::set_record(super::task_cmd::spec_of_agent(&args));
+    let record = super::task_cmd::spec_of_agent(&args);
+    let run = Recorded {
+        task: &record,
+        resumed: resumed.as_mut(),
+    };
     let mut s = AgentSettings::resolve(ctx, args)?;
     s.log.line(&banner(&s));
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
@@ -86,10 +95,16 @@ pub(crate) async fn run(
         );
     }
     s.options.external = external.clone();
-    let result = session(ctx, &mut s, &registry, &mut store).await;
+    let result = session(ctx, &mut s, &registry, &mut store, run).await;
     external.shutdown().await;
     let (stop, ok) = result?;
     Ok(outcome_of(stop, ok))
+}
+
+/// What every run of the session records as its task, and the run it resumes.
+struct Recorded<'a> {
+    task: &'a TaskSpec,
+    resumed: Option<&'a mut Resumed>,
 }
 
 /// One task (`--prompt` or TASK), or tasks read from stdin until its end, each continuing the
@@ -99,6 +114,7 @@ async fn session(
     s: &mut AgentSettings,
     registry: &Registry,
     store: &mut Store,
+    mut run: Recorded<'_>,
 ) -> anyhow::Result<(StopReason, bool)> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -112,7 +128,7 @@ async fn session(
                 None => break,
             },
         };
-        let result = run_task(ctx, s, registry, store, &task, history).await?;
+        let result = run_task(ctx, s, registry, store, &mut run, &task, history).await?;
         last = (result.stop_reason, result.success);
         history = result.messages;
         if s.prompt.is_some() || result.stop_reason == StopReason::Cancelled {
@@ -128,6 +144,7 @@ async fn run_task(
     s: &mut AgentSettings,
     registry: &Registry,
     store: &mut Store,
+    run: &mut Recorded<'_>,
     task: &str,
     history: Vec<Message>,
 ) -> anyhow::Result<AgentResult> {
@@ -142,20 +159,23 @@ async fn run_task(
         }
     });
     let mut on_event = |e: &Event| sink.event(e);
-    let result = run_agent(
+    let agent = Agent {
         task,
         history,
-        &s.options,
-        AgentDeps {
+        opts: &s.options,
+    };
+    let result = agent
+        .run(RunCtx {
             workspace: &ctx.workspace,
-            registry,
-            model: &mut s.model,
             store,
+            events: &mut on_event,
+            model: &mut s.model,
+            plugins: registry,
             cancel,
-            on_event: &mut on_event,
-        },
-    )
-    .await;
+            task: Some(run.task),
+            resumed: run.resumed.as_deref_mut(),
+        })
+        .await;
     ctrl_c.abort();
     drop(sink);
     let result = result?;

@@ -123,7 +123,7 @@ pub(crate) struct AgentArgs {
     /// Continue run ID (cancelled or crashed) from its stored conversation: the answers and
     /// tool results it already had are replayed, not asked for or run again; it keeps the
     /// task it was started with (model, log and output options may be given again).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = super::resume_cmd::run_id)]
     pub(super) resume: Option<i64>,
     #[command(flatten)]
     pub(super) llm: LlmArgs,
@@ -169,7 +169,7 @@ pub(crate) struct LoopArgs {
     /// Continue loop run ID (cancelled or crashed) from its stored conversations: the
     /// answers and tool results it already had are replayed, not asked for or run again; it
     /// keeps the options it was started with (`kiln loop --resume ID`, no `--task`).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = super::resume_cmd::run_id)]
     pub(super) resume: Option<i64>,
     #[command(flatten)]
     pub(super) llm: LlmArgs,

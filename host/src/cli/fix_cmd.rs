@@ -7,6 +7,7 @@ use super::common::{EventSink, ctrl_c_watch, exit_for};
 use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
 use super::settings::FixSettings;
+use crate::engine::kind::LoopKind;
 use crate::engine::{self, FixOutcome};
 use crate::llm::Usage;
 use crate::llm::pricing::format_usd;
@@ -45,20 +46,26 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
     let mut log = EventLog::new(!ctx.quiet && !s.json, None);
     let mut sink = EventSink::new(s.json, &mut log).holding_result();
     let mut on_event = |e: &engine::Event| sink.event(e);
-    let outcome = engine::run_fix(
-        &s.options,
-        engine::fix::FixDeps {
-            workspace: &ctx.workspace,
+    let fix = engine::kind::Fix {
+        opts: &s.options,
+        plugins: engine::fix::FixPlugins {
             runner,
             format,
-            model: &mut model,
-            store: &mut store,
-            cancel,
-            on_event: &mut on_event,
             tools,
         },
-    )
-    .await?;
+    };
+    let outcome = fix
+        .run(engine::run::RunCtx {
+            workspace: &ctx.workspace,
+            store: &mut store,
+            events: &mut on_event,
+            model: &mut model,
+            plugins: &reg,
+            cancel,
+            task: None,
+            resumed: None,
+        })
+        .await?;
     sink.log().end_text();
     let usage = store.loop_detail(outcome.loop_id)?.row.tokens;
     let cost = crate::llm::pricing::cost_usd(&model.label(), &usage, &s.config.pricing);

@@ -7,7 +7,8 @@ use super::ctx::{Ctx, Outcome};
 use super::event_log::EventLog;
 use super::settings::LoopSettings;
 use crate::engine::Event;
-use crate::engine::review::{LoopDeps, run_loop};
+use crate::engine::kind::{ExecuteReview, LoopKind};
+use crate::engine::run::RunCtx;
 use kiln_protocol::outcome::LoopRunResult;
 use std::path::PathBuf;
 
@@ -16,14 +17,19 @@ pub(crate) async fn run(
     extra: &[PathBuf],
     mut args: LoopArgs,
 ) -> anyhow::Result<Outcome> {
+    let mut resumed = None;
     if let Some(id) = args.resume {
-        let spec = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Loop, id)?;
-        super::task_cmd::apply_loop(&mut args, &spec, &ctx.workspace);
+        let r = super::resume_cmd::prepare(ctx, crate::task_spec::Kind::Loop, id)?;
+        super::task_cmd::apply_loop(&mut args, &r.spec, &ctx.workspace);
+        resumed = Some(r);
     }
-    if let Some(task) = &args.task {
-        let rel = super::settings::task_path(&ctx.workspace, task)?;
-        crate::engine::resume::set_record(super::task_cmd::spec_of_loop(&args, &rel));
-    }
+    let record = match &args.task {
+        Some(task) => {
+            let rel = super::settings::task_path(&ctx.workspace, task)?;
+            Some(super::task_cmd::spec_of_loop(&args, &rel))
+        }
+        None => None,
+    };
     let mut s = LoopSettings::resolve(ctx, args)?;
     let registry = ctx.with_config(s.config.clone()).registry(extra).await?;
     let mut store = ctx.open_store()?;
@@ -42,18 +48,18 @@ pub(crate) async fn run(
     let mut log = EventLog::lines_only(!ctx.quiet && !s.json);
     let mut sink = EventSink::new(s.json, &mut log);
     let mut on_event = |e: &Event| sink.event(e);
-    let result = run_loop(
-        opts,
-        LoopDeps {
+    let result = ExecuteReview { opts }
+        .run(RunCtx {
             workspace: &ctx.workspace,
-            registry: &registry,
-            model: &mut s.model,
             store: &mut store,
+            events: &mut on_event,
+            model: &mut s.model,
+            plugins: &registry,
             cancel,
-            on_event: &mut on_event,
-        },
-    )
-    .await?;
+            task: record.as_ref(),
+            resumed: resumed.as_mut(),
+        })
+        .await?;
     if !s.json {
         print_result(&result, ctx.quiet);
     }

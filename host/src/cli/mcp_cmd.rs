@@ -450,15 +450,20 @@ async fn run_compile_loop(
     let (mut on_event, forward) = progress_forwarder(context, plan.fix.max_iters);
     let result = crate::engine::run_fix(
         &plan.fix,
-        crate::engine::fix::FixDeps {
-            workspace: &shared.workspace,
+        crate::engine::fix::FixPlugins {
             runner: plan.runner,
             format: plan.format,
-            model,
-            store: &mut store,
-            cancel: cancel_rx,
-            on_event: &mut on_event,
             tools: None,
+        },
+        crate::engine::run::RunCtx {
+            workspace: &shared.workspace,
+            store: &mut store,
+            events: &mut on_event,
+            model,
+            plugins: &shared.registry,
+            cancel: cancel_rx,
+            task: None,
+            resumed: None,
         },
     )
     .await;

@@ -17,6 +17,7 @@ mod gc_cmd;
 mod guest_sdk;
 mod history_cmd;
 mod llm_cmd;
+mod log_lines;
 mod loop_cmd;
 mod mcp_cmd;
 mod output;
@@ -186,13 +187,19 @@ pub fn main() -> ExitCode {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
     }
     common::note_inherited_signals();
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Err(e) = resume_cmd::check_line(&argv) {
-        eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
-        return ExitCode::from(2);
-    }
-    let cli = match Cli::try_parse_from(argv) {
-        Ok(c) => c,
+    let command = <Cli as clap::CommandFactory>::command();
+    let parsed = command
+        .clone()
+        .try_get_matches_from(std::env::args_os())
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m).map(|c| (m, c)));
+    let cli = match parsed {
+        Ok((matches, cli)) => {
+            if let Err(e) = resume_cmd::check_matches(&command, &matches) {
+                eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
+                return ExitCode::from(2);
+            }
+            cli
+        }
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
@@ -232,7 +239,7 @@ pub fn main() -> ExitCode {
             );
         }
     }
-    crate::plugin::set_log_level(settings::log_level(cli.global.quiet, cli.global.verbose));
+    log_lines::install(log_lines::level(cli.global.quiet, cli.global.verbose));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -5,105 +5,92 @@
 //! Model settings (provider, endpoint, model), logs, output and the workspace's trust come
 //! from the person resuming, as for any run. Before that kiln checks that the run can be
 //! resumed (an agent or loop run that did not succeed, whose workspace holds exactly what the
-//! run left: [`crate::undo::unaccounted`]) and tells the engine to serve the run's stored
-//! answers and tool results first ([`crate::engine::resume`]).
+//! run left: [`crate::undo::unaccounted`]) and loads the run's stored answers and tool
+//! results, which the command hands to the run as a [`Resumed`] value in its `RunCtx`.
 
 use super::ctx::Ctx;
+use crate::engine::resume::Resumed;
 use crate::task_spec::{Allowed, Kind, TaskSpec};
-use anyhow::{Context, bail};
-use std::ffi::OsString;
+use anyhow::bail;
 
-/// Global options that take a value (skipped when looking for the subcommand).
-const VALUED_GLOBALS: &[&str] = &["-C", "--workspace", "--plugin", "--store"];
-
-/// Options that may be given with `--resume`: what is shown, where logs go, and which model
-/// answers (the person resuming chooses these, as for any run).
-const RESUME_FLAGS: &[&str] = &[
-    "--json",
-    "-q",
-    "--quiet",
-    "-v",
-    "--verbose",
-    "--no-console-log",
-    "--file-log",
+/// What may be given with `--resume` (the clap ids of the loop commands' own options): what is
+/// shown, where logs go, and which model answers (the person resuming chooses these, as for
+/// any run). Global options (`-q`, `-v`, `-C`, ...) may always be given.
+const RESUME_ALLOWS: &[&str] = &[
+    "resume",
+    "json",
+    "no_console_log",
+    "file_log",
+    "log_file",
+    "log_path",
+    "provider",
+    "base_url",
+    "model",
+    "max_reply_bytes",
 ];
 
-/// Options with a value that may be given with `--resume`.
-const RESUME_VALUED: &[&str] = &[
-    "--provider",
-    "--base-url",
-    "--model",
-    "--max-reply-bytes",
-    "--log-file",
-    "--log-path",
-];
-
-/// Refuse a `--resume` command line that also sets what the resumed run takes from its
-/// record (`--max-steps`, a task, ...). Other command lines pass as they are.
-pub(crate) fn check_line(argv: &[OsString]) -> anyhow::Result<()> {
-    let text: Vec<String> = argv
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let mut i = 1;
-    while i < text.len() && text[i].starts_with('-') {
-        i += if VALUED_GLOBALS.contains(&text[i].as_str()) {
-            2
-        } else {
-            1
-        };
-    }
-    if !text.get(i).is_some_and(|c| c == "agent" || c == "loop") {
-        return Ok(());
-    }
-    let rest = &text[i + 1..];
-    let Some(at) = rest
-        .iter()
-        .position(|a| a == "--resume" || a.starts_with("--resume="))
-    else {
-        return Ok(());
-    };
-    let value = if rest[at] == "--resume" {
-        rest.get(at + 1).cloned().unwrap_or_default()
-    } else {
-        rest[at]["--resume=".len()..].to_string()
-    };
+/// Parse `--resume`'s value: a run id.
+pub(super) fn run_id(value: &str) -> Result<i64, String> {
     value
         .parse::<i64>()
-        .with_context(|| format!("--resume takes a run id (see `kiln history`), not `{value}`"))?;
-    let mut others = Vec::new();
-    let mut j = 0;
-    while j < rest.len() {
-        let a = &rest[j];
-        if j == at {
-            j += if a == "--resume" { 2 } else { 1 };
+        .map_err(|_| format!("--resume takes a run id (see `kiln history`), not `{value}`"))
+}
+
+/// Refuse a parsed `--resume` command line (`matches` of `cli`, a command that resumes) that
+/// also sets what the resumed run takes from its record (`--max-steps`, a task, ...), naming
+/// what to leave out as it was given. Other command lines pass as they are.
+pub(crate) fn check_matches(cli: &clap::Command, matches: &clap::ArgMatches) -> anyhow::Result<()> {
+    let Some((name, sub)) = matches.subcommand() else {
+        return Ok(());
+    };
+    if !crate::engine::kind::kind_named(name).is_some_and(|k| k.resumable) {
+        return Ok(());
+    }
+    let Some(id) = sub.try_get_one::<i64>("resume").ok().flatten() else {
+        return Ok(());
+    };
+    let mut cli = cli.clone();
+    cli.build();
+    let Some(command) = cli.find_subcommand(name) else {
+        return Ok(());
+    };
+    let mut others: Vec<(usize, String)> = Vec::new();
+    for arg in command.get_arguments() {
+        let key = arg.get_id().as_str();
+        if arg.is_global_set()
+            || RESUME_ALLOWS.contains(&key)
+            || sub.value_source(key) != Some(clap::parser::ValueSource::CommandLine)
+        {
             continue;
         }
-        if RESUME_FLAGS.contains(&a.as_str())
-            || RESUME_VALUED
-                .iter()
-                .any(|f| a.strip_prefix(f).is_some_and(|r| r.starts_with('=')))
-        {
-            j += 1;
-        } else if RESUME_VALUED.contains(&a.as_str()) {
-            j += 2;
-        } else {
-            others.push(a.as_str());
-            j += 1;
+        let at = sub.index_of(key).unwrap_or(usize::MAX);
+        let mut given: Vec<String> = Vec::new();
+        if !arg.is_positional() {
+            given.push(match arg.get_long() {
+                Some(long) => format!("--{long}"),
+                None => format!("-{}", arg.get_short().unwrap_or('?')),
+            });
         }
+        if arg.get_action().takes_values() {
+            let raw = sub.get_raw(key).into_iter().flatten();
+            given.extend(raw.map(|v| v.to_string_lossy().into_owned()));
+        }
+        others.push((at, given.join(" ")));
     }
+    others.sort();
     if !others.is_empty() {
+        let others: Vec<String> = others.into_iter().map(|(_, g)| g).collect();
         bail!(
-            "--resume continues run {value} with the task it was started with; leave out {} (model, log and output options may be given)",
+            "--resume continues run {id} with the task it was started with; leave out {} (model, log and output options may be given)",
             others.join(" ")
         );
     }
     Ok(())
 }
 
-/// Check that run `id` can be resumed as a `kind` run, start serving its answers, and return
-/// the task it was started with, checked.
-pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<TaskSpec> {
+/// Check that run `id` can be resumed as a `kind` run and return what the resumed run serves
+/// and the task it was started with, checked.
+pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<Resumed> {
     let command = kind.name();
     let mut store = ctx.open_store()?;
     let row = store.loop_detail(id)?.row;
@@ -157,7 +144,8 @@ pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<TaskSpec
         runs.extend(phase_runs(&store, id, &row)?);
         runs.sort_unstable();
     }
-    let served = crate::engine::resume::start(&store, &runs)?;
+    let resumed = Resumed::load(&store, &runs, spec)?;
+    let served = resumed.served();
     let note = serde_json::json!({"type": "run.resume_started", "at": crate::clock::now_ms()});
     let seq = store.event_count(id).unwrap_or(0) + 1;
     let _ = store.record_event(id, seq as u64, "run.resume_started", &note);
@@ -166,7 +154,7 @@ pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<TaskSpec
         crate::terminal::count(served.answers, "answer", "answers"),
         crate::terminal::count(served.results, "tool result", "tool results")
     );
-    Ok(spec)
+    Ok(resumed)
 }
 
 /// The runs of a loop's phases: runs of their own, begun while it ran (one loop at a time per
@@ -189,4 +177,62 @@ fn phase_runs(
         .filter(|r| r.started_at <= end && r.id > id)
         .map(|r| r.id)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    fn check(line: &[&str]) -> Result<(), String> {
+        let cmd = <super::super::Cli as clap::CommandFactory>::command();
+        let m = cmd
+            .clone()
+            .try_get_matches_from(line)
+            .map_err(|e| e.to_string())?;
+        super::check_matches(&cmd, &m).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_resume_refuses_the_options_its_record_sets_as_they_were_given() {
+        let ok = [
+            &[
+                "kiln", "agent", "--resume", "4", "--json", "-q", "--model", "m",
+            ][..],
+            &[
+                "kiln",
+                "-C",
+                "/tmp",
+                "agent",
+                "--resume",
+                "4",
+                "--log-file",
+                "x.log",
+            ],
+            &["kiln", "loop", "--resume", "4", "--base-url", "http://h/v1"],
+            &["kiln", "agent", "-m", "3", "-p", "no resume: anything goes"],
+        ];
+        for line in ok {
+            assert_eq!(check(line), Ok(()), "{line:?}");
+        }
+        let e = check(&[
+            "kiln",
+            "agent",
+            "--resume",
+            "4",
+            "-m",
+            "3",
+            "--sequential",
+            "fix it",
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("continues run 4 with the task it was started with; leave out --max-steps 3 --sequential fix it"),
+            "{e}"
+        );
+        let e = check(&["kiln", "loop", "--json", "--resume", "4", "--loops", "2"]).unwrap_err();
+        assert!(e.contains("leave out --loops 2 ("), "{e}");
+        let e = check(&["kiln", "agent", "--resume", "x"]).unwrap_err();
+        assert!(
+            e.contains("--resume takes a run id (see `kiln history`), not `x`"),
+            "{e}"
+        );
+    }
 }

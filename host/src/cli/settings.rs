@@ -12,24 +12,12 @@ use crate::config::{Config, ExecGrant};
 use crate::engine::agent::AgentOptions;
 use crate::engine::review::{LoopOptions, REVIEW_COMMANDS, load_task};
 use crate::engine::{FixOptions, ModelSource};
-use crate::plugin::LogLevel;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 // The edit format when neither a flag nor `[fix] format` names one.
 pub(crate) use crate::engine::defaults::DEFAULT_FORMAT;
-
-/// The plugin log level of `-q` (errors only), `-v` (debug) or neither (warnings).
-pub(crate) fn log_level(quiet: bool, verbose: bool) -> LogLevel {
-    if quiet {
-        LogLevel::Error
-    } else if verbose {
-        LogLevel::Debug
-    } else {
-        LogLevel::Warn
-    }
-}
 
 /// A per-tool deadline given in seconds (at least a millisecond).
 fn tool_timeout(seconds: f64) -> Duration {
@@ -434,14 +422,6 @@ impl McpSettings {
 mod tests {
     use super::super::llm_cmd::LlmArgs;
     use super::*;
-
-    #[test]
-    fn quiet_shows_errors_verbose_debug_and_neither_warnings() {
-        assert_eq!(log_level(true, false), LogLevel::Error);
-        assert_eq!(log_level(false, true), LogLevel::Debug);
-        assert_eq!(log_level(false, false), LogLevel::Warn);
-        assert!(LogLevel::Error < LogLevel::Warn && LogLevel::Warn < LogLevel::Debug);
-    }
 
     #[test]
     fn test_args_are_plain_words() {

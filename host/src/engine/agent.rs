@@ -9,20 +9,17 @@
 use super::defaults::DEFAULT_FORMAT;
 use super::error::{HostError, from_host_errors};
 use super::events::Event;
-use super::model::ModelSource;
-use super::run::{AskError, Run, RunDeps};
+use super::run::{AskError, Run, RunCtx};
 use super::tool_names::{FINAL_ANSWER, SUBMIT_REVIEW};
 use super::tools::{
     CallResult, Changes, FinalAnswerArgs, Kind, ToolSettings, Toolbox, Turn, cap, run_hook,
 };
 use crate::config::Hooks;
 use crate::llm::{ChatRequest, LlmError, Message, ToolCall, ToolDef};
-use crate::plugin::Registry;
-use crate::store::{NewLoop, Store};
+use crate::store::NewLoop;
 use kiln_protocol::outcome::{AgentResult, StopReason, ToolCallRecord};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 /// How an agent run is bounded, prompted and offered its tools.
@@ -126,22 +123,6 @@ impl Default for AgentOptions {
             parent: None,
         }
     }
-}
-
-/// What the loop borrows from its caller.
-pub struct AgentDeps<'a> {
-    /// Workspace root.
-    pub workspace: &'a Path,
-    /// Loaded plugins (tool plugins, edit formats, runners).
-    pub registry: &'a Registry,
-    /// The model (live or replayed), with its token counter and budget.
-    pub model: &'a mut ModelSource,
-    /// Where the run, its model calls and its tool calls are recorded.
-    pub store: &'a mut Store,
-    /// Becomes true when the user cancels (Ctrl-C).
-    pub cancel: tokio::sync::watch::Receiver<bool>,
-    /// Receives every event of the run as it happens.
-    pub on_event: &'a mut (dyn FnMut(&Event) + Send),
 }
 
 /// Host errors: never swallowed into a result.
@@ -324,18 +305,11 @@ pub async fn run_agent(
     task: &str,
     history: Vec<Message>,
     opts: &AgentOptions,
-    deps: AgentDeps<'_>,
+    ctx: RunCtx<'_>,
 ) -> Result<AgentResult, AgentError> {
-    let AgentDeps {
-        workspace,
-        registry,
-        model,
-        store,
-        cancel,
-        on_event,
-    } = deps;
-    let ws = crate::edit::Workspace::open(workspace)?;
+    let ws = crate::edit::Workspace::open(ctx.workspace)?;
     let settings = opts.tool_settings();
+    let registry = ctx.plugins;
     let toolbox = Toolbox::new(registry, &settings).await?;
     let system = system_prompt(opts, &toolbox);
     let new = NewLoop {
@@ -343,18 +317,11 @@ pub async fn run_agent(
         runner: "-".into(),
         targets: vec![],
         format: opts.default_format.clone(),
-        model: model.label(),
+        model: ctx.model.label(),
         max_iters: opts.max_steps as i64,
         parent: opts.parent,
     };
-    let deps = RunDeps {
-        workspace,
-        model,
-        store,
-        cancel,
-        on_event,
-    };
-    let mut run = Run::begin(deps, &new)?;
+    let mut run = Run::begin(ctx, &new)?;
     let mut messages = history;
     messages.push(Message::User {
         text: task.to_string(),

@@ -2,6 +2,10 @@
 //! one JSON object per line (the person's rendering is `cli::render`). The JSON form is
 //! `{"seq", "ts_ms", "type", ...fields}`; `type` is one of the names below (`loop.started`,
 //! `runner.finished`, ...).
+//!
+//! Everything that watches a run observes these typed values, never their names: the store
+//! recorder (`run::record`), the person's rendering (`cli::render`, `cli::event_log`), the JSON
+//! lines (`cli::common::EventSink`), MCP progress (`cli::mcp_cmd`) and a loop's phase log.
 
 use serde::Serialize;
 use serde_json::Value;

@@ -13,13 +13,12 @@ use super::defaults::WHOLE_FORMAT;
 use super::error::{HostError, from_host_errors};
 use super::events::Event;
 use super::history;
-use super::model::ModelSource;
-use super::run::{AskError, Run, RunDeps, cancelled};
+use super::run::{AskError, Run, RunCtx, cancelled};
 use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS, LIST_DIR, READ_FILES, SEARCH_REPO};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
 use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};
-use crate::store::{IterationRow, NewLoop, Store};
+use crate::store::{IterationRow, NewLoop};
 use kiln_protocol::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -359,22 +358,13 @@ struct Attempt {
     feedback: Option<String>,
 }
 
-/// Everything the loop needs besides its options.
-pub struct FixDeps<'a> {
-    /// Workspace root.
-    pub workspace: &'a Path,
+/// The plugins the loop drives, chosen by the caller from the run's registry
+/// ([`RunCtx::plugins`]).
+pub struct FixPlugins<'a> {
     /// The runner plugin that checks the targets.
     pub runner: &'a Plugin,
     /// The edit format the model answers in (a whole-file format is shown files whole).
     pub format: &'a Plugin,
-    /// The model (live or replayed), with its token counter and budget.
-    pub model: &'a mut ModelSource,
-    /// Where the loop, its iterations and its model calls are recorded.
-    pub store: &'a mut Store,
-    /// Set to true to cancel (Ctrl-C).
-    pub cancel: tokio::sync::watch::Receiver<bool>,
-    /// Receives every event of the loop as it happens.
-    pub on_event: &'a mut (dyn FnMut(&Event) + Send),
     /// Project mode: the tool plugin (`fs`) whose read-only tools the model may call.
     pub tools: Option<&'a Plugin>,
 }
@@ -534,40 +524,33 @@ async fn precheck(
 
 /// Run the fix loop to its end. Errors are returned only when the loop cannot start; every
 /// end after that (including failures of the model or a plugin) is an outcome with a reason.
-pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome, FixError> {
-    let FixDeps {
-        workspace,
+pub async fn run_fix(
+    opts: &FixOptions,
+    plugins: FixPlugins<'_>,
+    ctx: RunCtx<'_>,
+) -> Result<FixOutcome, FixError> {
+    let FixPlugins {
         runner,
         format,
-        model,
-        store,
-        cancel,
-        on_event,
         tools,
-    } = deps;
-    let ws = Workspace::open(workspace)?;
+    } = plugins;
+    let ws = Workspace::open(ctx.workspace)?;
     let tools = match tools {
         Some(p) if opts.project() && opts.tool_rounds > 0 => Some((p, project_tool_defs(p).await?)),
         _ => None,
     };
-    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel, on_event).await?;
+    let (instructions, log, first) =
+        precheck(opts, &ws, runner, format, &ctx.cancel, ctx.events).await?;
     let new = NewLoop {
         kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
         targets: opts.targets.clone(),
         format: format.name.clone(),
-        model: model.label(),
+        model: ctx.model.label(),
         max_iters: opts.max_iters as i64,
         parent: opts.parent,
     };
-    let deps = RunDeps {
-        workspace,
-        model,
-        store,
-        cancel,
-        on_event,
-    };
-    let mut run = Run::begin(deps, &new)?;
+    let mut run = Run::begin(ctx, &new)?;
     run.log_answers(log);
     run.emit(Event::LoopStarted {
         loop_id: run.id,

@@ -1,5 +1,7 @@
-//! The loops, as policies over one run core (`run`: lifecycle, events, the ask-the-model step,
-//! cancellation) and one tool dispatcher (`tools`), emitting one typed event stream.
+//! The loops, as policies over one run core (`run`: the run context, lifecycle, events, the
+//! ask-the-model step, cancellation) and one tool dispatcher (`tools`), emitting one typed
+//! event stream. Each loop kind is a type implementing `kind::LoopKind`, registered in
+//! `kind::KINDS`.
 
 pub mod agent;
 pub mod budget;
@@ -9,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod fix;
 pub(crate) mod history;
+pub mod kind;
 pub mod model;
 pub mod resume;
 pub mod review;

@@ -229,6 +229,12 @@ impl ModelSource {
         self.budget.check(&self.spent, req)
     }
 
+    /// An answer served from the store (a resumed run's), counted as if the model gave it.
+    pub(crate) fn served(&mut self, answer: ChatResponse) -> ChatResponse {
+        self.spent += answer.usage;
+        answer
+    }
+
     /// Get the next answer.
     pub async fn complete(&mut self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
         self.complete_streaming(req, &mut |_| {}).await
@@ -240,11 +246,6 @@ impl ModelSource {
         req: &ChatRequest,
         sink: &mut (dyn FnMut(crate::llm::Delta) + Send),
     ) -> Result<ChatResponse, LlmError> {
-        // A resumed run: the answers the model already gave, before any new request.
-        if let Some(resp) = super::resume::next_answer() {
-            self.spent += resp.usage;
-            return Ok(resp);
-        }
         let r = match &mut self.source {
             Source::Live(c) => c.complete(req, sink).await,
             Source::Replay(r) => r.responses.pop_front().ok_or_else(|| {

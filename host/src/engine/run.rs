@@ -1,4 +1,5 @@
-//! The run core every loop shares: a run's lifecycle in the store (begin, finish), its numbered
+//! The run core every loop shares: the run context ([`RunCtx`]: everything a run borrows from
+//! its caller), a run's lifecycle in the store (begin, finish), its numbered
 //! event stream (stored and sent to the caller), the one "ask the model" step (streaming text,
 //! retries shown as they happen, cancellation, every call recorded, tokens counted, the budget
 //! checked before each request), and
@@ -6,24 +7,36 @@
 
 use super::events::Event;
 use super::model::ModelSource;
+use super::resume::{Resumed, Stored};
 use crate::llm::{ChatRequest, ChatResponse, Delta, LlmError, Usage};
+use crate::plugin::Registry;
 use crate::store::{NewLoop, Store, StoreError};
+use crate::task_spec::TaskSpec;
 use kiln_protocol::outcome::StopReason;
 use std::path::Path;
 use tokio::sync::watch;
 
-/// What a run borrows from its caller.
-pub struct RunDeps<'a> {
+/// The run context: everything a run (of any loop kind) borrows from its caller, passed
+/// explicitly instead of kept in process-wide state. A nested run (a loop's phase, an agent's
+/// `compile_loop`) gets one borrowed from its parent's ([`Run::split`], [`Run::nested`]).
+pub struct RunCtx<'a> {
     /// Workspace root.
     pub workspace: &'a Path,
-    /// The model (its token counter spans nested runs).
-    pub model: &'a mut ModelSource,
     /// Where the run, its model calls and its tool calls are recorded.
     pub store: &'a mut Store,
-    /// Set to true to cancel (Ctrl-C).
-    pub cancel: watch::Receiver<bool>,
     /// Receives every event of the run as it happens.
-    pub on_event: &'a mut (dyn FnMut(&Event) + Send),
+    pub events: &'a mut (dyn FnMut(&Event) + Send),
+    /// The model (live or replayed) with its budget; its token counter spans nested runs.
+    pub model: &'a mut ModelSource,
+    /// Loaded plugins (runners, edit formats, tool plugins).
+    pub plugins: &'a Registry,
+    /// Becomes true when the run is to stop (Ctrl-C, a client's cancellation).
+    pub cancel: watch::Receiver<bool>,
+    /// The task (typed, without endpoints or secrets) recorded with the run (its `run.task`
+    /// event) so it can be resumed; nested runs record it too.
+    pub task: Option<&'a TaskSpec>,
+    /// A resumed run: the stored answers and tool results served before anything new.
+    pub resumed: Option<&'a mut Resumed>,
 }
 
 /// Why an ask produced no answer.
@@ -47,7 +60,11 @@ pub struct Run<'a> {
     pub model: &'a mut ModelSource,
     /// Where the run is recorded.
     pub store: &'a mut Store,
+    /// Loaded plugins.
+    pub plugins: &'a Registry,
     cancel: watch::Receiver<bool>,
+    task: Option<&'a TaskSpec>,
+    resumed: Option<&'a mut Resumed>,
     on_event: &'a mut (dyn FnMut(&Event) + Send),
     seq: u64,
     spent_at_start: Usage,
@@ -57,24 +74,32 @@ pub struct Run<'a> {
 impl<'a> Run<'a> {
     /// Open the run's row (refused while another loop runs on the workspace, unless `new`
     /// names it as the parent).
-    pub fn begin(deps: RunDeps<'a>, new: &NewLoop) -> Result<Run<'a>, StoreError> {
-        let RunDeps {
+    pub fn begin(ctx: RunCtx<'a>, new: &NewLoop) -> Result<Run<'a>, StoreError> {
+        let RunCtx {
             workspace,
-            model,
             store,
+            events: on_event,
+            model,
+            plugins,
             cancel,
-            on_event,
-        } = deps;
+            task,
+            resumed,
+        } = ctx;
         let id = store.begin_loop(new)?;
         crate::undo::begin(workspace, id);
-        super::resume::on_begin(store, id);
+        if let Some(spec) = task {
+            super::resume::on_begin(store, id, spec);
+        }
         Ok(Run {
             id,
             workspace,
             spent_at_start: model.spent(),
             model,
             store,
+            plugins,
             cancel,
+            task,
+            resumed,
             on_event,
             seq: 0,
             log: None,
@@ -89,8 +114,7 @@ impl<'a> Run<'a> {
     /// Number, store and send an event. A store that cannot take it only loses the row.
     pub fn emit(&mut self, e: Event) {
         self.seq += 1;
-        let v = e.to_json(self.seq, crate::clock::now_ms());
-        let _ = self.store.record_event(self.id, self.seq, e.name(), &v);
+        record(self.store, self.id, self.seq, &e);
         crate::undo::on_event(e.name());
         (self.on_event)(&e);
     }
@@ -140,8 +164,11 @@ impl<'a> Run<'a> {
             store,
             on_event,
             seq,
+            resumed,
             ..
         } = self;
+        // A resumed run: the answers the model already gave, before any new request.
+        let stored = resumed.as_deref_mut().and_then(Resumed::next_answer);
         let mut sink = |d: Delta| {
             let e = match d {
                 Delta::Text(text) if live_text => Event::TextDelta { text },
@@ -152,14 +179,16 @@ impl<'a> Run<'a> {
                 },
             };
             *seq += 1;
-            if matches!(e, Event::LlmRetry { .. }) {
-                let v = e.to_json(*seq, crate::clock::now_ms());
-                let _ = store.record_event(*id, *seq, e.name(), &v);
-            }
+            record(store, *id, *seq, &e);
             on_event(&e);
         };
         let resp = tokio::select! {
-            r = model.complete_streaming(req, &mut sink) => r,
+            r = async {
+                match stored {
+                    Some(answer) => Ok(model.served(answer)),
+                    None => model.complete_streaming(req, &mut sink).await,
+                }
+            } => r,
             _ = cancelled(&mut cancel) => return Err(AskError::Cancelled),
         };
         let label = self.model.label();
@@ -204,27 +233,53 @@ impl<'a> Run<'a> {
 
     /// Borrow everything for a nested run whose events go to this run's caller (not to this
     /// run's stream in the store: the nested run stores its own).
-    pub fn split(&mut self) -> RunDeps<'_> {
-        RunDeps {
+    pub fn split(&mut self) -> RunCtx<'_> {
+        RunCtx {
             workspace: self.workspace,
-            model: self.model,
             store: self.store,
+            events: &mut *self.on_event,
+            model: self.model,
+            plugins: self.plugins,
             cancel: self.cancel.clone(),
-            on_event: &mut *self.on_event,
+            task: self.task,
+            resumed: self.resumed.as_deref_mut(),
         }
     }
 
     /// Borrow the model and the store for a nested run (a compile_loop called by an agent),
     /// whose events go to `on_event` and whose cancellation follows this run's.
-    pub fn nested<'b>(&'b mut self, on_event: &'b mut (dyn FnMut(&Event) + Send)) -> RunDeps<'b> {
-        RunDeps {
+    pub fn nested<'b>(&'b mut self, on_event: &'b mut (dyn FnMut(&Event) + Send)) -> RunCtx<'b> {
+        RunCtx {
             workspace: self.workspace,
-            model: self.model,
             store: self.store,
+            events: on_event,
+            model: self.model,
+            plugins: self.plugins,
             cancel: self.cancel.clone(),
-            on_event,
+            task: self.task,
+            resumed: self.resumed.as_deref_mut(),
         }
     }
+
+    /// The stored result of each call (by name and arguments, first match), when the run
+    /// resumes one that stored them.
+    pub(crate) fn take_stored(&mut self, calls: &[crate::llm::ToolCall]) -> Vec<Option<Stored>> {
+        match self.resumed.as_deref_mut() {
+            Some(r) => r.take_results(calls),
+            None => calls.iter().map(|_| None).collect(),
+        }
+    }
+}
+
+/// The store recorder: event `seq` of run `id` in the store, by its type (every event but
+/// streamed model text, whose whole answer is stored with its call). A store that cannot take
+/// it only loses the row.
+fn record(store: &mut Store, id: i64, seq: u64, e: &Event) {
+    if matches!(e, Event::TextDelta { .. }) {
+        return;
+    }
+    let v = e.to_json(seq, crate::clock::now_ms());
+    let _ = store.record_event(id, seq, e.name(), &v);
 }
 
 /// Resolves once `rx` says the run is cancelled (Ctrl-C).

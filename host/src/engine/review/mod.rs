@@ -15,13 +15,11 @@ mod prompt;
 mod report;
 mod task;
 
-use super::agent::{AgentDeps, AgentError, AgentOptions, run_agent};
+use super::agent::{AgentError, AgentOptions, run_agent};
 use super::events::Event;
-use super::model::ModelSource;
-use super::run::{Run, RunDeps};
+use super::run::{Run, RunCtx};
 use crate::edit::Workspace;
-use crate::plugin::Registry;
-use crate::store::{NewLoop, Store};
+use crate::store::NewLoop;
 pub use artifacts::{ARTIFACT_DIR, ArtifactError};
 use artifacts::{Artifacts, Limits, RunToml, State};
 use kiln_protocol::outcome::{AgentResult, ReportStatus, StopReason};
@@ -30,7 +28,6 @@ use prompt::{execution_options, execution_task, review_budget, review_options, r
 use report::submitted_review;
 pub use report::{PendingItem, ReviewOutput, extract_pending_items, extract_status, summarize};
 use serde_json::Value;
-use std::path::Path;
 pub use task::{Task, TaskError, TaskFileError, load_task, parse_task};
 
 /// Programs the review phase's `run_cmd` may run (the policy lives in
@@ -59,22 +56,6 @@ pub struct LoopOptions {
     pub stop_on_blocker: bool,
 }
 
-/// What the loop borrows from its caller.
-pub struct LoopDeps<'a> {
-    /// Workspace root.
-    pub workspace: &'a Path,
-    /// Loaded plugins (tool plugins, edit formats).
-    pub registry: &'a Registry,
-    /// The model both phases ask, with its token counter and budget.
-    pub model: &'a mut ModelSource,
-    /// Where the loop and its phases are recorded.
-    pub store: &'a mut Store,
-    /// Becomes true when the user cancels (Ctrl-C).
-    pub cancel: tokio::sync::watch::Receiver<bool>,
-    /// Receives every event of the loop and its phases.
-    pub on_event: &'a mut (dyn FnMut(&Event) + Send),
-}
-
 /// Errors that keep the loop from starting or that the host cannot recover from.
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
@@ -95,15 +76,8 @@ pub enum LoopError {
 super::error::from_host_errors!(LoopError);
 
 /// Run the loop to its end.
-pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunResult, LoopError> {
-    let LoopDeps {
-        workspace,
-        registry,
-        model,
-        store,
-        cancel,
-        on_event,
-    } = deps;
+pub async fn run_loop(opts: &LoopOptions, ctx: RunCtx<'_>) -> Result<LoopRunResult, LoopError> {
+    let workspace = ctx.workspace;
     let ws = Workspace::open(workspace)?;
     let task = load_task(&ws, &opts.task_file)?;
     let artifacts = Artifacts::open(workspace)?;
@@ -112,16 +86,9 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
         runner: "-".into(),
         targets: vec![opts.task_file.clone()],
         format: opts.agent.default_format.clone(),
-        model: model.label(),
+        model: ctx.model.label(),
         max_iters: opts.loops as i64,
         parent: None,
-    };
-    let deps = RunDeps {
-        workspace,
-        model,
-        store,
-        cancel,
-        on_event,
     };
     // Opened before the run's row exists, and through the one writer when it lies in the
     // workspace: a `loop.log` the repository ships as a link is refused, not followed, and
@@ -130,10 +97,9 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
         Some(p) => Some(crate::edit::writer::open_log(workspace, p, &opts.agent.protected)?.1),
         None => None,
     };
-    let mut run = Run::begin(deps, &new)?;
+    let mut run = Run::begin(ctx, &new)?;
     let mut state = LoopState {
         opts,
-        registry,
         artifacts,
         task,
         rounds: Vec::new(),
@@ -149,9 +115,8 @@ pub async fn run_loop(opts: &LoopOptions, deps: LoopDeps<'_>) -> Result<LoopRunR
     state.finish(&mut run, stop)
 }
 
-struct LoopState<'o, 'r> {
+struct LoopState<'o> {
     opts: &'o LoopOptions,
-    registry: &'r Registry,
     artifacts: Artifacts,
     task: Task,
     rounds: Vec<LoopSummary>,
@@ -180,7 +145,7 @@ impl Phase {
     }
 }
 
-impl LoopState<'_, '_> {
+impl LoopState<'_> {
     async fn drive(&mut self, run: &mut Run<'_>) -> Result<StopReason, LoopError> {
         self.write_run(run, false)?;
         for round in 1..=self.opts.loops {
@@ -322,7 +287,7 @@ impl LoopState<'_, '_> {
         let result = {
             let phase_log = &mut self.phase_log;
             let parts = run.split();
-            let outer = parts.on_event;
+            let outer = parts.events;
             let mut seq = 0u64;
             let mut sink = |e: &Event| {
                 seq += 1;
@@ -336,15 +301,11 @@ impl LoopState<'_, '_> {
                 }
                 outer(e);
             };
-            let deps = AgentDeps {
-                workspace: parts.workspace,
-                registry: self.registry,
-                model: parts.model,
-                store: parts.store,
-                cancel: parts.cancel,
-                on_event: &mut sink,
+            let ctx = RunCtx {
+                events: &mut sink,
+                ..parts
             };
-            run_agent(&task, Vec::new(), &opts, deps).await
+            run_agent(&task, Vec::new(), &opts, ctx).await
         };
         self.artifacts
             .write_events(&format!("{}.toml", phase.name()), &events)?;

@@ -9,7 +9,7 @@ use super::schema::schema_of;
 use super::settings::ToolSettings;
 use crate::engine::defaults::{COMPILE_RUNNER, RUNNER_CMD_SETTING};
 use crate::engine::events::Event;
-use crate::engine::fix::{FixDeps, FixError, FixOptions, run_fix};
+use crate::engine::fix::{FixError, FixOptions, FixPlugins, run_fix};
 use crate::engine::tool_names::COMPILE_LOOP;
 use crate::llm::ToolDef;
 use crate::plugin::{PluginError, PluginKind, Registry};
@@ -159,17 +159,12 @@ impl ToolHandler for CompileLoop {
             // The nested loop's own events are in the store under its id, not in this stream.
             let mut quiet = |_: &Event| {};
             let nested = cx.run.nested(&mut quiet);
-            let deps = FixDeps {
-                workspace: nested.workspace,
+            let plugins = FixPlugins {
                 runner: p.runner,
                 format: p.format,
-                model: nested.model,
-                store: nested.store,
-                cancel: nested.cancel,
-                on_event: nested.on_event,
                 tools: None,
             };
-            let r = run_fix(&p.fix, deps).await;
+            let r = run_fix(&p.fix, plugins, nested).await;
             if let Ok(o) = &r {
                 cx.changed.note(written(o, cx.run.workspace));
             }

@@ -6,7 +6,6 @@ use super::dispatch::{CallResult, Turn};
 use super::handler::Kind;
 use super::table::Toolbox;
 use crate::engine::events::Event;
-use crate::engine::resume::take_results;
 use crate::engine::run::Run;
 use crate::llm::ToolCall;
 use crate::store::StoreError;
@@ -22,7 +21,7 @@ pub(crate) async fn act(
     changed: &mut Changes,
 ) -> Result<Option<Vec<CallResult>>, StoreError> {
     let turn = t.turn;
-    let stored = take_results(calls);
+    let stored = run.take_stored(calls);
     if stored.iter().all(Option::is_none) {
         return toolbox.act(run, t, calls, changed).await;
     }
