@@ -41,6 +41,8 @@ struct Shared {
     config: Config,
     /// The agent's tool table, served: the plugin tools, `apply_edit` and `compile_loop`.
     table: Toolbox<'static>,
+    /// The plugins the table's tools and compile_loop's runs use.
+    registry: &'static Registry,
     /// How the table's tools run (timeout, protected paths, default edit format).
     settings: ToolSettings,
     /// The tools as MCP lists them, in the table's order.
@@ -145,6 +147,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: McpArgs) -> anyhow::
         store_url: ctx.store.clone(),
         config: s.config,
         table,
+        registry,
         settings,
         listed,
         default_format: s.format,
@@ -460,7 +463,7 @@ async fn run_compile_loop(
             store: &mut store,
             events: &mut on_event,
             model,
-            plugins: &shared.registry,
+            plugins: shared.registry,
             cancel: cancel_rx,
             task: None,
             resumed: None,
