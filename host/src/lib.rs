@@ -3,16 +3,12 @@
 
 pub mod batch;
 pub mod cli;
-pub mod edit;
-pub mod engine;
 pub mod gc;
-pub mod mcp;
 pub mod report;
-pub mod task_spec;
-pub mod undo;
 
 pub use kiln_config as config;
 pub use kiln_config::{path, suggest};
+pub use kiln_engine::{edit, engine, mcp, task_spec, undo};
 pub use kiln_llm as llm;
 pub use kiln_plugin as plugin;
 pub use kiln_protocol as protocol;

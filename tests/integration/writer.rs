@@ -333,13 +333,13 @@ fn no_edit_reaches_a_state_directory_inside_the_workspace() {
 /// file that writes the workspace fails this test until its writes go through
 /// `edit::writer`.
 const ALLOWED: &[(&str, &str)] = &[
-    ("edit/writer.rs", "the one writer"),
+    ("engine/edit/writer.rs", "the one writer"),
     (
-        "edit/beneath.rs",
+        "engine/edit/beneath.rs",
         "the one writer's handle on the workspace (held by edit::writer and its journal only)",
     ),
     (
-        "edit/journal.rs",
+        "engine/edit/journal.rs",
         "the writer's journal: the workspace through the writer's handle, its own files in kiln's state directory",
     ),
     (
@@ -391,7 +391,7 @@ const ALLOWED: &[(&str, &str)] = &[
         "a task's attempt directory under the batch's scratch (never the workspace)",
     ),
     (
-        "undo/backup.rs",
+        "engine/undo/backup.rs",
         "undo's pre-images and run records in kiln's state directory, outside the workspace",
     ),
     (

@@ -2,6 +2,7 @@
 //! model text as it comes, always ended by a newline before the next status line) and the file
 //! log (the same lines, timestamped, appended to a log file).
 
+use super::render::Human;
 use crate::engine::Event;
 use crate::terminal::printable;
 use std::io::Write;

@@ -5,14 +5,25 @@
 use crate::engine::Event;
 use crate::terminal::count;
 
-impl Event {
+/// An event as a person reads it (the engine's events know nothing of people).
+pub trait Human {
     /// One line for a person, with any control characters or escape sequences from plugins,
     /// programs or the model rendered visibly.
-    pub fn human(&self) -> Option<String> {
-        self.human_raw()
+    fn human(&self) -> Option<String>;
+}
+
+impl Human for Event {
+    fn human(&self) -> Option<String> {
+        Lines(self)
+            .human_raw()
             .map(|l| crate::terminal::printable(&l).into_owned())
     }
+}
 
+/// The per-family renderings of one event.
+struct Lines<'e>(&'e Event);
+
+impl Lines<'_> {
     fn human_raw(&self) -> Option<String> {
         self.fix_line()
             .or_else(|| self.model_line())
@@ -23,7 +34,7 @@ impl Event {
 
     /// The fix loop's events.
     fn fix_line(&self) -> Option<String> {
-        Some(match self {
+        Some(match self.0 {
             Event::LoopStarted {
                 loop_id,
                 runner,
@@ -115,7 +126,7 @@ impl Event {
 
     /// A request to the model and its answer.
     fn model_line(&self) -> Option<String> {
-        Some(match self {
+        Some(match self.0 {
             Event::LlmRequest {
                 iteration,
                 prompt_chars,
@@ -140,7 +151,7 @@ impl Event {
 
     /// An edit applied, refused or shown as a diff.
     fn edit_line(&self) -> Option<String> {
-        Some(match self {
+        Some(match self.0 {
             Event::EditApplied {
                 iteration,
                 path,
@@ -172,7 +183,7 @@ impl Event {
 
     /// The agent's events (and those every loop shares).
     fn agent_line(&self) -> Option<String> {
-        Some(match self {
+        Some(match self.0 {
             Event::LoopResult(_)
             | Event::AgentResult(_)
             | Event::TurnEnd { .. }
@@ -218,7 +229,7 @@ impl Event {
 
     /// The execute/review loop's events.
     fn loop_line(&self) -> Option<String> {
-        Some(match self {
+        Some(match self.0 {
             Event::RoundStart { round, loops } => format!("== round {round} of {loops}"),
             Event::PhaseStart { round, phase } => format!("-- round {round}: {phase} phase"),
             Event::ReviewSubmitted {

@@ -11,7 +11,7 @@ use crate::plugin::{Plugin, PluginError, PluginKind, Registry};
 use serde_json::json;
 
 /// Who implements a tool.
-pub(crate) enum Imp<'a> {
+pub enum Imp<'a> {
     /// A tool plugin's tool, by the plugin's own name for it.
     Plugin(&'a Plugin, String),
     /// `ast_refactor`: the ast-refactor plugin computes, the host applies (edit::refactor).
@@ -23,7 +23,7 @@ pub(crate) enum Imp<'a> {
 }
 
 /// One tool as offered.
-pub(crate) struct Tool<'a> {
+pub struct Tool<'a> {
     /// The name, description and schema the model is shown.
     pub def: ToolDef,
     /// What a call may do.
@@ -33,7 +33,7 @@ pub(crate) struct Tool<'a> {
 }
 
 /// The tools of one run.
-pub(crate) struct Toolbox<'r> {
+pub struct Toolbox<'r> {
     /// Every tool offered, in the order the model is shown them.
     pub tools: Vec<Tool<'r>>,
     /// The plugins the built-ins use (edit formats, runners).

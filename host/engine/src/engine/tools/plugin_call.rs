@@ -22,7 +22,7 @@ pub(crate) async fn plugin_call_writing(
 }
 
 /// What a plugin that failed a call says (besides the text), for `kiln tool call --json`.
-pub(crate) const PLUGIN_FAILED: &str = "plugin-error";
+pub const PLUGIN_FAILED: &str = "plugin-error";
 
 /// [`plugin_call_writing`] with, for a call that did not work, its kind: the plugin's own
 /// error's (`denied`, `not-found`, ...), `timed-out`, or [`PLUGIN_FAILED`] for a plugin that

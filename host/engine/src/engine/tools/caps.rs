@@ -3,7 +3,7 @@
 
 /// What a run's calls wrote.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Changes {
+pub struct Changes {
     /// Files written or deleted, workspace-relative, in order of first write.
     pub files: Vec<String>,
     /// Calls that wrote at least one file.

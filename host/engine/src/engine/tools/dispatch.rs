@@ -50,7 +50,7 @@ pub(crate) struct Turn<'t> {
 
 impl<'r> Toolbox<'r> {
     /// Run one turn's calls. `None`: the run was cancelled.
-    pub async fn act(
+    pub(crate) async fn act(
         &self,
         run: &mut Run<'_>,
         t: &Turn<'_>,
@@ -290,7 +290,7 @@ impl<'r> Toolbox<'r> {
 }
 
 /// One call's answer, as an adapter outside a run reports it.
-pub(crate) struct Answer {
+pub struct Answer {
     /// What the call returned, and whether it worked, failed or was refused.
     pub outcome: ToolOutcome,
     /// For a plugin call that did not work: the kind of its error (`denied`, `not-found`,

@@ -29,7 +29,7 @@ pub struct CompileLoopPlan<'r> {
 }
 
 /// Runs the fix loops of `compile_loop` calls made outside a run.
-pub(crate) trait FixHost: Sync {
+pub trait FixHost: Sync {
     /// The build command and loop options, or why there are none (told to the caller).
     fn setup(&self) -> Result<CompileLoopSetup, String>;
 

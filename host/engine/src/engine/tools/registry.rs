@@ -27,7 +27,7 @@ pub(crate) const BUILTINS: &[&dyn ToolHandler] = &[
 ];
 
 /// Whether `name` is a built-in tool's name.
-pub(crate) fn is_builtin(name: &str) -> bool {
+pub fn is_builtin(name: &str) -> bool {
     BUILTINS.iter().any(|b| b.name() == name)
 }
 

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// What a call may do, for caps, repeats and parallelism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// Only reads (may run in parallel with other reads).
     Read,
     /// Changes the workspace through the host's edit path (counts against the write cap).
@@ -29,7 +29,7 @@ pub(crate) enum Kind {
 }
 
 /// What one call of a built-in tool may use.
-pub(crate) struct Ctx<'c, 'a> {
+pub struct Ctx<'c, 'a> {
     /// The loaded plugins (edit formats, runners).
     pub registry: &'c Registry,
     /// How the run's tools are offered and run.
@@ -44,7 +44,7 @@ pub(crate) struct Ctx<'c, 'a> {
 
 /// What a call outside a run may use (`kiln mcp`, `kiln tool call`): no run; a caller that
 /// can run fix loops says so with `fix_host`.
-pub(crate) struct Bare<'c> {
+pub struct Bare<'c> {
     /// The loaded plugins (edit formats, runners).
     pub registry: &'c Registry,
     /// How the tools are offered and run.
@@ -56,7 +56,7 @@ pub(crate) struct Bare<'c> {
 }
 
 /// A built-in tool.
-pub(crate) trait ToolHandler: Sync {
+pub trait ToolHandler: Sync {
     /// The name the model calls.
     fn name(&self) -> &'static str;
 

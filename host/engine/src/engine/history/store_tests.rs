@@ -4,7 +4,7 @@
 
 use crate::store::{IterationRow, NewLoop, RunKind, Store, StoreError, StoreUrl};
 
-#[path = "../../../../tests/integration/pg.rs"]
+#[path = "../../../../../tests/integration/pg.rs"]
 mod pg;
 
 /// A database of one backend, opened as a store for any project.
