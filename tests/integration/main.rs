@@ -27,6 +27,7 @@ mod loop_attacks;
 mod mcp;
 mod project;
 mod refactor;
+mod refusals;
 mod report;
 mod resume;
 mod review_loop;

@@ -340,6 +340,13 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
 /// The diagnostics on stdout, then the verdict on stderr (with `quiet`, only a failing one).
 fn print_result(r: &crate::plugin::RunResult, quiet: bool) {
     for d in &r.diagnostics {
+        if crate::plugin::is_sandbox_note(d) {
+            println!(
+                "{}",
+                crate::terminal::printable(&format!("note: {}", d.message))
+            );
+            continue;
+        }
         let sev = crate::plugin::severity_name(d.severity);
         let code = d
             .code
@@ -354,7 +361,7 @@ fn print_result(r: &crate::plugin::RunResult, quiet: bool) {
             ))
         );
     }
-    if r.diagnostics.is_empty() && !r.ok {
+    if r.diagnostics.iter().all(crate::plugin::is_sandbox_note) && !r.ok {
         print!(
             "{}{}",
             crate::terminal::printable(&r.stdout),

@@ -42,6 +42,27 @@ macro_rules! invoke {
     }};
 }
 
+/// [`invoke!`] for a runner's `run`, returning also what the sandbox refused its programs.
+macro_rules! invoke_run {
+    ($self:ident, |$g:ident, $store:ident| $call:expr) => {{
+        let Pre::Runner(pre) = &$self.pre else {
+            return Err($self.wrong_kind(PluginKind::Runner));
+        };
+        let (mut store, stderr) = $self.new_store($self.effective.clone())?;
+        let limit = Duration::from_millis($self.effective.limits.timeout_ms as u64)
+            + Duration::from_millis(250);
+        let res = tokio::time::timeout(limit, async {
+            let inst = pre.instantiate_async(&mut store).await?;
+            let $g = inst.kiln_plugin_runner();
+            let $store = &mut store;
+            $call.await
+        })
+        .await;
+        let refused = store.data_mut().take_refused();
+        ($self.finish(res, &store, &stderr), refused)
+    }};
+}
+
 impl Plugin {
     /// The plugin's manifest, whatever its kind.
     pub async fn get_manifest(&self) -> Result<Manifest, PluginError> {
@@ -81,9 +102,15 @@ impl Plugin {
             targets,
             settings: settings.into_iter().collect(),
         };
-        let out = invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_run(s, &req))?;
-        if let Ok(r) = &out {
+        let (out, refused) = invoke_run!(self, |g, s| g.call_run(s, &req));
+        let mut out = out?;
+        if let Ok(r) = &mut out {
             self.cap(r.stdout.len() + r.stderr.len())?;
+            // A failed check says what kiln's sandbox refused it, first (see `refusal`).
+            if !r.ok {
+                let notes = super::refusal::diagnostics(&self.name, &refused);
+                r.diagnostics.splice(0..0, notes);
+            }
         }
         Ok(out)
     }

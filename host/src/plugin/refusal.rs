@@ -1,0 +1,89 @@
+//! What kiln's sandbox refused a failed check, said to the person (and the model) as notes
+//! that name what was refused and how to allow it. The facts come from `kiln-sandbox`'s
+//! [`Refusals`]: sockets the kernel reported refusing, and paths the program reported refused
+//! where kiln's rules refuse them.
+
+use super::confine::{Reach, Refusals};
+use super::{Diagnostic, Severity};
+
+/// The code of kiln's sandbox notes among a check's diagnostics.
+pub const SANDBOX_CODE: &str = "sandbox";
+
+/// How to get a runner's dependencies before kiln runs it without network.
+fn fetch_hint(runner: &str) -> &'static str {
+    match runner {
+        "cargo" => "fetch dependencies first (`cargo fetch`)",
+        "go" => "fetch dependencies first (`go mod download`)",
+        "node" | "tsc" => "install dependencies first (`npm install`)",
+        "pytest" => {
+            "install dependencies first (`pip install` into the project's virtual environment)"
+        }
+        _ => "fetch what it downloads before running kiln",
+    }
+}
+
+/// The notes for what the sandbox refused the programs of runner `runner` (empty when
+/// nothing was).
+pub fn messages(runner: &str, refused: &Refusals) -> Vec<String> {
+    let mut out = Vec::new();
+    if !refused.sockets.is_empty() {
+        let mut families: Vec<(String, usize)> = Vec::new();
+        for a in &refused.sockets {
+            let name = a.family_name();
+            match families.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, k)) => *k += 1,
+                None => families.push((name, 1)),
+            }
+        }
+        let what = families
+            .iter()
+            .map(|(n, k)| {
+                if *k > 1 {
+                    format!("{n} ×{k}")
+                } else {
+                    n.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push(format!(
+            "no network for programs: kiln's sandbox refused {} ({what}, as the kernel reported); grant `net = true` for this runner (`[plugins.{runner}]` in your user config or a trusted kiln.toml), or {}",
+            crate::terminal::count(refused.sockets.len(), "network socket", "network sockets"),
+            fetch_hint(runner)
+        ));
+    }
+    for p in &refused.paths {
+        let path = p.path.display();
+        out.push(match p.reach {
+            Reach::ReadOnly => format!(
+                "wrote outside the workspace: {path} (the program reported \"{}\"; kiln's sandbox lets programs write only the workspace, their temp dir and granted paths); use the temp dir (`TMPDIR`) or grant `write` for it under `[plugins.{runner}]`",
+                p.error
+            ),
+            _ => format!(
+                "outside the program's view: {path} (the program reported \"{}\"; kiln's sandbox shows programs only the workspace, the system, their temp dir and granted paths); use the temp dir (`TMPDIR`) or grant `read` or `write` for it under `[plugins.{runner}]`",
+                p.error
+            ),
+        });
+    }
+    out
+}
+
+/// [`messages`] as notes that lead a check's diagnostics.
+pub fn diagnostics(runner: &str, refused: &Refusals) -> Vec<Diagnostic> {
+    messages(runner, refused)
+        .into_iter()
+        .map(|message| Diagnostic {
+            file: String::new(),
+            line: 0,
+            column: 0,
+            severity: Severity::Note,
+            code: Some(SANDBOX_CODE.into()),
+            message,
+        })
+        .collect()
+}
+
+/// Whether `d` is one of kiln's sandbox notes (not the tool's own diagnostic).
+pub fn is_sandbox_note(d: &Diagnostic) -> bool {
+    d.file.is_empty() && d.code.as_deref() == Some(SANDBOX_CODE)
+}

@@ -1,0 +1,120 @@
+//! A failed check says what kiln's sandbox refused it and how to allow it (issue 33 item 6):
+//! a socket the kernel reported refusing, a write outside the workspace the program reported
+//! where kiln's rules refuse it. Real programs in the real sandbox.
+
+use crate::mock_llm::{MockLlm, openai_text};
+use crate::support::{Workspace, fix_result, sr};
+use serde_json::Value;
+
+/// Opens an IPv4 socket, swallows the error and fails: nothing in its output says why, so a
+/// note can only come from the kernel's report.
+const SILENT_NET: &str = "import socket, sys\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM)\nexcept OSError:\n    pass\nsys.exit(1)\n";
+
+fn check(ws: &Workspace, cmd: &str) -> Value {
+    let r = ws.kiln(
+        &["check", "--json", "--file", "probe.py", "--cmd", cmd],
+        &[],
+    );
+    r.expect_code(1);
+    r.json()
+}
+
+fn notes(result: &Value) -> Vec<String> {
+    result["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["code"] == "sandbox" && d["file"] == "")
+        .map(|d| d["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_denied_socket_is_named_in_the_result() {
+    let ws = Workspace::new();
+    ws.write("probe.py", SILENT_NET);
+    let res = check(&ws, "python3 probe.py");
+    let n = notes(&res);
+    assert_eq!(n.len(), 1, "{res}");
+    assert!(n[0].starts_with("no network for programs:"), "{}", n[0]);
+    assert!(n[0].contains("1 network socket (AF_INET"), "{}", n[0]);
+    assert!(n[0].contains("grant `net = true`"), "{}", n[0]);
+    assert!(n[0].contains("[plugins.command]"), "{}", n[0]);
+    assert_eq!(res["stdout"], "", "the program said nothing: {res}");
+    assert_eq!(res["stderr"], "");
+    // A program that fails without trying the network gets no such note.
+    ws.write("probe.py", "import sys\nsys.exit(1)\n");
+    let res = check(&ws, "python3 probe.py");
+    assert!(notes(&res).is_empty(), "{res}");
+}
+
+#[test]
+fn a_denied_socket_is_named_in_the_fix_loop_and_its_prompt() {
+    let ws = Workspace::new();
+    ws.write("probe.py", SILENT_NET);
+    let fixed = "import sys\nsys.exit(0)\n";
+    let mock = MockLlm::start(vec![openai_text(&format!(
+        "No network here.\n\n{}",
+        sr(SILENT_NET, fixed)
+    ))]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--json",
+            "--file",
+            "probe.py",
+            "--cmd",
+            "python3 probe.py",
+        ],
+        &[("OPENAI_API_KEY", "sk-refusals")],
+    );
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}\n{}", r.stderr());
+    let first = r
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "runner.finished")
+        .unwrap();
+    assert_eq!(first["ok"], false);
+    let line = first["first"][0].as_str().unwrap();
+    assert!(
+        line.starts_with("note: no network for programs:"),
+        "{first}"
+    );
+    let prompt = mock.recorded()[0].body.to_string();
+    assert!(prompt.contains("no network for programs"), "{prompt}");
+}
+
+#[test]
+fn a_write_outside_the_workspace_is_named() {
+    let ws = Workspace::new();
+    ws.write(
+        "probe.py",
+        "open('/usr/kiln-refusal-probe', 'w').write('x')\n",
+    );
+    let r = ws.kiln(
+        &["check", "--file", "probe.py", "--cmd", "python3 probe.py"],
+        &[],
+    );
+    r.expect_code(1);
+    let out = r.stdout();
+    assert!(
+        out.contains("note: wrote outside the workspace: /usr/kiln-refusal-probe"),
+        "{out}"
+    );
+    assert!(out.contains("use the temp dir (`TMPDIR`)"), "{out}");
+    assert!(!std::path::Path::new("/usr/kiln-refusal-probe").exists());
+    // The same program writing its temp dir is not refused, and nothing is said.
+    ws.write(
+        "probe.py",
+        "import os, sys\nopen(os.environ['TMPDIR'] + '/x', 'w').write('x')\nsys.exit(1)\n",
+    );
+    let res = check(&ws, "python3 probe.py");
+    assert!(notes(&res).is_empty(), "{res}");
+}
