@@ -2,8 +2,8 @@
 //! a socket the kernel reported refusing, a write outside the workspace the program reported
 //! where kiln's rules refuse it. Real programs in the real sandbox.
 
-use crate::mock_llm::{MockLlm, openai_text};
-use crate::support::{Workspace, fix_result, sr};
+use crate::mock_llm::{MockLlm, openai_calls, openai_text};
+use crate::support::{Workspace, agent, fix_result, sr};
 use serde_json::Value;
 
 /// Opens an IPv4 socket, swallows the error and fails: nothing in its output says why, so a
@@ -117,4 +117,51 @@ fn a_write_outside_the_workspace_is_named() {
     );
     let res = check(&ws, "python3 probe.py");
     assert!(notes(&res).is_empty(), "{res}");
+}
+
+/// The content of the tool results the model was sent in request `i`.
+fn tool_contents(mock: &MockLlm, i: usize) -> Vec<String> {
+    mock.recorded()[i].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn the_shell_tool_and_a_hook_say_what_the_sandbox_refused() {
+    let ws = Workspace::new();
+    ws.write("probe.py", SILENT_NET);
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("run_cmd", r#"{"command":"python3 probe.py"}"#)]),
+        openai_text("done"),
+    ]);
+    let r = agent(
+        &ws,
+        &mock,
+        &["--prompt", "x", "--test-command", "python3 probe.py"],
+    );
+    r.expect_code(0);
+    let out: Value = serde_json::from_str(&tool_contents(&mock, 1)[0]).unwrap();
+    assert_eq!(out["exit_code"], 1, "{out}");
+    let note = out["sandbox"][0].as_str().unwrap_or_default();
+    assert!(note.starts_with("no network for programs:"), "{out}");
+    assert!(note.contains("[plugins.shell]"), "{out}");
+    // A before-tool hook that fails after a refused socket: the refusal the model sees says
+    // why, and that a hook gets no grant.
+    ws.write("kiln.toml", "[agent.hooks]\nbefore_tool = \"python3 probe.py\"\n");
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("run_cmd", r#"{"command":"true"}"#)]),
+        openai_text("done"),
+    ]);
+    let r = agent(&ws, &mock, &["--prompt", "x", "--test-command", "true"]);
+    r.expect_code(0);
+    let denied = &tool_contents(&mock, 1)[0];
+    assert!(
+        denied.starts_with("denied by the before-tool hook: kiln: no network for programs:"),
+        "{denied}"
+    );
+    assert!(denied.contains("a hook gets no grant"), "{denied}");
 }

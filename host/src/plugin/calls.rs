@@ -42,18 +42,18 @@ macro_rules! invoke {
     }};
 }
 
-/// [`invoke!`] for a runner's `run`, returning also what the sandbox refused its programs.
-macro_rules! invoke_run {
-    ($self:ident, |$g:ident, $store:ident| $call:expr) => {{
-        let Pre::Runner(pre) = &$self.pre else {
-            return Err($self.wrong_kind(PluginKind::Runner));
+/// [`invoke!`] returning also what the sandbox refused the call's programs.
+macro_rules! invoke_refused {
+    ($self:ident, $variant:ident, $getter:ident, $effective:expr, |$g:ident, $store:ident| $call:expr) => {{
+        let Pre::$variant(pre) = &$self.pre else {
+            return Err($self.wrong_kind(PluginKind::$variant));
         };
-        let (mut store, stderr) = $self.new_store($self.effective.clone())?;
+        let (mut store, stderr) = $self.new_store($effective)?;
         let limit = Duration::from_millis($self.effective.limits.timeout_ms as u64)
             + Duration::from_millis(250);
         let res = tokio::time::timeout(limit, async {
             let inst = pre.instantiate_async(&mut store).await?;
-            let $g = inst.kiln_plugin_runner();
+            let $g = inst.$getter();
             let $store = &mut store;
             $call.await
         })
@@ -102,7 +102,13 @@ impl Plugin {
             targets,
             settings: settings.into_iter().collect(),
         };
-        let (out, refused) = invoke_run!(self, |g, s| g.call_run(s, &req));
+        let (out, refused) = invoke_refused!(
+            self,
+            Runner,
+            kiln_plugin_runner,
+            self.effective.clone(),
+            |g, s| g.call_run(s, &req)
+        );
         let mut out = out?;
         if let Ok(r) = &mut out {
             self.cap(r.stdout.len() + r.stderr.len())?;
@@ -191,10 +197,20 @@ impl Plugin {
                     ..(*self.effective).clone()
                 })
             };
-        let out = invoke!(self, Tool, kiln_plugin_tool, effective, |g, s| g
-            .call_call(s, name, arguments))?;
-        if let Ok(text) = &out {
+        let (out, refused) = invoke_refused!(self, Tool, kiln_plugin_tool, effective, |g, s| g
+            .call_call(s, name, arguments));
+        let mut out = out?;
+        if let Ok(text) = &mut out {
             self.cap(text.len())?;
+            // A JSON object result (the shell tool's) carries what the sandbox refused its
+            // programs, for the model and the person (see `refusal`).
+            let notes = super::refusal::messages(Some(&self.name), &refused);
+            if !notes.is_empty()
+                && let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str(text)
+            {
+                o.insert("sandbox".into(), notes.into());
+                *text = serde_json::Value::Object(o).to_string();
+            }
         }
         Ok(out)
     }

@@ -22,9 +22,15 @@ fn fetch_hint(runner: &str) -> &'static str {
     }
 }
 
-/// The notes for what the sandbox refused the programs of runner `runner` (empty when
-/// nothing was).
-pub fn messages(runner: &str, refused: &Refusals) -> Vec<String> {
+/// The notes for what the sandbox refused the programs of plugin `plugin`, or of a program
+/// kiln runs on its own account (`None`: a hook, which nothing can grant more); empty when
+/// nothing was refused.
+pub fn messages(plugin: Option<&str>, refused: &Refusals) -> Vec<String> {
+    let runner = plugin.unwrap_or("");
+    let grant = |what: &str| match plugin {
+        Some(p) => format!("grant {what} under `[plugins.{p}]` (your user config or a trusted kiln.toml)"),
+        None => "a hook gets no grant".to_string(),
+    };
     let mut out = Vec::new();
     if !refused.sockets.is_empty() {
         let mut families: Vec<(String, usize)> = Vec::new();
@@ -47,8 +53,9 @@ pub fn messages(runner: &str, refused: &Refusals) -> Vec<String> {
             .collect::<Vec<_>>()
             .join(", ");
         out.push(format!(
-            "no network for programs: kiln's sandbox refused {} ({what}, as the kernel reported); grant `net = true` for this runner (`[plugins.{runner}]` in your user config or a trusted kiln.toml), or {}",
+            "no network for programs: kiln's sandbox refused {} ({what}, as the kernel reported); {}, or {}",
             crate::terminal::count(refused.sockets.len(), "network socket", "network sockets"),
+            grant("`net = true`"),
             fetch_hint(runner)
         ));
     }
@@ -56,12 +63,14 @@ pub fn messages(runner: &str, refused: &Refusals) -> Vec<String> {
         let path = p.path.display();
         out.push(match p.reach {
             Reach::ReadOnly => format!(
-                "wrote outside the workspace: {path} (the program reported \"{}\"; kiln's sandbox lets programs write only the workspace, their temp dir and granted paths); use the temp dir (`TMPDIR`) or grant `write` for it under `[plugins.{runner}]`",
-                p.error
+                "wrote outside the workspace: {path} (the program reported \"{}\"; kiln's sandbox lets programs write only the workspace, their temp dir and granted paths); use the temp dir (`TMPDIR`) or {}",
+                p.error,
+                grant("`write` for it")
             ),
             _ => format!(
-                "outside the program's view: {path} (the program reported \"{}\"; kiln's sandbox shows programs only the workspace, the system, their temp dir and granted paths); use the temp dir (`TMPDIR`) or grant `read` or `write` for it under `[plugins.{runner}]`",
-                p.error
+                "outside the program's view: {path} (the program reported \"{}\"; kiln's sandbox shows programs only the workspace, the system, their temp dir and granted paths); use the temp dir (`TMPDIR`) or {}",
+                p.error,
+                grant("`read` or `write` for it")
             ),
         });
     }
@@ -70,7 +79,7 @@ pub fn messages(runner: &str, refused: &Refusals) -> Vec<String> {
 
 /// [`messages`] as notes that lead a check's diagnostics.
 pub fn diagnostics(runner: &str, refused: &Refusals) -> Vec<Diagnostic> {
-    messages(runner, refused)
+    messages(Some(runner), refused)
         .into_iter()
         .map(|message| Diagnostic {
             file: String::new(),
