@@ -14,6 +14,7 @@ mod cli;
 mod confine;
 mod edit;
 mod escapes;
+mod feedback;
 mod first_hour;
 mod fix;
 mod fs_search;

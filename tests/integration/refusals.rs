@@ -151,7 +151,10 @@ fn the_shell_tool_and_a_hook_say_what_the_sandbox_refused() {
     assert!(note.contains("[plugins.shell]"), "{out}");
     // A before-tool hook that fails after a refused socket: the refusal the model sees says
     // why, and that a hook gets no grant.
-    ws.write("kiln.toml", "[agent.hooks]\nbefore_tool = \"python3 probe.py\"\n");
+    ws.write(
+        "kiln.toml",
+        "[agent.hooks]\nbefore_tool = \"python3 probe.py\"\n",
+    );
     let mock = MockLlm::start(vec![
         openai_calls(&[("run_cmd", r#"{"command":"true"}"#)]),
         openai_text("done"),

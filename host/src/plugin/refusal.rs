@@ -28,7 +28,9 @@ fn fetch_hint(runner: &str) -> &'static str {
 pub fn messages(plugin: Option<&str>, refused: &Refusals) -> Vec<String> {
     let runner = plugin.unwrap_or("");
     let grant = |what: &str| match plugin {
-        Some(p) => format!("grant {what} under `[plugins.{p}]` (your user config or a trusted kiln.toml)"),
+        Some(p) => {
+            format!("grant {what} under `[plugins.{p}]` (your user config or a trusted kiln.toml)")
+        }
         None => "a hook gets no grant".to_string(),
     };
     let mut out = Vec::new();
