@@ -5,6 +5,28 @@ use crate::support::Workspace;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
+/// What `kiln` (as `kiln` is set up to run, clean environment and all) writes on a
+/// pseudo-terminal (`script` runs it on one), with `env` added.
+fn on_a_terminal(kiln: &std::process::Command, env: &[(&str, &str)]) -> String {
+    let quote = |w: &std::ffi::OsStr| format!("'{}'", w.to_string_lossy().replace('\'', "'\\''"));
+    let line: Vec<String> = std::iter::once(kiln.get_program())
+        .chain(kiln.get_args())
+        .map(quote)
+        .collect();
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qfec", &line.join(" "), "/dev/null"])
+        .current_dir(kiln.get_current_dir().unwrap())
+        .env_clear()
+        .env("SHELL", "/bin/sh");
+    for (k, v) in kiln.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    String::from_utf8_lossy(&cmd.output().unwrap().stdout).into_owned()
+}
+
 const BANNER: &str = "fixing the project with runner `command`, format `search-replace`, model `m` (at most 5 iterations)";
 
 #[test]
@@ -61,29 +83,38 @@ fn on_a_terminal_a_running_check_shows_the_seconds_elapsed() {
         "--cmd",
         "sleep 3",
     ]);
-    // `script` runs kiln on a pseudo-terminal, with kiln's clean environment.
-    let quote = |w: &std::ffi::OsStr| format!("'{}'", w.to_string_lossy().replace('\'', "'\\''"));
-    let line: Vec<String> = std::iter::once(kiln.get_program())
-        .chain(kiln.get_args())
-        .map(quote)
-        .collect();
-    let mut cmd = std::process::Command::new("script");
-    cmd.args(["-qfec", &line.join(" "), "/dev/null"])
-        .current_dir(kiln.get_current_dir().unwrap())
-        .env_clear()
-        .env("SHELL", "/bin/sh")
-        .env("OPENAI_API_KEY", "sk-feedback");
-    for (k, v) in kiln.get_envs() {
-        if let Some(v) = v {
-            cmd.env(k, v);
-        }
-    }
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = on_a_terminal(&kiln, &[("OPENAI_API_KEY", "sk-feedback")]);
     assert!(text.contains(BANNER), "{text}");
     // Redrawn in place with the seconds elapsed, then cleared before the next line.
     assert!(text.contains("\r\x1b[2K    "), "{text:?}");
     assert!(text.contains(" 2 s"), "{text:?}");
     let cleared = text.rfind("\r\x1b[2K").unwrap();
     assert!(text[cleared..].contains("[0] runner: passed"), "{text:?}");
+}
+
+#[test]
+fn kiln_check_shows_the_time_elapsed_on_a_terminal_and_in_plain_lines_otherwise() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "");
+    let check = |secs: &str| {
+        ws.command(&[
+            "check",
+            "--file",
+            "a.txt",
+            "--cmd",
+            &format!("sleep {secs}"),
+        ])
+    };
+    // Not a terminal: a plain line at 10 s.
+    let out = check("11").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\nstill checking… 10 s\npassed (exit 0"),
+        "{err}"
+    );
+    assert!(!err.contains('\r'), "{err:?}");
+    // A terminal: the spinner, cleared before the verdict.
+    let text = on_a_terminal(&check("2"), &[]);
+    assert!(text.contains(" 1 s\r\x1b[2K"), "{text:?}");
+    assert!(text.contains("\r\x1b[2Kpassed (exit 0"), "{text:?}");
 }

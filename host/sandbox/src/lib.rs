@@ -206,7 +206,18 @@ pub struct Child {
     masks: (u64, u64),
     /// The socket rules that notify kiln, the mode rules, and the socket to send the listener
     /// over; when the kernel gives no listener, `filter` is installed instead.
-    notify: Option<((usize, u16), (usize, u16), RawFd)>,
+    notify: Option<Notify>,
+}
+
+/// What the child installs to hand its refused sockets to kiln ([`notify`]).
+#[derive(Debug, Clone, Copy)]
+struct Notify {
+    /// The socket rules ([`NetFilter::raw_notify`]).
+    sockets: (usize, u16),
+    /// The mode rules beside them ([`NetFilter::raw_with_net`]).
+    modes: (usize, u16),
+    /// The child's end of the [`notify::Channel`].
+    sock: RawFd,
 }
 
 impl Confinement {
@@ -359,9 +370,13 @@ impl Confinement {
                 NetFilter::current().raw_notify(),
                 self.filter,
             ) {
-                (Some(c), Some(sockets), Some(_)) => NetFilter::current()
-                    .raw_with_net()
-                    .map(|modes| (sockets, modes, c.child_fd())),
+                (Some(c), Some(sockets), Some(_)) => {
+                    NetFilter::current().raw_with_net().map(|modes| Notify {
+                        sockets,
+                        modes,
+                        sock: c.child_fd(),
+                    })
+                }
                 _ => None,
             },
         }
@@ -433,7 +448,14 @@ pub unsafe fn enter(child: Child) -> std::io::Result<()> {
             }
         }
         match (child.notify, child.filter) {
-            (Some((sockets, modes, sock)), Some(full)) => {
+            (
+                Some(Notify {
+                    sockets,
+                    modes,
+                    sock,
+                }),
+                Some(full),
+            ) => {
                 match seccomp::install_listener(sockets) {
                     Ok(listener) => {
                         // Without kiln holding the listener, a refused call fails (ENOSYS): the

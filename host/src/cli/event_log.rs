@@ -30,15 +30,15 @@ pub(crate) struct EventLog {
     bannered: bool,
 }
 
-/// A line redrawn each second under a running check, on a terminal: a spinner and the
+/// A line redrawn under a running check, on a terminal: a spinner and the
 /// seconds elapsed. Cleared when the next line comes.
-struct Spinner {
+pub(crate) struct Spinner {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Spinner {
-    fn start() -> Spinner {
+    pub(crate) fn start() -> Spinner {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
@@ -51,7 +51,7 @@ impl Spinner {
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 n += 1;
                 // After a second, redraw four times a second.
-                if n >= 10 && n % 4 == 0 && !flag.load(Ordering::Relaxed) {
+                if n >= 10 && n.is_multiple_of(4) && !flag.load(Ordering::Relaxed) {
                     let secs = start.elapsed().as_secs();
                     eprint!("\r\x1b[2K    {} {secs} s", FRAMES[(n / 4) % 4]);
                     shown = true;
@@ -67,7 +67,7 @@ impl Spinner {
         }
     }
 
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
