@@ -46,6 +46,17 @@ fn a_denied_socket_is_named_in_the_result() {
     ws.write("probe.py", "import sys\nsys.exit(1)\n");
     let res = check(&ws, "python3 probe.py");
     assert!(notes(&res).is_empty(), "{res}");
+    // Nor does one that failed with an error of its own: that is what to fix.
+    ws.write(
+        "probe.py",
+        &SILENT_NET.replace(
+            "sys.exit(1)",
+            "print('probe.py:1:1: error: boom'); sys.exit(1)",
+        ),
+    );
+    let res = check(&ws, "python3 probe.py");
+    assert_eq!(res["diagnostics"][0]["message"], "boom", "{res}");
+    assert!(notes(&res).is_empty(), "{res}");
 }
 
 #[test]
@@ -167,4 +178,51 @@ fn the_shell_tool_and_a_hook_say_what_the_sandbox_refused() {
         "{denied}"
     );
     assert!(denied.contains("a hook gets no grant"), "{denied}");
+}
+
+/// Where the kernel builds no view (Landlock and seccomp only), the socket still comes from the
+/// kernel's report, and a path is judged by Landlock's lists.
+#[test]
+fn without_a_view_refusals_are_named_too() {
+    let ws = Workspace::new();
+    ws.write("probe.py", SILENT_NET);
+    let no_view = [("KILN_TEST_NO_VIEW", "1")];
+    let r = ws.kiln(
+        &[
+            "check",
+            "--json",
+            "--file",
+            "probe.py",
+            "--cmd",
+            "python3 probe.py",
+        ],
+        &no_view,
+    );
+    let res = r.json();
+    let n = notes(&res);
+    assert!(
+        n.len() == 1 && n[0].starts_with("no network for programs:"),
+        "{res}"
+    );
+    ws.write(
+        "probe.py",
+        "open('/usr/kiln-refusal-probe', 'w').write('x')\n",
+    );
+    let r = ws.kiln(
+        &[
+            "check",
+            "--json",
+            "--file",
+            "probe.py",
+            "--cmd",
+            "python3 probe.py",
+        ],
+        &no_view,
+    );
+    let res = r.json();
+    let n = notes(&res);
+    assert!(
+        n.len() == 1 && n[0].starts_with("wrote outside the workspace: /usr/kiln-refusal-probe"),
+        "{res}"
+    );
 }

@@ -7,7 +7,7 @@ use super::confine::Writes;
 use super::instance::Pre;
 use super::{
     AppliedFile, ApplyFailure, FileEdit, FormatInfo, Manifest, ParseError, Plugin, PluginCallError,
-    PluginError, PluginKind, RunRequest, RunResult, ToolSpec, bindings::runner,
+    PluginError, PluginKind, RunRequest, RunResult, Severity, ToolSpec, bindings::runner,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -112,8 +112,15 @@ impl Plugin {
         let mut out = out?;
         if let Ok(r) = &mut out {
             self.cap(r.stdout.len() + r.stderr.len())?;
-            // A failed check says what kiln's sandbox refused it, first (see `refusal`).
-            if !r.ok {
+            // A check that failed with no error of the tool's own says what kiln's sandbox
+            // refused it, first (see `refusal`): that may be why. Beside the tool's errors it
+            // would only distract (npm asks the registry for updates on every run).
+            if !r.ok
+                && !r
+                    .diagnostics
+                    .iter()
+                    .any(|d| matches!(d.severity, Severity::Error))
+            {
                 let notes = super::refusal::diagnostics(&self.name, &refused);
                 r.diagnostics.splice(0..0, notes);
             }

@@ -34,9 +34,16 @@ pub fn messages(plugin: Option<&str>, refused: &Refusals) -> Vec<String> {
         None => "a hook gets no grant".to_string(),
     };
     let mut out = Vec::new();
-    if !refused.sockets.is_empty() {
+    // Netlink sockets reach the kernel, not the network: programs open them to list
+    // interfaces (name resolution does), and a refusal there is rarely why they failed.
+    let sockets: Vec<_> = refused
+        .sockets
+        .iter()
+        .filter(|a| a.family_name() != "AF_NETLINK")
+        .collect();
+    if !sockets.is_empty() {
         let mut families: Vec<(String, usize)> = Vec::new();
-        for a in &refused.sockets {
+        for a in &sockets {
             let name = a.family_name();
             match families.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, k)) => *k += 1,
@@ -56,7 +63,7 @@ pub fn messages(plugin: Option<&str>, refused: &Refusals) -> Vec<String> {
             .join(", ");
         out.push(format!(
             "no network for programs: kiln's sandbox refused {} ({what}, as the kernel reported); {}, or {}",
-            crate::terminal::count(refused.sockets.len(), "network socket", "network sockets"),
+            crate::terminal::count(sockets.len(), "network socket", "network sockets"),
             grant("`net = true`"),
             fetch_hint(runner)
         ));
