@@ -16,6 +16,10 @@
 //!
 //! Everything is built in kiln; the child applies it between fork and exec with
 //! async-signal-safe system calls only (kiln is multi-threaded).
+//!
+//! What the confinement refused a call is reported back ([`Refusals`]): the sockets the kernel
+//! handed to kiln's listener ([`notify`]), and the paths the program reported refused where
+//! the call's own rules refuse them ([`refused`]), so kiln can say what to grant.
 
 mod caps;
 pub mod landlock;

@@ -1,7 +1,8 @@
 //! Running a program on behalf of a plugin (the `exec` import): resolution of the program,
 //! a cwd opened inside the workspace, a clean environment, Landlock confinement (`confine`),
-//! output caps, a timeout, and every descendant killed when the call ends (`reap`). Policy
-//! checks happen before this in `host_impl`.
+//! output caps, a timeout, and every descendant killed when the call ends (`reap`), then what
+//! the confinement refused it ([`Finished::refused`]). Policy checks happen before this in
+//! `host_impl`.
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
