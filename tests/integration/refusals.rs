@@ -121,6 +121,24 @@ fn a_write_outside_the_workspace_is_named() {
     );
     assert!(out.contains("use the temp dir (`TMPDIR`)"), "{out}");
     assert!(!std::path::Path::new("/usr/kiln-refusal-probe").exists());
+    // A protected path inside the workspace is said as such (no grant changes it).
+    ws.write(".git/HEAD", "ref: refs/heads/main\n");
+    ws.write(
+        "probe.py",
+        "import os\nopen(os.getcwd() + '/.git/kiln-probe', 'w').write('x')\n",
+    );
+    let res = check(&ws, "python3 probe.py");
+    let n = notes(&res);
+    let git = ws.root().join(".git/kiln-probe");
+    assert!(
+        n.len() == 1
+            && n[0].starts_with(&format!(
+                "wrote a read-only path of the workspace: {}",
+                git.display()
+            )),
+        "{res}"
+    );
+    assert!(!git.exists());
     // The same program writing its temp dir is not refused, and nothing is said.
     ws.write(
         "probe.py",

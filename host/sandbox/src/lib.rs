@@ -193,6 +193,8 @@ pub struct Confinement {
     supervisor: Option<notify::Supervisor>,
     /// Landlock's read and write paths, for telling what was refused where there is no view.
     lists: (Vec<PathBuf>, Vec<PathBuf>),
+    /// The workspace (a refused path inside it is a protected one, not one outside).
+    workspace: PathBuf,
 }
 
 /// What the child applies between fork and exec (plain values: it allocates nothing).
@@ -299,6 +301,7 @@ impl Confinement {
                 .flatten(),
             supervisor: None,
             lists,
+            workspace: policy.workspace.to_path_buf(),
         })
     }
 
@@ -345,6 +348,9 @@ impl Confinement {
             if !paths.iter().any(|q| q.path == p.path) {
                 paths.push(p);
             }
+        }
+        for p in &mut paths {
+            p.in_workspace = p.path.starts_with(&self.workspace);
         }
         Refusals { sockets, paths }
     }

@@ -38,6 +38,9 @@ pub struct RefusedPath {
     pub reach: Reach,
     /// The error text the program printed for it.
     pub error: &'static str,
+    /// The path is inside the workspace (a protected path, or the review phase's read-only
+    /// workspace).
+    pub in_workspace: bool,
 }
 
 /// The error texts of the system (glibc's `strerror`) that a refusal leaves.
@@ -86,6 +89,7 @@ pub fn paths_in(output: &str, reach: &dyn Fn(&Path) -> Reach) -> Vec<RefusedPath
                 path,
                 reach: r,
                 error,
+                in_workspace: false,
             });
         }
     }

@@ -71,6 +71,10 @@ pub fn messages(plugin: Option<&str>, refused: &Refusals) -> Vec<String> {
     for p in &refused.paths {
         let path = p.path.display();
         out.push(match p.reach {
+            Reach::ReadOnly if p.in_workspace => format!(
+                "wrote a read-only path of the workspace: {path} (the program reported \"{}\"; kiln keeps `.git`, `.kiln`, `kiln.toml` and `[sandbox] protect` read-only to programs, and the whole workspace while a review runs); no grant changes that",
+                p.error
+            ),
             Reach::ReadOnly => format!(
                 "wrote outside the workspace: {path} (the program reported \"{}\"; kiln's sandbox lets programs write only the workspace, their temp dir and granted paths); use the temp dir (`TMPDIR`) or {}",
                 p.error,
