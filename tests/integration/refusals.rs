@@ -243,4 +243,35 @@ fn without_a_view_refusals_are_named_too() {
         n.len() == 1 && n[0].starts_with("wrote outside the workspace: /usr/kiln-refusal-probe"),
         "{res}"
     );
+    // Without a view the host's /tmp is out of reach (only the call's own temp dir is
+    // writable): a file made there is a write outside the workspace, said so.
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("x");
+    ws.write(
+        "probe.py",
+        &format!("open('{}', 'w').write('x')\n", target.display()),
+    );
+    let r = ws.kiln(
+        &[
+            "check",
+            "--json",
+            "--file",
+            "probe.py",
+            "--cmd",
+            "python3 probe.py",
+        ],
+        &no_view,
+    );
+    let res = r.json();
+    let n = notes(&res);
+    assert!(
+        n.len() == 1
+            && n[0].starts_with(&format!(
+                "wrote outside the workspace: {}",
+                target.display()
+            ))
+            && n[0].contains("\"Permission denied\""),
+        "{res}"
+    );
+    assert!(!target.exists());
 }

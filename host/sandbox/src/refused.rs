@@ -49,7 +49,8 @@ const DENIED: &[&str] = &[
     "Read-only file system",
     "Operation not permitted",
 ];
-const MISSING: &str = "No such file or directory";
+/// The error text of a path that does not exist.
+pub const MISSING: &str = "No such file or directory";
 
 /// At most this many paths are named.
 const MAX_PATHS: usize = 8;

@@ -3,6 +3,7 @@
 //! [`Refusals`]: sockets the kernel reported refusing, and paths the program reported refused
 //! where kiln's rules refuse them.
 
+use super::confine::refused::MISSING;
 use super::confine::{Reach, Refusals};
 use super::{Diagnostic, Severity};
 
@@ -75,10 +76,21 @@ pub fn messages(plugin: Option<&str>, refused: &Refusals) -> Vec<String> {
                 "wrote a read-only path of the workspace: {path} (the program reported \"{}\"; kiln keeps `.git`, `.kiln`, `kiln.toml` and `[sandbox] protect` read-only to programs, and the whole workspace while a review runs); no grant changes that",
                 p.error
             ),
-            Reach::ReadOnly => format!(
-                "wrote outside the workspace: {path} (the program reported \"{}\"; kiln's sandbox lets programs write only the workspace, their temp dir and granted paths); use the temp dir (`TMPDIR`) or {}",
+            // Readable but refused; or refused where nothing exists (no read fails with
+            // "Permission denied" on a missing file: it was being made).
+            Reach::ReadOnly | Reach::Outside
+                if p.reach == Reach::ReadOnly || (p.error != MISSING && !p.path.exists()) =>
+            {
+                format!(
+                    "wrote outside the workspace: {path} (the program reported \"{}\"; kiln's sandbox lets programs write only the workspace, their temp dir and granted paths); use the temp dir (`TMPDIR`) or {}",
+                    p.error,
+                    grant("`write` for it")
+                )
+            }
+            Reach::Outside if p.error != MISSING => format!(
+                "refused outside the workspace: {path} (the program reported \"{}\"; kiln's sandbox lets programs read only the workspace, the system, their temp dir and granted paths); use the temp dir (`TMPDIR`) or {}",
                 p.error,
-                grant("`write` for it")
+                grant("`read` or `write` for it")
             ),
             _ => format!(
                 "outside the program's view: {path} (the program reported \"{}\"; kiln's sandbox shows programs only the workspace, the system, their temp dir and granted paths); use the temp dir (`TMPDIR`) or {}",
