@@ -421,3 +421,71 @@ fn npm_test_running_vitest_gives_its_failures_at_the_project_frames() {
         "test test/calc.test.js > calc > divides failed: Error: division by zero"
     );
 }
+
+/// The go runner reads the user's module cache (`GOMODCACHE`, read-only in the program's
+/// view): a project whose dependency is already downloaded builds without network. The cache
+/// is filled here from a file proxy made on the spot (`GOPROXY=file://`), never the network;
+/// kiln's run has `GOPROXY=off`, so go could not fetch it even if the sandbox let it.
+#[test]
+fn go_builds_with_a_dependency_from_the_users_module_cache_without_network() {
+    let outside = tempfile::tempdir().unwrap();
+    let (proxy, cache) = (
+        outside.path().join("proxy"),
+        outside.path().join("modcache"),
+    );
+    let dep_mod = "module example.com/dep\n\ngo 1.19\n";
+    let made = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile, pathlib\n\
+             d = pathlib.Path(sys.argv[1]) / 'example.com/dep/@v'\n\
+             d.mkdir(parents=True)\n\
+             (d / 'list').write_text('v1.0.0\\n')\n\
+             (d / 'v1.0.0.info').write_text('{\"Version\":\"v1.0.0\",\"Time\":\"2024-01-01T00:00:00Z\"}\\n')\n\
+             (d / 'v1.0.0.mod').write_text(sys.argv[2])\n\
+             with zipfile.ZipFile(d / 'v1.0.0.zip', 'w') as z:\n\
+             \x20   z.writestr('example.com/dep@v1.0.0/go.mod', sys.argv[2])\n\
+             \x20   z.writestr('example.com/dep@v1.0.0/dep.go', 'package dep\\n\\nfunc Two() int { return 2 }\\n')\n",
+            proxy.to_str().unwrap(),
+            dep_mod,
+        ])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let ws = Workspace::new();
+    ws.write(
+        "go.mod",
+        "module example.com/app\n\ngo 1.19\n\nrequire example.com/dep v1.0.0\n",
+    );
+    ws.write(
+        "main.go",
+        "package main\n\nimport \"example.com/dep\"\n\nfunc main() { println(dep.Two()) }\n",
+    );
+    // Download into the temp module cache and write go.sum, as a user's earlier `go mod
+    // download` would have.
+    let tidy = std::process::Command::new("go")
+        .args(["mod", "tidy"])
+        .current_dir(ws.root())
+        .env("GOPROXY", format!("file://{}", proxy.display()))
+        .env("GOSUMDB", "off")
+        .env("GOMODCACHE", &cache)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(
+        tidy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tidy.stderr)
+    );
+    let cache_s = cache.to_str().unwrap();
+    let env = [("GOMODCACHE", cache_s), ("GOPROXY", "off")];
+    let r = ws.kiln(
+        &[
+            "check", "--json", "--file", "main.go", "--runner", "go", "--mode", "build",
+        ],
+        &env,
+    );
+    let j = r.json();
+    assert_eq!(j["ok"], true, "{j}");
+}

@@ -1420,6 +1420,25 @@ pub fn grant_runner_consent(
             }
         }
     }
+    if runner == "go"
+        && let Some(cache) = go_module_cache()
+    {
+        // The user's module cache, read-only (as the view holds every grant not written):
+        // a module already downloaded builds without network, and no build can change what
+        // the user's next plain `go build` takes from it. The build cache stays the call's own.
+        let read = pc.read.get_or_insert_with(Vec::new);
+        if !read.contains(&cache) {
+            read.push(cache.clone());
+        }
+        pc.settings
+            .get_or_insert_with(BTreeMap::new)
+            .entry("modcache".into())
+            .or_insert(cache);
+        let env = pc.env.get_or_insert_with(Vec::new);
+        if !env.iter().any(|e| e == "GOMODCACHE") {
+            env.push("GOMODCACHE".into());
+        }
+    }
     if runner == "cargo" {
         pc.exec.get_or_insert_with(Vec::new).push(ExecGrant {
             program: "cargo".into(),
@@ -1467,6 +1486,21 @@ pub fn grant_runner_consent(
         }
     }
     Ok(())
+}
+
+/// The user's go module cache, as go finds it: `GOMODCACHE`, else the first `GOPATH` entry's
+/// `pkg/mod`, else `~/go/pkg/mod`; only an absolute directory that exists.
+fn go_module_cache() -> Option<String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| Path::new(v).is_absolute());
+    let cache = var("GOMODCACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let gopath = std::env::var_os("GOPATH")?;
+            let first = std::env::split_paths(&gopath).next()?;
+            first.is_absolute().then(|| first.join("pkg/mod"))
+        })
+        .or_else(|| var("HOME").map(|h| Path::new(&h).join("go/pkg/mod")))?;
+    cache.is_dir().then(|| cache.to_string_lossy().into_owned())
 }
 
 /// Grant the `shell` tool (and the `command` runner, for `compile_loop`) exactly the command

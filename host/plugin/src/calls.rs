@@ -7,7 +7,7 @@ use super::confine::Writes;
 use super::instance::Pre;
 use super::{
     AppliedFile, ApplyFailure, FileEdit, FormatInfo, Manifest, ParseError, Plugin, PluginCallError,
-    PluginError, PluginKind, RunRequest, RunResult, ToolSpec, bindings::runner,
+    PluginError, PluginKind, RunRequest, RunResult, Severity, ToolSpec, bindings::runner,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,6 +39,27 @@ macro_rules! invoke {
         })
         .await;
         $self.finish(res, &store, &stderr)
+    }};
+}
+
+/// [`invoke!`] returning also what the sandbox refused the call's programs.
+macro_rules! invoke_refused {
+    ($self:ident, $variant:ident, $getter:ident, $effective:expr, |$g:ident, $store:ident| $call:expr) => {{
+        let Pre::$variant(pre) = &$self.pre else {
+            return Err($self.wrong_kind(PluginKind::$variant));
+        };
+        let (mut store, stderr) = $self.new_store($effective)?;
+        let limit = Duration::from_millis($self.effective.limits.timeout_ms as u64)
+            + Duration::from_millis(250);
+        let res = tokio::time::timeout(limit, async {
+            let inst = pre.instantiate_async(&mut store).await?;
+            let $g = inst.$getter();
+            let $store = &mut store;
+            $call.await
+        })
+        .await;
+        let refused = store.data_mut().take_refused();
+        ($self.finish(res, &store, &stderr), refused)
     }};
 }
 
@@ -81,9 +102,28 @@ impl Plugin {
             targets,
             settings: settings.into_iter().collect(),
         };
-        let out = invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_run(s, &req))?;
-        if let Ok(r) = &out {
+        let (out, refused) = invoke_refused!(
+            self,
+            Runner,
+            kiln_plugin_runner,
+            self.effective.clone(),
+            |g, s| g.call_run(s, &req)
+        );
+        let mut out = out?;
+        if let Ok(r) = &mut out {
             self.cap(r.stdout.len() + r.stderr.len())?;
+            // A check that failed with no error of the tool's own says what kiln's sandbox
+            // refused it, first (see `refusal`): that may be why. Beside the tool's errors it
+            // would only distract (npm asks the registry for updates on every run).
+            if !r.ok
+                && !r
+                    .diagnostics
+                    .iter()
+                    .any(|d| matches!(d.severity, Severity::Error))
+            {
+                let notes = super::refusal::diagnostics(&self.name, &refused);
+                r.diagnostics.splice(0..0, notes);
+            }
         }
         Ok(out)
     }
@@ -164,10 +204,20 @@ impl Plugin {
                     ..(*self.effective).clone()
                 })
             };
-        let out = invoke!(self, Tool, kiln_plugin_tool, effective, |g, s| g
-            .call_call(s, name, arguments))?;
-        if let Ok(text) = &out {
+        let (out, refused) = invoke_refused!(self, Tool, kiln_plugin_tool, effective, |g, s| g
+            .call_call(s, name, arguments));
+        let mut out = out?;
+        if let Ok(text) = &mut out {
             self.cap(text.len())?;
+            // A JSON object result (the shell tool's) carries what the sandbox refused its
+            // programs, for the model and the person (see `refusal`).
+            let notes = super::refusal::messages(Some(&self.name), &refused);
+            if !notes.is_empty()
+                && let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str(text)
+            {
+                o.insert("sandbox".into(), notes.into());
+                *text = serde_json::Value::Object(o).to_string();
+            }
         }
         Ok(out)
     }

@@ -1,7 +1,8 @@
 //! Running a program on behalf of a plugin (the `exec` import): resolution of the program,
 //! a cwd opened inside the workspace, a clean environment, Landlock confinement (`confine`),
-//! output caps, a timeout, and every descendant killed when the call ends (`reap`). Policy
-//! checks happen before this in `host_impl`.
+//! output caps, a timeout, and every descendant killed when the call ends (`reap`), then what
+//! the confinement refused it ([`Finished::refused`]). Policy checks happen before this in
+//! `host_impl`.
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
@@ -48,6 +49,9 @@ pub struct Finished {
     pub timed_out: bool,
     /// Run time.
     pub duration: Duration,
+    /// What kiln's confinement refused the call (sockets the kernel reported, paths its output
+    /// names where kiln's rules refuse them).
+    pub refused: confine::Refusals,
 }
 
 /// Why a program named in an exec call or a configuration cannot be found.
@@ -429,7 +433,7 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         stdin,
         timeout,
         cap,
-        confinement,
+        mut confinement,
     } = spawn;
     let mut cmd = command(&program, &args, &env, &confinement.tmp(), stdin.is_some());
     let child = confinement.child(cwd.as_fd().as_raw_fd());
@@ -441,6 +445,7 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     }
     let mut call = reap::Call::begin(confinement.pid_ns());
     let mut child = cmd.spawn()?;
+    confinement.supervise();
     drop(cwd);
     if let Some(pid) = child.id() {
         call.spawned(pid as i32);
@@ -465,8 +470,10 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     // Kill and reap what is left (strays too when no other call runs), then remove the temp
     // dir, and what the program created that its view could not hold read-only: a new `.git`
     // or `kiln.toml` (the view protects those that existed when the call began).
-    let planted = tokio::task::spawn_blocking(move || {
+    let (stdout, stderr) = (out.kept, err.kept);
+    let (planted, refused, stdout, stderr) = tokio::task::spawn_blocking(move || {
         call.finish();
+        let refused = confinement.refusals(&stdout, &stderr);
         let planted = confinement
             .protected()
             .map(|(ws, before)| match protected_in(ws, &[]) {
@@ -476,10 +483,10 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
             })
             .unwrap_or_default();
         drop(confinement);
-        planted
+        (planted, refused, stdout, stderr)
     })
     .await
-    .unwrap_or_default();
+    .map_err(std::io::Error::other)?;
     if !planted.is_empty() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
@@ -492,11 +499,12 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     }
     Ok(Finished {
         exit_code,
-        stdout: out.kept,
-        stderr: err.kept,
+        stdout,
+        stderr,
         truncated: out.truncated || err.truncated,
         timed_out,
         duration: start.elapsed(),
+        refused,
     })
 }
 

@@ -151,6 +151,8 @@ pub struct State {
     log: LogBudget,
     /// The write guard of the call's `wasi:filesystem`.
     fs_guard: Arc<FsGuard>,
+    /// What the sandbox refused the call's programs, gathered over its `exec` calls.
+    refused: kiln_sandbox::Refusals,
 }
 
 impl State {
@@ -172,7 +174,13 @@ impl State {
             workspace,
             log: LogBudget::default(),
             fs_guard: Arc::new(FsGuard::new(fs_policy)),
+            refused: kiln_sandbox::Refusals::default(),
         }
+    }
+
+    /// What the sandbox refused the call's programs (taken: a second call finds nothing).
+    pub(crate) fn take_refused(&mut self) -> kiln_sandbox::Refusals {
+        std::mem::take(&mut self.refused)
     }
 
     /// wasmtime-wasi's filesystem view of the store with the call's write guard: what the
@@ -244,13 +252,21 @@ impl exec::Host for State {
     async fn run(&mut self, cmd: exec::Command) -> Result<exec::Output, types::Error> {
         let spawn = self.check(&cmd)?;
         match super::exec::run(spawn).await {
-            Ok(f) => Ok(exec::Output {
-                exit_code: f.exit_code,
-                stdout: f.stdout,
-                stderr: f.stderr,
-                truncated: f.truncated,
-                timed_out: f.timed_out,
-                duration_ms: f.duration.as_millis() as u64,
+            Ok(f) => Ok({
+                self.refused.sockets.extend(f.refused.sockets);
+                for p in f.refused.paths {
+                    if !self.refused.paths.contains(&p) {
+                        self.refused.paths.push(p);
+                    }
+                }
+                exec::Output {
+                    exit_code: f.exit_code,
+                    stdout: f.stdout,
+                    stderr: f.stderr,
+                    truncated: f.truncated,
+                    timed_out: f.timed_out,
+                    duration_ms: f.duration.as_millis() as u64,
+                }
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(types::Error::NotFound(format!("`{}`: {e}", cmd.program)))

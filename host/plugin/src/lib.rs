@@ -8,7 +8,8 @@
 //! per-call store), `calls` (one method per world function), `error` (what can go wrong),
 //! `diagnostic` (severity names and JSON); `bindings`, `host_impl`, `capability`, `exec` (a
 //! program run in the world `kiln-sandbox` builds for it), `cache`, `registry` and `builtin` as
-//! before; `fs_guard` (protected paths held on every `wasi:filesystem` write). `confine` is the
+//! before; `fs_guard` (protected paths held on every `wasi:filesystem` write); `refusal` (what
+//! the sandbox refused a failed check, as notes naming how to allow it). `confine` is the
 //! `kiln-sandbox` crate.
 //!
 //! It owns everything about running a component; the built-in components are embedded here by
@@ -32,6 +33,7 @@ mod instance;
 pub mod kiln_dirs;
 mod kind;
 mod planted;
+mod refusal;
 mod registry;
 mod runtime;
 
@@ -47,6 +49,7 @@ pub use exec::{
 pub use host_impl::{PLUGIN_LOG_TARGET, State};
 pub use instance::{HeldInstance, Plugin};
 pub use kind::{PluginKind, Source};
+pub use refusal::{is_sandbox_note, messages as refusal_messages};
 pub use registry::{Needed, Registry};
 pub use runtime::{Checked, LoadInfo, Runtime};
 

@@ -16,12 +16,18 @@
 //!
 //! Everything is built in kiln; the child applies it between fork and exec with
 //! async-signal-safe system calls only (kiln is multi-threaded).
+//!
+//! What the confinement refused a call is reported back ([`Refusals`]): the sockets the kernel
+//! handed to kiln's listener ([`notify`]), and the paths the program reported refused where
+//! the call's own rules refuse them ([`refused`]), so kiln can say what to grant.
 
 mod caps;
 pub mod landlock;
+pub mod notify;
 mod paths;
 mod policy;
 pub mod reap;
+pub mod refused;
 pub mod seccomp;
 pub mod view;
 mod world;
@@ -33,7 +39,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub use landlock::Landlock;
 pub use paths::{DEVICES, SYSTEM_READ, expand_home, install_roots, toolchain_roots};
 pub use policy::{Policy, Writes};
+pub use refused::{Refusals, RefusedPath};
 use seccomp::NetFilter;
+pub use view::Reach;
 
 /// The kernel mechanisms that hold the boundaries of programs, and what is missing here for a
 /// grant with or without `net`: each entry names the boundary that is not held.
@@ -178,6 +186,15 @@ pub struct Confinement {
     /// With a view: the workspace and the protected paths that existed when the call began
     /// (the view holds those read-only; one the program creates is found after it).
     protected: Option<(PathBuf, Vec<PathBuf>)>,
+    /// Without `net`: the pair the child passes its seccomp listener over, until
+    /// [`Confinement::supervise`] takes it.
+    channel: Option<notify::Channel>,
+    /// The thread answering the call's refused sockets.
+    supervisor: Option<notify::Supervisor>,
+    /// Landlock's read and write paths, for telling what was refused where there is no view.
+    lists: (Vec<PathBuf>, Vec<PathBuf>),
+    /// The workspace (a refused path inside it is a protected one, not one outside).
+    workspace: PathBuf,
 }
 
 /// What the child applies between fork and exec (plain values: it allocates nothing).
@@ -193,6 +210,20 @@ pub struct Child {
     view_flags: libc::c_int,
     /// Landlock rights for the view's own paths (read, all), from [`landlock::masks`].
     masks: (u64, u64),
+    /// The socket rules that notify kiln, the mode rules, and the socket to send the listener
+    /// over; when the kernel gives no listener, `filter` is installed instead.
+    notify: Option<Notify>,
+}
+
+/// What the child installs to hand its refused sockets to kiln ([`notify`]).
+#[derive(Debug, Clone, Copy)]
+struct Notify {
+    /// The socket rules ([`NetFilter::raw_notify`]).
+    sockets: (usize, u16),
+    /// The mode rules beside them ([`NetFilter::raw_with_net`]).
+    modes: (usize, u16),
+    /// The child's end of the [`notify::Channel`].
+    sock: RawFd,
 }
 
 impl Confinement {
@@ -237,15 +268,16 @@ impl Confinement {
         } else {
             (None, None)
         };
-        let ruleset =
-            if ll.missing.is_none() {
-                let (read, write) = world::landlock_paths(policy, tmp.path(), in_view);
-                Some(landlock::ruleset(&read, &write, policy.net).map_err(|e| {
+        let lists = world::landlock_paths(policy, tmp.path(), in_view);
+        let ruleset = if ll.missing.is_none() {
+            Some(
+                landlock::ruleset(&lists.0, &lists.1, policy.net).map_err(|e| {
                     Refusal::Failed(format!("cannot build the Landlock ruleset: {e}"))
-                })?)
-            } else {
-                None
-            };
+                })?,
+            )
+        } else {
+            None
+        };
         let filter = if policy.net {
             NetFilter::current().raw_with_net()
         } else {
@@ -264,6 +296,12 @@ impl Confinement {
             },
             layout,
             protected: in_view.then(|| (policy.workspace.to_path_buf(), policy.protect.to_vec())),
+            channel: (!policy.net && NetFilter::current().raw_notify().is_some())
+                .then(notify::Channel::new)
+                .flatten(),
+            supervisor: None,
+            lists,
+            workspace: policy.workspace.to_path_buf(),
         })
     }
 
@@ -282,6 +320,39 @@ impl Confinement {
             .as_ref()
             .map(view::Layout::describe)
             .unwrap_or_default()
+    }
+
+    /// After the spawn: answer the program's refused sockets on a thread of kiln's (when the
+    /// child passed its listener; else they are refused on the spot, unrecorded).
+    pub fn supervise(&mut self) {
+        if let Some(channel) = self.channel.take() {
+            self.supervisor = notify::Supervisor::start(channel);
+        }
+    }
+
+    /// Once every process of the call is gone: what the confinement refused it, from the
+    /// sockets the kernel reported and the paths its output (`stdout`, `stderr`) names where
+    /// kiln's rules refuse them ([`refused`]).
+    pub fn refusals(&mut self, stdout: &[u8], stderr: &[u8]) -> Refusals {
+        let sockets = self
+            .supervisor
+            .take()
+            .map(notify::Supervisor::finish)
+            .unwrap_or_default();
+        let reach = |p: &Path| match &self.layout {
+            Some(l) => l.reach(p),
+            None => refused::by_lists(p, &self.lists.0, &self.lists.1),
+        };
+        let mut paths = refused::paths_in(&String::from_utf8_lossy(stderr), &reach);
+        for p in refused::paths_in(&String::from_utf8_lossy(stdout), &reach) {
+            if !paths.iter().any(|q| q.path == p.path) {
+                paths.push(p);
+            }
+        }
+        for p in &mut paths {
+            p.in_workspace = p.path.starts_with(&self.workspace);
+        }
+        Refusals { sockets, paths }
     }
 
     /// The call runs in a PID namespace of its own: when its direct child has been waited for,
@@ -304,6 +375,20 @@ impl Confinement {
                 .map_or(0, |v| v as *const view::View as usize),
             view_flags: self.view_flags,
             masks: landlock::masks(),
+            notify: match (
+                &self.channel,
+                NetFilter::current().raw_notify(),
+                self.filter,
+            ) {
+                (Some(c), Some(sockets), Some(_)) => {
+                    NetFilter::current().raw_with_net().map(|modes| Notify {
+                        sockets,
+                        modes,
+                        sock: c.child_fd(),
+                    })
+                }
+                _ => None,
+            },
         }
     }
 }
@@ -372,8 +457,30 @@ pub unsafe fn enter(child: Child) -> std::io::Result<()> {
                 return Err(std::io::Error::last_os_error());
             }
         }
-        if let Some(raw) = child.filter {
-            seccomp::install(raw)?;
+        match (child.notify, child.filter) {
+            (
+                Some(Notify {
+                    sockets,
+                    modes,
+                    sock,
+                }),
+                Some(full),
+            ) => {
+                match seccomp::install_listener(sockets) {
+                    Ok(listener) => {
+                        // Without kiln holding the listener, a refused call fails (ENOSYS): the
+                        // program must never hold it, whatever the send did.
+                        notify::send_listener(sock, listener);
+                        libc::close(listener);
+                        seccomp::install(modes)?;
+                    }
+                    // A listener the kernel refuses (one is already installed above kiln): the
+                    // sockets are refused on the spot.
+                    Err(_) => seccomp::install(full)?,
+                }
+            }
+            (_, Some(raw)) => seccomp::install(raw)?,
+            _ => {}
         }
         // No descriptor kiln inherited (a secret file its parent opened, another process's
         // pipe) reaches the program: everything past the standard streams closes at exec.

@@ -23,6 +23,9 @@ const TEST_NO_SECCOMP: &str = "KILN_TEST_NO_SECCOMP";
 pub struct NetFilter {
     program: Result<BpfProgram, NoFilter>,
     modes_only: Result<BpfProgram, NoFilter>,
+    /// The socket rules alone, handing each refused call to kiln's listener ([`crate::notify`]):
+    /// installed with `modes_only` beside it, in place of `program`.
+    notify: Result<BpfProgram, NoFilter>,
 }
 
 /// Why kiln has no seccomp filter for the programs it runs.
@@ -43,6 +46,9 @@ pub enum NoFilter {
     /// The compiled filter does not begin as [`guard_x32`] expects.
     #[error("the seccomp filter does not start with an architecture check")]
     NoArchitectureCheck,
+    /// The compiled socket rules hold no refusal to hand to kiln's listener.
+    #[error("the seccomp socket rules hold no refusal to hand to kiln")]
+    NoRefusal,
 }
 
 impl NetFilter {
@@ -52,6 +58,7 @@ impl NetFilter {
         CURRENT.get_or_init(|| NetFilter {
             program: available().and_then(|()| compile(true)),
             modes_only: available().and_then(|()| compile(false)),
+            notify: available().and_then(|()| compile_notify()),
         })
     }
 
@@ -64,6 +71,13 @@ impl NetFilter {
     /// live as long as the process). Without `net` it also holds the socket rules.
     pub fn raw(&self) -> Option<(usize, u16)> {
         let p = self.program.as_ref().ok()?;
+        Some((p.as_ptr() as usize, p.len() as u16))
+    }
+
+    /// The socket rules that notify kiln ([`crate::notify`]), installed with
+    /// [`NetFilter::raw_with_net`] beside them.
+    pub fn raw_notify(&self) -> Option<(usize, u16)> {
+        let p = self.notify.as_ref().ok()?;
         Some((p.as_ptr() as usize, p.len() as u16))
     }
 
@@ -195,6 +209,84 @@ fn compile(sockets: bool) -> Result<BpfProgram, NoFilter> {
     let mut program = build().map_err(NoFilter::Build)?;
     guard_x32(&mut program)?;
     Ok(program)
+}
+
+/// A marker errno the socket rules are compiled with, turned into `SECCOMP_RET_USER_NOTIF`
+/// afterwards (seccompiler has no such action).
+const NOTIFY_MARK: u32 = 4095;
+
+/// The socket rules of [`compile`] (`socket`/`socketpair` of a family but `AF_UNIX`,
+/// `io_uring_setup`), each refused call handed to kiln's listener instead of failed here.
+fn compile_notify() -> Result<BpfProgram, NoFilter> {
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|_| NoFilter::Architecture(std::env::consts::ARCH))?;
+    let not_unix = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        Ok(vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )?])?])
+    };
+    let build = || -> Result<BpfProgram, seccompiler::BackendError> {
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        rules.insert(libc::SYS_socket, not_unix()?);
+        rules.insert(libc::SYS_socketpair, not_unix()?);
+        rules.insert(libc::SYS_io_uring_setup, Vec::new());
+        SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(NOTIFY_MARK),
+            arch,
+        )?
+        .try_into()
+    };
+    let mut program = build().map_err(NoFilter::Build)?;
+    const BPF_RET_K: u16 = 0x06;
+    let mark = libc::SECCOMP_RET_ERRNO | NOTIFY_MARK;
+    let mut marked = 0;
+    for i in program.iter_mut() {
+        if i.code == BPF_RET_K && i.k == mark {
+            i.k = libc::SECCOMP_RET_USER_NOTIF;
+            marked += 1;
+        }
+    }
+    if marked == 0 {
+        return Err(NoFilter::NoRefusal);
+    }
+    guard_x32(&mut program)?;
+    Ok(program)
+}
+
+/// In the child: install the socket rules of [`NetFilter::raw_notify`] with a listener, and
+/// return the listener's descriptor.
+///
+/// # Safety
+/// As [`install`].
+pub unsafe fn install_listener(raw: (usize, u16)) -> std::io::Result<libc::c_int> {
+    #[repr(C)]
+    struct SockFprog {
+        len: libc::c_ushort,
+        filter: *const sock_filter,
+    }
+    let prog = SockFprog {
+        len: raw.1,
+        filter: raw.0 as *const sock_filter,
+    };
+    // SAFETY: `prog` points at a live, well-formed filter.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &prog as *const SockFprog,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd as libc::c_int)
 }
 
 /// On x86-64 the x32 ABI reaches the same system calls under numbers with bit 30 set, which

@@ -88,6 +88,17 @@ enum Mount {
     SelfReadOnly,
 }
 
+/// What a program may do at a path, by kiln's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// It may write there.
+    Writable,
+    /// It may read there, not write.
+    ReadOnly,
+    /// Nothing there exists for it (outside its view, or outside Landlock's rules).
+    Outside,
+}
+
 /// What one call's view holds, keyed by the path the program sees. Ordered by path, so a
 /// directory comes before what is mounted below it.
 #[derive(Debug, Default, Clone)]
@@ -182,6 +193,36 @@ impl Layout {
             .insert(normalize(at), Mount::Symlink(target.to_path_buf()));
     }
 
+    /// What the program may do at `path` (absolute, as it sees it) by the view's rules: the
+    /// mount that holds it decides, through the view's own links.
+    pub fn reach(&self, path: &Path) -> Reach {
+        let mut p = lexical(path);
+        // A bounded number of the view's links (`/bin -> usr/bin`).
+        for _ in 0..8 {
+            let Some((at, m)) = p
+                .ancestors()
+                .find_map(|a| self.mounts.get_key_value(a))
+                .map(|(at, m)| (at.clone(), m))
+            else {
+                return Reach::Outside;
+            };
+            return match m {
+                Mount::Bind { rw: true, .. } | Mount::Proc => Reach::Writable,
+                Mount::Tmpfs if !self.sealed.contains(&at) => Reach::Writable,
+                Mount::Bind { rw: false, .. } | Mount::SelfReadOnly | Mount::Tmpfs => {
+                    Reach::ReadOnly
+                }
+                Mount::Symlink(target) => {
+                    let rest = p.strip_prefix(&at).unwrap_or(Path::new("")).to_path_buf();
+                    let base = at.parent().unwrap_or(Path::new("/")).join(target);
+                    p = lexical(&base.join(rest));
+                    continue;
+                }
+            };
+        }
+        Reach::Outside
+    }
+
     /// The paths of the view and what each is, for `kiln plugin inspect` and tests.
     pub fn describe(&self) -> Vec<(PathBuf, String)> {
         self.mounts
@@ -268,6 +309,22 @@ fn is_device(meta: &std::fs::Metadata) -> bool {
 }
 
 /// `p` without `.` components (`..` is kept, and refused by [`rel`]).
+/// `p` with `.` and `..` resolved by name (as the program's path would be, when nothing on
+/// the way is a link of its own).
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
 fn normalize(p: &Path) -> PathBuf {
     p.components().filter(|c| *c != Component::CurDir).collect()
 }
@@ -808,6 +865,30 @@ impl View {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reach_follows_the_mount_that_holds_a_path_and_the_view_s_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::create_dir_all(dir.path().join("usr/bin")).unwrap();
+        let mut l = Layout::default();
+        l.bind(&ws, &ws, true);
+        l.protect(&ws.join(".git"));
+        l.bind(&dir.path().join("usr"), Path::new("/usr"), false);
+        l.symlink(Path::new("usr/bin"), Path::new("/bin"));
+        l.tmpfs(Path::new("/etc"), true);
+        l.tmpfs(Path::new("/dev/shm"), false);
+        assert_eq!(l.reach(&ws.join("src/a.rs")), Reach::Writable);
+        assert_eq!(l.reach(&ws.join(".git/config")), Reach::ReadOnly);
+        assert_eq!(l.reach(&ws.join("x/../.git/hooks")), Reach::ReadOnly);
+        assert_eq!(l.reach(Path::new("/usr/lib/x")), Reach::ReadOnly);
+        assert_eq!(l.reach(Path::new("/bin/cc")), Reach::ReadOnly);
+        assert_eq!(l.reach(Path::new("/etc/shadow")), Reach::ReadOnly);
+        assert_eq!(l.reach(Path::new("/dev/shm/x")), Reach::Writable);
+        assert_eq!(l.reach(Path::new("/home/me/x")), Reach::Outside);
+        assert_eq!(l.reach(&dir.path().join("other")), Reach::Outside);
+    }
 
     #[test]
     fn a_layout_orders_parents_first_and_keeps_protection_on_top() {

@@ -311,7 +311,12 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
             ),
         }
     }
-    let result = runner.runner_run(&targets, &settings).await?;
+    let run = runner.runner_run(&targets, &settings);
+    let result = if args.json || ctx.quiet {
+        run.await?
+    } else {
+        with_progress(run).await?
+    };
     let r = match result {
         Ok(r) => r,
         Err(e) => anyhow::bail!(
@@ -335,11 +340,47 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
     })
 }
 
+/// Await a check, showing the time elapsed: a spinner on a terminal, else a line at 10 s,
+/// 30 s, 60 s and then every minute.
+async fn with_progress<F: std::future::Future>(run: F) -> F::Output {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        let spinner = super::event_log::Spinner::start();
+        let out = run.await;
+        spinner.stop();
+        return out;
+    }
+    let start = tokio::time::Instant::now();
+    tokio::pin!(run);
+    let mut n = 0u64;
+    loop {
+        let after = match n {
+            0 => 10,
+            1 => 30,
+            k => 60 * (k - 1),
+        };
+        tokio::select! {
+            out = &mut run => return out,
+            _ = tokio::time::sleep_until(start + std::time::Duration::from_secs(after)) => {
+                eprintln!("still checking… {after} s");
+                n += 1;
+            }
+        }
+    }
+}
+
 /// A run's diagnostics for a person (its output when it failed without any), then a summary
 /// line on stderr.
 /// The diagnostics on stdout, then the verdict on stderr (with `quiet`, only a failing one).
 fn print_result(r: &crate::plugin::RunResult, quiet: bool) {
     for d in &r.diagnostics {
+        if crate::plugin::is_sandbox_note(d) {
+            println!(
+                "{}",
+                crate::terminal::printable(&format!("note: {}", d.message))
+            );
+            continue;
+        }
         let sev = crate::plugin::severity_name(d.severity);
         let code = d
             .code
@@ -354,7 +395,7 @@ fn print_result(r: &crate::plugin::RunResult, quiet: bool) {
             ))
         );
     }
-    if r.diagnostics.is_empty() && !r.ok {
+    if r.diagnostics.iter().all(crate::plugin::is_sandbox_note) && !r.ok {
         print!(
             "{}{}",
             crate::terminal::printable(&r.stdout),

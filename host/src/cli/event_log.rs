@@ -22,6 +22,58 @@ pub(crate) struct EventLog {
     show_text: bool,
     /// The model text shown on the console since the current agent turn began.
     turn_text: String,
+    /// Stderr is a terminal: a running check shows a spinner with the seconds elapsed.
+    tty: bool,
+    /// The spinner under the running check, if one runs.
+    spinner: Option<Spinner>,
+    /// The loop's banner was printed before the first check: `loop.started` only names the
+    /// loop.
+    bannered: bool,
+}
+
+/// A line redrawn under a running check, on a terminal: a spinner and the
+/// seconds elapsed. Cleared when the next line comes.
+pub(crate) struct Spinner {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spinner {
+    pub(crate) fn start() -> Spinner {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+            let start = std::time::Instant::now();
+            let mut shown = false;
+            let mut n = 0usize;
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                n += 1;
+                // After a second, redraw four times a second.
+                if n >= 10 && n.is_multiple_of(4) && !flag.load(Ordering::Relaxed) {
+                    let secs = start.elapsed().as_secs();
+                    eprint!("\r\x1b[2K    {} {secs} s", FRAMES[(n / 4) % 4]);
+                    shown = true;
+                }
+            }
+            if shown {
+                eprint!("\r\x1b[2K");
+            }
+        });
+        Spinner {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub(crate) fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl EventLog {
@@ -34,7 +86,16 @@ impl EventLog {
             pending: String::new(),
             show_text: true,
             turn_text: String::new(),
+            tty: console && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            spinner: None,
+            bannered: false,
         }
+    }
+
+    /// The loop's banner was printed before the first check (see [`EventLog::bannered`]).
+    pub fn bannered(mut self) -> EventLog {
+        self.bannered = true;
+        self
     }
 
     /// A console log of status lines only: no streamed model text, no colored diffs.
@@ -50,7 +111,23 @@ impl EventLog {
         if let Event::TurnStart { .. } = e {
             self.turn_text.clear();
         }
+        // On a terminal the spinner shows the time elapsed: no periodic line.
+        if matches!(e, Event::RunnerProgress { .. }) && self.spinner.is_some() {
+            return;
+        }
+        self.stop_spinner();
         match e {
+            Event::LoopStarted { loop_id, .. } if self.bannered => {
+                self.line(&format!("loop {loop_id} started"));
+            }
+            Event::RunnerStarted { .. } => {
+                if let Some(line) = e.human() {
+                    self.line(&line);
+                }
+                if self.tty {
+                    self.spinner = Some(Spinner::start());
+                }
+            }
             Event::TextDelta { text } if self.show_text => self.text(text),
             Event::TextDelta { .. } => {}
             Event::EditDiff { .. } if self.color => {
@@ -111,8 +188,15 @@ impl EventLog {
         self.write_file(line);
     }
 
+    fn stop_spinner(&mut self) {
+        if let Some(s) = self.spinner.take() {
+            s.stop();
+        }
+    }
+
     /// End a line of streamed text, so what follows starts on a line of its own.
     pub fn end_text(&mut self) {
+        self.stop_spinner();
         if self.mid_line {
             super::output::err_line("");
             self.mid_line = false;

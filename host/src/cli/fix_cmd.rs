@@ -43,7 +43,24 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
         super::output::err_line(&line);
     }
     let (cancel, _ctrl_c) = ctrl_c_watch();
-    let mut log = EventLog::new(!ctx.quiet && !s.json, None);
+    let console = !ctx.quiet && !s.json;
+    // The banner before the first check (which may take minutes): `loop.started`, which
+    // waits for it, then only names the loop.
+    if console {
+        super::output::err_line(&crate::terminal::printable(&format!(
+            "fixing {} with runner `{}`, format `{}`, model `{}` (at most {})",
+            if s.options.targets.is_empty() {
+                "the project".to_string()
+            } else {
+                s.options.targets.join(", ")
+            },
+            runner.name,
+            format.name,
+            model.label(),
+            count(s.options.max_iters as usize, "iteration", "iterations")
+        )));
+    }
+    let mut log = EventLog::new(console, None).bannered();
     let mut sink = EventSink::new(s.json, &mut log).holding_result();
     let mut on_event = |e: &engine::Event| sink.event(e);
     let fix = engine::kind::Fix {

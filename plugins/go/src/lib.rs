@@ -8,7 +8,9 @@
 //! split on whitespace).
 //!
 //! The build cache goes to the (empty, writable) HOME kiln gives each program, and
-//! `GOTOOLCHAIN=local` keeps go from fetching another toolchain.
+//! `GOTOOLCHAIN=local` keeps go from fetching another toolchain. The `modcache` setting (which
+//! naming the runner sets to the user's module cache, granted read-only) becomes `GOMODCACHE`,
+//! so a module already downloaded builds without network.
 
 use kiln_guest::runner::{
     self, Diagnostic, Error, Manifest, RunRequest, RunResult, Runner, RunnerInfo, Severity,
@@ -35,6 +37,7 @@ impl Runner for Go {
         .with_env("GOFLAGS")
         .with_env("GOTOOLCHAIN")
         .with_env("GOPROXY")
+        .with_env("GOMODCACHE")
         .with_timeout_ms(600_000)
     }
 
@@ -62,9 +65,8 @@ impl Runner for Go {
             Some(extra) => args.extend(extra.split_whitespace().map(String::from)),
             None => args.push("./...".into()),
         }
-        let module = module_info();
-        let mut cmd = runner::command("go", &args);
-        cmd.env.push(("GOTOOLCHAIN".into(), "local".into()));
+        let module = module_info(&request);
+        let cmd = go(&request, &args);
         let out = runner::exec(&cmd)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -93,13 +95,22 @@ struct Module {
     dir: String,
 }
 
-fn module_info() -> Module {
+/// `go ARGS` with the toolchain kept local and the module cache of the `modcache` setting.
+fn go(request: &RunRequest, args: &[String]) -> runner::Command {
+    let mut cmd = runner::command("go", args);
+    cmd.env.push(("GOTOOLCHAIN".into(), "local".into()));
+    if let Some(cache) = runner::setting(request, "modcache") {
+        cmd.env.push(("GOMODCACHE".into(), cache.into()));
+    }
+    cmd
+}
+
+fn module_info(request: &RunRequest) -> Module {
     let args: Vec<String> = ["list", "-m", "-f", MODULE_FORMAT]
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let mut cmd = runner::command("go", &args);
-    cmd.env.push(("GOTOOLCHAIN".into(), "local".into()));
+    let cmd = go(request, &args);
     match runner::exec(&cmd) {
         Ok(o) if o.exit_code == Some(0) => {
             let s = String::from_utf8_lossy(&o.stdout);

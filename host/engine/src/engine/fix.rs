@@ -852,7 +852,12 @@ impl Fix<'_> {
                 .take(FIRST_DIAGNOSTICS)
                 .map(crate::plugin::diagnostic_line)
                 .collect(),
-            tail: if r.ok || !r.diagnostics.is_empty() {
+            // kiln's sandbox notes are no diagnostic of the tool: the output still shows.
+            tail: if r.ok
+                || r.diagnostics
+                    .iter()
+                    .any(|d| !crate::plugin::is_sandbox_note(d))
+            {
                 Vec::new()
             } else {
                 super::events::output_tail(&r.stdout, &r.stderr, OUTPUT_TAIL_LINES)

@@ -92,11 +92,21 @@ pub(crate) async fn run_hook(
     .await
     {
         Ok(f) if f.timed_out => failed(format!("hook `{cmd}` did not finish in 30 s")),
-        Ok(f) => HookRun {
-            ok: f.exit_code == Some(0),
-            stdout: String::from_utf8_lossy(&f.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&f.stderr).into_owned(),
-        },
+        Ok(f) => {
+            let ok = f.exit_code == Some(0);
+            let mut stderr = String::from_utf8_lossy(&f.stderr).into_owned();
+            // A failed hook says what kiln's sandbox refused it (hooks get no grant).
+            if !ok {
+                for note in crate::plugin::refusal_messages(None, &f.refused) {
+                    stderr.push_str(&format!("\nkiln: {note}"));
+                }
+            }
+            HookRun {
+                ok,
+                stdout: String::from_utf8_lossy(&f.stdout).into_owned(),
+                stderr,
+            }
+        }
         Err(e) => failed(format!("hook `{cmd}` could not be started: {e}")),
     }
 }
