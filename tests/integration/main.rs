@@ -38,5 +38,6 @@ mod task_spec;
 mod toolchains;
 mod trust;
 mod undo;
+mod undo_exact;
 mod view;
 mod writer;

@@ -58,11 +58,18 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
         }
         return Ok(Outcome::Failure);
     }
-    let written = restore::apply(root, &plan, &ctx.config.protected(), args.force)?;
-    record(ctx, id, &written, args.force);
+    let applied = restore::apply(root, &plan, &ctx.config.protected(), args.force)?;
+    let written = &applied.put_back;
+    record(ctx, id, written, args.force);
     if args.json {
         let mut v = serde_json::to_value(&plan)?;
         v["undone"] = written.clone().into();
+        v["not_restored"] = applied
+            .not_restored
+            .iter()
+            .map(|(p, why)| serde_json::json!({ "path": p, "why": why }))
+            .collect::<Vec<_>>()
+            .into();
         print_json(&v);
     } else {
         describe(&plan, true);
@@ -71,7 +78,21 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
             crate::terminal::count(written.len(), "file", "files")
         );
     }
-    Ok(Outcome::Success)
+    if applied.not_restored.is_empty() {
+        return Ok(Outcome::Success);
+    }
+    eprintln!(
+        "error: {} of run {id} could not be put back:",
+        crate::terminal::count(applied.not_restored.len(), "file", "files")
+    );
+    for (p, why) in &applied.not_restored {
+        eprintln!(
+            "  {}: {}",
+            crate::terminal::printable(p),
+            crate::terminal::printable(why)
+        );
+    }
+    Ok(Outcome::Failure)
 }
 
 /// A `run.undone` event on the run, so `kiln history show` says it was undone. A store that
@@ -108,7 +129,7 @@ fn show_diff(diff: &str) {
 fn describe(plan: &restore::Plan, done: bool) {
     if !plan.finished {
         eprintln!(
-            "note: run {} did not finish (killed, or still running): undo covers the changes recorded up to its last step",
+            "note: run {} did not finish (killed): every file that differs from what it found at its start is taken as its change",
             plan.id
         );
     }

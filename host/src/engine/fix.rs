@@ -542,7 +542,11 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         Some(p) if opts.project() && opts.tool_rounds > 0 => Some((p, project_tool_defs(p).await?)),
         _ => None,
     };
-    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel, on_event).await?;
+    // Undo's snapshot precedes everything the run does, its first check included.
+    crate::undo::prepare(workspace);
+    let (instructions, log, first) = precheck(opts, &ws, runner, format, &cancel, on_event)
+        .await
+        .inspect_err(|_| crate::undo::abandon())?;
     let new = NewLoop {
         kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
@@ -559,7 +563,7 @@ pub async fn run_fix(opts: &FixOptions, deps: FixDeps<'_>) -> Result<FixOutcome,
         cancel,
         on_event,
     };
-    let mut run = Run::begin(deps, &new)?;
+    let mut run = Run::begin(deps, &new).inspect_err(|_| crate::undo::abandon())?;
     run.log_answers(log);
     run.emit(Event::LoopStarted {
         loop_id: run.id,

@@ -91,7 +91,9 @@ impl<'a> Run<'a> {
         self.seq += 1;
         let v = e.to_json(self.seq, crate::clock::now_ms());
         let _ = self.store.record_event(self.id, self.seq, e.name(), &v);
-        crate::undo::on_event(e.name());
+        if may_follow_change(&e) {
+            crate::undo::checkpoint();
+        }
         (self.on_event)(&e);
     }
 
@@ -225,6 +227,22 @@ impl<'a> Run<'a> {
             on_event,
         }
     }
+}
+
+/// Whether `e` may follow a change to the workspace (an applied edit, a runner's result, a
+/// tool call, a turn, an iteration, a review round or phase): undo's record is brought up to
+/// date then.
+fn may_follow_change(e: &Event) -> bool {
+    matches!(
+        e,
+        Event::EditApplied { .. }
+            | Event::RunnerFinished { .. }
+            | Event::LoopIteration { .. }
+            | Event::ToolEnd { .. }
+            | Event::TurnEnd { .. }
+            | Event::RoundEnd { .. }
+            | Event::PhaseStart { .. }
+    )
 }
 
 /// Resolves once `rx` says the run is cancelled (Ctrl-C).

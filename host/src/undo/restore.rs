@@ -132,7 +132,22 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
     if !rec.finished && alive && rec.pid != std::process::id() {
         return Err(UndoError::Running(id, rec.pid));
     }
-    let files = rec.changes.iter().map(|c| item(&b, root, c)).collect();
+    let mut changes: std::collections::BTreeMap<String, super::backup::Change> = rec
+        .changes
+        .iter()
+        .map(|c| (c.path.clone(), c.clone()))
+        .collect();
+    // A run that did not finish (killed) may have changed more than it recorded: a program
+    // still writing, an edit written but not yet looked at. Every file that differs from
+    // what it found at its start is its change.
+    if !rec.finished
+        && let Some(start) = b.start_of(id)
+    {
+        for c in super::compare::since_start(root, &rec, &start) {
+            changes.insert(c.path.clone(), c);
+        }
+    }
+    let files = changes.values().map(|c| item(&b, root, c)).collect();
     Ok(Plan {
         id,
         finished: rec.finished,
@@ -199,19 +214,31 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
     it
 }
 
+/// What an undo did.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// Files put back (or deleted), each checked afterwards to hold its content from before
+    /// the run.
+    pub put_back: Vec<String>,
+    /// Files that could not be put back, with why.
+    pub not_restored: Vec<(String, String)>,
+}
+
 /// Undo: write back every file of `plan` (those changed since too when `force`), all at once
 /// through the writer, each with the permission bits recorded before the run (`& 0o777`),
-/// then mark the run's record undone. Returns the files written.
+/// then mark the run's record undone. Every file written is read back: only those that hold
+/// their content from before the run count as put back; the others, and those the plan
+/// could not put back at all, are named in [`Applied::not_restored`].
 pub fn apply(
     root: &Path,
     plan: &Plan,
     protected: &crate::path::Protected,
     force: bool,
-) -> Result<Vec<String>, UndoError> {
+) -> Result<Applied, UndoError> {
     let ws = Workspace::open(root)?;
     let writer = ws.writer(protected, &[]);
     let mut changes = Vec::new();
-    let mut done = Vec::new();
+    let mut done = std::collections::BTreeSet::new();
     for i in &plan.files {
         let goes = matches!(i.action, Action::Restore | Action::Delete)
             || (force && i.action == Action::ChangedSince);
@@ -230,7 +257,7 @@ pub fn apply(
                 before: i.now.as_deref(),
             },
         });
-        done.push(i.path.clone());
+        done.insert(i.path.clone());
     }
     // A file absent now whose run deleted it, and absent before too, needs nothing.
     changes.retain(|c| !matches!(c, Change::Remove { before: None, .. }));
@@ -239,5 +266,28 @@ pub fn apply(
     let mut rec = b.record(plan.id)?.ok_or(UndoError::NoRecord(plan.id))?;
     rec.undone_ms = Some(crate::clock::now_ms());
     b.save_record(&rec)?;
-    Ok(done)
+    let mut out = Applied::default();
+    for i in &plan.files {
+        if i.action == Action::Cannot {
+            let why = i.why.clone().unwrap_or_else(|| "it cannot be put back".into());
+            out.not_restored.push((i.path.clone(), why));
+        } else if !done.contains(&i.path) {
+            continue;
+        } else if holds_before(root, i) {
+            out.put_back.push(i.path.clone());
+        } else {
+            let why = "it does not hold its content from before the run after the undo".into();
+            out.not_restored.push((i.path.clone(), why));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the file of `i` is as before the run now: its content then, or absent.
+fn holds_before(root: &Path, i: &Item) -> bool {
+    match (&i.before, scan::now(root, &i.path)) {
+        (None, Now::Absent) => true,
+        (Some(text), Now::File(_)) => scan::read(root, &i.path).is_ok_and(|b| b == text.as_bytes()),
+        _ => false,
+    }
 }
