@@ -15,7 +15,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// A workspace of `n` files of about 4 KB, 100 to a directory, plus `t.txt` (the fix target).
 fn workspace(n: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let body: String = (0..64).map(|i| format!("line {i:>3} of a file that is here to be walked\n")).collect();
+    let body: String = (0..64)
+        .map(|i| format!("line {i:>3} of a file that is here to be walked\n"))
+        .collect();
     for i in 0..n {
         let d = dir.path().join(format!("d{:04}", i / 100));
         if i % 100 == 0 {

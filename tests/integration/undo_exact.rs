@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 fn replay(ws: &Workspace) -> String {
     let answer = "<<<<<<< SEARCH\nx = 1\n=======\nx = 1  # FIXED\n>>>>>>> REPLACE\n";
     let path = ws.path().join("replay.jsonl");
-    std::fs::write(&path, format!("{}\n", serde_json::json!({ "text": answer }))).unwrap();
+    std::fs::write(
+        &path,
+        format!("{}\n", serde_json::json!({ "text": answer })),
+    )
+    .unwrap();
     path.to_string_lossy().into_owned()
 }
 
@@ -70,6 +74,28 @@ fn undo_covers_the_first_check_of_a_fix() {
     r.expect_code(0);
     assert_eq!(ws.read("t.py"), "x = 1  # FIXED\n");
     assert!(ws.root().join("gen/out.txt").exists());
+
+    // The report shows what the check's programs changed, beside the model's diff.
+    let h = ws.kiln(&["history", "--json", "--limit", "1"], &[]);
+    let row: serde_json::Value = serde_json::from_str(h.stdout().lines().next().unwrap()).unwrap();
+    let id = row["id"].as_i64().unwrap().to_string();
+    let page = ws.path().join("report.html");
+    ws.kiln(&["report", &id, "--html", page.to_str().unwrap()], &[])
+        .expect_code(0);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let at = html
+        .find("id=\"program-changes\"")
+        .expect("a section of program changes");
+    let (model, programs) = html.split_at(at);
+    assert!(model.contains("x = 1  # FIXED"), "the model's diff");
+    for line in [
+        "build.log: created",
+        "gen/out.txt: created",
+        "+built",
+        "+out",
+    ] {
+        assert!(programs.contains(line), "{line} in {programs}");
+    }
 
     let u = ws.kiln(&["undo"], &[]);
     u.expect_code(0);
@@ -165,12 +191,12 @@ fn a_run_killed_between_writing_an_edit_and_recording_it_is_undone() {
 }
 
 /// A run on 20,000 files in which the check changes, creates and deletes files in several
-/// directories and the model edits `t.py`: after undo every file holds what it held before,
-/// and nothing else exists.
+/// directories, creates nested directories and renames one, and the model edits `t.py`:
+/// after undo every file holds what it held before, and no other file exists.
 #[test]
 fn undo_restores_every_file_of_a_20000_file_workspace() {
     let ws = workspace(
-        "printf 'changed\\n' > d007/f712.txt\nprintf 'changed\\n' >> d199/f19950.txt\nrm -f d100/f10000.txt\nmkdir -p d050/new\nprintf 'new\\n' > d050/new/n.txt\nprintf 'new\\n' > d003/n.txt",
+        "printf 'changed\\n' > d007/f712.txt\nprintf 'changed\\n' >> d199/f19950.txt\nrm -f d100/f10000.txt\nmkdir -p d050/new\nprintf 'new\\n' > d050/new/n.txt\nprintf 'new\\n' > d003/n.txt\n[ -d d150 ] && mv d150 d150moved\nmkdir -p gen2/a/b && printf 'deep\\n' > gen2/a/b/c.txt",
     );
     let root = ws.root();
     let mut before = std::collections::BTreeMap::new();
@@ -195,7 +221,11 @@ fn undo_restores_every_file_of_a_20000_file_workspace() {
     u.expect_code(0);
     let mut now = std::collections::BTreeMap::new();
     for e in walk(&root) {
-        let rel = e.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+        let rel = e
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         now.insert(rel, std::fs::read_to_string(&e).unwrap());
     }
     assert_eq!(now.len(), before.len(), "{}", u.stderr());

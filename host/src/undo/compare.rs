@@ -125,4 +125,3 @@ pub fn since_start(root: &Path, rec: &RunRecord, start: &BTreeMap<String, Cached
         .into_values()
         .collect()
 }
-

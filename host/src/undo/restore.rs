@@ -269,7 +269,10 @@ pub fn apply(
     let mut out = Applied::default();
     for i in &plan.files {
         if i.action == Action::Cannot {
-            let why = i.why.clone().unwrap_or_else(|| "it cannot be put back".into());
+            let why = i
+                .why
+                .clone()
+                .unwrap_or_else(|| "it cannot be put back".into());
             out.not_restored.push((i.path.clone(), why));
         } else if !done.contains(&i.path) {
             continue;

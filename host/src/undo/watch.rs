@@ -126,7 +126,10 @@ impl Watcher {
             let len = u32::from_ne_bytes(word(12)) as usize;
             let name_bytes = &buf[(at + HEADER).min(buf.len())..(at + HEADER + len).min(buf.len())];
             at += HEADER + len;
-            let name_end = name_bytes.iter().position(|b| *b == 0).unwrap_or(name_bytes.len());
+            let name_end = name_bytes
+                .iter()
+                .position(|b| *b == 0)
+                .unwrap_or(name_bytes.len());
             let name = String::from_utf8_lossy(&name_bytes[..name_end]).into_owned();
             if mask & libc::IN_Q_OVERFLOW != 0 {
                 out.rescan = true;
@@ -166,5 +169,48 @@ impl Watcher {
             }
             out.paths.insert(rel);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_writes_creations_new_directories_and_asks_for_a_walk_after_a_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/a.txt"), "a").unwrap();
+        let mut w = Watcher::new().expect("inotify");
+        assert!(w.add(root, ""));
+        assert!(w.add(root, "sub"));
+        assert!(w.drain().paths.is_empty());
+
+        std::fs::write(root.join("sub/a.txt"), "b").unwrap();
+        std::fs::write(root.join("new.txt"), "n").unwrap();
+        std::fs::create_dir(root.join("made")).unwrap();
+        std::fs::remove_file(root.join("new.txt")).unwrap();
+        let d = w.drain();
+        assert!(!d.rescan);
+        let paths: Vec<&str> = d.paths.iter().map(String::as_str).collect();
+        assert_eq!(paths, ["made", "new.txt", "sub/a.txt"]);
+        assert_eq!(d.new_dirs.iter().collect::<Vec<_>>(), ["made"]);
+        assert!(w.drain().paths.is_empty(), "drained");
+
+        // Emptied and removed: its files' removals say all.
+        std::fs::remove_file(root.join("sub/a.txt")).unwrap();
+        std::fs::remove_dir(root.join("sub")).unwrap();
+        let d = w.drain();
+        assert!(!d.rescan);
+        assert!(d.paths.contains("sub/a.txt") && d.paths.contains("sub"));
+
+        std::fs::create_dir(root.join("moved")).unwrap();
+        assert!(w.add(root, "moved"));
+        std::fs::rename(root.join("moved"), root.join("elsewhere")).unwrap();
+        assert!(
+            w.drain().rescan,
+            "a directory moved: its files moved under names no event gives"
+        );
     }
 }
