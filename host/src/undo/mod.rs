@@ -1,17 +1,22 @@
-//! Undo for whole runs: before a fix, agent or loop run changes anything, kiln notes every
-//! regular file of the workspace (a `stat` walk, see [`scan`]) and keeps a pre-image of each
-//! in its state directory ([`backup`]); as the run goes (after each applied edit, runner
-//! result, tool call, turn and iteration) it compares the workspace with that snapshot and
-//! brings the run's record up to date, so the record names every file the run changed,
+//! Undo for whole runs: before a fix, agent or loop run does anything (a fix's first check
+//! included: [`prepare`]), kiln notes every regular file of the workspace (a `stat` walk, see
+//! [`scan`]), keeps a pre-image of each in its state directory ([`backup`]) and saves that
+//! start-of-run list; as the run goes (after each applied edit, runner result, tool call,
+//! turn and iteration: [`checkpoint`]) it compares the files that changed with that snapshot
+//! and brings the run's record up to date, so the record names every file the run changed,
 //! whether kiln's writer or a program the run started (a formatter, a code generator, a
-//! build script) changed it, including after the run is killed. `kiln undo` ([`restore`])
-//! puts each file back, deleting those the run created, through the one writer.
+//! build script) changed it. `kiln undo` ([`restore`]) puts each file back, deleting those
+//! the run created, through the one writer; of a run that did not finish (killed), every
+//! file that differs from its start-of-run list ([`compare`]).
 //!
-//! What it costs: each run walks the workspace and `stat`s every file once at its start and
-//! once per checkpoint; a file is read (and hashed) only when its stat differs from the
-//! cache of the run before, and copied only when that content is not stored yet. The first
-//! run on a workspace therefore copies it once (skipping what [`scan`] skips and files over
-//! [`scan::MAX_FILE`]); later runs copy only what changed between runs.
+//! What it costs: each run walks the workspace and `stat`s every file once at its start; a
+//! file is read (and hashed) only when its stat differs from the cache of the run before (a
+//! racy stat never counts as unchanged), and copied only when that content is not stored
+//! yet. The first run on a workspace therefore copies it once (skipping what [`scan`] skips
+//! and files over [`scan::MAX_FILE`]); later runs copy only what changed between runs. A
+//! checkpoint looks only at the paths the kernel said changed since the last one ([`watch`],
+//! inotify): its cost follows the change, not the workspace. When notification cannot answer
+//! (the watch limit, a queue overflow, a directory moved) it walks the workspace instead.
 //!
 //! Left out: what [`scan`] skips (git-ignored build products among it), and the files that are
 //! kiln's own standard output or error ([`scan::own_outputs`]): `kiln fix > out` does not make
