@@ -26,6 +26,9 @@ fn workspace(n: usize) -> tempfile::TempDir {
         std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n{body}")).unwrap();
     }
     std::fs::write(dir.path().join("t.txt"), "BROKEN\n").unwrap();
+    // Files written in the last 2 s are "racy" (their stat cannot vouch for them, and undo
+    // reads them again at every run): a workspace's files are older than that.
+    std::thread::sleep(Duration::from_millis(2500));
     dir
 }
 
@@ -49,8 +52,9 @@ fn checkpoints(root: &Path, id: i64) -> (Duration, Duration) {
     (begin, median(times))
 }
 
-/// Wall time of one-iteration `kiln fix` runs on `root`: the first, and the median of 5 more.
-fn fixes(root: &Path, state: &Path) -> (Duration, Duration) {
+/// Wall time of one-iteration `kiln fix` runs of the binary `bin` on `root` (its state in
+/// `state`): the first, and the median of 5 more.
+fn fixes(bin: &Path, root: &Path, state: &Path) -> (Duration, Duration) {
     let replay = root.join("fix.replay.jsonl");
     let answer = "<<<<<<< SEARCH\nBROKEN\n=======\nFIXED\n>>>>>>> REPLACE\n";
     std::fs::write(
@@ -62,7 +66,7 @@ fn fixes(root: &Path, state: &Path) -> (Duration, Duration) {
     for _ in 0..6 {
         std::fs::write(root.join("t.txt"), "BROKEN\n").unwrap();
         let t = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        let out = Command::new(bin)
             .args([
                 "fix",
                 "--cmd",
@@ -94,25 +98,37 @@ fn fixes(root: &Path, state: &Path) -> (Duration, Duration) {
     (first, median(times))
 }
 
+/// `KILN_BENCH_BASELINE=/path/to/kiln` (another build, say main's before a change) runs the
+/// `kiln fix` part with it too, on the same workspaces, for a before/after under the same load.
 fn main() {
     let state = tempfile::tempdir().unwrap();
     // SAFETY: set before any other thread exists.
     unsafe { std::env::set_var("XDG_STATE_HOME", state.path()) };
     kiln::undo::enable();
-    println!("files    begin ms  checkpoint ms  fix first ms  fix median ms");
+    let ours = std::path::PathBuf::from(env!("CARGO_BIN_EXE_kiln"));
+    let baseline = std::env::var_os("KILN_BENCH_BASELINE").map(std::path::PathBuf::from);
+    println!(
+        "files    begin ms  checkpoint ms  fix first ms  fix median ms  (baseline: first, median)"
+    );
     for (i, n) in [50usize, 50_000].into_iter().enumerate() {
         let ws = workspace(n);
         // The first begin copies the workspace; the second is a later run's.
         checkpoints(ws.path(), 1000 * i as i64 + 1);
         let (begin, cp) = checkpoints(ws.path(), 1000 * i as i64 + 2);
         let home = tempfile::tempdir().unwrap();
-        let (first, fix) = fixes(ws.path(), home.path());
+        let (first, fix) = fixes(&ours, ws.path(), home.path());
+        let base = baseline.as_ref().map(|b| {
+            let home = tempfile::tempdir().unwrap();
+            let (f, m) = fixes(b, ws.path(), home.path());
+            format!("  ({:.0}, {:.0})", ms(f), ms(m))
+        });
         println!(
-            "{n:>6} {:>10.1} {:>14.2} {:>13.0} {:>14.0}",
+            "{n:>6} {:>10.1} {:>14.2} {:>13.0} {:>14.0}{}",
             ms(begin),
             ms(cp),
             ms(first),
-            ms(fix)
+            ms(fix),
+            base.unwrap_or_default()
         );
     }
 }

@@ -84,7 +84,7 @@ impl RunRecord {
 }
 
 /// One cached stat key and hash.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cached {
     /// The stat key when the file was hashed.
     pub stat: StatKey,

@@ -171,11 +171,12 @@ impl Recorder {
         let mut cache = BTreeMap::new();
         let mut start_list = BTreeMap::new();
         let mut start = BTreeMap::new();
+        let mut wrote = false;
         for (rel, stat) in files {
             if record.own_output.contains(&rel) {
                 continue;
             }
-            let hash = backup_one(&backups, root, &rel, stat, old.get(&rel));
+            let hash = backup_one(&backups, root, &rel, stat, old.get(&rel), &mut wrote);
             if let Some(h) = &hash {
                 let c = Cached {
                     stat,
@@ -196,8 +197,14 @@ impl Recorder {
             // A partial walk's directories are not all watched: walk at each checkpoint.
             watcher = None;
         }
-        backups.sync()?;
-        backups.save_index(&cache)?;
+        // Durable before the run changes anything (one `syncfs`, only when something new was
+        // stored); the cache rewritten only when it changed.
+        if wrote {
+            backups.sync()?;
+        }
+        if cache != old {
+            backups.save_index(&cache)?;
+        }
         Ok(Recorder {
             root: root.to_path_buf(),
             backups,
@@ -327,6 +334,7 @@ fn backup_one(
     rel: &str,
     stat: StatKey,
     cached: Option<&Cached>,
+    wrote: &mut bool,
 ) -> Option<String> {
     if let Some(c) = cached
         && c.stat == stat
@@ -341,6 +349,7 @@ fn backup_one(
     let h = scan::hash(&bytes);
     if !backups.has_object(&h) {
         backups.put_object(&h, &bytes).ok()?;
+        *wrote = true;
     }
     Some(h)
 }
