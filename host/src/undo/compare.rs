@@ -125,3 +125,30 @@ pub fn since_start(root: &Path, rec: &RunRecord, start: &BTreeMap<String, Cached
         .into_values()
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file rewritten within the same clock tick keeps its stat (same size, same times):
+    /// only a racy stat, one not older than the snapshot, is read again.
+    #[test]
+    fn a_racy_stat_is_never_taken_for_unchanged_content() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\n").unwrap();
+        let listing = scan::walk(dir.path());
+        let stat = listing.files["a.txt"];
+        // What the snapshot saw: the same stat, other content ("two" rewritten to "one").
+        let start: Start =
+            BTreeMap::from([("a.txt".to_string(), (stat, Some(scan::hash(b"two\n"))))]);
+        let skip = BTreeSet::new();
+        let newest = stat.mtime_ns.max(stat.ctime_ns);
+        let racy_now = compare_all(dir.path(), &start, &skip, newest, &listing);
+        assert_eq!(racy_now["a.txt"].after, Some(scan::hash(b"one\n")));
+        let settled = compare_all(dir.path(), &start, &skip, newest + 1, &listing);
+        assert!(
+            settled.is_empty(),
+            "an older stat vouches for the content: {settled:?}"
+        );
+    }
+}
