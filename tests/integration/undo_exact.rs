@@ -150,6 +150,27 @@ fn a_run_killed_while_its_check_runs_is_undone_whole() {
     assert_as_before(&ws);
 }
 
+/// Killed during its first check, before the run has a row in the history: `kiln undo` puts
+/// back what that check changed, from the snapshot taken before it.
+#[test]
+fn a_fix_killed_during_its_first_check_is_undone() {
+    let ws = workspace("if [ ! -e started ]; then : > started; sleep 30; fi");
+    kill_when(&ws, &[], |ws| ws.root().join("started").exists());
+    assert_eq!(ws.read("t.py"), "x = 1\n");
+    assert!(ws.root().join("gen/out.txt").exists());
+
+    let u = ws.kiln(&["undo"], &[]);
+    u.expect_code(0);
+    assert!(
+        u.stderr().contains("killed before it had an id"),
+        "{}",
+        u.stderr()
+    );
+    assert_as_before(&ws);
+    // Undone once: what is left is no run at all.
+    ws.kiln(&["undo"], &[]).expect_code(2);
+}
+
 /// Killed right after the writer committed the model's edit, before the run recorded it
 /// (the journal's test hook stops the process there): undo still puts `t.py` back.
 #[test]

@@ -80,7 +80,14 @@ pub fn prepare(root: &Path) {
         return;
     }
     match Recorder::snapshot(root) {
-        Ok(r) => *active = Some(r),
+        Ok(r) => {
+            if let Err(e) = r.backups.save_pending(&r.record, &r.start_list) {
+                eprintln!(
+                    "warning: this run cannot be undone if it is killed before it starts: {e}"
+                );
+            }
+            *active = Some(r);
+        }
         Err(e) => eprintln!("warning: this run cannot be undone later: {e}"),
     }
 }
@@ -88,8 +95,10 @@ pub fn prepare(root: &Path) {
 /// Drop a snapshot [`prepare`] took for a run that did not start (a usage error).
 pub fn abandon() {
     let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if active.as_ref().is_some_and(|r| r.record.id == 0) {
-        *active = None;
+    if active.as_ref().is_some_and(|r| r.record.id == 0)
+        && let Some(r) = active.take()
+    {
+        r.backups.remove_pending(r.record.pid);
     }
 }
 
@@ -221,8 +230,17 @@ impl Recorder {
     /// the run did before it had an id (a fix's first check) is recorded at once.
     fn begin(&mut self, id: i64) -> Result<(), UndoError> {
         self.record.id = id;
-        self.backups.save_start(id, &self.start_list)?;
+        if !self.backups.adopt_pending(self.record.pid, id) {
+            self.backups.save_start(id, &self.start_list)?;
+        }
         self.backups.save_record(&self.record)?;
+        // The run has its record now: its pending snapshot, and those of processes killed
+        // before their run began (this run's snapshot supersedes them), go.
+        for (rec, _) in self.backups.pending() {
+            if rec.pid == self.record.pid || !restore::alive(rec.pid) {
+                self.backups.remove_pending(rec.pid);
+            }
+        }
         self.checkpoint(false);
         Ok(())
     }

@@ -64,6 +64,9 @@ pub struct Plan {
     pub files: Vec<Item>,
     /// Files the run's record could not back up (their changes are not undone).
     pub not_covered: Vec<String>,
+    /// For a run killed before it had an id: the process that ran it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<u32>,
 }
 
 impl Plan {
@@ -108,6 +111,51 @@ impl Plan {
     }
 }
 
+/// Whether process `pid` exists.
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+}
+
+/// The snapshot of a run whose process died before the run had an id (a `kiln fix` killed
+/// during its first check), when it is newer than every recorded run: its record and
+/// start-of-run list.
+pub fn killed_before_start(root: &Path) -> Result<Option<super::backup::Pending>, UndoError> {
+    let Some(b) = Backups::open(root, false)? else {
+        return Ok(None);
+    };
+    let latest = b
+        .runs()
+        .first()
+        .and_then(|id| b.record(*id).ok().flatten())
+        .map(|r| r.started_ms);
+    Ok(b.pending()
+        .into_iter()
+        .filter(|(r, _)| !alive(r.pid) && latest.is_none_or(|s| r.started_ms > s))
+        .max_by_key(|(r, _)| r.started_ms))
+}
+
+/// What undoing the run of [`killed_before_start`] would do: every file that differs from
+/// what it found is its change.
+pub fn plan_pending(
+    root: &Path,
+    rec: &RunRecord,
+    start: &std::collections::BTreeMap<String, super::backup::Cached>,
+) -> Result<Plan, UndoError> {
+    let b = Backups::open(root, false)?.ok_or(UndoError::NoRuns)?;
+    let files = super::compare::since_start(root, rec, start)
+        .iter()
+        .map(|c| item(&b, root, c))
+        .collect();
+    Ok(Plan {
+        id: 0,
+        finished: false,
+        files,
+        not_covered: rec.not_covered.clone(),
+        pending: Some(rec.pid),
+    })
+}
+
 /// The id of the newest run with an undo record.
 pub fn latest(root: &Path) -> Result<i64, UndoError> {
     let b = Backups::open(root, false)?.ok_or(UndoError::NoRuns)?;
@@ -127,9 +175,7 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
     if rec.undone_ms.is_some() {
         return Err(UndoError::AlreadyUndone(id));
     }
-    // SAFETY: signal 0 only checks that the process exists.
-    let alive = rec.pid > 0 && unsafe { libc::kill(rec.pid as i32, 0) } == 0;
-    if !rec.finished && alive && rec.pid != std::process::id() {
+    if !rec.finished && alive(rec.pid) && rec.pid != std::process::id() {
         return Err(UndoError::Running(id, rec.pid));
     }
     let mut changes: std::collections::BTreeMap<String, super::backup::Change> = rec
@@ -153,6 +199,7 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
         finished: rec.finished,
         files,
         not_covered: rec.not_covered,
+        pending: None,
     })
 }
 
@@ -263,9 +310,13 @@ pub fn apply(
     changes.retain(|c| !matches!(c, Change::Remove { before: None, .. }));
     writer.commit(&changes)?;
     let b = Backups::open(root, false)?.ok_or(UndoError::NoRecord(plan.id))?;
-    let mut rec = b.record(plan.id)?.ok_or(UndoError::NoRecord(plan.id))?;
-    rec.undone_ms = Some(crate::clock::now_ms());
-    b.save_record(&rec)?;
+    if let Some(pid) = plan.pending {
+        b.remove_pending(pid);
+    } else {
+        let mut rec = b.record(plan.id)?.ok_or(UndoError::NoRecord(plan.id))?;
+        rec.undone_ms = Some(crate::clock::now_ms());
+        b.save_record(&rec)?;
+    }
     let mut out = Applied::default();
     for i in &plan.files {
         if i.action == Action::Cannot {
