@@ -236,8 +236,9 @@ impl Recorder {
         self.backups.save_record(&self.record)?;
         // The run has its record now: its pending snapshot, and those of processes killed
         // before their run began (this run's snapshot supersedes them), go.
+        self.backups.remove_pending(self.record.pid);
         for (rec, _) in self.backups.pending() {
-            if rec.pid == self.record.pid || !restore::alive(rec.pid) {
+            if !restore::alive(rec.pid) {
                 self.backups.remove_pending(rec.pid);
             }
         }
