@@ -253,12 +253,14 @@ impl Backups {
         rec: &RunRecord,
         files: &BTreeMap<String, Cached>,
     ) -> Result<(), UndoError> {
+        // Not fsync'd: they must outlive the process (a kill), not the machine, and most
+        // live for the length of one check.
         let rel = format!("runs/pending-{}.start.json", rec.pid);
         let bytes = serde_json::to_vec(files).map_err(|e| self.io(&rel)(e.into()))?;
-        self.put(&rel, &bytes)?;
+        self.put_with(&rel, &bytes, false)?;
         let rel = format!("runs/pending-{}.json", rec.pid);
         let bytes = serde_json::to_vec(rec).map_err(|e| self.io(&rel)(e.into()))?;
-        self.put(&rel, &bytes)
+        self.put_with(&rel, &bytes, false)
     }
 
     /// Remove the snapshot [`Backups::save_pending`] kept for process `pid`.
