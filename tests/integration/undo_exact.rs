@@ -107,6 +107,25 @@ fn undo_covers_the_first_check_of_a_fix() {
     );
 }
 
+/// Without change notification (the debug hook `KILN_TEST_NO_INOTIFY`, as where inotify is
+/// missing or its watch limit is reached) every checkpoint walks the workspace: the same run,
+/// nested new directories included, is undone the same.
+#[test]
+fn without_notification_checkpoints_walk_and_undo_is_the_same() {
+    let ws = workspace("mkdir -p deep/er && printf 'x\\n' > deep/er/f.txt");
+    let args = fix_args(&replay(&ws));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ws.kiln(&args, &[("KILN_TEST_NO_INOTIFY", "1")])
+        .expect_code(0);
+    assert!(ws.root().join("deep/er/f.txt").exists());
+
+    let u = ws.kiln(&["undo"], &[]);
+    u.expect_code(0);
+    assert!(u.stderr().contains("4 files put back"), "{}", u.stderr());
+    assert_as_before(&ws);
+    assert!(!ws.root().join("deep/er/f.txt").exists());
+}
+
 /// Start `kiln fix` with `env`, wait until `ready` holds (checked every 20 ms), then SIGKILL
 /// it, as a crash would.
 fn kill_when(ws: &Workspace, env: &[(&str, &str)], ready: impl Fn(&Workspace) -> bool) {

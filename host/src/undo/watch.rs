@@ -49,6 +49,12 @@ const MASK: u32 = libc::IN_MODIFY
 impl Watcher {
     /// A new, empty set of watches (`None` where inotify is not available).
     pub fn new() -> Option<Watcher> {
+        // The test hook: `KILN_TEST_NO_INOTIFY` makes kiln behave as where inotify is missing
+        // (every checkpoint walks). Honoured by debug builds only.
+        #[cfg(debug_assertions)]
+        if std::env::var_os("KILN_TEST_NO_INOTIFY").is_some() {
+            return None;
+        }
         // SAFETY: plain system call; the descriptor is owned below.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if fd < 0 {
