@@ -40,5 +40,6 @@ mod task_spec;
 mod toolchains;
 mod trust;
 mod undo;
+mod undo_exact;
 mod view;
 mod writer;

@@ -39,7 +39,8 @@ pub(crate) async fn run(ctx: &Ctx, args: ReportArgs) -> anyhow::Result<Outcome> 
         );
     }
     let store = ctx.open_store()?;
-    let report = crate::report::gather(&store, id, &ctx.config.pricing)?;
+    let mut report = crate::report::gather(&store, id, &ctx.config.pricing)?;
+    crate::report::program_changes(&mut report, &ctx.workspace);
     let page = crate::report::html::render(&report);
     let written = crate::edit::writer::write_output(
         &ctx.workspace,

@@ -24,11 +24,14 @@ pub(crate) struct UndoArgs {
 
 pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
     let root = &ctx.workspace;
-    let id = match args.id {
-        Some(id) => id,
-        None => restore::latest(root)?,
+    let plan = match args.id {
+        Some(id) => restore::plan(root, id)?,
+        None => match restore::killed_before_start(root)? {
+            Some((rec, start)) => restore::plan_pending(root, &rec, &start)?,
+            None => restore::plan(root, restore::latest(root)?)?,
+        },
     };
-    let plan = restore::plan(root, id)?;
+    let id = plan.id;
     let conflicts: Vec<String> = plan.conflicts().iter().map(|i| i.path.clone()).collect();
     if args.dry_run {
         let diff = plan.diff(args.force);
@@ -58,20 +61,53 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
         }
         return Ok(Outcome::Failure);
     }
-    let written = restore::apply(root, &plan, &ctx.config.protected(), args.force)?;
-    record(ctx, id, &written, args.force);
+    let applied = restore::apply(root, &plan, &ctx.config.protected(), args.force)?;
+    let written = &applied.put_back;
+    if plan.pending.is_none() {
+        record(ctx, id, written, args.force);
+    }
     if args.json {
         let mut v = serde_json::to_value(&plan)?;
         v["undone"] = written.clone().into();
+        v["not_restored"] = applied
+            .not_restored
+            .iter()
+            .map(|(p, why)| serde_json::json!({ "path": p, "why": why }))
+            .collect::<Vec<_>>()
+            .into();
         print_json(&v);
     } else {
         describe(&plan, true);
         eprintln!(
-            "run {id} undone: {} put back",
+            "{} undone: {} put back",
+            name(&plan),
             crate::terminal::count(written.len(), "file", "files")
         );
     }
-    Ok(Outcome::Success)
+    if applied.not_restored.is_empty() {
+        return Ok(Outcome::Success);
+    }
+    eprintln!(
+        "error: {} of {} could not be put back:",
+        crate::terminal::count(applied.not_restored.len(), "file", "files"),
+        name(&plan)
+    );
+    for (p, why) in &applied.not_restored {
+        eprintln!(
+            "  {}: {}",
+            crate::terminal::printable(p),
+            crate::terminal::printable(why)
+        );
+    }
+    Ok(Outcome::Failure)
+}
+
+/// How messages name the run of `plan`.
+fn name(plan: &restore::Plan) -> String {
+    match plan.pending {
+        Some(pid) => format!("the run killed before it had an id (process {pid})"),
+        None => format!("run {}", plan.id),
+    }
 }
 
 /// A `run.undone` event on the run, so `kiln history show` says it was undone. A store that
@@ -108,8 +144,8 @@ fn show_diff(diff: &str) {
 fn describe(plan: &restore::Plan, done: bool) {
     if !plan.finished {
         eprintln!(
-            "note: run {} did not finish (killed, or still running): undo covers the changes recorded up to its last step",
-            plan.id
+            "note: {} did not finish (killed): every file that differs from what it found at its start is taken as its change",
+            name(plan)
         );
     }
     for i in &plan.files {

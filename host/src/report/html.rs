@@ -90,6 +90,7 @@ pub fn render(r: &RunReport) -> String {
         h.push_str("</section>");
     }
     timeline(&mut h, r, "timeline");
+    programs(&mut h, r);
     for p in &r.phases {
         let _ = write!(
             h,
@@ -109,6 +110,26 @@ pub fn render(r: &RunReport) -> String {
     stop(&mut h, r);
     h.push_str("</body></html>\n");
     h
+}
+
+/// The files programs the run started changed, beside the model's diffs.
+fn programs(h: &mut String, r: &RunReport) {
+    if r.program_changes.is_empty() {
+        return;
+    }
+    h.push_str("<section class=\"programs\" id=\"program-changes\"><h2>Changed by programs the run started</h2>");
+    for c in &r.program_changes {
+        let _ = write!(
+            h,
+            "<h3 class=\"program-change\">{}: {}</h3>",
+            escape(&c.path),
+            c.what
+        );
+        if let Some(d) = &c.diff {
+            diff(h, d);
+        }
+    }
+    h.push_str("</section>");
 }
 
 /// The steps of one run as an ordered list.

@@ -42,6 +42,18 @@ pub struct Step {
     pub errors: Vec<String>,
 }
 
+/// A file a program the run started changed (as undo recorded it), beside the model's diffs.
+#[derive(Debug, Clone)]
+pub struct ProgramChange {
+    /// Workspace-relative path.
+    pub path: String,
+    /// `created`, `changed` or `deleted`.
+    pub what: &'static str,
+    /// A unified diff from its content before the run to what the run left, when both are
+    /// text and the file still holds what the run left.
+    pub diff: Option<String>,
+}
+
 /// A run as the report shows it.
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -57,6 +69,8 @@ pub struct RunReport {
     pub undone_ms: Option<i64>,
     /// For an execute/review loop: its phases (each a run of its own), in order.
     pub phases: Vec<RunReport>,
+    /// Files changed by programs the run started (see [`program_changes`]).
+    pub program_changes: Vec<ProgramChange>,
 }
 
 impl RunReport {
@@ -168,12 +182,76 @@ pub fn gather(
     let any_calls = !d.llm_calls.is_empty() || !phases.is_empty();
     Ok(RunReport {
         cost: total.filter(|_| any_calls),
+        program_changes: Vec::new(),
         phases,
         row: d.row,
         step_word,
         steps,
         undone_ms,
     })
+}
+
+/// Fill in `r.program_changes` from undo's record of the run in the workspace at `root`:
+/// every file the run changed that no model diff of the report names (a formatter's
+/// rewrite, a generated file, a build log). Nothing when the run has no undo record.
+pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
+    use crate::undo::{backup::Backups, restore, scan};
+    let Ok(rec) = restore::record(root, r.row.id) else {
+        return;
+    };
+    let Ok(Some(b)) = Backups::open(root, false) else {
+        return;
+    };
+    let model: std::collections::BTreeSet<&str> = r
+        .steps
+        .iter()
+        .flat_map(|s| s.diffs.iter().map(|d| d.path.as_str()))
+        .collect();
+    let mut out = Vec::new();
+    for c in &rec.changes {
+        if model.contains(c.path.as_str()) {
+            continue;
+        }
+        let what = match (&c.before, &c.after) {
+            (None, _) => "created",
+            (_, None) => "deleted",
+            _ => "changed",
+        };
+        let before = match &c.before {
+            Some(h) => b.object(h).ok().and_then(|v| String::from_utf8(v).ok()),
+            None => Some(String::new()),
+        };
+        let after = match &c.after {
+            Some(h) => scan::read(root, &c.path)
+                .ok()
+                .filter(|v| scan::hash(v) == *h)
+                .and_then(|v| String::from_utf8(v).ok()),
+            None => Some(String::new()),
+        };
+        let diff = before.zip(after).map(|(old, new)| {
+            let a = if c.before.is_some() {
+                format!("a/{}", c.path)
+            } else {
+                "/dev/null".into()
+            };
+            let z = if c.after.is_some() {
+                format!("b/{}", c.path)
+            } else {
+                "/dev/null".into()
+            };
+            similar::TextDiff::from_lines(&old, &new)
+                .unified_diff()
+                .context_radius(3)
+                .header(&a, &z)
+                .to_string()
+        });
+        out.push(ProgramChange {
+            path: c.path.clone(),
+            what,
+            diff,
+        });
+    }
+    r.program_changes = out;
 }
 
 /// The step numbered `n`, added when missing.

@@ -539,8 +539,11 @@ pub async fn run_fix(
         Some(p) if opts.project() && opts.tool_rounds > 0 => Some((p, project_tool_defs(p).await?)),
         _ => None,
     };
-    let (instructions, log, first) =
-        precheck(opts, &ws, runner, format, &ctx.cancel, ctx.events).await?;
+    // Undo's snapshot precedes everything the run does, its first check included.
+    crate::undo::prepare(ctx.workspace);
+    let (instructions, log, first) = precheck(opts, &ws, runner, format, &ctx.cancel, ctx.events)
+        .await
+        .inspect_err(|_| crate::undo::abandon())?;
     let new = NewLoop {
         kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
@@ -550,7 +553,7 @@ pub async fn run_fix(
         max_iters: opts.max_iters as i64,
         parent: opts.parent,
     };
-    let mut run = Run::begin(ctx, &new)?;
+    let mut run = Run::begin(ctx, &new).inspect_err(|_| crate::undo::abandon())?;
     run.log_answers(log);
     run.emit(Event::LoopStarted {
         loop_id: run.id,

@@ -115,7 +115,9 @@ impl<'a> Run<'a> {
     pub fn emit(&mut self, e: Event) {
         self.seq += 1;
         record(self.store, self.id, self.seq, &e);
-        crate::undo::on_event(e.name());
+        if may_follow_change(&e) {
+            crate::undo::checkpoint();
+        }
         (self.on_event)(&e);
     }
 
@@ -280,6 +282,22 @@ fn record(store: &mut Store, id: i64, seq: u64, e: &Event) {
     }
     let v = e.to_json(seq, crate::clock::now_ms());
     let _ = store.record_event(id, seq, e.name(), &v);
+}
+
+/// Whether `e` may follow a change to the workspace (an applied edit, a runner's result, a
+/// tool call, a turn, an iteration, a review round or phase): undo's record is brought up to
+/// date then.
+fn may_follow_change(e: &Event) -> bool {
+    matches!(
+        e,
+        Event::EditApplied { .. }
+            | Event::RunnerFinished { .. }
+            | Event::LoopIteration { .. }
+            | Event::ToolEnd { .. }
+            | Event::TurnEnd { .. }
+            | Event::RoundEnd { .. }
+            | Event::PhaseStart { .. }
+    )
 }
 
 /// Resolves once `rx` says the run is cancelled (Ctrl-C).

@@ -84,13 +84,16 @@ impl RunRecord {
 }
 
 /// One cached stat key and hash.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cached {
     /// The stat key when the file was hashed.
     pub stat: StatKey,
     /// Its hash then.
     pub hash: String,
 }
+
+/// A pending snapshot: the record and start-of-run list of a run that had no id yet.
+pub type Pending = (RunRecord, BTreeMap<String, Cached>);
 
 /// `undo/` of one workspace's state directory, open.
 pub struct Backups {
@@ -240,6 +243,76 @@ impl Backups {
     pub fn start_of(&self, id: i64) -> Option<BTreeMap<String, Cached>> {
         let b = self.dir.read(format!("runs/{id}.start.json")).ok()?;
         serde_json::from_slice(&b).ok()
+    }
+
+    /// Save the snapshot of a run that has no id yet (a fix's first check runs before its row
+    /// in the store exists), as `runs/pending-<pid>.json` and `.start.json`: if the process
+    /// dies before the run gets its id, `kiln undo` still has what it found.
+    pub fn save_pending(
+        &self,
+        rec: &RunRecord,
+        files: &BTreeMap<String, Cached>,
+    ) -> Result<(), UndoError> {
+        // Not fsync'd: they must outlive the process (a kill), not the machine, and most
+        // live for the length of one check.
+        let rel = format!("runs/pending-{}.start.json", rec.pid);
+        let bytes = serde_json::to_vec(files).map_err(|e| self.io(&rel)(e.into()))?;
+        self.put_with(&rel, &bytes, false)?;
+        let rel = format!("runs/pending-{}.json", rec.pid);
+        let bytes = serde_json::to_vec(rec).map_err(|e| self.io(&rel)(e.into()))?;
+        self.put_with(&rel, &bytes, false)
+    }
+
+    /// Remove the snapshot [`Backups::save_pending`] kept for process `pid`.
+    pub fn remove_pending(&self, pid: u32) {
+        for rel in [
+            format!("runs/pending-{pid}.json"),
+            format!("runs/pending-{pid}.start.json"),
+        ] {
+            // Already gone is as good.
+            let _ = self.dir.remove_file(rel);
+        }
+    }
+
+    /// Make the pending start-of-run list of process `pid` run `id`'s (a rename, not a copy).
+    /// False when there is none.
+    pub fn adopt_pending(&self, pid: u32, id: i64) -> bool {
+        self.dir
+            .rename(
+                format!("runs/pending-{pid}.start.json"),
+                &self.dir,
+                format!("runs/{id}.start.json"),
+            )
+            .is_ok()
+    }
+
+    /// Every pending snapshot (record and start-of-run list) still kept.
+    pub fn pending(&self) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for e in self.dir.read_dir("runs").into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = n
+                .strip_prefix("pending-")
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let rec: Option<RunRecord> = self
+                .dir
+                .read(format!("runs/{n}"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let start: Option<BTreeMap<String, Cached>> = self
+                .dir
+                .read(format!("runs/pending-{pid}.start.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            if let (Some(rec), Some(start)) = (rec, start) {
+                out.push((rec, start));
+            }
+        }
+        out
     }
 
     /// The ids of every recorded run, newest (highest) first.

@@ -1,17 +1,22 @@
-//! Undo for whole runs: before a fix, agent or loop run changes anything, kiln notes every
-//! regular file of the workspace (a `stat` walk, see [`scan`]) and keeps a pre-image of each
-//! in its state directory ([`backup`]); as the run goes (after each applied edit, runner
-//! result, tool call, turn and iteration) it compares the workspace with that snapshot and
-//! brings the run's record up to date, so the record names every file the run changed,
+//! Undo for whole runs: before a fix, agent or loop run does anything (a fix's first check
+//! included: [`prepare`]), kiln notes every regular file of the workspace (a `stat` walk, see
+//! [`scan`]), keeps a pre-image of each in its state directory ([`backup`]) and saves that
+//! start-of-run list; as the run goes (after each applied edit, runner result, tool call,
+//! turn and iteration: [`checkpoint`]) it compares the files that changed with that snapshot
+//! and brings the run's record up to date, so the record names every file the run changed,
 //! whether kiln's writer or a program the run started (a formatter, a code generator, a
-//! build script) changed it, including after the run is killed. `kiln undo` ([`restore`])
-//! puts each file back, deleting those the run created, through the one writer.
+//! build script) changed it. `kiln undo` ([`restore`]) puts each file back, deleting those
+//! the run created, through the one writer; of a run that did not finish (killed), every
+//! file that differs from its start-of-run list ([`compare`]).
 //!
-//! What it costs: each run walks the workspace and `stat`s every file once at its start and
-//! once per checkpoint; a file is read (and hashed) only when its stat differs from the
-//! cache of the run before, and copied only when that content is not stored yet. The first
-//! run on a workspace therefore copies it once (skipping what [`scan`] skips and files over
-//! [`scan::MAX_FILE`]); later runs copy only what changed between runs.
+//! What it costs: each run walks the workspace and `stat`s every file once at its start; a
+//! file is read (and hashed) only when its stat differs from the cache of the run before (a
+//! racy stat never counts as unchanged), and copied only when that content is not stored
+//! yet. The first run on a workspace therefore copies it once (skipping what [`scan`] skips
+//! and files over [`scan::MAX_FILE`]); later runs copy only what changed between runs. A
+//! checkpoint looks only at the paths the kernel said changed since the last one ([`watch`],
+//! inotify): its cost follows the change, not the workspace. When notification cannot answer
+//! (the watch limit, a queue overflow, a directory moved) it walks the workspace instead.
 //!
 //! Left out: what [`scan`] skips (git-ignored build products among it), and the files that are
 //! kiln's own standard output or error ([`scan::own_outputs`]): `kiln fix > out` does not make
@@ -22,18 +27,22 @@
 //! run that started it: undoing the outer run undoes both.
 
 pub mod backup;
+mod compare;
 mod error;
 pub mod restore;
 pub mod scan;
+mod watch;
 
 pub use error::UndoError;
 
 use backup::{Backups, Cached, Change, RunRecord};
-use scan::{Listing, Now, StatKey};
-use std::collections::BTreeMap;
+use compare::{RACY_NS, Start, changed_start, compare_all, created, racy, skipped};
+use scan::{Listing, StatKey};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use watch::Watcher;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static ACTIVE: Mutex<Option<Recorder>> = Mutex::new(None);
@@ -43,20 +52,26 @@ pub fn enable() {
     ENABLED.store(true, Ordering::SeqCst);
 }
 
-/// The recording of one run in progress.
+/// The recording of one run in progress (`record.id` 0: prepared, the run not begun yet).
 struct Recorder {
     root: PathBuf,
     backups: Backups,
-    /// Every file at the start: stat key and hash (`None`: not backed up).
-    start: BTreeMap<String, (StatKey, Option<String>)>,
-    /// Files seen changed at the last checkpoint: stat key then and hash.
-    seen: BTreeMap<String, (StatKey, String)>,
+    start: Start,
+    /// The start-of-run list as saved for the run (backed-up files only).
+    start_list: BTreeMap<String, Cached>,
+    /// Stat times at or after this (ns since the epoch) are not trusted: see [`RACY_NS`].
+    racy_ns: i64,
+    /// What differs from the start, as of the last checkpoint, by path.
+    changes: BTreeMap<String, Change>,
+    /// Change notification (`None`: each checkpoint walks the workspace).
+    watcher: Option<Watcher>,
     record: RunRecord,
 }
 
-/// Start recording run `id` on the workspace at `root` (a no-op when recording is off or a
-/// run is already being recorded). A failure only loses undo for this run, with a warning.
-pub fn begin(root: &Path, id: i64) {
+/// Take the snapshot of the workspace at `root` for a run about to start, before it does
+/// anything (a fix's first check runs before its row in the store exists): [`begin`] then
+/// gives it the run's id. A no-op when recording is off or a run is being recorded.
+pub fn prepare(root: &Path) {
     if !ENABLED.load(Ordering::SeqCst) {
         return;
     }
@@ -64,26 +79,66 @@ pub fn begin(root: &Path, id: i64) {
     if active.is_some() {
         return;
     }
-    match Recorder::start(root, id) {
-        Ok(r) => *active = Some(r),
-        Err(e) => eprintln!("warning: run {id} cannot be undone later: {e}"),
+    match Recorder::snapshot(root) {
+        Ok(r) => {
+            if let Err(e) = r.backups.save_pending(&r.record, &r.start_list) {
+                eprintln!(
+                    "warning: this run cannot be undone if it is killed before it starts: {e}"
+                );
+            }
+            *active = Some(r);
+        }
+        Err(e) => eprintln!("warning: this run cannot be undone later: {e}"),
     }
 }
 
-/// Bring the record of the run being recorded up to date, when `event` may follow a change
-/// to the workspace.
-pub fn on_event(event: &str) {
-    const AFTER_CHANGE: &[&str] = &[
-        "edit.applied",
-        "runner.finished",
-        "loop.iteration",
-        "tool.end",
-        "turn.end",
-        "round.end",
-        "phase.start",
-    ];
-    if AFTER_CHANGE.contains(&event) {
-        checkpoint(false);
+/// Drop a snapshot [`prepare`] took for a run that did not start (a usage error).
+pub fn abandon() {
+    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if active.as_ref().is_some_and(|r| r.record.id == 0)
+        && let Some(r) = active.take()
+    {
+        r.backups.remove_pending(r.record.pid);
+    }
+}
+
+/// Start recording run `id` on the workspace at `root`, from the snapshot [`prepare`] took
+/// (else one taken now). A no-op when recording is off or another run is being recorded (a
+/// nested run belongs to the outer one). A failure only loses undo for this run, with a
+/// warning.
+pub fn begin(root: &Path, id: i64) {
+    if !ENABLED.load(Ordering::SeqCst) {
+        return;
+    }
+    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    match active.as_ref() {
+        Some(r) if r.record.id == 0 && r.root == root => {}
+        Some(_) => return,
+        None => match Recorder::snapshot(root) {
+            Ok(r) => *active = Some(r),
+            Err(e) => {
+                eprintln!("warning: run {id} cannot be undone later: {e}");
+                return;
+            }
+        },
+    }
+    let Some(r) = active.as_mut() else {
+        return;
+    };
+    if let Err(e) = r.begin(id) {
+        eprintln!("warning: run {id} cannot be undone later: {e}");
+        *active = None;
+    }
+}
+
+/// Bring the record of the run being recorded up to date (after anything that may have
+/// changed the workspace: an applied edit, a runner's result, a tool call, a turn).
+pub fn checkpoint() {
+    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = active.as_mut()
+        && r.record.id != 0
+    {
+        r.checkpoint(false);
     }
 }
 
@@ -97,36 +152,50 @@ pub fn finish(id: i64) {
     }
 }
 
-fn checkpoint(finished: bool) {
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(r) = active.as_mut() {
-        r.checkpoint(finished);
-    }
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 impl Recorder {
-    fn start(root: &Path, id: i64) -> Result<Recorder, UndoError> {
-        let backups = Backups::open(root, true)?.ok_or(UndoError::NoRecord(id))?;
+    /// Note every file of the workspace and keep the pre-images kiln lacks; watch its
+    /// directories. Nothing is written for the run yet (see [`Recorder::begin`]).
+    fn snapshot(root: &Path) -> Result<Recorder, UndoError> {
+        let backups = Backups::open(root, true)?.ok_or(UndoError::NoRecord(0))?;
+        let racy_ns = now_ns() - RACY_NS;
+        let mut watcher = Watcher::new();
         let listing = scan::walk(root);
-        let mut record = RunRecord::new(id);
+        if let Some(w) = &mut watcher
+            && !listing.dirs.iter().all(|d| w.add(root, d))
+        {
+            watcher = None;
+        }
+        let mut record = RunRecord::new(0);
         record.own_output = scan::own_outputs(root, &listing);
-        let Listing { files, truncated } = listing;
+        let Listing {
+            files, truncated, ..
+        } = listing;
         let old = backups.index();
-        let mut index = BTreeMap::new();
+        let mut cache = BTreeMap::new();
+        let mut start_list = BTreeMap::new();
         let mut start = BTreeMap::new();
+        let mut wrote = false;
         for (rel, stat) in files {
             if record.own_output.contains(&rel) {
                 continue;
             }
-            let hash = backup_one(&backups, root, &rel, stat, old.get(&rel));
+            let hash = backup_one(&backups, root, &rel, stat, old.get(&rel), &mut wrote);
             if let Some(h) = &hash {
-                index.insert(
-                    rel.clone(),
-                    Cached {
-                        stat,
-                        hash: h.clone(),
-                    },
-                );
+                let c = Cached {
+                    stat,
+                    hash: h.clone(),
+                };
+                // A racy stat is kept out of the cache: the next run reads the file again.
+                if !racy(&stat, racy_ns) {
+                    cache.insert(rel.clone(), c.clone());
+                }
+                start_list.insert(rel.clone(), c);
             } else {
                 record.not_covered.push(rel.clone());
             }
@@ -134,70 +203,61 @@ impl Recorder {
         }
         if truncated {
             record.not_covered.push("...".into());
+            // A partial walk's directories are not all watched: walk at each checkpoint.
+            watcher = None;
         }
-        backups.sync()?;
-        backups.save_index(&index)?;
-        backups.save_start(id, &index)?;
-        backups.save_record(&record)?;
+        // Durable before the run changes anything (one `syncfs`, only when something new was
+        // stored); the cache rewritten only when it changed.
+        if wrote {
+            backups.sync()?;
+        }
+        if cache != old {
+            backups.save_index(&cache)?;
+        }
         Ok(Recorder {
             root: root.to_path_buf(),
             backups,
             start,
-            seen: BTreeMap::new(),
+            start_list,
+            racy_ns,
+            changes: BTreeMap::new(),
+            watcher,
             record,
         })
     }
 
-    /// Compare the workspace with the snapshot and save the record.
+    /// The snapshot becomes run `id`'s: its start-of-run list and record are saved, and what
+    /// the run did before it had an id (a fix's first check) is recorded at once.
+    fn begin(&mut self, id: i64) -> Result<(), UndoError> {
+        self.record.id = id;
+        if !self.backups.adopt_pending(self.record.pid, id) {
+            self.backups.save_start(id, &self.start_list)?;
+        }
+        self.backups.save_record(&self.record)?;
+        // The run has its record now: its pending snapshot, and those of processes killed
+        // before their run began (this run's snapshot supersedes them), go.
+        self.backups.remove_pending(self.record.pid);
+        for (rec, _) in self.backups.pending() {
+            if !restore::alive(rec.pid) {
+                self.backups.remove_pending(rec.pid);
+            }
+        }
+        self.checkpoint(false);
+        Ok(())
+    }
+
+    /// Compare the workspace with the snapshot (what notification says changed, else a
+    /// walk) and save the record.
     fn checkpoint(&mut self, finished: bool) {
-        let now = scan::walk(&self.root);
-        let mut changes = Vec::new();
-        let Recorder {
-            root,
-            start,
-            seen,
-            record,
-            ..
-        } = self;
-        let own = &record.own_output;
-        let mut hash_changed = |rel: &str, stat: StatKey| hash_changed(seen, root, rel, stat);
-        for (rel, (stat, before)) in start.iter() {
-            if before.is_none() {
-                // Not backed up (too large): listed in `not_covered`, never undone.
-                continue;
-            }
-            match now.files.get(rel) {
-                Some(s) if s == stat => {}
-                Some(s) => {
-                    if let Some(after) = hash_changed(rel, *s)
-                        && before.as_deref() != Some(after.as_str())
-                    {
-                        changes.push(change(rel, before.clone(), Some(after), stat));
-                    }
-                }
-                None => {
-                    let after = match scan::now(root, rel) {
-                        Now::Absent => None,
-                        _ => Some(backup::NOT_REGULAR.to_string()),
-                    };
-                    changes.push(change(rel, before.clone(), after, stat));
-                }
-            }
+        let drained = self.watcher.as_mut().map(Watcher::drain);
+        let done = match drained {
+            Some(d) if !d.rescan => self.follow(d),
+            _ => false,
+        };
+        if !done {
+            self.rescan();
         }
-        for (rel, s) in &now.files {
-            if !start.contains_key(rel)
-                && !own.contains(rel)
-                && let Some(after) = hash_changed(rel, *s)
-            {
-                changes.push(Change {
-                    path: rel.clone(),
-                    before: None,
-                    after: Some(after),
-                    mode: None,
-                });
-            }
-        }
-        self.record.changes = changes;
+        self.record.changes = self.changes.values().cloned().collect();
         self.record.finished = finished;
         self.record.updated_ms = crate::clock::now_ms();
         if let Err(e) = self.backups.save_record(&self.record) {
@@ -207,35 +267,83 @@ impl Recorder {
             );
         }
     }
+
+    /// Walk the workspace and compare every file; watch its directories anew.
+    fn rescan(&mut self) {
+        let mut watcher = self.watcher.take().and_then(|_| Watcher::new());
+        let listing = scan::walk(&self.root);
+        if let Some(w) = &mut watcher
+            && (listing.truncated || !listing.dirs.iter().all(|d| w.add(&self.root, d)))
+        {
+            watcher = None;
+        }
+        // Events queued while the walk ran are covered by it: drop them.
+        if let Some(w) = &mut watcher {
+            w.drain();
+        }
+        self.watcher = watcher;
+        let skip = skipped(&self.record);
+        self.changes = compare_all(&self.root, &self.start, &skip, self.racy_ns, &listing);
+    }
+
+    /// Bring `changes` up to date for the paths notification named: cost follows the
+    /// change. False when it cannot (a watch could not be added): walk instead.
+    fn follow(&mut self, d: watch::Drained) -> bool {
+        let root = self.root.clone();
+        let mut dirty = d.paths;
+        // Directory listings by the walk's rules, one per directory looked at.
+        let mut listings: HashMap<String, Listing> = HashMap::new();
+        for dir in &d.new_dirs {
+            let parent = parent_of(dir).to_string();
+            let l = listings
+                .entry(parent.clone())
+                .or_insert_with(|| scan::walk_from(&root, &parent, Some(1)));
+            if !l.dirs.contains(dir) {
+                continue;
+            }
+            let below = scan::walk_from(&root, dir, None);
+            let Some(w) = &mut self.watcher else {
+                return false;
+            };
+            if below.truncated || !below.dirs.iter().all(|s| w.add(&root, s)) {
+                return false;
+            }
+            dirty.extend(below.files.into_keys());
+        }
+        let own = &self.record.own_output;
+        let not_covered = &self.record.not_covered;
+        for rel in dirty {
+            let change = if let Some(st) = self.start.get(&rel) {
+                changed_start(&root, &rel, st, scan::now(&root, &rel), self.racy_ns, false)
+            } else if own.contains(&rel) || not_covered.contains(&rel) {
+                None
+            } else {
+                let parent = parent_of(&rel).to_string();
+                let l = listings
+                    .entry(parent.clone())
+                    .or_insert_with(|| scan::walk_from(&root, &parent, Some(1)));
+                if l.files.contains_key(&rel) {
+                    created(&root, &rel)
+                } else {
+                    None
+                }
+            };
+            match change {
+                Some(c) => {
+                    self.changes.insert(rel, c);
+                }
+                None => {
+                    self.changes.remove(&rel);
+                }
+            }
+        }
+        true
+    }
 }
 
-/// The hash of a file whose stat differs from the snapshot (cached by stat key in `seen`).
-fn hash_changed(
-    seen: &mut BTreeMap<String, (StatKey, String)>,
-    root: &Path,
-    rel: &str,
-    stat: StatKey,
-) -> Option<String> {
-    if let Some((s, h)) = seen.get(rel)
-        && *s == stat
-    {
-        return Some(h.clone());
-    }
-    let bytes = scan::read(root, rel).ok()?;
-    let h = scan::hash(&bytes);
-    seen.insert(rel.to_string(), (stat, h.clone()));
-    Some(h)
-}
-
-/// A change to `path`, a file the run found with stat `start`: its mode then is what undo
-/// puts back (never the mode the run left).
-fn change(path: &str, before: Option<String>, after: Option<String>, start: &StatKey) -> Change {
-    Change {
-        path: path.to_string(),
-        before,
-        after,
-        mode: Some(start.mode & 0o777),
-    }
+/// The directory holding `rel` (`""`: the root).
+fn parent_of(rel: &str) -> &str {
+    rel.rsplit_once('/').map_or("", |(p, _)| p)
 }
 
 /// The hash of `rel`, its pre-image stored (`None`: too large or unreadable).
@@ -245,6 +353,7 @@ fn backup_one(
     rel: &str,
     stat: StatKey,
     cached: Option<&Cached>,
+    wrote: &mut bool,
 ) -> Option<String> {
     if let Some(c) = cached
         && c.stat == stat
@@ -259,6 +368,7 @@ fn backup_one(
     let h = scan::hash(&bytes);
     if !backups.has_object(&h) {
         backups.put_object(&h, &bytes).ok()?;
+        *wrote = true;
     }
     Some(h)
 }

@@ -64,6 +64,9 @@ pub struct Plan {
     pub files: Vec<Item>,
     /// Files the run's record could not back up (their changes are not undone).
     pub not_covered: Vec<String>,
+    /// For a run killed before it had an id: the process that ran it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<u32>,
 }
 
 impl Plan {
@@ -108,6 +111,51 @@ impl Plan {
     }
 }
 
+/// Whether process `pid` exists.
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+}
+
+/// The snapshot of a run whose process died before the run had an id (a `kiln fix` killed
+/// during its first check), when it is newer than every recorded run: its record and
+/// start-of-run list.
+pub fn killed_before_start(root: &Path) -> Result<Option<super::backup::Pending>, UndoError> {
+    let Some(b) = Backups::open(root, false)? else {
+        return Ok(None);
+    };
+    let latest = b
+        .runs()
+        .first()
+        .and_then(|id| b.record(*id).ok().flatten())
+        .map(|r| r.started_ms);
+    Ok(b.pending()
+        .into_iter()
+        .filter(|(r, _)| !alive(r.pid) && latest.is_none_or(|s| r.started_ms > s))
+        .max_by_key(|(r, _)| r.started_ms))
+}
+
+/// What undoing the run of [`killed_before_start`] would do: every file that differs from
+/// what it found is its change.
+pub fn plan_pending(
+    root: &Path,
+    rec: &RunRecord,
+    start: &std::collections::BTreeMap<String, super::backup::Cached>,
+) -> Result<Plan, UndoError> {
+    let b = Backups::open(root, false)?.ok_or(UndoError::NoRuns)?;
+    let files = super::compare::since_start(root, rec, start)
+        .iter()
+        .map(|c| item(&b, root, c))
+        .collect();
+    Ok(Plan {
+        id: 0,
+        finished: false,
+        files,
+        not_covered: rec.not_covered.clone(),
+        pending: Some(rec.pid),
+    })
+}
+
 /// The id of the newest run with an undo record.
 pub fn latest(root: &Path) -> Result<i64, UndoError> {
     let b = Backups::open(root, false)?.ok_or(UndoError::NoRuns)?;
@@ -127,17 +175,31 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
     if rec.undone_ms.is_some() {
         return Err(UndoError::AlreadyUndone(id));
     }
-    // SAFETY: signal 0 only checks that the process exists.
-    let alive = rec.pid > 0 && unsafe { libc::kill(rec.pid as i32, 0) } == 0;
-    if !rec.finished && alive && rec.pid != std::process::id() {
+    if !rec.finished && alive(rec.pid) && rec.pid != std::process::id() {
         return Err(UndoError::Running(id, rec.pid));
     }
-    let files = rec.changes.iter().map(|c| item(&b, root, c)).collect();
+    let mut changes: std::collections::BTreeMap<String, super::backup::Change> = rec
+        .changes
+        .iter()
+        .map(|c| (c.path.clone(), c.clone()))
+        .collect();
+    // A run that did not finish (killed) may have changed more than it recorded: a program
+    // still writing, an edit written but not yet looked at. Every file that differs from
+    // what it found at its start is its change.
+    if !rec.finished
+        && let Some(start) = b.start_of(id)
+    {
+        for c in super::compare::since_start(root, &rec, &start) {
+            changes.insert(c.path.clone(), c);
+        }
+    }
+    let files = changes.values().map(|c| item(&b, root, c)).collect();
     Ok(Plan {
         id,
         finished: rec.finished,
         files,
         not_covered: rec.not_covered,
+        pending: None,
     })
 }
 
@@ -199,19 +261,31 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
     it
 }
 
+/// What an undo did.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// Files put back (or deleted), each checked afterwards to hold its content from before
+    /// the run.
+    pub put_back: Vec<String>,
+    /// Files that could not be put back, with why.
+    pub not_restored: Vec<(String, String)>,
+}
+
 /// Undo: write back every file of `plan` (those changed since too when `force`), all at once
 /// through the writer, each with the permission bits recorded before the run (`& 0o777`),
-/// then mark the run's record undone. Returns the files written.
+/// then mark the run's record undone. Every file written is read back: only those that hold
+/// their content from before the run count as put back; the others, and those the plan
+/// could not put back at all, are named in [`Applied::not_restored`].
 pub fn apply(
     root: &Path,
     plan: &Plan,
     protected: &crate::path::Protected,
     force: bool,
-) -> Result<Vec<String>, UndoError> {
+) -> Result<Applied, UndoError> {
     let ws = Workspace::open(root)?;
     let writer = ws.writer(protected, &[]);
     let mut changes = Vec::new();
-    let mut done = Vec::new();
+    let mut done = std::collections::BTreeSet::new();
     for i in &plan.files {
         let goes = matches!(i.action, Action::Restore | Action::Delete)
             || (force && i.action == Action::ChangedSince);
@@ -230,14 +304,44 @@ pub fn apply(
                 before: i.now.as_deref(),
             },
         });
-        done.push(i.path.clone());
+        done.insert(i.path.clone());
     }
     // A file absent now whose run deleted it, and absent before too, needs nothing.
     changes.retain(|c| !matches!(c, Change::Remove { before: None, .. }));
     writer.commit(&changes)?;
     let b = Backups::open(root, false)?.ok_or(UndoError::NoRecord(plan.id))?;
-    let mut rec = b.record(plan.id)?.ok_or(UndoError::NoRecord(plan.id))?;
-    rec.undone_ms = Some(crate::clock::now_ms());
-    b.save_record(&rec)?;
-    Ok(done)
+    if let Some(pid) = plan.pending {
+        b.remove_pending(pid);
+    } else {
+        let mut rec = b.record(plan.id)?.ok_or(UndoError::NoRecord(plan.id))?;
+        rec.undone_ms = Some(crate::clock::now_ms());
+        b.save_record(&rec)?;
+    }
+    let mut out = Applied::default();
+    for i in &plan.files {
+        if i.action == Action::Cannot {
+            let why = i
+                .why
+                .clone()
+                .unwrap_or_else(|| "it cannot be put back".into());
+            out.not_restored.push((i.path.clone(), why));
+        } else if !done.contains(&i.path) {
+            continue;
+        } else if holds_before(root, i) {
+            out.put_back.push(i.path.clone());
+        } else {
+            let why = "it does not hold its content from before the run after the undo".into();
+            out.not_restored.push((i.path.clone(), why));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the file of `i` is as before the run now: its content then, or absent.
+fn holds_before(root: &Path, i: &Item) -> bool {
+    match (&i.before, scan::now(root, &i.path)) {
+        (None, Now::Absent) => true,
+        (Some(text), Now::File(_)) => scan::read(root, &i.path).is_ok_and(|b| b == text.as_bytes()),
+        _ => false,
+    }
 }

@@ -52,18 +52,32 @@ impl StatKey {
 pub struct Listing {
     /// Every regular file found.
     pub files: BTreeMap<String, StatKey>,
+    /// Every directory the walk entered (`""`: the walk's start), for change notification.
+    pub dirs: Vec<String>,
     /// True when the walk stopped at [`MAX_FILES`].
     pub truncated: bool,
 }
 
 /// Walk `root`.
 pub fn walk(root: &Path) -> Listing {
-    let mut out = Listing::default();
     if root.join("CACHEDIR.TAG").is_file() {
-        return out;
+        return Listing::default();
     }
+    walk_from(root, "", None)
+}
+
+/// Walk the directory `rel` of the workspace at `root` (its files and directories below it,
+/// `depth` levels deep at most), by the rules of [`walk`]: the ignore files of the
+/// directories above it apply too. `rel` itself is not checked against them.
+pub fn walk_from(root: &Path, rel: &str, depth: Option<usize>) -> Listing {
+    let mut out = Listing::default();
     let skip_state = crate::state_dir::inside(root).map(|s| root.join(s));
-    let mut b = ignore::WalkBuilder::new(root);
+    let start = if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(rel)
+    };
+    let mut b = ignore::WalkBuilder::new(&start);
     // Git's rules only (no `.ignore`, hidden files kept), and only inside a git repository.
     b.standard_filters(false)
         .git_ignore(true)
@@ -72,24 +86,29 @@ pub fn walk(root: &Path) -> Listing {
         .parents(true)
         .require_git(true)
         .follow_links(false)
+        .max_depth(depth)
         .filter_entry(move |e| {
             if e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_dir()) {
                 return true;
             }
-            let name = e.file_name();
-            !(name == ".git"
-                || name == ".kiln"
-                || name == "node_modules"
-                || skip_state.as_deref() == Some(e.path())
-                || e.path().join("CACHEDIR.TAG").is_file())
+            !skipped_dir(e.path(), skip_state.as_deref())
         });
     for e in b.build().flatten() {
+        let Ok(sub) = e.path().strip_prefix(root) else {
+            continue;
+        };
+        let name: Vec<String> = sub
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let name = name.join("/");
+        if e.file_type().is_some_and(|t| t.is_dir()) {
+            out.dirs.push(name);
+            continue;
+        }
         if e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
-        let Ok(rel) = e.path().strip_prefix(root) else {
-            continue;
-        };
         let Ok(meta) = e.path().symlink_metadata() else {
             continue;
         };
@@ -100,13 +119,20 @@ pub fn walk(root: &Path) -> Listing {
             out.truncated = true;
             return out;
         }
-        let rel: Vec<String> = rel
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect();
-        out.files.insert(rel.join("/"), StatKey::of(&meta));
+        out.files.insert(name, StatKey::of(&meta));
     }
     out
+}
+
+/// A directory the walk never enters: `.git`, `.kiln`, `node_modules`, kiln's state
+/// directory (`state`, when inside the workspace), one holding a `CACHEDIR.TAG`.
+fn skipped_dir(path: &Path, state: Option<&Path>) -> bool {
+    let name = path.file_name().unwrap_or_default();
+    name == ".git"
+        || name == ".kiln"
+        || name == "node_modules"
+        || state == Some(path)
+        || path.join("CACHEDIR.TAG").is_file()
 }
 
 /// The files of `listing` that are this process's own standard output or error (a shell's
