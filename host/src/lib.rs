@@ -1,5 +1,11 @@
 //! kiln: a host for autonomous coding loops whose runners, edit formats and tools are
 //! sandboxed WebAssembly components.
+//!
+//! This crate is the top of the graph: the CLI (`cli`), the batch fleet that drives many runs
+//! (`batch`), the HTML report that reads them back (`report`) and the retention of kiln's
+//! state (`gc`). It re-exports the crates below under the names the code has always used
+//! (`kiln::engine`, `kiln::plugin`, `kiln::store`, ...). Nothing imports it; `anyhow` is used
+//! only in `cli`, every other error is typed.
 
 pub mod batch;
 pub mod cli;
