@@ -355,8 +355,8 @@ const ALLOWED: &[(&str, &str)] = &[
         "the compile cache, outside the workspace",
     ),
     (
-        "config/lib.rs",
-        "the user's configuration and trust records",
+        "config/layers.rs",
+        "the trust record `kiln trust` writes, in the user's state directory",
     ),
     (
         "plugin/planted.rs",

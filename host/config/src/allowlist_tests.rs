@@ -1,6 +1,10 @@
 //! Tests of what an untrusted workspace `kiln.toml` may set (`UntrustedFile`'s allowlist).
 
-use super::*;
+use crate::files::*;
+use crate::layers::*;
+use crate::narrowing::*;
+use crate::schema::*;
+use std::path::Path;
 
 const UNTRUSTED: Layer = Layer::Workspace { trusted: false };
 const TRUSTED: Layer = Layer::Workspace { trusted: true };

@@ -1,6 +1,8 @@
 //! Tests of `config`: pricing, unknown fields, layering, grant forms and MCP server entries.
 
-use super::*;
+use crate::grants::*;
+use crate::layers::*;
+use crate::schema::*;
 
 const TRUSTED: Layer = Layer::Workspace { trusted: true };
 const UNTRUSTED: Layer = Layer::Workspace { trusted: false };
