@@ -92,6 +92,7 @@ fn main() {
                     cancel: rx,
                     task: None,
                     resumed: None,
+                    undo: &kiln::undo::Recording::off(),
                 },
             ))
             .unwrap();

@@ -38,17 +38,18 @@ fn ms(d: Duration) -> f64 {
 
 /// Median checkpoint time on `root` (one file rewritten before each).
 fn checkpoints(root: &Path, id: i64) -> (Duration, Duration) {
+    let rec = kiln::undo::Recording::on();
     let start = Instant::now();
-    kiln::undo::begin(root, id);
+    kiln::undo::begin(&rec, root, id);
     let begin = start.elapsed();
     let mut times = Vec::new();
     for k in 0..15 {
         std::fs::write(root.join("d0000/f1.txt"), format!("changed {k}\n")).unwrap();
         let t = Instant::now();
-        kiln::undo::checkpoint();
+        kiln::undo::checkpoint(&rec);
         times.push(t.elapsed());
     }
-    kiln::undo::finish(id);
+    kiln::undo::finish(&rec, id);
     (begin, median(times))
 }
 
@@ -104,7 +105,6 @@ fn main() {
     let state = tempfile::tempdir().unwrap();
     // SAFETY: set before any other thread exists.
     unsafe { std::env::set_var("XDG_STATE_HOME", state.path()) };
-    kiln::undo::enable();
     let ours = std::path::PathBuf::from(env!("CARGO_BIN_EXE_kiln"));
     let baseline = std::env::var_os("KILN_BENCH_BASELINE").map(std::path::PathBuf::from);
     println!(

@@ -174,6 +174,7 @@ async fn run_task(
             cancel,
             task: Some(run.task),
             resumed: run.resumed.as_deref_mut(),
+            undo: &ctx.undo,
         })
         .await;
     ctrl_c.abort();

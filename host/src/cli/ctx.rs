@@ -34,6 +34,9 @@ pub(crate) struct Ctx {
     /// The marker the root was found by (`.git`, `kiln.toml`, `.kiln`) when it is not the
     /// current directory, for the banner.
     pub found_by: Option<&'static str>,
+    /// Undo's recording for the runs this command starts (on for fix, agent, loop and a batch
+    /// task; off otherwise).
+    pub undo: crate::undo::Recording,
 }
 
 impl Ctx {
@@ -66,6 +69,7 @@ impl Ctx {
             store: self.store.clone(),
             cwd_in_workspace: self.cwd_in_workspace.clone(),
             found_by: self.found_by,
+            undo: self.undo.fresh(),
         }
     }
 

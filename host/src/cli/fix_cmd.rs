@@ -81,6 +81,7 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: FixArgs) -> anyhow::
             cancel,
             task: None,
             resumed: None,
+            undo: &ctx.undo,
         })
         .await?;
     sink.log().end_text();

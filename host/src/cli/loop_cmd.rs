@@ -58,6 +58,7 @@ pub(crate) async fn run(
             cancel,
             task: record.as_ref(),
             resumed: resumed.as_mut(),
+            undo: &ctx.undo,
         })
         .await?;
     if !s.json {

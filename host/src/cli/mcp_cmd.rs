@@ -467,6 +467,7 @@ async fn run_compile_loop(
             cancel: cancel_rx,
             task: None,
             resumed: None,
+            undo: &crate::undo::Recording::off(),
         },
     )
     .await;

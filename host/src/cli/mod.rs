@@ -171,6 +171,7 @@ impl Ctx {
             store,
             cwd_in_workspace,
             found_by,
+            undo: crate::undo::Recording::off(),
         })
     }
 }
@@ -271,7 +272,7 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<Outcome> {
-    let ctx = Ctx::new(&cli.global)?;
+    let mut ctx = Ctx::new(&cli.global)?;
     if !matches!(cli.command, Command::Trust(_))
         && let Some(warning) = ctx.config.trust.warning()
     {
@@ -282,7 +283,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Agent(_) | Command::Fix(_) | Command::Loop(_) | Command::RunTask
     );
     if a_run {
-        crate::undo::enable();
+        ctx.undo = crate::undo::Recording::on();
     }
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);

@@ -540,10 +540,11 @@ pub async fn run_fix(
         _ => None,
     };
     // Undo's snapshot precedes everything the run does, its first check included.
-    crate::undo::prepare(ctx.workspace);
+    let undo = ctx.undo;
+    crate::undo::prepare(undo, ctx.workspace);
     let (instructions, log, first) = precheck(opts, &ws, runner, format, &ctx.cancel, ctx.events)
         .await
-        .inspect_err(|_| crate::undo::abandon())?;
+        .inspect_err(|_| crate::undo::abandon(undo))?;
     let new = NewLoop {
         kind: crate::store::RunKind::Fix,
         runner: runner.name.clone(),
@@ -553,7 +554,7 @@ pub async fn run_fix(
         max_iters: opts.max_iters as i64,
         parent: opts.parent,
     };
-    let mut run = Run::begin(ctx, &new).inspect_err(|_| crate::undo::abandon())?;
+    let mut run = Run::begin(ctx, &new).inspect_err(|_| crate::undo::abandon(undo))?;
     run.log_answers(log);
     run.emit(Event::LoopStarted {
         loop_id: run.id,

@@ -37,6 +37,8 @@ pub struct RunCtx<'a> {
     pub task: Option<&'a TaskSpec>,
     /// A resumed run: the stored answers and tool results served before anything new.
     pub resumed: Option<&'a mut Resumed>,
+    /// Undo's recording of the workspace for this run (and the runs nested in it).
+    pub undo: &'a crate::undo::Recording,
 }
 
 /// Why an ask produced no answer.
@@ -65,6 +67,7 @@ pub struct Run<'a> {
     cancel: watch::Receiver<bool>,
     task: Option<&'a TaskSpec>,
     resumed: Option<&'a mut Resumed>,
+    undo: &'a crate::undo::Recording,
     on_event: &'a mut (dyn FnMut(&Event) + Send),
     seq: u64,
     spent_at_start: Usage,
@@ -84,9 +87,10 @@ impl<'a> Run<'a> {
             cancel,
             task,
             resumed,
+            undo,
         } = ctx;
         let id = store.begin_loop(new)?;
-        crate::undo::begin(workspace, id);
+        crate::undo::begin(undo, workspace, id);
         if let Some(spec) = task {
             super::resume::on_begin(store, id, spec);
         }
@@ -100,6 +104,7 @@ impl<'a> Run<'a> {
             cancel,
             task,
             resumed,
+            undo,
             on_event,
             seq: 0,
             log: None,
@@ -116,7 +121,7 @@ impl<'a> Run<'a> {
         self.seq += 1;
         record(self.store, self.id, self.seq, &e);
         if may_follow_change(&e) {
-            crate::undo::checkpoint();
+            crate::undo::checkpoint(self.undo);
         }
         (self.on_event)(&e);
     }
@@ -228,7 +233,7 @@ impl<'a> Run<'a> {
         summary: &str,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        crate::undo::finish(self.id);
+        crate::undo::finish(self.undo, self.id);
         self.store
             .finish_loop(self.id, reason.status(), reason, summary, error)
     }
@@ -245,6 +250,7 @@ impl<'a> Run<'a> {
             cancel: self.cancel.clone(),
             task: self.task,
             resumed: self.resumed.as_deref_mut(),
+            undo: self.undo,
         }
     }
 
@@ -260,6 +266,7 @@ impl<'a> Run<'a> {
             cancel: self.cancel.clone(),
             task: self.task,
             resumed: self.resumed.as_deref_mut(),
+            undo: self.undo,
         }
     }
 

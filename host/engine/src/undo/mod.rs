@@ -41,15 +41,42 @@ use scan::{Listing, StatKey};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use watch::Watcher;
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
-static ACTIVE: Mutex<Option<Recorder>> = Mutex::new(None);
+/// Undo's recording for the runs one command starts: carried by every run's `RunCtx`
+/// (`engine::run`), shared by nested runs (a nested run belongs to the outer one's record).
+/// [`Recording::off`] records nothing (a library caller, the MCP server's compile_loop).
+#[derive(Default)]
+pub struct Recording {
+    enabled: bool,
+    active: Mutex<Option<Recorder>>,
+}
 
-/// Record undo information for the runs this process starts (the CLI's fix, agent and loop).
-pub fn enable() {
-    ENABLED.store(true, Ordering::SeqCst);
+impl Recording {
+    /// Record undo information for the runs that carry this (the CLI's fix, agent and loop).
+    pub fn on() -> Recording {
+        Recording {
+            enabled: true,
+            active: Mutex::new(None),
+        }
+    }
+
+    /// Record nothing.
+    pub fn off() -> Recording {
+        Recording::default()
+    }
+
+    /// A recording in the same state (on or off) with no run in it yet.
+    pub fn fresh(&self) -> Recording {
+        Recording {
+            enabled: self.enabled,
+            active: Mutex::new(None),
+        }
+    }
+
+    fn active(&self) -> std::sync::MutexGuard<'_, Option<Recorder>> {
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The recording of one run in progress (`record.id` 0: prepared, the run not begun yet).
@@ -71,11 +98,11 @@ struct Recorder {
 /// Take the snapshot of the workspace at `root` for a run about to start, before it does
 /// anything (a fix's first check runs before its row in the store exists): [`begin`] then
 /// gives it the run's id. A no-op when recording is off or a run is being recorded.
-pub fn prepare(root: &Path) {
-    if !ENABLED.load(Ordering::SeqCst) {
+pub fn prepare(rec: &Recording, root: &Path) {
+    if !rec.enabled {
         return;
     }
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut active = rec.active();
     if active.is_some() {
         return;
     }
@@ -93,8 +120,8 @@ pub fn prepare(root: &Path) {
 }
 
 /// Drop a snapshot [`prepare`] took for a run that did not start (a usage error).
-pub fn abandon() {
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+pub fn abandon(rec: &Recording) {
+    let mut active = rec.active();
     if active.as_ref().is_some_and(|r| r.record.id == 0)
         && let Some(r) = active.take()
     {
@@ -106,11 +133,11 @@ pub fn abandon() {
 /// (else one taken now). A no-op when recording is off or another run is being recorded (a
 /// nested run belongs to the outer one). A failure only loses undo for this run, with a
 /// warning.
-pub fn begin(root: &Path, id: i64) {
-    if !ENABLED.load(Ordering::SeqCst) {
+pub fn begin(rec: &Recording, root: &Path, id: i64) {
+    if !rec.enabled {
         return;
     }
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut active = rec.active();
     match active.as_ref() {
         Some(r) if r.record.id == 0 && r.root == root => {}
         Some(_) => return,
@@ -133,8 +160,8 @@ pub fn begin(root: &Path, id: i64) {
 
 /// Bring the record of the run being recorded up to date (after anything that may have
 /// changed the workspace: an applied edit, a runner's result, a tool call, a turn).
-pub fn checkpoint() {
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+pub fn checkpoint(rec: &Recording) {
+    let mut active = rec.active();
     if let Some(r) = active.as_mut()
         && r.record.id != 0
     {
@@ -143,8 +170,8 @@ pub fn checkpoint() {
 }
 
 /// The run `id` ends: its record is brought up to date a last time and closed.
-pub fn finish(id: i64) {
-    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+pub fn finish(rec: &Recording, id: i64) {
+    let mut active = rec.active();
     if active.as_ref().is_some_and(|r| r.record.id == id)
         && let Some(mut r) = active.take()
     {
