@@ -28,6 +28,8 @@ fn settings(ws: &Workspace) -> insta::Settings {
         "[TIME]",
     );
     s.add_filter(r"\b\d+(\.\d+)? ?(ms|s)\b", "[DURATION]");
+    // Run ids, as the lines (`loop 1 started`) and the report's title (`kiln run 1`) name them.
+    s.add_filter(r"\b(run|loop) \d+\b", "$1 [ID]");
     s
 }
 
