@@ -35,6 +35,7 @@ mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;
+mod snapshot;
 mod store;
 mod task_spec;
 mod toolchains;

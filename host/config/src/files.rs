@@ -27,8 +27,5 @@ pub fn user_config_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("KILN_CONFIG") {
         return Some(PathBuf::from(p));
     }
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("kiln").join("config.toml"))
+    Some(kiln_state::UserDir::Config.kiln_dir()?.join("config.toml"))
 }

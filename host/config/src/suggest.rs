@@ -7,7 +7,7 @@ pub fn did_you_mean<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) ->
     let limit = (name.chars().count() / 3).clamp(1, 2);
     known
         .into_iter()
-        .map(|k| (distance(name, k), k))
+        .map(|k| (strsim::levenshtein(name, k), k))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, k)| (*d, *k))
         .map(|(_, k)| k)
@@ -18,26 +18,6 @@ pub fn hint<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> String 
     did_you_mean(name, known)
         .map(|k| format!(" (did you mean `{k}`?)"))
         .unwrap_or_default()
-}
-
-/// Levenshtein distance over characters.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(cur).min(row[j])
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]

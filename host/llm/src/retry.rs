@@ -34,20 +34,8 @@ pub fn server_delay(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.min(16));
     let d = exp.min(cap);
-    let jitter = (seed() % 500) as f64 / 1000.0 - 0.25; // -0.25 .. +0.25
+    let jitter = fastrand::f64() * 0.5 - 0.25; // -0.25 .. +0.25
     d.mul_f64(1.0 + jitter)
-}
-
-fn seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(7);
-    let mut x = t ^ 0x9E37_79B9_7F4A_7C15;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    x
 }
 
 #[cfg(test)]

@@ -33,10 +33,7 @@ pub fn default_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("KILN_CACHE_DIR") {
         return Some(PathBuf::from(d));
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("kiln"))
+    kiln_state::UserDir::Cache.kiln_dir()
 }
 
 /// The cache file of `bytes` for `engine` inside `dir`.

@@ -35,11 +35,8 @@ pub fn kiln_dirs(cache_dir: Option<&Path>) -> Vec<KilnDir> {
             })
         }
     };
-    let config_base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
-    if let Some(base) = config_base {
-        add("kiln's configuration directory", base.join("kiln"), true);
+    if let Some(dir) = kiln_state::UserDir::Config.kiln_dir() {
+        add("kiln's configuration directory", dir, true);
     }
     if let Some(file) = std::env::var_os("KILN_CONFIG") {
         add("kiln's configuration file", PathBuf::from(file), true);

@@ -54,23 +54,24 @@ pub fn colors_on_stderr() -> bool {
 /// A unified diff (already made printable) with added lines green, removed lines red and
 /// hunk headers cyan.
 pub fn color_diff(diff: &str) -> String {
+    use anstyle::{AnsiColor, Style};
     let mut out = String::with_capacity(diff.len() + 64);
     for line in diff.lines() {
-        let code = if line.starts_with("+++") || line.starts_with("---") {
-            "1"
+        let style = if line.starts_with("+++") || line.starts_with("---") {
+            Style::new().bold()
         } else if line.starts_with('+') {
-            "32"
+            AnsiColor::Green.on_default()
         } else if line.starts_with('-') {
-            "31"
+            AnsiColor::Red.on_default()
         } else if line.starts_with("@@") {
-            "36"
+            AnsiColor::Cyan.on_default()
         } else {
-            ""
+            Style::new()
         };
-        if code.is_empty() {
+        if style == Style::new() {
             out.push_str(line);
         } else {
-            out.push_str(&format!("\u{1b}[{code}m{line}\u{1b}[0m"));
+            out.push_str(&format!("{style}{line}{style:#}"));
         }
         out.push('\n');
     }
@@ -89,6 +90,7 @@ mod tests {
         assert!(c.contains("\u{1b}[31m-old\u{1b}[0m"), "{c:?}");
         assert!(c.contains("\u{1b}[32m+new\u{1b}[0m"), "{c:?}");
         assert!(c.contains("\u{1b}[36m@@ -1 +1 @@\u{1b}[0m"), "{c:?}");
+        assert!(c.starts_with("\u{1b}[1m--- a/x\u{1b}[0m\n"), "{c:?}");
         assert!(c.ends_with("\n same"), "{c:?}");
     }
 

@@ -13,6 +13,9 @@
 //! Every directory kiln creates here is mode 0700. The base directory is the user's own and is
 //! used as found; below it, each level is opened without following a symbolic link.
 //!
+//! It also holds the one lookup of the XDG base directories kiln keeps a `kiln` directory in
+//! ([`UserDir`]: configuration, state, compile cache).
+//!
 //! It must never import another kiln crate: the store, the edit journal, undo and the plugin
 //! cache all find their directories through it.
 
@@ -63,14 +66,46 @@ pub enum StateDirError {
 /// `$XDG_STATE_HOME/kiln` when `XDG_STATE_HOME` is an absolute path, else
 /// `$HOME/.local/state/kiln`.
 pub fn base() -> Result<PathBuf, StateDirError> {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from)
-        && x.is_absolute()
-    {
-        return Ok(x.join("kiln"));
+    UserDir::State.kiln_dir().ok_or(StateDirError::NoHome)
+}
+
+/// A base directory of the XDG spec in which kiln keeps a `kiln` directory. Every lookup of
+/// one (the configuration, state and compile cache directories) goes through here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserDir {
+    /// `$XDG_CONFIG_HOME`, else `~/.config`: the user's configuration.
+    Config,
+    /// `$XDG_STATE_HOME`, else `~/.local/state`: kiln's state ([`base`]).
+    State,
+    /// `$XDG_CACHE_HOME`, else `~/.cache`: the compile cache.
+    Cache,
+}
+
+impl UserDir {
+    /// kiln's directory in this base: `$XDG_…_HOME/kiln`, else `$HOME/<default>/kiln`. For
+    /// [`UserDir::State`] either variable counts only when it is an absolute path (a relative
+    /// one would move the journal and trust records with the current directory); for the
+    /// others a variable counts when it is set. `KILN_*` overrides are the caller's, before
+    /// this.
+    pub fn kiln_dir(self) -> Option<PathBuf> {
+        self.kiln_dir_in(|name| std::env::var_os(name))
     }
-    match std::env::var_os("HOME").map(PathBuf::from) {
-        Some(h) if h.is_absolute() => Ok(h.join(".local/state/kiln")),
-        _ => Err(StateDirError::NoHome),
+
+    /// [`UserDir::kiln_dir`] with the environment read through `var`.
+    fn kiln_dir_in(self, var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+        let (xdg, under_home) = match self {
+            UserDir::Config => ("XDG_CONFIG_HOME", ".config"),
+            UserDir::State => ("XDG_STATE_HOME", ".local/state"),
+            UserDir::Cache => ("XDG_CACHE_HOME", ".cache"),
+        };
+        let counts = |p: &PathBuf| self != UserDir::State || p.is_absolute();
+        let base = var(xdg).map(PathBuf::from).filter(counts).or_else(|| {
+            var("HOME")
+                .map(PathBuf::from)
+                .filter(counts)
+                .map(|h| h.join(under_home))
+        })?;
+        Some(base.join("kiln"))
     }
 }
 
@@ -436,5 +471,53 @@ mod tests {
         let b = Identity::of(&ws).unwrap();
         assert_eq!(a.path, b.path);
         assert_ne!(a.key(), b.key());
+    }
+
+    #[test]
+    fn user_dirs_take_xdg_then_home() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        let p = |s: &str| Some(PathBuf::from(s));
+        let all: &[(&str, &str)] = &[
+            ("HOME", "/h"),
+            ("XDG_CONFIG_HOME", "/x/config"),
+            ("XDG_STATE_HOME", "/x/state"),
+            ("XDG_CACHE_HOME", "/x/cache"),
+        ];
+        assert_eq!(UserDir::Config.kiln_dir_in(env(all)), p("/x/config/kiln"));
+        assert_eq!(UserDir::State.kiln_dir_in(env(all)), p("/x/state/kiln"));
+        assert_eq!(UserDir::Cache.kiln_dir_in(env(all)), p("/x/cache/kiln"));
+        let home: &[(&str, &str)] = &[("HOME", "/h")];
+        assert_eq!(UserDir::Config.kiln_dir_in(env(home)), p("/h/.config/kiln"));
+        assert_eq!(
+            UserDir::State.kiln_dir_in(env(home)),
+            p("/h/.local/state/kiln")
+        );
+        assert_eq!(UserDir::Cache.kiln_dir_in(env(home)), p("/h/.cache/kiln"));
+        // A relative XDG_STATE_HOME or HOME does not count for the state directory; the
+        // others take the variables as they are.
+        let relative: &[(&str, &str)] = &[
+            ("HOME", "/h"),
+            ("XDG_STATE_HOME", "rel"),
+            ("XDG_CACHE_HOME", "rel"),
+        ];
+        assert_eq!(
+            UserDir::State.kiln_dir_in(env(relative)),
+            p("/h/.local/state/kiln")
+        );
+        assert_eq!(UserDir::Cache.kiln_dir_in(env(relative)), p("rel/kiln"));
+        let relative_home: &[(&str, &str)] = &[("HOME", "h")];
+        assert_eq!(UserDir::State.kiln_dir_in(env(relative_home)), None);
+        assert_eq!(
+            UserDir::Config.kiln_dir_in(env(relative_home)),
+            p("h/.config/kiln")
+        );
+        assert_eq!(UserDir::Cache.kiln_dir_in(env(&[])), None);
     }
 }
