@@ -140,7 +140,11 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
         dom.contains("<span class=\"del\">-still broken</span>"),
         "{dom}"
     );
-    assert_eq!(text_of(&dom, "tokens-input"), row.tokens.input.to_string());
+    // Every prompt token, cached or not, as the console counts them.
+    assert_eq!(
+        text_of(&dom, "tokens-input"),
+        (row.tokens.input + row.tokens.cached_input).to_string()
+    );
     assert_eq!(
         text_of(&dom, "tokens-output"),
         row.tokens.output.to_string()
