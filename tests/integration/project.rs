@@ -598,3 +598,22 @@ fn compile_loop_ends_timeout_under_fix_timeout() {
     assert_eq!(cl["stop_reason"], "timeout", "{cl}");
     assert_eq!(mock.recorded().len(), 2, "the nested loop asked the model");
 }
+
+#[test]
+fn check_without_a_file_checks_the_whole_project() {
+    let ws = Workspace::new();
+    ws.write("t.txt", "BROKEN\n");
+    // No --file: the runner checks the project, as `kiln fix` does without one.
+    let r = ws.kiln(&["check", "--cmd", "grep -q FIXED t.txt"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("checking the project with runner `command`"),
+        "{}",
+        r.stderr()
+    );
+    ws.write("t.txt", "FIXED\n");
+    let r = ws.kiln(&["check", "--cmd", "grep -q FIXED t.txt", "--json"], &[]);
+    r.expect_code(0);
+    assert_eq!(r.json()["ok"], true, "{}", r.stdout());
+}

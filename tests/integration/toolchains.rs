@@ -489,3 +489,41 @@ fn go_builds_with_a_dependency_from_the_users_module_cache_without_network() {
     let j = r.json();
     assert_eq!(j["ok"], true, "{j}");
 }
+
+#[test]
+fn cargo_errors_built_twice_are_reported_once() {
+    let ws = Workspace::new();
+    ws.write(
+        "Cargo.toml",
+        "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n",
+    );
+    // `cargo test` builds the library and its test harness: rustc reports each error twice.
+    ws.write(
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 {\n    let s: String = a + b;\n    s\n}\n",
+    );
+    let home = std::env::var("REAL_HOME_FOR_TESTS")
+        .ok()
+        .or_else(|| std::env::var("HOME").ok())
+        .unwrap_or_default();
+    let rustup_home = std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{home}/.rustup"));
+    let cargo_home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{home}/.cargo"));
+    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| "stable".into());
+    let r = ws.kiln(
+        &["check", "--json"],
+        &[
+            ("RUSTUP_HOME", &rustup_home),
+            ("CARGO_HOME", &cargo_home),
+            ("RUSTUP_TOOLCHAIN", &toolchain),
+        ],
+    );
+    r.expect_code(1);
+    let d = diags(&r);
+    assert_eq!(
+        d.iter()
+            .map(|(f, l, _)| (f.as_str(), *l))
+            .collect::<Vec<_>>(),
+        [("src/lib.rs", 2), ("src/lib.rs", 3)],
+        "{d:?}"
+    );
+}

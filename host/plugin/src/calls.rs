@@ -112,6 +112,19 @@ impl Plugin {
         let mut out = out?;
         if let Ok(r) = &mut out {
             self.cap(r.stdout.len() + r.stderr.len())?;
+            // A tool that builds a file twice (cargo: the library and its tests) reports its
+            // errors twice: each is shown, counted and told to the model once.
+            let mut seen = std::collections::HashSet::new();
+            r.diagnostics.retain(|d| {
+                seen.insert((
+                    d.file.clone(),
+                    d.line,
+                    d.column,
+                    crate::severity_name(d.severity),
+                    d.code.clone(),
+                    d.message.clone(),
+                ))
+            });
             // A check that failed with no error of the tool's own says what kiln's sandbox
             // refused it, first (see `refusal`): that may be why. Beside the tool's errors it
             // would only distract (npm asks the registry for updates on every run).

@@ -63,16 +63,6 @@ impl RunnerArgs {
             .collect()
     }
 
-    /// The targets, `--file` or `--files`; at least one.
-    pub fn targets(&self) -> anyhow::Result<Vec<String>> {
-        let targets = self.named_targets();
-        anyhow::ensure!(
-            !targets.is_empty(),
-            "name the files with --file F or --files F..."
-        );
-        Ok(targets)
-    }
-
     /// Pick the runner (`--runner`, else `command` with `--cmd`, else `[fix] runner`/`cmd`,
     /// else the one the project at `workspace` implies, else `command`), grant what naming
     /// it consents to, and return it with its settings.
@@ -286,7 +276,8 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow::Result<Outcome> {
-    let targets = ctx.workspace_paths(args.runner.targets()?);
+    // No --file/--files: the whole project, as `kiln fix` without them.
+    let targets = ctx.workspace_paths(args.runner.named_targets());
     let root = cap_std::fs::Dir::open_ambient_dir(&ctx.workspace, cap_std::ambient_authority())
         .with_context(|| format!("cannot open the workspace {}", ctx.workspace.display()))?;
     crate::path::target_arguments(&root, &targets)?;
@@ -302,13 +293,14 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
         if let Some(line) = ctx.root_banner() {
             super::output::err_line(&line);
         }
+        let what = if targets.is_empty() {
+            "the project".to_string()
+        } else {
+            targets.join(", ")
+        };
         match &chosen.detected {
-            Some(how) => eprintln!("checking {} with {how}…", targets.join(", ")),
-            None => eprintln!(
-                "checking {} with runner `{}`…",
-                targets.join(", "),
-                runner.name
-            ),
+            Some(how) => eprintln!("checking {what} with {how}…"),
+            None => eprintln!("checking {what} with runner `{}`…", runner.name),
         }
     }
     let run = runner.runner_run(&targets, &settings);
