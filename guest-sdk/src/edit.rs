@@ -789,7 +789,7 @@ pub fn looks_like_path(s: &str) -> bool {
 
 #[cfg(test)]
 mod whitespace_tests {
-    use super::apply_search_replace;
+    use super::{Tier, apply_search_replace};
 
     #[test]
     fn a_replace_line_differing_only_in_trailing_whitespace_is_applied_as_written() {
@@ -800,7 +800,7 @@ mod whitespace_tests {
         let file = "a \nlet x = 3 \nb\n";
         let out = apply_search_replace("f.rs", file, "a\nlet x = 3 \nb\n", "a\nlet x = 3\nb\n", 1)
             .unwrap();
-        assert_eq!(out.tier, Some(super::Tier::TrailingWhitespace));
+        assert_eq!(out.tier, Some(Tier::TrailingWhitespace));
         assert_eq!(out.text, "a \nlet x = 3\nb\n");
         let out = apply_search_replace("f.md", file, "a\nb\n", "a\nb \n", 1).err();
         assert!(
@@ -826,7 +826,7 @@ mod whitespace_tests {
         let search = "first line\nsecond line\n\tcode\nlast\n";
         let replace = "first line\nsecond line, changed\n\tcode\nlast\n";
         let out = apply_search_replace("a.md", file, search, replace, 1).unwrap();
-        assert_eq!(out.tier, Some(super::Tier::TrailingWhitespace));
+        assert_eq!(out.tier, Some(Tier::TrailingWhitespace));
         assert_eq!(
             out.text,
             "# Title\n\nfirst line  \nsecond line, changed\n\tcode\t\nlast \n"
