@@ -57,6 +57,14 @@ pub struct Usage {
     pub reasoning: u64,
 }
 
+impl Usage {
+    /// Every prompt token, read from the cache or not: what "input tokens" means wherever a
+    /// person reads it.
+    pub fn prompt(&self) -> u64 {
+        self.input + self.cached_input
+    }
+}
+
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, o: Usage) {
         self.input += o.input;

@@ -474,7 +474,7 @@ fn tokens_from_store(store: Option<&str>, workdir: &Path, loop_id: i64) -> Optio
     let store = crate::store::Store::open_url(url.as_ref(), workdir).ok()?;
     let t = store.loop_detail(loop_id).ok()?.row.tokens;
     Some(Tokens {
-        input: t.input + t.cached_input,
+        input: t.prompt(),
         output: t.output,
     })
 }

@@ -44,7 +44,7 @@ fn summary_line(result: &AgentResult, cost: Option<f64>) -> String {
         result.stop_reason,
         count(result.turns as usize, "turn", "turns"),
         count(result.tool_calls.len(), "tool call", "tool calls"),
-        result.usage.input + result.usage.cached_input,
+        result.usage.prompt(),
         result.usage.output,
         cost.map(|c| format!(", cost {}", format_usd(c)))
             .unwrap_or_default()

@@ -111,7 +111,7 @@ fn print_result(outcome: &FixOutcome, usage: &Usage, cost: Option<f64>, quiet: b
         "[{}] {}, tokens in {} / out {}{}",
         outcome.stop_reason,
         count(outcome.iters as usize, "iteration", "iterations"),
-        usage.input + usage.cached_input,
+        usage.prompt(),
         usage.output,
         cost.map(|c| format!(", cost {}", format_usd(c)))
             .unwrap_or_default()

@@ -81,7 +81,7 @@ fn print_result(result: &LoopRunResult, quiet: bool) {
         "[{}] {}; tokens in {} / out {}; artifacts in .kiln/loop/",
         result.stop_reason,
         crate::terminal::count(result.loops_completed as usize, "round", "rounds"),
-        result.usage.input + result.usage.cached_input,
+        result.usage.prompt(),
         result.usage.output
     ));
 }

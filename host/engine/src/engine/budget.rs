@@ -28,7 +28,7 @@ pub struct BudgetExceeded(pub String);
 
 /// Tokens in a usage, every class.
 pub fn total_tokens(u: &Usage) -> u64 {
-    u.input + u.cached_input + u.cache_write + u.output
+    u.prompt() + u.cache_write + u.output
 }
 
 /// The request's input tokens, estimated as characters / 4 over everything it sends.

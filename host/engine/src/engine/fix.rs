@@ -1082,7 +1082,7 @@ impl Fix<'_> {
         run.emit(Event::LlmResponse {
             iteration,
             latency_ms: resp.latency.as_millis() as u64,
-            input_tokens: resp.usage.input + resp.usage.cached_input,
+            input_tokens: resp.usage.prompt(),
             output_tokens: resp.usage.output,
             tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
         });
@@ -1297,7 +1297,7 @@ fn iteration_row(
         llm_summary: answer.map(|a| a.text.chars().take(500).collect()),
         runner_ms: result.1 as i64,
         llm_ms: answer.map(|a| a.llm_ms).unwrap_or(0),
-        tokens_input: (usage.input + usage.cached_input) as i64,
+        tokens_input: usage.prompt() as i64,
         tokens_output: usage.output as i64,
         edits_applied: applied as i64,
     }

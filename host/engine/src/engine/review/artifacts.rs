@@ -70,7 +70,7 @@ pub(super) struct Tokens {
 impl From<Usage> for Tokens {
     fn from(u: Usage) -> Tokens {
         Tokens {
-            input: u.input + u.cached_input,
+            input: u.prompt(),
             cached_input: u.cached_input,
             output: u.output,
             reasoning: u.reasoning,
