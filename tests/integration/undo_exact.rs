@@ -302,3 +302,38 @@ fn undo_exits_1_naming_what_it_could_not_put_back() {
     assert!(u.stderr().contains("3 files put back"), "{}", u.stderr());
     assert_eq!(ws.read("t.py"), "x=1\n");
 }
+
+/// A run's program that swaps a directory for a link out of the workspace (`d -> outside`):
+/// undo's preview and the report say what changed without reading through the link, so
+/// nothing outside the workspace is shown.
+#[test]
+fn a_directory_swapped_for_a_link_out_is_never_read_through() {
+    let outside = {
+        let ws = Workspace::new();
+        std::fs::create_dir_all(ws.path().join("outside")).unwrap();
+        ws
+    };
+    let out = outside.path().join("outside");
+    std::fs::write(out.join("secret.txt"), "HOST SECRET\n").unwrap();
+    let ws = workspace(&format!(
+        "if grep -q FIXED t.py; then mv d dold; ln -s {} d; fi",
+        out.display()
+    ));
+    ws.write("d/secret.txt", "mine\n");
+    kiln(&ws, &fix_args(&replay(&ws))).expect_code(0);
+    assert!(
+        ws.root()
+            .join("d")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let preview = ws.kiln(&["undo", "--dry-run"], &[]);
+    let shown = format!("{}{}", preview.stdout(), preview.stderr());
+    assert!(!shown.contains("HOST SECRET"), "{shown}");
+    let page = ws.path().join("report.html");
+    ws.kiln(&["report", "1", "--html", page.to_str().unwrap()], &[]);
+    let html = std::fs::read_to_string(&page).unwrap_or_default();
+    assert!(!html.contains("HOST SECRET"), "{html}");
+}

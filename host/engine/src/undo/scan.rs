@@ -185,19 +185,68 @@ pub fn now(root: &Path, rel: &str) -> Now {
     }
 }
 
-/// The content of the regular file `root/rel` (its last component not followed, opened
-/// non-blocking so a FIFO swapped in cannot stall).
+/// The content of the regular file `root/rel`, opened non-blocking (a FIFO swapped in cannot
+/// stall) with no symbolic link followed at any component: a program of the run may have put
+/// `d -> /etc` where `d/` was, and undo's preview, its checks and the report must then say the
+/// file is gone, never show what the link reaches.
 pub fn read(root: &Path, rel: &str) -> std::io::Result<Vec<u8>> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(root.join(rel))?;
+    let mut f = open_beneath(root, rel)?;
     if !f.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
     let mut buf = Vec::new();
     f.read_to_end(&mut buf)?;
     Ok(buf)
+}
+
+/// `root/rel` opened for reading with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; on a
+/// kernel without it (before 5.6), after checking that no component is a link.
+fn open_beneath(root: &Path, rel: &str) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_BENEATH: u64 = 0x08;
+    let dir = std::fs::File::open(root)?;
+    let path = std::ffi::CString::new(rel).map_err(std::io::Error::other)?;
+    let how = OpenHow {
+        flags: (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        mode: 0,
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: openat2 reads the live `how` and `path` and returns a new descriptor we own.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+        return Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) });
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(err);
+    }
+    let mut at = root.to_path_buf();
+    for part in Path::new(rel).components() {
+        at.push(part);
+        if at.symlink_metadata()?.file_type().is_symlink() {
+            return Err(std::io::Error::other("a symbolic link on the way"));
+        }
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(root.join(rel))
 }
 
 /// SHA-256 of `bytes`, hex.
