@@ -199,8 +199,8 @@ pub fn read(root: &Path, rel: &str) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// `root/rel` opened for reading with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; on a
-/// kernel without it (before 5.6), after checking that no component is a link.
+/// `root/rel` opened for reading with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; where
+/// the call is missing or refused, after checking that no component is a link.
 fn open_beneath(root: &Path, rel: &str) -> std::io::Result<std::fs::File> {
     use std::os::fd::{AsRawFd, FromRawFd};
     #[repr(C)]
@@ -233,7 +233,9 @@ fn open_beneath(root: &Path, rel: &str) -> std::io::Result<std::fs::File> {
         return Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) });
     }
     let err = std::io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::ENOSYS) {
+    // ENOSYS: a kernel before 5.6; EPERM: a seccomp profile (a container's) that refuses
+    // the call. Anything else is the answer.
+    if !matches!(err.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) {
         return Err(err);
     }
     let mut at = root.to_path_buf();
