@@ -59,7 +59,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Global options")]
 struct Global {
-    /// Workspace root (default: the current directory).
+    /// Workspace root (default: the nearest directory above the current one, itself included,
+    /// that holds `.git`, `kiln.toml` or `.kiln`; else the current directory).
     #[arg(long, short = 'C', global = true, value_name = "DIR")]
     workspace: Option<PathBuf>,
     /// Load an extra plugin component (repeatable); granted only what kiln.toml grants it.
