@@ -868,3 +868,91 @@ fn tool_call_takes_the_agents_names_and_the_old_ones_with_a_note() {
         r.stderr()
     );
 }
+
+/// One run at a time per workspace from the first second: while a run's first check is still
+/// running (before its loop row exists), a second `kiln fix` is refused before it runs its own
+/// check, and so are `kiln undo` and `kiln edit apply`; the workspace is left as it was.
+#[test]
+fn a_run_in_its_first_check_holds_the_workspace_against_a_second_run_and_undo() {
+    use crate::mock_llm::MockLlm;
+    use std::os::unix::process::CommandExt;
+    let ws = Workspace::new();
+    ws.write("data.txt", "orig\n");
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    let run = |cmd: &str| {
+        vec![
+            "fix".to_string(),
+            "--base-url".into(),
+            base.clone(),
+            "--model".into(),
+            "m".into(),
+            "--max-iters".into(),
+            "1".into(),
+            "--shell".into(),
+            "--cmd".into(),
+            cmd.into(),
+        ]
+    };
+    let first = run("sleep 29.71; exit 1");
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let mut cmd = ws.command(&first);
+    cmd.env("OPENAI_API_KEY", "sk-t")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: signal(2) is async-signal-safe; the child starts with SIGINT at its default.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    wait_for_program("sleep\x0029.71\x00");
+
+    let second = run("echo second >> data.txt; exit 1");
+    let second: Vec<&str> = second.iter().map(String::as_str).collect();
+    let r = ws.kiln(&second, &[("OPENAI_API_KEY", "sk-t")]);
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("another kiln process is working on this workspace (pid "),
+        "{}",
+        r.stderr()
+    );
+    assert!(r.stderr().contains("`kiln fix`"), "{}", r.stderr());
+    let u = ws.kiln(&["undo", "--dry-run"], &[]);
+    u.expect_code(2);
+    assert!(
+        u.stderr().contains("another kiln process"),
+        "{}",
+        u.stderr()
+    );
+    let e = ws.kiln_stdin(
+        &["edit", "apply", "--files", "data.txt"],
+        "data.txt\n```\n<<<<<<< SEARCH\norig\n=======\nedited\n>>>>>>> REPLACE\n```\n",
+    );
+    e.expect_code(2);
+    assert!(
+        e.stderr().contains("another kiln process"),
+        "{}",
+        e.stderr()
+    );
+    assert_eq!(ws.read("data.txt"), "orig\n");
+
+    // SAFETY: signals the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The lock went with the first run: the workspace takes a run again.
+    let again = run("true");
+    let again: Vec<&str> = again.iter().map(String::as_str).collect();
+    ws.kiln(&again, &[("OPENAI_API_KEY", "sk-t")])
+        .expect_code(0);
+    assert_eq!(ws.read("data.txt"), "orig\n");
+}

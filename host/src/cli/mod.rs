@@ -286,6 +286,12 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     if a_run {
         ctx.undo = crate::undo::Recording::on();
     }
+    // Held until this command ends: taken before a run's undo snapshot and first check, so a
+    // second run, an undo or an edit on the same workspace is refused instead of interleaving.
+    let _run_lock = match run_lock_name(&cli.command) {
+        Some(what) => Some(lock_workspace(&ctx.workspace, what)?),
+        None => None,
+    };
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);
     }
@@ -314,6 +320,31 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         let _ = crate::gc::after_run(&ctx.workspace, crate::gc::Limits::of(&ctx.config.gc));
     }
     outcome
+}
+
+/// The command's name when it must hold the workspace's run lock: the runs (fix, agent, loop,
+/// a batch task), undo and `edit apply`, which change the workspace's files as a whole.
+fn run_lock_name(command: &Command) -> Option<&'static str> {
+    match command {
+        Command::Fix(_) => Some("fix"),
+        Command::Agent(_) => Some("agent"),
+        Command::Loop(_) => Some("loop"),
+        Command::RunTask => Some("run-task"),
+        Command::Undo(_) => Some("undo"),
+        Command::Edit(edit_cmd::EditCommand::Apply { .. }) => Some("edit apply"),
+        _ => None,
+    }
+}
+
+/// Take the run lock of `workspace` (in kiln's state directory for it) for `what`.
+fn lock_workspace(workspace: &std::path::Path, what: &str) -> anyhow::Result<kiln_state::RunLock> {
+    let state = kiln_state::WorkspaceState::open(workspace, true)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "kiln's state directory for {} is missing",
+            workspace.display()
+        )
+    })?;
+    Ok(state.lock_run(what)?)
 }
 
 /// Whether a command reads or writes workspace files (so an edit interrupted by a killed kiln

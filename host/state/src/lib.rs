@@ -19,6 +19,10 @@
 //! It must never import another kiln crate: the store, the edit journal, undo and the plugin
 //! cache all find their directories through it.
 
+mod run_lock;
+
+pub use run_lock::{RunLock, RunLockError};
+
 use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -351,6 +355,12 @@ impl WorkspaceState {
     /// The directory, open.
     pub fn dir(&self) -> &Dir {
         &self.dir
+    }
+
+    /// Take the workspace's run lock for `what` (the command, named to a second process that
+    /// is refused): one run, undo or edit at a time per workspace, held until it is dropped.
+    pub fn lock_run(&self, what: &str) -> Result<RunLock, RunLockError> {
+        run_lock::take(&self.dir, &self.path, what)
     }
 
     /// The subdirectory `name` (one component), opened without following a link; created
