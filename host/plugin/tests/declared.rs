@@ -2,7 +2,7 @@
 //! plugin list`, `kiln tool list` and the agent's tool table without compiling anything) says
 //! exactly what the real component answers: each built-in is compiled, its `get-manifest` and
 //! describe functions called, and the result compared with the embedded text.
-//! `KILN_BLESS_DECLARED=1 cargo test -p kiln-plugin --test declared` rewrites the files.
+//! `KILN_BLESS_DECLARED=1 cargo test --workspace --test declared` rewrites the files.
 
 use kiln_plugin::{Declared, Runtime, Source, builtin};
 use std::path::PathBuf;
@@ -59,7 +59,7 @@ async fn every_builtin_declares_what_its_component_answers() {
     }
     assert!(
         wrong.is_empty(),
-        "{}\nrun `KILN_BLESS_DECLARED=1 cargo test -p kiln-plugin --test declared` and review the diff",
+        "{}\nrun `KILN_BLESS_DECLARED=1 cargo test --workspace --test declared` and review the diff",
         wrong.join("\n")
     );
 }
