@@ -16,6 +16,8 @@ struct PluginCrate {
     package: String,
     stem: String,
     embedded: bool,
+    /// The crate's directory (where a built-in keeps its `declared.json`).
+    dir: PathBuf,
 }
 
 /// Every crate under `plugins/` (built-ins, embedded) and `tests/plugins/` (test fixtures),
@@ -51,6 +53,7 @@ fn plugin_crates(root: &Path) -> Vec<PluginCrate> {
                 package,
                 stem,
                 embedded,
+                dir: manifest.parent().unwrap().to_path_buf(),
             });
         }
     }
@@ -123,7 +126,16 @@ fn main() {
     let mut builtins = String::from(
         "/// Built-in plugin components: (file stem, bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n",
     );
-    for PluginCrate { stem, embedded, .. } in &plugins {
+    let mut declared = String::from(
+        "/// What each built-in declares (its `declared.json`, see `declared.rs`): (file stem, JSON).\npub static DECLARED: &[(&str, &str)] = &[\n",
+    );
+    for PluginCrate {
+        stem,
+        embedded,
+        dir,
+        ..
+    } in &plugins
+    {
         let file = wasm_dir.join(format!("{stem}.wasm"));
         assert!(
             file.exists(),
@@ -138,9 +150,20 @@ fn main() {
                 "    ({stem:?}, include_bytes!({:?})),\n",
                 path_str(&copy)
             ));
+            // Checked in beside the plugin and kept equal to what the component answers by
+            // host/plugin/tests/declared.rs; a built-in without one is compiled to be listed.
+            let file = dir.join("declared.json");
+            if file.is_file() {
+                declared.push_str(&format!(
+                    "    ({stem:?}, include_str!({:?})),\n",
+                    path_str(&file)
+                ));
+            }
         }
     }
     builtins.push_str("];\n");
+    declared.push_str("];\n");
+    builtins.push_str(&declared);
     std::fs::write(out_dir.join("builtins.rs"), builtins).unwrap();
     println!(
         "cargo:rustc-env=KILN_TEST_PLUGINS_DIR={}",

@@ -16,6 +16,7 @@ mod edit;
 mod escapes;
 mod feedback;
 mod first_hour;
+mod first_run;
 mod fix;
 mod fs_search;
 mod hardening;

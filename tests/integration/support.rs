@@ -110,6 +110,9 @@ impl Workspace {
             .env("XDG_STATE_HOME", self.state_home())
             .env("KILN_CACHE_DIR", shared_cache())
             .env("KILN_CACHE_KEY", shared_cache_key())
+            // No background warmer of the compile cache (tests/integration/first_run.rs tests
+            // it): what a test compiles, it compiles itself.
+            .env("KILN_NO_WARMER", "1")
             .env("KILN_CONFIG", self.path().join("no-user-config.toml"))
             // The tests' kiln.toml files are written by the tests themselves; trust is tested
             // on its own (escapes.rs) with this removed.

@@ -355,6 +355,10 @@ const ALLOWED: &[(&str, &str)] = &[
         "the compile cache, outside the workspace",
     ),
     (
+        "plugin/warm.rs",
+        "the warmer's lock file in the compile cache, outside the workspace",
+    ),
+    (
         "config/layers.rs",
         "the trust record `kiln trust` writes, in the user's state directory",
     ),

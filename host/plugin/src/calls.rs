@@ -25,7 +25,10 @@ macro_rules! invoke {
         )
     };
     ($self:ident, $variant:ident, $getter:ident, $effective:expr, |$g:ident, $store:ident| $call:expr) => {{
-        let Pre::$variant(pre) = &$self.pre else {
+        if $self.kind != PluginKind::$variant {
+            return Err($self.wrong_kind(PluginKind::$variant));
+        }
+        let Pre::$variant(pre) = $self.pre().await? else {
             return Err($self.wrong_kind(PluginKind::$variant));
         };
         let (mut store, stderr) = $self.new_store($effective)?;
@@ -45,7 +48,10 @@ macro_rules! invoke {
 /// [`invoke!`] returning also what the sandbox refused the call's programs.
 macro_rules! invoke_refused {
     ($self:ident, $variant:ident, $getter:ident, $effective:expr, |$g:ident, $store:ident| $call:expr) => {{
-        let Pre::$variant(pre) = &$self.pre else {
+        if $self.kind != PluginKind::$variant {
+            return Err($self.wrong_kind(PluginKind::$variant));
+        }
+        let Pre::$variant(pre) = $self.pre().await? else {
             return Err($self.wrong_kind(PluginKind::$variant));
         };
         let (mut store, stderr) = $self.new_store($effective)?;
@@ -64,8 +70,17 @@ macro_rules! invoke_refused {
 }
 
 impl Plugin {
-    /// The plugin's manifest, whatever its kind.
+    /// The plugin's manifest, whatever its kind: a built-in's declared one (nothing compiled),
+    /// else the component's answer.
     pub async fn get_manifest(&self) -> Result<Manifest, PluginError> {
+        match &self.declared {
+            Some(d) => Ok(d.manifest.clone()),
+            None => self.call_get_manifest().await,
+        }
+    }
+
+    /// The component's `get-manifest`, called.
+    pub(crate) async fn call_get_manifest(&self) -> Result<Manifest, PluginError> {
         match self.kind {
             PluginKind::Runner => invoke!(self, Runner, kiln_plugin_runner, |g, s| g
                 .call_get_manifest(s)),
@@ -77,8 +92,18 @@ impl Plugin {
         }
     }
 
-    /// Runner: describe.
+    /// Runner: describe (a built-in's declared answer, nothing compiled).
     pub async fn runner_describe(
+        &self,
+    ) -> Result<runner::exports::kiln::plugin::runner::RunnerInfo, PluginError> {
+        if let Some(info) = self.declared.as_ref().and_then(|d| d.runner.clone()) {
+            return Ok(info);
+        }
+        self.call_runner_describe().await
+    }
+
+    /// The runner's `describe`, called.
+    pub(crate) async fn call_runner_describe(
         &self,
     ) -> Result<runner::exports::kiln::plugin::runner::RunnerInfo, PluginError> {
         invoke!(self, Runner, kiln_plugin_runner, |g, s| g.call_describe(s))
@@ -141,14 +166,37 @@ impl Plugin {
         Ok(out)
     }
 
-    /// Edit format: describe.
+    /// Edit format: describe (a built-in's declared answer, nothing compiled).
     pub async fn format_describe(&self) -> Result<FormatInfo, PluginError> {
+        if let Some(f) = self.declared.as_ref().and_then(|d| d.format.as_ref()) {
+            return Ok(f.info.clone());
+        }
+        self.call_format_describe().await
+    }
+
+    /// The edit format's `describe`, called.
+    pub(crate) async fn call_format_describe(&self) -> Result<FormatInfo, PluginError> {
         invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
             .call_describe(s))
     }
 
-    /// Edit format: the prompt fragment.
+    /// Edit format: the prompt fragment (a built-in's declared text, nothing compiled).
     pub async fn format_instructions(&self, multi_file: bool) -> Result<String, PluginError> {
+        if let Some(f) = self.declared.as_ref().and_then(|d| d.format.as_ref()) {
+            return Ok(if multi_file {
+                f.instructions_multi_file.clone()
+            } else {
+                f.instructions_one_file.clone()
+            });
+        }
+        self.call_format_instructions(multi_file).await
+    }
+
+    /// The edit format's `instructions`, called.
+    pub(crate) async fn call_format_instructions(
+        &self,
+        multi_file: bool,
+    ) -> Result<String, PluginError> {
         let out = invoke!(self, EditFormat, kiln_plugin_edit_format, |g, s| g
             .call_instructions(s, multi_file))?;
         self.cap(out.len())?;
@@ -184,8 +232,16 @@ impl Plugin {
         Ok(out)
     }
 
-    /// Tool: the tools offered.
+    /// Tool: the tools offered (a built-in's declared list, nothing compiled).
     pub async fn tool_list(&self) -> Result<Vec<ToolSpec>, PluginError> {
+        if let Some(tools) = self.declared.as_ref().and_then(|d| d.tools.clone()) {
+            return Ok(tools);
+        }
+        self.call_tool_list().await
+    }
+
+    /// The tool plugin's `list-tools`, called.
+    pub(crate) async fn call_tool_list(&self) -> Result<Vec<ToolSpec>, PluginError> {
         invoke!(self, Tool, kiln_plugin_tool, |g, s| g.call_list_tools(s))
     }
 

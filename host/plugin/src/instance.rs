@@ -3,7 +3,8 @@
 //! (trap, deadline, memory, output cap) to [`PluginError`].
 
 use super::bindings::{edit_format, runner, tool};
-use super::{Effective, LoadInfo, Manifest, PluginError, PluginKind, Source, State};
+use super::declared::Declared;
+use super::{Effective, Manifest, PluginError, PluginKind, Source, State};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -22,8 +23,43 @@ pub(super) enum Pre {
     Tool(tool::ToolPluginPre<State>),
 }
 
-/// A loaded plugin: checked, linked, with its manifest and effective capabilities. Every call
-/// gets a fresh instance, so no state leaks between calls and a crash cannot poison the next.
+/// The linked component, or (a built-in known by its declared data) what to compile and link
+/// on its first call.
+pub(super) struct Lazy {
+    cell: tokio::sync::OnceCell<Pre>,
+    later: Option<LinkLater>,
+}
+
+/// Compiles (or loads from the cache) and links a built-in, once, on its first call.
+pub(super) type LinkLater = Box<dyn Fn() -> Result<Pre, PluginError> + Send + Sync>;
+
+impl Lazy {
+    /// Linked already.
+    pub(super) fn ready(pre: Pre) -> Lazy {
+        Lazy {
+            cell: tokio::sync::OnceCell::new_with(Some(pre)),
+            later: None,
+        }
+    }
+
+    /// Compiled (or loaded from the cache) and linked on first use.
+    pub(super) fn later(link: LinkLater) -> Lazy {
+        Lazy {
+            cell: tokio::sync::OnceCell::new(),
+            later: Some(link),
+        }
+    }
+
+    /// Whether the component is linked (compiled or loaded) yet.
+    pub(super) fn linked(&self) -> bool {
+        self.cell.initialized()
+    }
+}
+
+/// A loaded plugin: checked, with its manifest and effective capabilities; a built-in known by
+/// its declared data is compiled only when a function other than its describe functions is
+/// first called. Every call gets a fresh instance, so no state leaks between calls and a crash
+/// cannot poison the next.
 pub struct Plugin {
     /// Name from the manifest.
     pub name: String,
@@ -33,8 +69,6 @@ pub struct Plugin {
     pub contract: String,
     /// Where it came from.
     pub source: Source,
-    /// How its compiled form was obtained.
-    pub info: LoadInfo,
     /// What it requests.
     pub manifest: Manifest,
     /// What it may do (request ∩ grant).
@@ -46,7 +80,11 @@ pub struct Plugin {
     pub(super) root: Arc<cap_std::fs::Dir>,
     /// What the plugin's `wasi:filesystem` writes may not touch.
     pub(super) fs_policy: Arc<super::fs_guard::WritePolicy>,
-    pub(super) pre: Pre,
+    /// A built-in's declared data: its describe functions are answered from it.
+    pub(super) declared: Option<Arc<Declared>>,
+    /// The engine it is compiled for.
+    pub(super) engine: Engine,
+    pub(super) pre: Lazy,
 }
 
 /// A live instance (see [`Plugin::hold_instance`]).
@@ -56,6 +94,44 @@ pub struct HeldInstance {
 }
 
 impl Plugin {
+    /// The linked component, compiled (or loaded from the cache) on the first call of a
+    /// built-in known by its declared data. Calls at once wait for the one compile.
+    pub(super) async fn pre(&self) -> Result<&Pre, PluginError> {
+        self.pre
+            .cell
+            .get_or_try_init(|| async {
+                match &self.pre.later {
+                    // A compile takes a core for a while: on a multi-thread runtime the
+                    // worker hands its other tasks over first.
+                    Some(link) => match tokio::runtime::Handle::try_current() {
+                        Ok(h)
+                            if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread =>
+                        {
+                            tokio::task::block_in_place(link)
+                        }
+                        _ => link(),
+                    },
+                    None => Err(PluginError::Engine(format!(
+                        "plugin `{}` has no component to link",
+                        self.name
+                    ))),
+                }
+            })
+            .await
+    }
+
+    /// Compile (or load from the cache) and link the component now if it is not yet: a caller
+    /// timing a call does this first, so a built-in's one compile is not counted as the call's.
+    pub async fn link(&self) -> Result<(), PluginError> {
+        self.pre().await.map(|_| ())
+    }
+
+    /// Whether the component is compiled (or loaded from the cache) and linked yet: a
+    /// built-in known by its declared data is not until its first call.
+    pub fn is_linked(&self) -> bool {
+        self.pre.linked()
+    }
+
     /// A fresh store for one call under `effective` (the plugin's own, or a narrowed copy).
     pub(super) fn new_store(
         &self,
@@ -75,7 +151,7 @@ impl Plugin {
             wasi,
             self.fs_policy.clone(),
         );
-        let mut store = Store::new(self.pre_engine(), state);
+        let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         // Let wasmtime copy a returned string as large as the instance's memory (up to 1 GiB),
         // so an oversized return is measured against `output_bytes` and reported as such
@@ -88,14 +164,6 @@ impl Plugin {
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(10);
         Ok((store, stderr))
-    }
-
-    fn pre_engine(&self) -> &Engine {
-        match &self.pre {
-            Pre::Runner(p) => p.engine(),
-            Pre::EditFormat(p) => p.engine(),
-            Pre::Tool(p) => p.engine(),
-        }
     }
 
     pub(super) fn wrong_kind(&self, expected: PluginKind) -> PluginError {
@@ -183,8 +251,9 @@ impl Plugin {
     /// Instantiate and keep an idle instance alive (for measuring memory per instance).
     #[doc(hidden)]
     pub async fn hold_instance(&self) -> Result<HeldInstance, PluginError> {
+        let pre = self.pre().await?;
         let (mut store, stderr) = self.new_store(self.effective.clone())?;
-        let res = match &self.pre {
+        let res = match pre {
             Pre::Runner(p) => p.instance_pre().instantiate_async(&mut store).await,
             Pre::EditFormat(p) => p.instance_pre().instantiate_async(&mut store).await,
             Pre::Tool(p) => p.instance_pre().instantiate_async(&mut store).await,

@@ -8,7 +8,7 @@ pub(crate) const BUILTIN_SOURCE: &str = "built-in plugin";
 use std::path::PathBuf;
 
 /// The kind of a plugin, from the world it implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PluginKind {
     /// `runner-plugin`.

@@ -9,8 +9,9 @@
 //! `diagnostic` (severity names and JSON); `bindings`, `host_impl`, `capability`, `exec` (a
 //! program run in the world `kiln-sandbox` builds for it), `cache`, `registry` and `builtin` as
 //! before; `fs_guard` (protected paths held on every `wasi:filesystem` write); `refusal` (what
-//! the sandbox refused a failed check, as notes naming how to allow it). `confine` is the
-//! `kiln-sandbox` crate.
+//! the sandbox refused a failed check, as notes naming how to allow it); `declared` (what a
+//! built-in declares, so it is listed and described without being compiled); `warm` (the
+//! background warmer of the compile cache). `confine` is the `kiln-sandbox` crate.
 //!
 //! It owns everything about running a component; the built-in components are embedded here by
 //! its build script. It depends on the leaf crates only (`kiln-protocol`, `kiln-config`,
@@ -24,6 +25,7 @@ mod calls;
 pub mod capability;
 pub use kiln_sandbox as confine;
 mod contract;
+mod declared;
 mod diagnostic;
 mod error;
 mod exec;
@@ -36,11 +38,13 @@ mod planted;
 mod refusal;
 mod registry;
 mod runtime;
+pub mod warm;
 
 pub use bindings::types::Error as PluginCallError;
 pub use bindings::types::{Diagnostic, Manifest, Severity};
 pub use capability::Effective;
 pub use contract::{CONTRACT_VERSION, contract_compatible};
+pub use declared::{Declared, DeclaredFormat};
 pub use diagnostic::{diagnostic_json, diagnostic_line, severity_name};
 pub use error::{PluginError, call_error_parts, describe_call_error};
 pub use exec::{

@@ -64,12 +64,20 @@ impl Registry {
         config: &Config,
         needed: Needed<'_>,
     ) -> Result<Registry, PluginError> {
-        let wanted: Vec<&[u8]> = builtin::BUILTINS
+        // A built-in with declared data is known without compiling it (compiled on its first
+        // call); one without is compiled now, as before, in parallel.
+        let mut plugins: Vec<Plugin> = Vec::new();
+        let mut undeclared: Vec<&[u8]> = Vec::new();
+        for (stem, bytes) in builtin::BUILTINS
             .iter()
             .filter(|(stem, _)| needed.wants(&builtin::name_of(stem)))
-            .map(|(_, bytes)| *bytes)
-            .collect();
-        let cold = wanted.iter().filter(|b| !runtime.is_cached(b)).count();
+        {
+            match super::Declared::of_builtin(stem) {
+                Some(d) => plugins.push(runtime.instantiate_declared(bytes, d, workspace, config)?),
+                None => undeclared.push(bytes),
+            }
+        }
+        let cold = undeclared.iter().filter(|b| !runtime.is_cached(b)).count();
         if cold > 0 && super::host_impl::progress_shown() {
             eprintln!(
                 "kiln: compiling {} (first run; cached afterwards)…",
@@ -77,7 +85,7 @@ impl Registry {
             );
         }
         let checked: Vec<Result<super::Checked, PluginError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = wanted
+            let handles: Vec<_> = undeclared
                 .iter()
                 .map(|bytes| s.spawn(move || runtime.check_bytes(bytes, Source::Builtin)))
                 .collect();
@@ -86,7 +94,6 @@ impl Registry {
                 .map(|h| h.join().expect("compiling a built-in plugin panicked"))
                 .collect()
         });
-        let mut plugins: Vec<Plugin> = Vec::new();
         for c in checked {
             plugins.push(runtime.instantiate(c?, workspace, config).await?);
         }

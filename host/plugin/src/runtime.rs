@@ -4,7 +4,8 @@
 
 use super::bindings::{self, edit_format, runner, tool};
 use super::contract::{empty_manifest, validate_name, world};
-use super::instance::Pre;
+use super::declared::Declared;
+use super::instance::{Lazy, Pre};
 use super::{Effective, Plugin, PluginError, PluginKind, Source, State, builtin, cache};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,11 +20,17 @@ const TICK: Duration = Duration::from_millis(1);
 
 /// One engine, one linker and the compile cache, shared by every plugin of a process.
 pub struct Runtime {
+    shared: Arc<Shared>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+/// What compiling and linking a component needs, shared with the built-ins that compile on
+/// their first call.
+struct Shared {
     engine: Engine,
     linker: Linker<State>,
     /// The compile cache's directory and the key its entries are signed with.
     cache: Option<(PathBuf, cache::Signer)>,
-    stop_ticker: Arc<AtomicBool>,
 }
 
 impl Drop for Runtime {
@@ -110,9 +117,11 @@ impl Runtime {
             })
             .map_err(|e| PluginError::Engine(e.to_string()))?;
         Ok(Runtime {
-            engine,
-            linker,
-            cache,
+            shared: Arc::new(Shared {
+                engine,
+                linker,
+                cache,
+            }),
             stop_ticker: stop,
         })
     }
@@ -124,7 +133,12 @@ impl Runtime {
 
     /// The wasmtime engine every plugin of this runtime is compiled for.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.shared.engine
+    }
+
+    /// The compile cache's directory, when the cache is on.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.shared.cache.as_ref().map(|(d, _)| d.as_path())
     }
 
     /// Read a component file and check it.
@@ -138,6 +152,208 @@ impl Runtime {
 
     /// Whether the disk cache holds `bytes` compiled for this engine (loading it is quick).
     pub fn is_cached(&self, bytes: &[u8]) -> bool {
+        self.shared.is_cached(bytes)
+    }
+
+    /// Compile (or load from the cache) and check world and contract version.
+    pub fn check_bytes(&self, bytes: &[u8], source: Source) -> Result<Checked, PluginError> {
+        let source_name = match &source {
+            Source::Builtin => super::kind::BUILTIN_SOURCE.to_string(),
+            Source::File(p) => p.display().to_string(),
+        };
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+            return Err(PluginError::NotWasm(source_name));
+        }
+        if bytes[4..8] == [1, 0, 0, 0] {
+            return Err(PluginError::CoreModule(source_name));
+        }
+        let start = Instant::now();
+        let (component, from_cache) = self.shared.compile(bytes, &source_name)?;
+        let info = LoadInfo {
+            from_cache,
+            load_us: start.elapsed().as_micros(),
+        };
+        let (kind, contract) = self.shared.world_of(&component, &source_name)?;
+        let sha256 = match &source {
+            Source::File(_) => {
+                use sha2::{Digest, Sha256};
+                Some(hex::encode(Sha256::digest(bytes)))
+            }
+            Source::Builtin => None,
+        };
+        Ok(Checked {
+            component,
+            kind,
+            contract,
+            source,
+            sha256,
+            info,
+        })
+    }
+
+    /// Link a checked component, read its manifest and compute its effective capabilities.
+    pub async fn instantiate(
+        &self,
+        checked: Checked,
+        workspace: &Path,
+        config: &kiln_config::Config,
+    ) -> Result<Plugin, PluginError> {
+        let source_name = checked.source.to_string();
+        let sha256 = checked.sha256.clone().unwrap_or_default();
+        let pre = self
+            .shared
+            .link(&checked.component, checked.kind, &source_name)?;
+        let plugin = self.unadmitted(
+            source_name,
+            checked.kind,
+            checked.contract,
+            checked.source,
+            Lazy::ready(pre),
+            None,
+            workspace,
+            config,
+        )?;
+        let manifest = plugin.get_manifest().await?;
+        self.admit(plugin, manifest, &sha256, workspace, config)
+    }
+
+    /// A built-in known by its `declared` data, its capabilities computed from the declared
+    /// manifest, its describe functions answered from the declared data: nothing is compiled
+    /// until another of its functions is called (then `bytes` are compiled, or loaded from the
+    /// cache, and linked once).
+    pub fn instantiate_declared(
+        &self,
+        bytes: &'static [u8],
+        declared: Declared,
+        workspace: &Path,
+        config: &kiln_config::Config,
+    ) -> Result<Plugin, PluginError> {
+        let manifest = declared.manifest.clone();
+        let shared = self.shared.clone();
+        let (name, kind, contract) = (
+            manifest.name.clone(),
+            declared.kind,
+            declared.contract.clone(),
+        );
+        let link = move || shared.link_declared(bytes, &name, kind, &contract);
+        let plugin = self.unadmitted(
+            super::kind::BUILTIN_SOURCE.to_string(),
+            declared.kind,
+            declared.contract.clone(),
+            Source::Builtin,
+            Lazy::later(Box::new(link)),
+            Some(Arc::new(declared)),
+            workspace,
+            config,
+        )?;
+        self.admit(plugin, manifest, "", workspace, config)
+    }
+
+    /// A plugin with no manifest or capabilities yet.
+    #[allow(clippy::too_many_arguments)]
+    fn unadmitted(
+        &self,
+        source_name: String,
+        kind: PluginKind,
+        contract: String,
+        source: Source,
+        pre: Lazy,
+        declared: Option<Arc<Declared>>,
+        workspace: &Path,
+        config: &kiln_config::Config,
+    ) -> Result<Plugin, PluginError> {
+        let root = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
+            .map_err(|e| PluginError::Sandbox {
+                plugin: source_name.clone(),
+                message: format!("cannot open the workspace {}: {e}", workspace.display()),
+            })?;
+        let fs_policy = Arc::new(super::fs_guard::WritePolicy::new(&root, config.protected()));
+        Ok(Plugin {
+            name: source_name,
+            kind,
+            contract,
+            source,
+            manifest: empty_manifest(),
+            effective: Arc::new(Effective::none()),
+            settings: BTreeMap::new(),
+            workspace: Arc::from(workspace),
+            root: Arc::new(root),
+            fs_policy,
+            declared,
+            engine: self.shared.engine.clone(),
+            pre,
+        })
+    }
+
+    /// Check `manifest`'s name, compute the plugin's grant and effective capabilities.
+    fn admit(
+        &self,
+        mut plugin: Plugin,
+        manifest: super::Manifest,
+        sha256: &str,
+        workspace: &Path,
+        config: &kiln_config::Config,
+    ) -> Result<Plugin, PluginError> {
+        let source_name = plugin.name.clone();
+        validate_name(&manifest.name).map_err(|e| PluginError::Manifest {
+            source_name: source_name.clone(),
+            message: e.to_string(),
+        })?;
+        let component = match &plugin.source {
+            Source::File(path) => kiln_config::Component::File { path, sha256 },
+            Source::Builtin => kiln_config::Component::Builtin,
+        };
+        let (mut grant, unbound) = config.grant_for(&manifest.name, component);
+        if let Some(why) = unbound {
+            eprintln!(
+                "kiln: warning: {}",
+                kiln_protocol::terminal::printable(&why)
+            );
+        }
+        if plugin.source == Source::Builtin && grant.fs.is_none() {
+            grant.fs = builtin::default_grant(&manifest.name).fs;
+        }
+        plugin.name = manifest.name.clone();
+        // No grant reaches kiln's own configuration, state or compile cache.
+        let kiln_dirs = super::kiln_dirs::kiln_dirs(self.cache_dir());
+        super::kiln_dirs::check_grant(&manifest.name, &grant, workspace, &kiln_dirs).map_err(
+            |e| PluginError::Sandbox {
+                plugin: manifest.name.clone(),
+                message: e.to_string(),
+            },
+        )?;
+        let mut effective = Effective::compute(&manifest, &grant);
+        effective.require_confinement = config.sandbox.require_confinement == Some(true);
+        effective.protect = config.sandbox.protect.clone().unwrap_or_default();
+        let protected = config.protected();
+        effective
+            .check_protected(&manifest.name, &protected, workspace)
+            .map_err(|e| PluginError::Sandbox {
+                plugin: manifest.name.clone(),
+                message: e.to_string(),
+            })?;
+        plugin.effective = Arc::new(effective);
+        plugin.settings = grant.settings.unwrap_or_default();
+        plugin.manifest = manifest;
+        Ok(plugin)
+    }
+
+    /// Check, link and describe a component from bytes.
+    pub async fn load(
+        &self,
+        bytes: &[u8],
+        source: Source,
+        workspace: &Path,
+        config: &kiln_config::Config,
+    ) -> Result<Plugin, PluginError> {
+        let checked = self.check_bytes(bytes, source)?;
+        self.instantiate(checked, workspace, config).await
+    }
+}
+
+impl Shared {
+    /// Whether the disk cache holds `bytes` compiled for this engine (loading it is quick).
+    fn is_cached(&self, bytes: &[u8]) -> bool {
         self.cache
             .as_ref()
             .is_some_and(|(d, _)| cache::entry_path(d, &self.engine, bytes).is_file())
@@ -173,157 +389,80 @@ impl Runtime {
         Ok((c, false))
     }
 
-    /// Compile (or load from the cache) and check world and contract version.
-    pub fn check_bytes(&self, bytes: &[u8], source: Source) -> Result<Checked, PluginError> {
-        let source_name = match &source {
-            Source::Builtin => super::kind::BUILTIN_SOURCE.to_string(),
-            Source::File(p) => p.display().to_string(),
-        };
-        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-            return Err(PluginError::NotWasm(source_name));
-        }
-        if bytes[4..8] == [1, 0, 0, 0] {
-            return Err(PluginError::CoreModule(source_name));
-        }
-        let start = Instant::now();
-        let (component, from_cache) = self.compile(bytes, &source_name)?;
-        let info = LoadInfo {
-            from_cache,
-            load_us: start.elapsed().as_micros(),
-        };
+    /// The kind and contract version of a compiled component (an edit format importing
+    /// `exec` is refused).
+    fn world_of(
+        &self,
+        component: &Component,
+        source_name: &str,
+    ) -> Result<(PluginKind, String), PluginError> {
         let ty = component.component_type();
         let exports: Vec<String> = ty
             .exports(&self.engine)
             .map(|(n, _)| n.to_string())
             .collect();
-        let (kind, contract) = world(&exports, &source_name)?;
+        let (kind, contract) = world(&exports, source_name)?;
         if kind == PluginKind::EditFormat
             && let Some((name, _)) = ty
                 .imports(&self.engine)
                 .find(|(n, _)| n.starts_with("kiln:plugin/exec"))
         {
             return Err(PluginError::Link {
-                source_name,
+                source_name: source_name.to_string(),
                 message: format!("edit formats are pure and may not import `{name}`"),
             });
         }
-        let sha256 = match &source {
-            Source::File(_) => {
-                use sha2::{Digest, Sha256};
-                Some(hex::encode(Sha256::digest(bytes)))
-            }
-            Source::Builtin => None,
-        };
-        Ok(Checked {
-            component,
-            kind,
-            contract,
-            source,
-            sha256,
-            info,
-        })
+        Ok((kind, contract))
     }
 
-    /// Link a checked component, read its manifest and compute its effective capabilities.
-    pub async fn instantiate(
+    /// Link a compiled component of `kind`.
+    fn link(
         &self,
-        checked: Checked,
-        workspace: &Path,
-        config: &kiln_config::Config,
-    ) -> Result<Plugin, PluginError> {
-        let source_name = checked.source.to_string();
-        let sha256 = checked.sha256.clone().unwrap_or_default();
+        component: &Component,
+        kind: PluginKind,
+        source_name: &str,
+    ) -> Result<Pre, PluginError> {
         let link_err = |e: wasmtime::Error| PluginError::Link {
-            source_name: source_name.clone(),
+            source_name: source_name.to_string(),
             message: format!("{e:#}"),
         };
-        let pre = self
-            .linker
-            .instantiate_pre(&checked.component)
-            .map_err(link_err)?;
-        let pre = match checked.kind {
+        let pre = self.linker.instantiate_pre(component).map_err(link_err)?;
+        Ok(match kind {
             PluginKind::Runner => Pre::Runner(runner::RunnerPluginPre::new(pre).map_err(link_err)?),
             PluginKind::EditFormat => {
                 Pre::EditFormat(edit_format::EditFormatPluginPre::new(pre).map_err(link_err)?)
             }
             PluginKind::Tool => Pre::Tool(tool::ToolPluginPre::new(pre).map_err(link_err)?),
-        };
-        let root = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
-            .map_err(|e| PluginError::Sandbox {
-                plugin: source_name.clone(),
-                message: format!("cannot open the workspace {}: {e}", workspace.display()),
-            })?;
-        let fs_policy = Arc::new(super::fs_guard::WritePolicy::new(&root, config.protected()));
-        let mut plugin = Plugin {
-            name: source_name.clone(),
-            kind: checked.kind,
-            contract: checked.contract,
-            source: checked.source,
-            info: checked.info,
-            manifest: empty_manifest(),
-            effective: Arc::new(Effective::none()),
-            settings: BTreeMap::new(),
-            workspace: Arc::from(workspace),
-            root: Arc::new(root),
-            fs_policy,
-            pre,
-        };
-        let manifest = plugin.get_manifest().await?;
-        validate_name(&manifest.name).map_err(|e| PluginError::Manifest {
-            source_name: source_name.clone(),
-            message: e.to_string(),
-        })?;
-        let component = match &plugin.source {
-            Source::File(path) => kiln_config::Component::File {
-                path,
-                sha256: &sha256,
-            },
-            Source::Builtin => kiln_config::Component::Builtin,
-        };
-        let (mut grant, unbound) = config.grant_for(&manifest.name, component);
-        if let Some(why) = unbound {
-            eprintln!(
-                "kiln: warning: {}",
-                kiln_protocol::terminal::printable(&why)
-            );
-        }
-        if plugin.source == Source::Builtin && grant.fs.is_none() {
-            grant.fs = builtin::default_grant(&manifest.name).fs;
-        }
-        plugin.name = manifest.name.clone();
-        // No grant reaches kiln's own configuration, state or compile cache.
-        let kiln_dirs = super::kiln_dirs::kiln_dirs(self.cache.as_ref().map(|(d, _)| d.as_path()));
-        super::kiln_dirs::check_grant(&manifest.name, &grant, workspace, &kiln_dirs).map_err(
-            |e| PluginError::Sandbox {
-                plugin: manifest.name.clone(),
-                message: e.to_string(),
-            },
-        )?;
-        let mut effective = Effective::compute(&manifest, &grant);
-        effective.require_confinement = config.sandbox.require_confinement == Some(true);
-        effective.protect = config.sandbox.protect.clone().unwrap_or_default();
-        let protected = config.protected();
-        effective
-            .check_protected(&manifest.name, &protected, workspace)
-            .map_err(|e| PluginError::Sandbox {
-                plugin: manifest.name.clone(),
-                message: e.to_string(),
-            })?;
-        plugin.effective = Arc::new(effective);
-        plugin.settings = grant.settings.unwrap_or_default();
-        plugin.manifest = manifest;
-        Ok(plugin)
+        })
     }
 
-    /// Check, link and describe a component from bytes.
-    pub async fn load(
+    /// Compile (or load from the cache) and link the built-in `name` on its first call,
+    /// checking that it is the world its declared data says (a stale `declared.json` is an
+    /// error, never a plugin of another kind).
+    fn link_declared(
         &self,
         bytes: &[u8],
-        source: Source,
-        workspace: &Path,
-        config: &kiln_config::Config,
-    ) -> Result<Plugin, PluginError> {
-        let checked = self.check_bytes(bytes, source)?;
-        self.instantiate(checked, workspace, config).await
+        name: &str,
+        kind: PluginKind,
+        contract: &str,
+    ) -> Result<Pre, PluginError> {
+        if !self.is_cached(bytes) && super::host_impl::progress_shown() {
+            eprintln!(
+                "kiln: compiling the built-in plugin `{name}` (first use; cached afterwards)…"
+            );
+        }
+        let source_name = format!("{} `{name}`", super::kind::BUILTIN_SOURCE);
+        let (component, _) = self.compile(bytes, super::kind::BUILTIN_SOURCE)?;
+        let found = self.world_of(&component, &source_name)?;
+        if found != (kind, contract.to_string()) {
+            return Err(PluginError::Manifest {
+                source_name,
+                message: format!(
+                    "it implements {}@{} but its declared.json says {}@{}",
+                    found.0, found.1, kind, contract
+                ),
+            });
+        }
+        self.link(&component, kind, &source_name)
     }
 }

@@ -34,6 +34,7 @@ mod task_cmd;
 mod tool_cmd;
 mod trust_cmd;
 mod undo_cmd;
+mod warm_cmd;
 mod worker_cmd;
 
 use crate::config::Config;
@@ -133,6 +134,10 @@ enum Command {
     /// Run one task (a JSON task spec on stdin) in the workspace: how a worker runs each task.
     #[command(hide = true)]
     RunTask,
+    /// Compile the built-ins the compile cache lacks, under its warmer lock: what a command
+    /// starts in the background when it found some (`KILN_NO_WARMER=1`: never).
+    #[command(hide = true, name = "warm-cache")]
+    WarmCache,
 }
 
 impl Ctx {
@@ -208,6 +213,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if matches!(cli.command, Command::WarmCache) {
+        return warm_cmd::run();
+    }
     if matches!(
         cli.command,
         Command::Agent(_)
@@ -313,6 +321,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Worker(args) => worker_cmd::run(&ctx, cli.global.yes, *args).await,
         Command::RunTask => run_task_cmd::run(&ctx, &cli.global.plugins).await,
         Command::Gc(args) => gc_cmd::run(&ctx, args),
+        Command::WarmCache => Ok(Outcome::Success),
     };
     if a_run {
         // The run's workspace keeps what `[gc]` says and no more; failing to prune costs only
@@ -367,6 +376,7 @@ fn touches_workspace(command: &Command) -> bool {
         | Command::Report(_)
         | Command::Batch(_)
         | Command::Worker(_)
+        | Command::WarmCache
         | Command::Gc(_) => false,
     }
 }

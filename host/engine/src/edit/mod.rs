@@ -438,6 +438,8 @@ pub async fn apply_as_tool_result(
     opts: &ApplyOptions,
     timeout: std::time::Duration,
 ) -> (String, bool, Vec<String>) {
+    // A built-in format's first use compiles it: not the tool's time.
+    let _ = format.link().await;
     let fut = apply_response(format, ws, response, targets, opts);
     report_as_tool_result(tool, tokio::time::timeout(timeout, fut).await, timeout)
 }
@@ -452,6 +454,7 @@ pub async fn write_whole_file(
     opts: &ApplyOptions,
     timeout: std::time::Duration,
 ) -> (String, bool, Vec<String>) {
+    let _ = format.link().await;
     let fut = write_whole(format, ws, path, content, opts);
     report_as_tool_result(
         "write_file",

@@ -35,6 +35,8 @@ pub async fn ast_refactor_tool(
     protected: &crate::path::Protected,
     timeout: Duration,
 ) -> (String, bool, Vec<String>) {
+    // Its first call compiles it (once per machine): not the tool's time.
+    let _ = plugin.link().await;
     let call = tokio::time::timeout(timeout, plugin.tool_call(TOOL, args)).await;
     let out = match call {
         Err(_) => {

@@ -113,6 +113,8 @@ async fn generate(cx: Ctx<'_, '_>, args: &str) -> Result<ToolOutcome, ToolOutcom
         dry_run: false,
         ..opts
     };
+    // A built-in format's first use compiles it: not the tool's time.
+    let _ = fmt.link().await;
     let fut = edit::apply_response(fmt, cx.ws, &answer, &a.paths, &apply);
     let r = tokio::time::timeout(s.timeout, fut).await;
     match edit_outcome(GENERATE_PATCH, r, s.timeout, cx.changed) {

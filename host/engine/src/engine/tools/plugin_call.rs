@@ -34,6 +34,9 @@ pub(crate) async fn plugin_answer(
     timeout: Duration,
     writes: crate::plugin::confine::Writes,
 ) -> (ToolOutcome, Option<&'static str>) {
+    // A built-in's first call compiles it (once per machine): not the tool's time. A failure
+    // to compile comes back from the call itself.
+    let _ = p.link().await;
     match tokio::time::timeout(timeout, p.tool_call_writing(name, args, writes)).await {
         Err(_) => (
             ToolOutcome::Failed(format!(

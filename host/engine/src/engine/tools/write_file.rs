@@ -60,6 +60,8 @@ impl ToolHandler for WriteFile {
                 protected: s.protected.clone(),
                 ..Default::default()
             };
+            // A built-in format's first use compiles it: not the tool's time.
+            let _ = fmt.link().await;
             let fut = edit::write_whole(fmt, cx.ws, &a.path, &a.content, &apply);
             let r = tokio::time::timeout(s.timeout, fut).await;
             edit_outcome(WRITE_FILE, r, s.timeout, cx.changed)

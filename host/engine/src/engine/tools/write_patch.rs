@@ -65,6 +65,8 @@ impl ToolHandler for WritePatch {
                 ..Default::default()
             };
             let targets = [a.path];
+            // A built-in format's first use compiles it: not the tool's time.
+            let _ = fmt.link().await;
             let fut = edit::apply_response(fmt, cx.ws, &a.patch, &targets, &apply);
             let r = tokio::time::timeout(s.timeout, fut).await;
             edit_outcome(WRITE_PATCH, r, s.timeout, cx.changed)
