@@ -1014,3 +1014,49 @@ fn an_html_page_at_the_base_url_is_named_as_such() {
     );
     assert!(!r.stderr().contains("stream = false"), "{}", r.stderr());
 }
+
+/// A password in the base URL (`http://user:password@proxy/v1`, a self-hosted server behind
+/// basic authentication) is a secret like the key: it is sent, but no message, `llm check`
+/// answer, history row or byte of the store holds it.
+#[test]
+fn a_password_in_the_base_url_is_never_shown_or_stored() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let base = "http://alice:pa55w0rd@127.0.0.1:1/v1";
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            base,
+            "--model",
+            "m",
+            "--cmd",
+            "false",
+            "--max-iters",
+            "1",
+        ],
+        &[("OPENAI_API_KEY", "sk-t")],
+    );
+    assert!(
+        r.stderr().contains("alice:***@127.0.0.1:1"),
+        "{}",
+        r.stderr()
+    );
+    let h = ws.kiln(&["history", "--json"], &[]);
+    h.expect_code(0);
+    assert!(h.stdout().contains("alice:***@"), "{}", h.stdout());
+    let c = ws.kiln(
+        &["llm", "check", "--base-url", base, "--model", "m", "--json"],
+        &[("OPENAI_API_KEY", "sk-t")],
+    );
+    c.expect_code(2);
+    assert_eq!(c.json()["base_url"], "http://alice:***@127.0.0.1:1/v1");
+    for text in [r.stdout(), r.stderr(), h.stdout(), c.stdout(), c.stderr()] {
+        assert!(!text.contains("pa55w0rd"), "{text}");
+    }
+    let db = std::fs::read(ws.store_path()).unwrap();
+    assert!(
+        !db.windows(8).any(|w| w == b"pa55w0rd"),
+        "the password is in the store"
+    );
+}

@@ -15,7 +15,7 @@ pub mod settings;
 pub mod sse;
 mod types;
 
-pub use settings::{LlmConfig, LlmFlags, LlmSettings, Provider, Secret};
+pub use settings::{LlmConfig, LlmFlags, LlmSettings, Provider, Secret, shown_url, url_password};
 pub use types::{
     ChatRequest, ChatResponse, Delta, LlmError, Message, ToolCall, ToolDef, Usage, classify_error,
 };
@@ -127,7 +127,10 @@ impl LlmClient {
                     r.attempts = request_retries + stream_retries + 1;
                     return Ok(r);
                 }
-                Err((e, wait)) => (e.scrub(self.settings.api_key.as_ref()), wait),
+                Err((e, wait)) => (
+                    e.scrub(self.settings.api_key.as_ref(), &self.settings.base_url),
+                    wait,
+                ),
             };
             let budget_left = if e.is_broken_stream() {
                 stream_retries < self.settings.stream_max_retries
@@ -550,9 +553,33 @@ mod tests {
             401,
             r#"{"error":{"message":"Incorrect API key provided: sk-abc"}}"#,
         )
-        .scrub(Some(&Secret::new("sk-abc")));
+        .scrub(Some(&Secret::new("sk-abc")), "https://api.openai.com/v1");
         assert!(
             matches!(&e, LlmError::Auth { message, .. } if !message.contains("sk-abc") && message.contains("[redacted]"))
         );
+    }
+
+    #[test]
+    fn a_base_url_password_is_scrubbed_and_shown_as_stars() {
+        let url = "http://alice:pa55w0rd@proxy:8080/v1";
+        assert_eq!(settings::url_password(url), Some("pa55w0rd"));
+        assert_eq!(settings::shown_url(url), "http://alice:***@proxy:8080/v1");
+        assert_eq!(settings::url_password("http://alice@proxy/v1"), None);
+        assert_eq!(
+            settings::shown_url("https://api.openai.com/v1"),
+            "https://api.openai.com/v1"
+        );
+        let e = LlmError::Refused {
+            url: format!("{url}/chat/completions"),
+        }
+        .scrub(None, url);
+        assert_eq!(
+            e.to_string()
+                .contains("alice:***@proxy:8080/v1/chat/completions"),
+            true,
+            "{e}"
+        );
+        let e = classify_error(401, "bad password pa55w0rd").scrub(None, url);
+        assert!(!e.to_string().contains("pa55w0rd"), "{e}");
     }
 }

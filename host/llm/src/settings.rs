@@ -63,6 +63,27 @@ impl fmt::Display for Secret {
     }
 }
 
+/// The password of `url`'s `user:password@`, if it has one: a secret like the API key
+/// (reqwest sends it as basic authentication), never shown or recorded.
+pub fn url_password(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    userinfo
+        .split_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.is_empty())
+}
+
+/// `url` as kiln shows and records it: the password of its `user:password@` replaced by
+/// `***` (`http://alice:***@proxy/v1`).
+pub fn shown_url(url: &str) -> String {
+    match url_password(url) {
+        Some(p) => url.replacen(&format!(":{p}@"), ":***@", 1),
+        None => url.to_string(),
+    }
+}
+
 /// Output token limit when nothing sets one.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// First-byte timeout, seconds.

@@ -182,11 +182,26 @@ impl LlmError {
         )
     }
 
-    pub(super) fn scrub(self, key: Option<&Secret>) -> LlmError {
-        let Some(k) = key.map(Secret::expose).filter(|k| k.len() >= 4) else {
+    /// The error with the API `key` and the password of `base_url`'s `user:password@` taken
+    /// out of every text it carries (a URL keeps its user: `http://alice:***@proxy/v1`).
+    pub(super) fn scrub(self, key: Option<&Secret>, base_url: &str) -> LlmError {
+        let k = key.map(Secret::expose).filter(|k| k.len() >= 4);
+        let password = super::settings::url_password(base_url);
+        if k.is_none() && password.is_none() {
             return self;
+        }
+        let s = |m: String| {
+            let m = match password {
+                Some(p) => m
+                    .replace(&format!(":{p}@"), ":***@")
+                    .replace(p, "[redacted]"),
+                None => m,
+            };
+            match k {
+                Some(k) => m.replace(k, "[redacted]"),
+                None => m,
+            }
         };
-        let s = |m: String| m.replace(k, "[redacted]");
         match self {
             LlmError::Refused { url } => LlmError::Refused { url: s(url) },
             LlmError::Unreachable { url, message } => LlmError::Unreachable {

@@ -47,7 +47,7 @@ impl LlmArgs {
         if let Some(var) = missing_key(&s) {
             anyhow::bail!(
                 "no API key for {} ({}): set {var} (or name another variable with `api_key_env` under [llm] in your user config, ~/.config/kiln/config.toml)",
-                s.base_url,
+                crate::llm::shown_url(&s.base_url),
                 s.provider.name()
             );
         }
@@ -142,7 +142,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: LlmCommand) -> anyhow::Result<Outcome> {
     let (provider, model, base) = (
         settings.provider.name(),
         settings.model.clone(),
-        settings.base_url.clone(),
+        crate::llm::shown_url(&settings.base_url),
     );
     let client = LlmClient::new(settings)?;
     let req = ChatRequest {
