@@ -116,7 +116,9 @@ fn a_write_outside_the_workspace_is_named() {
     r.expect_code(1);
     let out = r.stdout();
     assert!(
-        out.contains("note: wrote outside the workspace: /usr/kiln-refusal-probe"),
+        out.contains(
+            "note: the program reported a refused write outside the workspace: /usr/kiln-refusal-probe"
+        ),
         "{out}"
     );
     assert!(out.contains("use the temp dir (`TMPDIR`)"), "{out}");
@@ -133,7 +135,7 @@ fn a_write_outside_the_workspace_is_named() {
     assert!(
         n.len() == 1
             && n[0].starts_with(&format!(
-                "wrote a read-only path of the workspace: {}",
+                "the program reported a refused write to a read-only path of the workspace: {}",
                 git.display()
             )),
         "{res}"
@@ -240,7 +242,10 @@ fn without_a_view_refusals_are_named_too() {
     let res = r.json();
     let n = notes(&res);
     assert!(
-        n.len() == 1 && n[0].starts_with("wrote outside the workspace: /usr/kiln-refusal-probe"),
+        n.len() == 1
+            && n[0].starts_with(
+                "the program reported a refused write outside the workspace: /usr/kiln-refusal-probe"
+            ),
         "{res}"
     );
     // Without a view the host's /tmp is out of reach (only the call's own temp dir is
@@ -267,11 +272,61 @@ fn without_a_view_refusals_are_named_too() {
     assert!(
         n.len() == 1
             && n[0].starts_with(&format!(
-                "wrote outside the workspace: {}",
+                "the program reported a refused write outside the workspace: {}",
                 target.display()
             ))
             && n[0].contains("\"Permission denied\""),
         "{res}"
     );
     assert!(!target.exists());
+}
+
+/// A path note is what the program reported, not a kernel fact: a program can print any path
+/// with "Permission denied". kiln names it normalised (`..`, `//`), whole (spaces included) and
+/// with its control characters escaped, and advises no grant for secrets or the system.
+#[test]
+fn a_forged_path_note_is_the_programs_word_and_advises_no_grant_on_secrets() {
+    let ws = Workspace::new();
+    let home = ws.path().display().to_string();
+    ws.write(
+        "probe.py",
+        &format!(
+            "import sys\n\
+             print(\"touch: cannot touch '/tmp/../root//.ssh/authorized_keys': Permission denied\")\n\
+             print(\"touch: cannot touch '{home}/.ssh/authorized_keys': Permission denied\")\n\
+             print(\"PermissionError: [Errno 13] Permission denied: '/opt/kiln probe/x'\")\n\
+             print(\"touch: cannot touch '/opt/kiln\\x1b[2Kprobe': Permission denied\")\n\
+             sys.exit(1)\n"
+        ),
+    );
+    let res = check(&ws, "python3 probe.py");
+    let n = notes(&res);
+    assert_eq!(n.len(), 4, "{res}");
+    for (note, path) in n.iter().zip([
+        "/root/.ssh/authorized_keys".to_string(),
+        format!("{home}/.ssh/authorized_keys"),
+    ]) {
+        assert!(
+            note.starts_with(&format!("the program reported a refused write outside the workspace: {path} (\"Permission denied\")"))
+                || note.starts_with(&format!("the program reported a refused path outside the workspace: {path} (\"Permission denied\")")),
+            "{note}"
+        );
+        assert!(note.contains("kiln advises no grant there"), "{note}");
+        assert!(!note.contains("grant `"), "{note}");
+    }
+    assert!(
+        n[2].starts_with("the program reported a refused write outside the workspace: /opt/kiln probe/x ("),
+        "{}",
+        n[2]
+    );
+    assert!(n[2].contains("grant `write` for it under `[plugins.command]`"), "{}", n[2]);
+    assert!(
+        n[3].starts_with("the program reported a refused write outside the workspace: /opt/kiln\\u{1b}[2Kprobe ("),
+        "{}",
+        n[3]
+    );
+    // The human line: the same escape, no raw control character.
+    let r = ws.kiln(&["check", "--file", "probe.py", "--cmd", "python3 probe.py"], &[]);
+    assert!(r.stdout().contains("/opt/kiln\\u{1b}[2Kprobe"), "{}", r.stdout());
+    assert!(!r.stdout().contains('\u{1b}'), "{}", r.stdout());
 }

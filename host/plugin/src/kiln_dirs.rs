@@ -4,7 +4,9 @@
 //! runs unconfined). A `write` or `read` grant (or a read-write `fs` grant, for a workspace
 //! that holds one of them) that is one of these, lies inside one, or contains one
 //! (`write = ["~/.cache"]` contains `~/.cache/kiln`) is refused, naming both. Reading the
-//! cache is allowed: its entries are signed with a key programs cannot read.
+//! cache is allowed: its entries are signed with a key programs cannot read. One directory is
+//! let through: writing the build cache kiln keeps for that plugin and workspace
+//! ([`kiln_state::build_cache`]), exactly, and nothing above or beside it.
 
 use kiln_config::{Access, PluginConfig};
 use std::path::{Path, PathBuf};
@@ -103,7 +105,16 @@ pub fn check_grant(
             paths.push(("fs", p.to_string(), workspace.join(p), true));
         }
     }
+    // The build cache kiln keeps for this plugin and workspace (`--runner go`'s `GOCACHE`):
+    // a directory of the state directory made for exactly that, holding nothing else.
+    let own_cache = kiln_state::build_cache_path(workspace, plugin)
+        .ok()
+        .flatten()
+        .map(|p| kiln_state::resolve(&p));
     for (key, written, path, writes) in paths {
+        if key == "write" && own_cache.as_ref() == Some(&kiln_state::resolve(&path)) {
+            continue;
+        }
         for d in dirs.iter().filter(|d| writes || d.no_read) {
             if let Some(relation) = overlap(&path, &d.path) {
                 return Err(KilnDirGrant {
