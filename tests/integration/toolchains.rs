@@ -601,7 +601,11 @@ fn go_checks_share_a_build_cache_of_kilns_own_and_never_the_users() {
         "kiln's build cache for the workspace holds go's objects: {filled:?}"
     );
     let second = check();
-    assert_eq!(compiles(&second), 0, "the second check compiles nothing: {second}");
+    assert_eq!(
+        compiles(&second),
+        0,
+        "the second check compiles nothing: {second}"
+    );
     // The user's cache, and the default one under their HOME, were never written.
     assert!(files_under(&user_cache).is_empty());
     assert!(!ws.path().join(".cache/go-build").exists());
@@ -629,9 +633,8 @@ fn a_failing_tests_name_is_a_field_of_its_own() {
     let r = ws.kiln(&["check", "--file", "calc.py"], &[]);
     r.expect_code(1);
     assert!(
-        r.stderr().contains(
-            "failing tests: tests.test_calc::test_add, tests.test_calc::test_div"
-        ),
+        r.stderr()
+            .contains("failing tests: tests.test_calc::test_add, tests.test_calc::test_div"),
         "{}",
         r.stderr()
     );
@@ -639,7 +642,14 @@ fn a_failing_tests_name_is_a_field_of_its_own() {
     let c = Workspace::new();
     c.write("main.c", "int main(void) { return x; }\n");
     let r = c.kiln(
-        &["check", "--json", "--file", "main.c", "--cmd", "gcc -fsyntax-only {file}"],
+        &[
+            "check",
+            "--json",
+            "--file",
+            "main.c",
+            "--cmd",
+            "gcc -fsyntax-only {file}",
+        ],
         &[],
     );
     let j = r.json();

@@ -82,7 +82,11 @@ mod tests {
     fn a_failing_tests_name_is_read_from_the_runners_convention() {
         let t = Some(TEST_FAILURE);
         for (code, message, name) in [
-            (t, "test TestAdd failed: Add(1, 2) = -1, want 3", Some("TestAdd")),
+            (
+                t,
+                "test TestAdd failed: Add(1, 2) = -1, want 3",
+                Some("TestAdd"),
+            ),
             (t, "test TestAdd failed", Some("TestAdd")),
             (
                 t,

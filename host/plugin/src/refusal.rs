@@ -75,9 +75,9 @@ pub fn messages(plugin: Option<&str>, refused: &Refusals) -> Vec<String> {
         // What to do instead: the temp dir, and a grant unless the path is one no grant should
         // cover (a hook gets none anyway).
         let instead = |what: &str| match (plugin, no_grant(&p.path)) {
-            (Some(_), Some(why)) => format!(
-                "use the temp dir (`TMPDIR`); kiln advises no grant there: {why}"
-            ),
+            (Some(_), Some(why)) => {
+                format!("use the temp dir (`TMPDIR`); kiln advises no grant there: {why}")
+            }
             _ => format!("use the temp dir (`TMPDIR`) or {}", grant(what)),
         };
         out.push(match p.reach {
@@ -117,8 +117,21 @@ fn shown(path: &std::path::Path) -> String {
 /// System directories: a program has no business writing them, and no grant is advised for
 /// a path in, or holding, one.
 const SYSTEM: &[&str] = &[
-    "/etc", "/root", "/boot", "/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib",
-    "/lib32", "/lib64", "/libx32", "/var/lib", "/var/spool",
+    "/etc",
+    "/root",
+    "/boot",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/var/lib",
+    "/var/spool",
 ];
 
 /// Paths under the user's home that hold secrets (keys, tokens, credentials), or code that
@@ -126,15 +139,56 @@ const SYSTEM: &[&str] = &[
 /// that names programs, build caches their next unconfined build trusts): a grant there would
 /// hand a program the user's keys or their next session.
 const HOME_SECRETS: &[&str] = &[
-    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".git-credentials",
-    ".gitconfig", ".config/git", ".config/gh", ".config/gcloud", ".pypirc", ".npmrc",
-    ".yarnrc", ".cargo/credentials", ".cargo/credentials.toml", ".cargo/config",
-    ".cargo/config.toml", ".cargo/bin", ".local/bin", "bin", "go/bin", ".password-store",
-    ".local/share/keyrings", ".mozilla", ".config/google-chrome", ".config/chromium",
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
-    ".zprofile", ".zlogin", ".config/fish", ".config/autostart", ".config/systemd",
-    ".config/environment.d", ".pam_environment", ".xprofile", ".xinitrc", ".vimrc",
-    ".config/nvim", ".emacs", ".emacs.d", ".cache/go-build", ".cache/pip",
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".gitconfig",
+    ".config/git",
+    ".config/gh",
+    ".config/gcloud",
+    ".pypirc",
+    ".npmrc",
+    ".yarnrc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".cargo/config",
+    ".cargo/config.toml",
+    ".cargo/bin",
+    ".local/bin",
+    "bin",
+    "go/bin",
+    ".password-store",
+    ".local/share/keyrings",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
+    ".config/autostart",
+    ".config/systemd",
+    ".config/environment.d",
+    ".pam_environment",
+    ".xprofile",
+    ".xinitrc",
+    ".vimrc",
+    ".config/nvim",
+    ".emacs",
+    ".emacs.d",
+    ".cache/go-build",
+    ".cache/pip",
 ];
 
 /// Why kiln advises no grant for `path` (as written, and with its links resolved): it is,
@@ -234,7 +288,10 @@ mod tests {
             ),
             "{n}"
         );
-        assert!(n.contains("grant `write` for it under `[plugins.command]`"), "{n}");
+        assert!(
+            n.contains("grant `write` for it under `[plugins.command]`"),
+            "{n}"
+        );
     }
 
     #[test]

@@ -104,7 +104,11 @@ impl Lines<'_> {
                     if !failed_tests.is_empty() {
                         s.push_str(&format!(
                             "\n      failing {}: {}",
-                            if failed_tests.len() == 1 { "test" } else { "tests" },
+                            if failed_tests.len() == 1 {
+                                "test"
+                            } else {
+                                "tests"
+                            },
                             failed_tests.join(", ")
                         ));
                     }
