@@ -240,6 +240,33 @@ mod tests {
     }
 
     #[test]
+    fn only_the_plugins_own_build_cache_may_be_written_in_the_state_directory() {
+        let Ok(base) = kiln_state::base() else {
+            return;
+        };
+        let ws = tempfile::tempdir().unwrap();
+        let d = vec![KilnDir {
+            what: "kiln's state directory",
+            path: base,
+            no_read: true,
+        }];
+        let cache = kiln_state::build_cache_path(ws.path(), "go")
+            .unwrap()
+            .unwrap();
+        check_grant("go", &grant("write", &cache), ws.path(), &d).unwrap();
+        // Another plugin, the directory above it, or reading it: refused.
+        for (plugin, key, path) in [
+            ("other", "write", cache.clone()),
+            ("go", "write", cache.parent().unwrap().to_path_buf()),
+            ("go", "read", cache.clone()),
+            ("go", "write", cache.join("..").join("..")),
+        ] {
+            let e = check_grant(plugin, &grant(key, &path), ws.path(), &d).unwrap_err();
+            assert_eq!(e.what, "kiln's state directory", "{e}");
+        }
+    }
+
+    #[test]
     fn a_link_to_a_kiln_dir_is_seen_through() {
         let t = tempfile::tempdir().unwrap();
         let d = dirs(t.path());
