@@ -289,13 +289,11 @@ fn a_forged_path_note_is_the_programs_word_and_advises_no_grant_on_secrets() {
     let ws = Workspace::new();
     ws.write(
         "probe.py",
-        concat!(
-            "import sys\n\
-             print(\"touch: cannot touch '/tmp/../root//.ssh/authorized_keys': Permission denied\")\n\
-             print(\"PermissionError: [Errno 13] Permission denied: '/opt/kiln probe/x'\")\n\
-             print(\"touch: cannot touch '/opt/kiln\\x1b[2Kprobe': Permission denied\")\n\
-             sys.exit(1)\n"
-        ),
+        "import sys\n\
+         print(\"touch: cannot touch '/tmp/../root//.ssh/authorized_keys': Permission denied\")\n\
+         print(\"PermissionError: [Errno 13] Permission denied: '/opt/kiln probe/x'\")\n\
+         print(\"touch: cannot touch '/opt/kiln\\x1b[2Kprobe': Permission denied\")\n\
+         sys.exit(1)\n",
     );
     let res = check(&ws, "python3 probe.py");
     let n = notes(&res);
