@@ -49,7 +49,7 @@ fn main() {
             .collect();
         std::fs::write(&replay_path, lines).unwrap();
         let mut config = Config::default();
-        grant_runner_consent(&mut config, "command", Some(cmd)).unwrap();
+        grant_runner_consent(&mut config, "command", Some(cmd), None).unwrap();
         let reg = rt
             .block_on(Registry::load(&runtime, dir.path(), &config))
             .unwrap();

@@ -116,7 +116,9 @@ fn a_write_outside_the_workspace_is_named() {
     r.expect_code(1);
     let out = r.stdout();
     assert!(
-        out.contains("note: wrote outside the workspace: /usr/kiln-refusal-probe"),
+        out.contains(
+            "note: the program reported a refused write outside the workspace: /usr/kiln-refusal-probe"
+        ),
         "{out}"
     );
     assert!(out.contains("use the temp dir (`TMPDIR`)"), "{out}");
@@ -133,7 +135,7 @@ fn a_write_outside_the_workspace_is_named() {
     assert!(
         n.len() == 1
             && n[0].starts_with(&format!(
-                "wrote a read-only path of the workspace: {}",
+                "the program reported a refused write to a read-only path of the workspace: {}",
                 git.display()
             )),
         "{res}"
@@ -240,7 +242,10 @@ fn without_a_view_refusals_are_named_too() {
     let res = r.json();
     let n = notes(&res);
     assert!(
-        n.len() == 1 && n[0].starts_with("wrote outside the workspace: /usr/kiln-refusal-probe"),
+        n.len() == 1
+            && n[0].starts_with(
+                "the program reported a refused write outside the workspace: /usr/kiln-refusal-probe"
+            ),
         "{res}"
     );
     // Without a view the host's /tmp is out of reach (only the call's own temp dir is
@@ -267,11 +272,71 @@ fn without_a_view_refusals_are_named_too() {
     assert!(
         n.len() == 1
             && n[0].starts_with(&format!(
-                "wrote outside the workspace: {}",
+                "the program reported a refused write outside the workspace: {}",
                 target.display()
             ))
             && n[0].contains("\"Permission denied\""),
         "{res}"
     );
     assert!(!target.exists());
+}
+
+/// A path note is what the program reported, not a kernel fact: a program can print any path
+/// with "Permission denied". kiln names it normalised (`..`, `//`), whole (spaces included) and
+/// with its control characters escaped, and advises no grant for secrets or the system.
+#[test]
+fn a_forged_path_note_is_the_programs_word_and_advises_no_grant_on_secrets() {
+    let ws = Workspace::new();
+    ws.write(
+        "probe.py",
+        "import sys\n\
+         print(\"touch: cannot touch '/tmp/../root//.ssh/authorized_keys': Permission denied\")\n\
+         print(\"PermissionError: [Errno 13] Permission denied: '/opt/kiln probe/x'\")\n\
+         print(\"touch: cannot touch '/opt/kiln\\x1b[2Kprobe': Permission denied\")\n\
+         sys.exit(1)\n",
+    );
+    let res = check(&ws, "python3 probe.py");
+    let n = notes(&res);
+    assert_eq!(n.len(), 3, "{res}");
+    // Normalised, named as the program's report, and no grant advised (the home's secrets are
+    // covered by the unit tests: the tests' HOME is under /tmp, which programs may write).
+    let path = "/root/.ssh/authorized_keys";
+    assert!(
+        n[0].starts_with(&format!("the program reported a refused write outside the workspace: {path} (\"Permission denied\")"))
+            || n[0].starts_with(&format!("the program reported a refused path outside the workspace: {path} (\"Permission denied\")")),
+        "{}",
+        n[0]
+    );
+    assert!(n[0].contains("kiln advises no grant there"), "{}", n[0]);
+    assert!(!n[0].contains("grant `"), "{}", n[0]);
+    assert!(
+        n[1].starts_with(
+            "the program reported a refused write outside the workspace: /opt/kiln probe/x ("
+        ),
+        "{}",
+        n[1]
+    );
+    assert!(
+        n[1].contains("grant `write` for it under `[plugins.command]`"),
+        "{}",
+        n[1]
+    );
+    assert!(
+        n[2].starts_with(
+            "the program reported a refused write outside the workspace: /opt/kiln\\u{1b}[2Kprobe ("
+        ),
+        "{}",
+        n[2]
+    );
+    // The human line: the same escape, no raw control character.
+    let r = ws.kiln(
+        &["check", "--file", "probe.py", "--cmd", "python3 probe.py"],
+        &[],
+    );
+    assert!(
+        r.stdout().contains("/opt/kiln\\u{1b}[2Kprobe"),
+        "{}",
+        r.stdout()
+    );
+    assert!(!r.stdout().contains('\u{1b}'), "{}", r.stdout());
 }

@@ -527,3 +527,153 @@ fn cargo_errors_built_twice_are_reported_once() {
         "{d:?}"
     );
 }
+
+/// Every file under `dir` (recursively), relative to it; empty when `dir` is missing.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out
+}
+
+/// The go runner's build cache is kiln's own for the workspace (in kiln's state directory,
+/// written only by confined builds): the second check of a failing module compiles nothing
+/// (`go test -x` prints no `compile` command), and the user's `GOCACHE` stays untouched.
+#[test]
+fn go_checks_share_a_build_cache_of_kilns_own_and_never_the_users() {
+    let ws = Workspace::new();
+    ws.write("go.mod", "module example.com/calc\n\ngo 1.19\n");
+    ws.write(
+        "calc.go",
+        "package calc\n\nfunc Add(a, b int) int {\n\treturn a - b\n}\n",
+    );
+    ws.write(
+        "calc_test.go",
+        "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif got := Add(1, 2); got != 3 {\n\t\tt.Errorf(\"Add(1, 2) = %d, want 3\", got)\n\t}\n}\n",
+    );
+    // `-x`: go prints every command it runs, so a cached compile shows as a missing one.
+    ws.write("kiln.toml", "[plugins.go.settings]\nargs = \"-x ./...\"\n");
+    let user_cache = ws.path().join("user-gocache");
+    std::fs::create_dir(&user_cache).unwrap();
+    let env = [("GOCACHE", user_cache.to_str().unwrap())];
+    let check = || {
+        let r = ws.kiln(&["check", "--json", "--runner", "go"], &env);
+        let j = r.json();
+        assert_eq!(j["ok"], false, "{j}");
+        let d = diags(&r);
+        assert_eq!(
+            d,
+            [(
+                "calc_test.go".to_string(),
+                7,
+                "test TestAdd failed: Add(1, 2) = -1, want 3".to_string()
+            )],
+            "{j}"
+        );
+        j["stderr"].as_str().unwrap().to_string()
+    };
+    let compiles = |stderr: &str| {
+        stderr
+            .lines()
+            .filter(|l| l.contains("/compile ") && l.contains("calc"))
+            .count()
+    };
+    let first = check();
+    assert!(compiles(&first) > 0, "the first check compiles: {first}");
+    let key = kiln::state_dir::Identity::of(&ws.root()).unwrap().key();
+    let cache = ws
+        .state_home()
+        .join("kiln/workspaces")
+        .join(key)
+        .join("build-cache/go");
+    let filled = files_under(&cache);
+    assert!(
+        filled.iter().any(|f| f.to_string_lossy().ends_with("-d")),
+        "kiln's build cache for the workspace holds go's objects: {filled:?}"
+    );
+    let second = check();
+    assert_eq!(
+        compiles(&second),
+        0,
+        "the second check compiles nothing: {second}"
+    );
+    // The user's cache, and the default one under their HOME, were never written.
+    assert!(files_under(&user_cache).is_empty());
+    assert!(!ws.path().join(".cache/go-build").exists());
+}
+
+/// The failing test's name is a field of its own (read from the runners' `test NAME failed`
+/// convention): `test` in `kiln check --json` and in the result's `lastIteration.diagnostics`,
+/// `failed_tests` in `runner.finished`, and on the human summary line.
+#[test]
+fn a_failing_tests_name_is_a_field_of_its_own() {
+    let ws = pytest_project();
+    let r = ws.kiln(&["check", "--file", "calc.py", "--json"], &[]);
+    let j = r.json();
+    let tests: Vec<&str> = j["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["test"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(
+        tests,
+        ["tests.test_calc::test_add", "tests.test_calc::test_div"],
+        "{j}"
+    );
+    let r = ws.kiln(&["check", "--file", "calc.py"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stderr()
+            .contains("failing tests: tests.test_calc::test_add, tests.test_calc::test_div"),
+        "{}",
+        r.stderr()
+    );
+    // A compile error is no test: `test` is null.
+    let c = Workspace::new();
+    c.write("main.c", "int main(void) { return x; }\n");
+    let r = c.kiln(
+        &[
+            "check",
+            "--json",
+            "--file",
+            "main.c",
+            "--cmd",
+            "gcc -fsyntax-only {file}",
+        ],
+        &[],
+    );
+    let j = r.json();
+    assert!(j["diagnostics"][0]["test"].is_null(), "{j}");
+    // The fix loop: one answer that fixes add, not div; the loop stops after one iteration.
+    let mock = MockLlm::start(vec![openai_text(&sr(
+        "    return a - b\n",
+        "    return a + b\n",
+    ))]);
+    let r = ws.kiln_model(&mock.url, "fix", &["--file", "calc.py", "--max-iters", "1"]);
+    r.expect_code(1);
+    let finished: Vec<Value> = r
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "runner.finished")
+        .collect();
+    assert_eq!(
+        finished[0]["failed_tests"],
+        serde_json::json!(["tests.test_calc::test_add", "tests.test_calc::test_div"]),
+        "{finished:?}"
+    );
+    let last = &fix_result(&r)["lastIteration"];
+    let d = &last["diagnostics"][0];
+    assert_eq!(d["test"], "tests.test_calc::test_div", "{last}");
+    assert_eq!(d["code"], "test-failure", "{last}");
+}

@@ -12,10 +12,13 @@ use std::path::{Path, PathBuf};
 /// (`CARGO_HOME/registry`, `CARGO_HOME/git` and its lock and cache-tracking files) and reading
 /// its installed tools and configuration. Never writing `config.toml`, credentials or `bin/`:
 /// a build script that could would run its code in the user's next plain `cargo`.
+/// `--runner go` also gets a build cache of kiln's own for `workspace`, when given (see
+/// [`kiln_state::build_cache`]; `None`: none, the build cache is each call's own).
 pub fn grant_runner_consent(
     config: &mut Config,
     runner: &str,
     cmd: Option<&str>,
+    workspace: Option<&Path>,
 ) -> Result<(), ConfigError> {
     let pc = config.plugins.entry(runner.to_string()).or_default();
     if let Some(cmd) = cmd {
@@ -74,6 +77,28 @@ pub fn grant_runner_consent(
         let env = pc.env.get_or_insert_with(Vec::new);
         if !env.iter().any(|e| e == "GOMODCACHE") {
             env.push("GOMODCACHE".into());
+        }
+    }
+    if runner == "go"
+        && let Some(ws) = workspace
+        && let Ok(Some(cache)) = kiln_state::build_cache(ws, "go")
+    {
+        // go's build cache: kiln's own for this workspace, written by confined builds only,
+        // so every check after the first compiles only what changed. Never the user's
+        // `GOCACHE`: a confined build could plant an object there that the user's next plain
+        // `go build` would link. Without it (no state directory) the build cache is the
+        // call's own, as before.
+        let cache = cache.to_string_lossy().into_owned();
+        let write = pc.write.get_or_insert_with(Vec::new);
+        if !write.contains(&cache) {
+            write.push(cache.clone());
+        }
+        pc.settings
+            .get_or_insert_with(BTreeMap::new)
+            .insert("gocache".into(), cache);
+        let env = pc.env.get_or_insert_with(Vec::new);
+        if !env.iter().any(|e| e == "GOCACHE") {
+            env.push("GOCACHE".into());
         }
     }
     if runner == "cargo" {

@@ -100,7 +100,7 @@ fn write_grants_are_absolute_or_home_and_cargo_consent_writes_only_its_caches() 
     Config::default().layer_file(&ws).unwrap();
 
     let mut c = Config::default();
-    grant_runner_consent(&mut c, "cargo", None).unwrap();
+    grant_runner_consent(&mut c, "cargo", None, None).unwrap();
     let home = std::env::var("CARGO_HOME").unwrap_or_else(|_| "~/.cargo".into());
     let pc = c.plugin("cargo");
     let write = pc.write.unwrap();
@@ -125,7 +125,7 @@ fn write_grants_are_absolute_or_home_and_cargo_consent_writes_only_its_caches() 
 #[test]
 fn naming_a_toolchain_runner_grants_its_tool_and_nothing_else() {
     let mut c = Config::default();
-    grant_runner_consent(&mut c, "pytest", None).unwrap();
+    grant_runner_consent(&mut c, "pytest", None, None).unwrap();
     let pc = c.plugin("pytest");
     let exec: Vec<(String, Vec<String>)> = pc
         .exec
@@ -151,7 +151,7 @@ fn naming_a_toolchain_runner_grants_its_tool_and_nothing_else() {
         ("make", "make"),
     ] {
         let mut c = Config::default();
-        grant_runner_consent(&mut c, runner, None).unwrap();
+        grant_runner_consent(&mut c, runner, None, None).unwrap();
         let pc = c.plugin(runner);
         assert!(
             pc.exec.unwrap().iter().any(|g| g.program == program),

@@ -4,7 +4,9 @@
 //! runs unconfined). A `write` or `read` grant (or a read-write `fs` grant, for a workspace
 //! that holds one of them) that is one of these, lies inside one, or contains one
 //! (`write = ["~/.cache"]` contains `~/.cache/kiln`) is refused, naming both. Reading the
-//! cache is allowed: its entries are signed with a key programs cannot read.
+//! cache is allowed: its entries are signed with a key programs cannot read. One directory is
+//! let through: writing the build cache kiln keeps for that plugin and workspace
+//! ([`kiln_state::build_cache`]), exactly, and nothing above or beside it.
 
 use kiln_config::{Access, PluginConfig};
 use std::path::{Path, PathBuf};
@@ -103,7 +105,16 @@ pub fn check_grant(
             paths.push(("fs", p.to_string(), workspace.join(p), true));
         }
     }
+    // The build cache kiln keeps for this plugin and workspace (`--runner go`'s `GOCACHE`):
+    // a directory of the state directory made for exactly that, holding nothing else.
+    let own_cache = kiln_state::build_cache_path(workspace, plugin)
+        .ok()
+        .flatten()
+        .map(|p| kiln_state::resolve(&p));
     for (key, written, path, writes) in paths {
+        if key == "write" && own_cache.as_ref() == Some(&kiln_state::resolve(&path)) {
+            continue;
+        }
         for d in dirs.iter().filter(|d| writes || d.no_read) {
             if let Some(relation) = overlap(&path, &d.path) {
                 return Err(KilnDirGrant {
@@ -225,6 +236,33 @@ mod tests {
             ("read", home.join(".local/share")),
         ] {
             check_grant("p", &grant(key, &path), &ws, &d).unwrap();
+        }
+    }
+
+    #[test]
+    fn only_the_plugins_own_build_cache_may_be_written_in_the_state_directory() {
+        let Ok(base) = kiln_state::base() else {
+            return;
+        };
+        let ws = tempfile::tempdir().unwrap();
+        let d = vec![KilnDir {
+            what: "kiln's state directory",
+            path: base,
+            no_read: true,
+        }];
+        let cache = kiln_state::build_cache_path(ws.path(), "go")
+            .unwrap()
+            .unwrap();
+        check_grant("go", &grant("write", &cache), ws.path(), &d).unwrap();
+        // Another plugin, the directory above it, or reading it: refused.
+        for (plugin, key, path) in [
+            ("other", "write", cache.clone()),
+            ("go", "write", cache.parent().unwrap().to_path_buf()),
+            ("go", "read", cache.clone()),
+            ("go", "write", cache.join("..").join("..")),
+        ] {
+            let e = check_grant(plugin, &grant(key, &path), ws.path(), &d).unwrap_err();
+            assert_eq!(e.what, "kiln's state directory", "{e}");
         }
     }
 

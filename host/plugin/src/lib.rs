@@ -45,7 +45,7 @@ pub use bindings::types::{Diagnostic, Manifest, Severity};
 pub use capability::Effective;
 pub use contract::{CONTRACT_VERSION, contract_compatible};
 pub use declared::{Declared, DeclaredFormat};
-pub use diagnostic::{diagnostic_json, diagnostic_line, severity_name};
+pub use diagnostic::{TEST_FAILURE, diagnostic_json, diagnostic_line, severity_name, test_name};
 pub use error::{PluginError, call_error_parts, describe_call_error};
 pub use exec::{
     Finished, HostProgramError, Reach, confinement, resolve_program, run_confined, run_host_program,

@@ -174,6 +174,9 @@ pub struct LastIteration {
     /// What the model answered in this iteration (its start), or why it stopped the loop;
     /// `None` for iteration 0 or an iteration the model did not answer.
     pub summary: Option<String>,
+    /// The check's first diagnostics, as `kiln check --json` prints them (with `test`, the
+    /// failing test's name, on a test failure).
+    pub diagnostics: Vec<serde_json::Value>,
 }
 
 /// How one tool call ended, as the model is told: its text, and whether it worked, failed,

@@ -112,7 +112,7 @@ impl RunnerArgs {
                 None => "command".to_string(),
             },
         };
-        crate::config::grant_runner_consent(config, &runner, cmd.as_deref())?;
+        crate::config::grant_runner_consent(config, &runner, cmd.as_deref(), Some(workspace))?;
         // The runner's deadline: --timeout, `[fix] timeout`, a deadline the user granted the
         // plugin (`[plugins.NAME] timeout_ms`), else 10 minutes.
         let fix_timeout = config.fix.timeout;
@@ -403,13 +403,31 @@ fn print_result(r: &crate::plugin::RunResult, quiet: bool) {
     if quiet && r.ok {
         return;
     }
+    let mut tests: Vec<&str> = Vec::new();
+    for t in r.diagnostics.iter().filter_map(crate::plugin::test_name) {
+        if !tests.contains(&t) {
+            tests.push(t);
+        }
+    }
+    let tests = if tests.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", failing {}: {}",
+            if tests.len() == 1 { "test" } else { "tests" },
+            tests.join(", ")
+        )
+    };
     eprintln!(
-        "{} (exit {}, {} ms, {}, {}{})",
-        if r.ok { "passed" } else { "failed" },
-        r.exit_code,
-        r.duration_ms,
-        count(r.diagnostics.len(), "diagnostic", "diagnostics"),
-        count(errors, "error", "errors"),
-        if r.timed_out { ", timed out" } else { "" }
+        "{}",
+        crate::terminal::printable(&format!(
+            "{} (exit {}, {} ms, {}, {}{tests}{})",
+            if r.ok { "passed" } else { "failed" },
+            r.exit_code,
+            r.duration_ms,
+            count(r.diagnostics.len(), "diagnostic", "diagnostics"),
+            count(errors, "error", "errors"),
+            if r.timed_out { ", timed out" } else { "" }
+        ))
     );
 }

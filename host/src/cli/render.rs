@@ -82,6 +82,7 @@ impl Lines<'_> {
                 duration_ms,
                 fresh,
                 first,
+                failed_tests,
                 tail,
             } => {
                 let verdict = if *ok { "passed" } else { "failed" };
@@ -99,6 +100,17 @@ impl Lines<'_> {
                 if !*ok && *fresh {
                     for d in first {
                         s.push_str(&format!("\n      {d}"));
+                    }
+                    if !failed_tests.is_empty() {
+                        s.push_str(&format!(
+                            "\n      failing {}: {}",
+                            if failed_tests.len() == 1 {
+                                "test"
+                            } else {
+                                "tests"
+                            },
+                            failed_tests.join(", ")
+                        ));
                     }
                     if !tail.is_empty() {
                         s.push_str("\n      no diagnostic parsed; the output ends:");

@@ -275,6 +275,54 @@ pub fn inside(root: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
+/// The directory under a workspace's state directory that holds the build caches kiln keeps
+/// for its runners ([`build_cache`]).
+pub const BUILD_CACHES: &str = "build-cache";
+
+/// Where kiln keeps the build cache of the runner `plugin` for the workspace at `root`:
+/// `workspaces/<key>/build-cache/<plugin>` in [`base`]. Computed, not created: for comparing a
+/// grant with it. `None` when `plugin` is not one plain path component.
+pub fn build_cache_path(root: &Path, plugin: &str) -> Result<Option<PathBuf>, StateDirError> {
+    if !is_component(plugin) {
+        return Ok(None);
+    }
+    let key = Identity::of(root)?.key();
+    Ok(Some(
+        base()?
+            .join("workspaces")
+            .join(key)
+            .join(BUILD_CACHES)
+            .join(plugin),
+    ))
+}
+
+/// [`build_cache_path`], created (each new level mode 0700, no level followed when it is a
+/// link) with the workspace's state directory. A build cache of kiln's own, keyed by
+/// workspace: outside the workspace (nothing a repository ships can plant an object there)
+/// and outside the user's own caches (a confined build can write it; the user's next
+/// unconfined build never reads it).
+pub fn build_cache(root: &Path, plugin: &str) -> Result<Option<PathBuf>, StateDirError> {
+    let Some(path) = build_cache_path(root, plugin)? else {
+        return Ok(None);
+    };
+    let Some(state) = WorkspaceState::open(root, true)? else {
+        return Ok(None);
+    };
+    let io = |source| StateDirError::Io {
+        path: path.clone(),
+        source,
+    };
+    let Some(caches) = state.subdir(BUILD_CACHES, true)? else {
+        return Ok(None);
+    };
+    Ok(subdir_of(&caches, plugin, true).map_err(io)?.map(|_| path))
+}
+
+/// `name` is one ordinary path component.
+fn is_component(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
+}
+
 /// What identifies a workspace: its canonical path, device and inode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {

@@ -7,10 +7,12 @@
 //! Settings: `mode` (`test`, `build`, `vet`), `args` (extra arguments replacing `./...`,
 //! split on whitespace).
 //!
-//! The build cache goes to the (empty, writable) HOME kiln gives each program, and
-//! `GOTOOLCHAIN=local` keeps go from fetching another toolchain. The `modcache` setting (which
-//! naming the runner sets to the user's module cache, granted read-only) becomes `GOMODCACHE`,
-//! so a module already downloaded builds without network.
+//! The `gocache` setting (which naming the runner sets to a build cache kiln keeps for the
+//! workspace, granted read-write) becomes `GOCACHE`, so a check compiles only what changed
+//! since the last one; without it the build cache goes to the (empty, writable) HOME kiln gives
+//! each program. `GOTOOLCHAIN=local` keeps go from fetching another toolchain. The `modcache`
+//! setting (which naming the runner sets to the user's module cache, granted read-only)
+//! becomes `GOMODCACHE`, so a module already downloaded builds without network.
 
 use kiln_guest::runner::{
     self, Diagnostic, Error, Manifest, RunRequest, RunResult, Runner, RunnerInfo, Severity,
@@ -38,6 +40,7 @@ impl Runner for Go {
         .with_env("GOTOOLCHAIN")
         .with_env("GOPROXY")
         .with_env("GOMODCACHE")
+        .with_env("GOCACHE")
         .with_timeout_ms(600_000)
     }
 
@@ -95,12 +98,16 @@ struct Module {
     dir: String,
 }
 
-/// `go ARGS` with the toolchain kept local and the module cache of the `modcache` setting.
+/// `go ARGS` with the toolchain kept local, the module cache of the `modcache` setting and the
+/// build cache of the `gocache` setting.
 fn go(request: &RunRequest, args: &[String]) -> runner::Command {
     let mut cmd = runner::command("go", args);
     cmd.env.push(("GOTOOLCHAIN".into(), "local".into()));
     if let Some(cache) = runner::setting(request, "modcache") {
         cmd.env.push(("GOMODCACHE".into(), cache.into()));
+    }
+    if let Some(cache) = runner::setting(request, "gocache") {
+        cmd.env.push(("GOCACHE".into(), cache.into()));
     }
     cmd
 }

@@ -70,6 +70,9 @@ pub enum Event {
         fresh: bool,
         /// The first few diagnostics, one line each (`file:line:col: severity: message`).
         first: Vec<String>,
+        /// The failing tests the diagnostics name (each once, in order; see
+        /// `kiln_plugin::test_name`).
+        failed_tests: Vec<String>,
         /// When the check failed and no diagnostic was parsed: the last lines of its output
         /// (stdout, then stderr), so a person sees what failed; empty otherwise.
         tail: Vec<String>,

@@ -856,6 +856,7 @@ impl Fix<'_> {
                 .take(FIRST_DIAGNOSTICS)
                 .map(crate::plugin::diagnostic_line)
                 .collect(),
+            failed_tests: failed_tests(&r.diagnostics),
             // kiln's sandbox notes are no diagnostic of the tool: the output still shows.
             tail: if r.ok
                 || r.diagnostics
@@ -1314,7 +1315,25 @@ fn last_iteration(row: &IterationRow) -> LastIteration {
         stdout: history::tail(&row.stdout, LAST_OUTPUT_TAIL),
         stderr: history::tail(&row.stderr, LAST_OUTPUT_TAIL),
         summary: row.llm_summary.clone(),
+        diagnostics: match &row.diagnostics {
+            serde_json::Value::Array(a) => a.iter().take(LAST_DIAGNOSTICS).cloned().collect(),
+            _ => Vec::new(),
+        },
     }
+}
+
+/// Diagnostics a result's `lastIteration` keeps (the first).
+const LAST_DIAGNOSTICS: usize = 50;
+
+/// The failing tests `diagnostics` name, each once, in order.
+fn failed_tests(diagnostics: &[crate::plugin::Diagnostic]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in diagnostics.iter().filter_map(crate::plugin::test_name) {
+        if !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    out
 }
 
 fn failure_text(r: &RunResult) -> String {
