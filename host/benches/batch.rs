@@ -4,6 +4,8 @@
 //! 127.0.0.1 answering at once) run by 1, 2 and 4 `kiln worker` processes sharing a queue,
 //! against the same tasks run one after another with plain `kiln fix`. Prints the figures.
 //! Run with `cargo bench --bench batch`.
+// Benchmarks set up their fixtures as they like (clippy.toml: only the writer writes, in kiln).
+#![allow(clippy::disallowed_methods)]
 
 #[path = "../../tests/integration/pg.rs"]
 mod pg;

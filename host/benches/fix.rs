@@ -2,6 +2,8 @@
 //! applying through the plugin, store writes, events), excluding the runner's process time and
 //! the model's time (a replay answers instantly), and the peak memory of a 5-iteration loop.
 //! Prints medians over several loops. Run with `cargo bench --bench fix`.
+// Benchmarks set up their fixtures as they like (clippy.toml: only the writer writes, in kiln).
+#![allow(clippy::disallowed_methods)]
 
 use kiln::config::{Config, grant_runner_consent};
 use kiln::engine::{self, Event, FixOptions, ModelSource, Replay};

@@ -8,6 +8,8 @@
 //! Run with `cargo bench --bench fleet` (release) or `cargo bench --bench fleet --profile dev`.
 //! Settings (environment): `FLEET_TASKS` (default 24), `FLEET_LATENCY_MS` (default 500),
 //! `FLEET_RUNS` (default 3), `FLEET_N` (default `1,2,4,6`), `FLEET_PG=0` to skip PostgreSQL.
+// Benchmarks set up their fixtures as they like (clippy.toml: only the writer writes, in kiln).
+#![allow(clippy::disallowed_methods)]
 
 #[path = "../../tests/integration/pg.rs"]
 mod pg;

@@ -2,6 +2,8 @@
 //! the median of a tool call that creates and writes a file in a read-write grant, of one that
 //! overwrites an existing file, and of one that only reads (no check), each a fresh instance.
 //! Run with `cargo bench --bench plugin_writes` (or `--profile dev` for a debug host).
+// Benchmarks set up their fixtures as they like (clippy.toml: only the writer writes, in kiln).
+#![allow(clippy::disallowed_methods)]
 
 use kiln::config::Config;
 use kiln::plugin::{Runtime, Source, builtin};

@@ -15,6 +15,8 @@
 //!
 //! Nothing here reads or writes a workspace. A directory that cannot be understood (no
 //! readable `workspace.json`, a record that does not parse) is left alone and named.
+// Writes outside the workspace: removes what kiln's state directory no longer keeps; never reads or writes a workspace.
+#![allow(clippy::disallowed_methods)]
 
 use crate::state_dir::Identity;
 use crate::undo::backup::{Cached, RunRecord};

@@ -470,6 +470,8 @@ fn test_mods(text: &str) -> Vec<(usize, &str, bool)> {
         .collect()
 }
 
+/// Backed by clippy (`clippy.toml`'s `disallowed-methods`, whose allows name the same modules
+/// with the same reasons); this grep also catches the open flags clippy cannot name.
 #[test]
 fn only_the_writer_writes_the_workspace() {
     // The host's own sources and those of the crates split out of it (`host/<crate>/src`,

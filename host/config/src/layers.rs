@@ -1,5 +1,7 @@
 //! Layering: the user file, then the workspace file (whole when trusted, else its
 //! allowlist), validated and merged into one [`Config`](crate::schema::Config).
+// Writes outside the workspace: the trust record `kiln trust` writes, in the user's state directory.
+#![allow(clippy::disallowed_methods)]
 
 use crate::error::ConfigError;
 use crate::files::{read_text, sha256_hex, user_config_path};

@@ -1,5 +1,12 @@
 //! Retry policy: which failures are worth another attempt, and how long to wait (exponential
 //! backoff with jitter, or what the server asked for in `retry-after-ms` / `retry-after`).
+//!
+//! Kept rather than `backon` (issue #32). Its `adjust` hook could take the server's delay
+//! and `notify` could announce a retry, but `Client::complete` keeps two retry budgets (the
+//! request's, `max_retries`, spent only while nothing reached the caller; a broken stream's,
+//! `stream_max_retries`, even after text did, with its own attempt count for the backoff),
+//! and a backon builder counts one: both counts and the "text was shown" flag would live in
+//! state shared by the closures around it, for a backoff that is the three functions below.
 
 use std::time::Duration;
 

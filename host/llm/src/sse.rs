@@ -1,5 +1,15 @@
 //! A Server-Sent Events decoder: bytes in, complete events (`event:` name and joined `data:`
 //! lines) out. Tolerates CRLF line endings and events split across network chunks.
+//!
+//! Kept rather than `eventsource-stream` (issue #32): that crate wraps the byte stream and
+//! holds an unfinished event where the caller cannot see it, so the cap on an event that
+//! never ends ([`Decoder::pending_bytes`], tests/integration/llm.rs
+//! `a_streamed_reply_past_max_reply_bytes_fails_fast_and_is_not_retried`) could not be
+//! kept; it drops, as the SSE specification says a browser should, a last event with no
+//! blank line after it, which [`Decoder::finish`] hands over so a reply whose last event
+//! completes it is not called cut off; and the read loop needs each raw chunk under its idle
+//! timeout and the body's first bytes to name a body that is no event stream. It would
+//! also bring `nom`, which nothing else here builds.
 
 /// One SSE event.
 #[derive(Debug, Clone, PartialEq, Eq)]

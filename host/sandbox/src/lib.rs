@@ -20,6 +20,8 @@
 //! What the confinement refused a call is reported back ([`Refusals`]): the sockets the kernel
 //! handed to kiln's listener ([`notify`]), and the paths the program reported refused where
 //! the call's own rules refuse them ([`refused`]), so kiln can say what to grant.
+// Unit tests set up their fixtures as they like; only the writer writes a workspace (clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod caps;
 pub mod landlock;
@@ -238,6 +240,8 @@ impl Confinement {
     /// Create the call's temp dir and build the ruleset. `Err(refusal)` when the program may
     /// not run: confinement is required (`[sandbox] require_confinement`) but not complete here,
     /// or the ruleset could not be built.
+    // The `tmp` and `home` directories of a call, inside the call's own fresh temporary directory.
+    #[allow(clippy::disallowed_methods)]
     pub fn prepare(policy: &Policy<'_>) -> Result<Confinement, Refusal> {
         let ll = Landlock::current();
         let gaps = gaps(policy.net);

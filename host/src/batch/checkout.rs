@@ -1,6 +1,8 @@
 //! A task's fresh checkout in the worker's scratch directory: a git clone at the task's
 //! revision, or a copy of a plain directory made into a repository with one baseline commit,
 //! so that what the run changed is always `git diff` against where it started.
+// Writes outside the workspace: a task's checkout: a copy of its repository under the batch's scratch.
+#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

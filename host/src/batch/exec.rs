@@ -7,6 +7,8 @@
 //! there and the worker's configuration) and dies with the worker (`PR_SET_PDEATHSIG`).
 //!
 //! [`TaskSpec`]: crate::task_spec::TaskSpec
+// Writes outside the workspace: a task's attempt directory under the batch's scratch (never the workspace).
+#![allow(clippy::disallowed_methods)]
 
 use super::checkout;
 use super::queue::Claim;

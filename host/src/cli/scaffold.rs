@@ -3,6 +3,8 @@
 //! generated. The WIT contract is copied into the project, so it builds without kiln's source;
 //! a Rust project also gets a vendored copy of the guest SDK (`kiln-guest`, see [`super::guest_sdk`])
 //! and is written against its traits and export macros.
+// Writes outside the workspace: `kiln plugin new`: a new project directory the user names.
+#![allow(clippy::disallowed_methods)]
 
 use anyhow::Context;
 use clap::ValueEnum;

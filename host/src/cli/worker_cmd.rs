@@ -1,6 +1,8 @@
 //! `kiln worker`: claim tasks from a shared store and run them, N at once, until stopped (or,
 //! with `--once`, until nothing is left to claim); plus what `kiln batch` shares with it:
 //! opening the queue, the lease flags, and driving a worker with progress on stderr.
+// Writes outside the workspace: the batch directory and a worker's scratch: kiln's state directory, or the --dir/--scratch the user names.
+#![allow(clippy::disallowed_methods)]
 
 use super::ctx::{Ctx, Outcome};
 use crate::batch::exec::ExecSettings;

@@ -18,6 +18,8 @@
 //!
 //! It must never import another kiln crate: the store, the edit journal, undo and the plugin
 //! cache all find their directories through it.
+// Unit tests set up their fixtures as they like; only the writer writes a workspace (clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod run_lock;
 
@@ -133,6 +135,8 @@ pub fn cache_key_path() -> Result<PathBuf, StateDirError> {
 /// link, so a concurrent kiln reads either no key or a whole one. A key file that is a link,
 /// not a regular file, not the user's own, readable by others or of another length is
 /// refused.
+// kiln's state directory, outside the workspace.
+#[allow(clippy::disallowed_methods)]
 pub fn load_or_create_key(path: &Path) -> Result<[u8; CACHE_KEY_LEN], StateDirError> {
     let io = |source| StateDirError::Io {
         path: path.to_path_buf(),
@@ -456,6 +460,8 @@ fn check_identity(dir: &Dir, path: &Path, id: &Identity) -> Result<(), StateDirE
 }
 
 /// Create `path` and its missing parents, each new one mode 0700.
+// kiln's state directory, outside the workspace.
+#[allow(clippy::disallowed_methods)]
 fn create_private_all(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()

@@ -91,6 +91,7 @@ impl AgentOptions {
             command_allowlist: self.command_allowlist.clone(),
             program_writes: self.program_writes,
             require_confinement: self.require_confinement,
+            fix_loop: Some(super::fix::run_fix_boxed),
         }
     }
 }

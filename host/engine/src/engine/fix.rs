@@ -10,17 +10,18 @@
 //! number of files.
 
 use super::defaults::WHOLE_FORMAT;
-use super::error::{HostError, from_host_errors};
 use super::events::Event;
+pub use super::fix_options::{FixError, FixOptions, FixPlugins};
 use super::history;
 use super::run::{AskError, Run, RunCtx, cancelled};
-use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS, LIST_DIR, READ_FILES, SEARCH_REPO};
+use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS, LIST_DIR, LOOP_STOP, READ_FILES, SEARCH_REPO};
+use super::tools::loop_stop::LoopStopArgs;
+use super::tools::{Changes, Imp, ToolSettings, Toolbox, Turn};
 use crate::edit::{self, ApplyOptions, Workspace};
 use crate::llm::{ChatRequest, Message, ToolDef};
 use crate::plugin::{Plugin, PluginCallError, PluginError, RunResult, Severity};
 use crate::store::{IterationRow, NewLoop};
 use kiln_protocol::outcome::{FixOutcome, LastIteration, LoopStatus, StopReason};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,131 +39,29 @@ const OUTPUT_TAIL_LINES: usize = 12;
 const MAX_TOOL_ROUNDS: usize = 3;
 /// Files named by the diagnostics whose code a project-mode prompt shows.
 const PROJECT_FILES_SHOWN: usize = 5;
+/// The fix loop's own tools, in the order the model is shown them: the stop, then the
+/// history tools (the first only, on a round past the last).
+const FIX_TOOLS: &[&str] = &[LOOP_STOP, GET_LOOPS, GET_LOOP_DETAIL];
 /// The read-only tools the model may use in project mode to look around before it answers.
 pub const PROJECT_TOOLS: &[&str] = &[READ_FILES, SEARCH_REPO, LIST_DIR];
 /// Deadline of one project-mode tool call.
 const PROJECT_TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// What to fix and how.
-#[derive(Debug, Clone)]
-pub struct FixOptions {
-    /// Workspace-relative target files. Empty: project mode, the whole workspace (the
-    /// diagnostics name the first files; any file that is not protected may change, at most
-    /// `max_files` per answer, in the multi-file format).
-    pub targets: Vec<String>,
-    /// Multi-file mode (`--files`, `target_files`, even with one file): the model is taught
-    /// the multi-file format and the result names `modified_files`; otherwise (`--file`,
-    /// `target_file`) the one target's `artifact_path`.
-    pub multi_file: bool,
-    /// Iteration ceiling (default 5).
-    pub max_iters: u32,
-    /// Extra system prompt text.
-    pub system: Option<String>,
-    /// The language, named in the system prompt (`fixing rust code`).
-    pub lang: Option<String>,
-    /// The project's prompt (task description).
-    pub prompt: Option<String>,
-    /// Runner settings (`cmd`, `mode`, ...).
-    pub runner_settings: BTreeMap<String, String>,
-    /// Characters of runner output shown to the model (the tail is kept).
-    pub output_budget: usize,
-    /// The loop that started this one (an agent), exempt from the overlap guard.
-    pub parent: Option<i64>,
-    /// Files longer than this many lines are shown as windows around the diagnostics.
-    pub window_threshold: usize,
-    /// Paths no edit may touch (`[sandbox] protect` on top of kiln's own files).
-    pub protected: crate::path::Protected,
-    /// Project mode: rounds of read-only tool calls (`read_files`, `search_repo`,
-    /// `list_dir`) the model may make within one iteration before it answers (seed 001's
-    /// `toolMaxIterations`; default 5).
-    pub tool_rounds: usize,
-    /// Project mode: files one answer may change (default 10); an answer over it is refused
-    /// whole.
-    pub max_files: usize,
-    /// The runner's deadline per check (seconds), named when a check runs out of time.
-    pub timeout_s: Option<u32>,
-}
-
-impl Default for FixOptions {
-    fn default() -> Self {
-        FixOptions {
-            targets: Vec::new(),
-            multi_file: false,
-            max_iters: 5,
-            system: None,
-            lang: None,
-            prompt: None,
-            runner_settings: BTreeMap::new(),
-            output_budget: 8 * 1024,
-            parent: None,
-            window_threshold: 600,
-            protected: crate::path::Protected::default(),
-            tool_rounds: 5,
-            max_files: 10,
-            timeout_s: None,
-        }
-    }
-}
-
-impl FixOptions {
-    /// Project mode: no target named, the whole workspace.
-    pub fn project(&self) -> bool {
-        self.targets.is_empty()
-    }
-
-    /// The answer is in the multi-file format.
-    fn multi(&self) -> bool {
-        self.multi_file || self.targets.len() > 1 || self.project()
-    }
-}
-
-/// Errors that prevent a loop from starting (bad input, a running loop, the store).
-#[derive(Debug, thiserror::Error)]
-pub enum FixError {
-    /// The options cannot run: no targets, a target that is not text or too big for the
-    /// format, a runner that refuses its settings.
-    #[error("{0}")]
-    Usage(String),
-    /// The store, a plugin or the workspace failed.
-    #[error(transparent)]
-    Host(#[from] HostError),
-}
-
-from_host_errors!(FixError);
-
-/// A `loop_stop` call's arguments (and, derived from them, the schema the model is shown).
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct LoopStopArgs {
-    /// Why the loop cannot finish by editing; a missing one reads as "no reason given".
-    #[schemars(required, description = "")]
-    reason: Option<String>,
-}
-
-/// Stop-tool and history tools offered to the model inside the loop.
-fn loop_tools() -> Vec<ToolDef> {
-    let mut tools = vec![ToolDef {
-        name: "loop_stop".into(),
-        description: "Stop the fix loop when the task cannot be completed by editing the given files (missing information, the failure is elsewhere). Give the reason.".into(),
-        parameters: super::tools::schema::schema_of::<LoopStopArgs>(),
-    }];
-    tools.extend(history::tool_defs());
-    tools
-}
-
-/// The definitions of [`PROJECT_TOOLS`] as `plugin` (the `fs` plugin) offers them.
-async fn project_tool_defs(plugin: &Plugin) -> Result<Vec<ToolDef>, FixError> {
-    Ok(plugin
-        .tool_list()
-        .await?
-        .into_iter()
-        .filter(|t| t.read_only && PROJECT_TOOLS.contains(&t.name.as_str()))
-        .map(|t| ToolDef {
-            name: t.name,
-            description: t.description,
-            parameters: serde_json::from_str(&t.schema)
-                .unwrap_or_else(|_| json!({"type": "object"})),
-        })
-        .collect())
+/// The fix loop's view of the tool table: [`FIX_TOOLS`] and, in project mode with tool
+/// rounds, `plugin`'s look-around tools ([`PROJECT_TOOLS`]), each under its deadline, the
+/// programs they start writing nowhere.
+async fn fix_tools<'r>(
+    registry: &'r crate::plugin::Registry,
+    plugin: Option<&Plugin>,
+) -> Result<(Toolbox<'r>, ToolSettings), FixError> {
+    let settings = ToolSettings {
+        timeout: PROJECT_TOOL_TIMEOUT,
+        program_writes: crate::plugin::confine::Writes::Nowhere,
+        ..Default::default()
+    };
+    let reads = plugin.map(|p| (p, PROJECT_TOOLS));
+    let table = Toolbox::view(registry, &settings, FIX_TOOLS, reads).await?;
+    Ok((table, settings))
 }
 
 /// Characters of one project-mode tool result shown to the model (the head is kept).
@@ -358,17 +257,6 @@ struct Attempt {
     feedback: Option<String>,
 }
 
-/// The plugins the loop drives, chosen by the caller from the run's registry
-/// ([`RunCtx::plugins`]).
-pub struct FixPlugins<'a> {
-    /// The runner plugin that checks the targets.
-    pub runner: &'a Plugin,
-    /// The edit format the model answers in (a whole-file format is shown files whole).
-    pub format: &'a Plugin,
-    /// Project mode: the tool plugin (`fs`) whose read-only tools the model may call.
-    pub tools: Option<&'a Plugin>,
-}
-
 /// How an iteration ended the loop: the reason and a line for a person.
 type Stop = (StopReason, String);
 
@@ -404,8 +292,12 @@ struct Fix<'o> {
     stopped: Option<Answer>,
     /// The first check, run before the loop existed (see [`first_check`]).
     first: Option<FirstCheck>,
-    /// Project mode: the plugin and the definitions of the read-only tools offered.
-    tools: Option<(&'o Plugin, Vec<ToolDef>)>,
+    /// The tools offered: the fix loop's view of the tool table.
+    tools: Toolbox<'o>,
+    /// How they run.
+    tool_settings: ToolSettings,
+    /// Project mode: the look-around tools are offered.
+    look: bool,
 }
 
 /// The runner's answer to the first check, and how long it took (ms).
@@ -535,10 +427,8 @@ pub async fn run_fix(
         tools,
     } = plugins;
     let ws = Workspace::open(ctx.workspace)?;
-    let tools = match tools {
-        Some(p) if opts.project() && opts.tool_rounds > 0 => Some((p, project_tool_defs(p).await?)),
-        _ => None,
-    };
+    let look = tools.filter(|_| opts.project() && opts.tool_rounds > 0);
+    let (tools, tool_settings) = fix_tools(ctx.plugins, look).await?;
     // Undo's snapshot precedes everything the run does, its first check included.
     let undo = ctx.undo;
     crate::undo::prepare(undo, ctx.workspace);
@@ -581,6 +471,8 @@ pub async fn run_fix(
         stopped: None,
         first,
         tools,
+        tool_settings,
+        look: look.is_some(),
     };
     // Every end, an error included, finishes the loop's row and emits its result.
     let (reason, summary) = match fix.drive(&mut run).await {
@@ -591,6 +483,15 @@ pub async fn run_fix(
         }
     };
     fix.finish(&mut run, reason, &summary)
+}
+
+/// [`run_fix`] boxed, as `compile_loop` is given it (a [`RunFix`](super::tools::fix_host::RunFix)).
+pub fn run_fix_boxed<'a>(
+    opts: &'a FixOptions,
+    plugins: FixPlugins<'a>,
+    ctx: RunCtx<'a>,
+) -> futures_util::future::BoxFuture<'a, Result<FixOutcome, FixError>> {
+    Box::pin(run_fix(opts, plugins, ctx))
 }
 
 /// Refuse, before the model is asked, a target that exists but is not UTF-8 text, naming the
@@ -893,7 +794,7 @@ impl Fix<'_> {
             system: Some(build_system(
                 self.opts,
                 &self.instructions,
-                self.tools.is_some(),
+                &self.look_names(),
             )),
             messages: vec![Message::User {
                 text: prompt.clone(),
@@ -904,9 +805,9 @@ impl Fix<'_> {
         let start = Instant::now();
         let mut usage = crate::llm::Usage::default();
         // Project mode: `tool_rounds` rounds of look-around; then the model must answer.
-        let rounds = match &self.tools {
-            Some(_) => self.opts.tool_rounds,
-            None => MAX_TOOL_ROUNDS,
+        let rounds = match self.look {
+            true => self.opts.tool_rounds,
+            false => MAX_TOOL_ROUNDS,
         };
         for round in 0.. {
             let resp = match self.ask_once(run, &req, prompt.len()).await {
@@ -914,11 +815,8 @@ impl Fix<'_> {
                 Err(stop) => return Ok(Err(stop)),
             };
             usage += resp.usage;
-            if let Some(stop) = resp.tool_calls.iter().find(|c| c.name == "loop_stop") {
-                let reason = serde_json::from_str::<LoopStopArgs>(&stop.arguments)
-                    .ok()
-                    .and_then(|a| a.reason)
-                    .unwrap_or_else(|| "no reason given".into());
+            if let Some(stop) = resp.tool_calls.iter().find(|c| c.name == LOOP_STOP) {
+                let reason = LoopStopArgs::reason_of(&stop.arguments);
                 // The iteration's summary: why the model stopped, and what it said.
                 let said = resp.text.trim();
                 self.stopped = Some(Answer {
@@ -936,16 +834,13 @@ impl Fix<'_> {
                     format!("the model stopped the loop: {reason}"),
                 )));
             }
-            let history_calls: Vec<_> = resp
+            // The calls of the tools offered (`loop_stop` is read above; others are not run).
+            let calls: Vec<_> = resp
                 .tool_calls
                 .iter()
-                .filter(|c| {
-                    c.name == GET_LOOPS
-                        || c.name == GET_LOOP_DETAIL
-                        || (self.tools.is_some() && PROJECT_TOOLS.contains(&c.name.as_str()))
-                })
+                .filter(|c| c.name != LOOP_STOP && self.tools.get(&c.name).is_some())
                 .collect();
-            if history_calls.is_empty() || !resp.text.trim().is_empty() || round >= rounds {
+            if calls.is_empty() || !resp.text.trim().is_empty() || round >= rounds {
                 return Ok(Ok(Answer {
                     text: resp.text,
                     shown,
@@ -955,13 +850,8 @@ impl Fix<'_> {
             }
             let last_round = round + 1 >= rounds;
             let mut results: Vec<Message> = Vec::new();
-            for call in history_calls {
-                let out = match &self.tools {
-                    Some((p, _)) if PROJECT_TOOLS.contains(&call.name.as_str()) => {
-                        self.project_tool(run, p, call).await
-                    }
-                    _ => history::answer(run.store, run.id, &call.name, &call.arguments),
-                };
+            for call in calls {
+                let out = self.call_tool(run, call).await;
                 let is_error = out.is_error();
                 let mut content = out.into_text();
                 if last_round {
@@ -990,41 +880,57 @@ impl Fix<'_> {
     /// The tools offered in a request: `loop_stop`, and while `look` the history tools and,
     /// in project mode, the read-only look-around tools.
     fn offered_tools(&self, look: bool) -> Vec<ToolDef> {
-        let mut tools = loop_tools();
+        let mut tools = self.tools.defs();
         if !look {
-            tools.truncate(1);
-            return tools;
-        }
-        if let Some((_, defs)) = &self.tools {
-            tools.extend(defs.iter().cloned());
+            tools.retain(|t| t.name == LOOP_STOP);
         }
         tools
     }
 
-    /// Answer one project-mode tool call through the tool plugin (it only reads; the
-    /// programs it could start write nowhere), with `tool.start`/`tool.end` events.
-    async fn project_tool(
-        &mut self,
+    /// The names the look-around tools are offered under, in [`PROJECT_TOOLS`]' order (none
+    /// when they are not offered).
+    fn look_names(&self) -> Vec<&str> {
+        PROJECT_TOOLS
+            .iter()
+            .filter_map(|&own| {
+                self.tools.tools.iter().find_map(|t| match &t.imp {
+                    Imp::Plugin(_, n) if n == own => Some(t.def.name.as_str()),
+                    _ => None,
+                })
+            })
+            .collect()
+    }
+
+    /// Answer one call through the tool table. A look-around call (a plugin's: it only reads;
+    /// the programs it could start write nowhere) is shown with `tool.start`/`tool.end`
+    /// events and its result cut to its head.
+    async fn call_tool(
+        &self,
         run: &mut Run<'_>,
-        plugin: &Plugin,
         call: &crate::llm::ToolCall,
     ) -> crate::protocol::outcome::ToolOutcome {
-        let turn = self.iteration;
+        let turn = Turn {
+            turn: self.iteration,
+            settings: &self.tool_settings,
+            ws: &self.ws,
+        };
+        let mut changed = Changes::default();
+        let look = self
+            .tools
+            .get(&call.name)
+            .is_some_and(|t| matches!(t.imp, Imp::Plugin(..)));
+        if !look {
+            return self.tools.call(run, &turn, call, &mut changed).await;
+        }
+        let turn_no = self.iteration;
         run.emit(Event::ToolStart {
-            turn,
+            turn: turn_no,
             id: call.id.clone(),
             name: call.name.clone(),
             arguments: call.arguments.clone(),
         });
         let start = Instant::now();
-        let out = super::tools::plugin_call::plugin_call_writing(
-            plugin,
-            &call.name,
-            &call.arguments,
-            PROJECT_TOOL_TIMEOUT,
-            crate::plugin::confine::Writes::Nowhere,
-        )
-        .await;
+        let out = self.tools.call(run, &turn, call, &mut changed).await;
         let out = match out {
             crate::protocol::outcome::ToolOutcome::Ok(t) if t.len() > TOOL_RESULT_CHARS => {
                 let mut cut = TOOL_RESULT_CHARS;
@@ -1046,7 +952,7 @@ impl Fix<'_> {
             }
         };
         run.emit(Event::ToolEnd {
-            turn,
+            turn: turn_no,
             id: call.id.clone(),
             name: call.name.clone(),
             ok: !out.is_error(),
@@ -1355,8 +1261,8 @@ fn failure_text(r: &RunResult) -> String {
     s.trim_end().to_string()
 }
 
-/// The system prompt; `look`: the read-only look-around tools are offered.
-fn build_system(opts: &FixOptions, instructions: &str, look: bool) -> String {
+/// The system prompt; `look`: the names of the read-only look-around tools offered.
+fn build_system(opts: &FixOptions, instructions: &str, look: &[&str]) -> String {
     let lang = opts.lang.as_deref().unwrap_or("the");
     let mut s = if opts.project() {
         format!(
@@ -1364,9 +1270,11 @@ fn build_system(opts: &FixOptions, instructions: &str, look: bool) -> String {
              Change only what is needed to fix the failure. You may change any file of the workspace except kiln's and git's own (`.git/`, `.kiln/`, `kiln.toml`) and protected paths, at most {} files per answer; name each file in the multi-file format.\n{}\
              If the failure cannot be fixed by editing the project's files (missing information, a missing dependency), call the `loop_stop` tool with the reason instead of guessing.\n",
             opts.max_files,
-            if look {
+            if !look.is_empty() {
+                let names: Vec<String> = look.iter().map(|n| format!("`{n}`")).collect();
                 format!(
-                    "Before you answer you may look around with the read-only tools (`read_files`, `search_repo`, `list_dir`), for at most {} rounds of calls.\n",
+                    "Before you answer you may look around with the read-only tools ({}), for at most {} rounds of calls.\n",
+                    names.join(", "),
                     opts.tool_rounds
                 )
             } else {
@@ -1601,15 +1509,6 @@ fn window(text: &str, at: &[u32], radius: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `loop_stop`'s schema, derived from its argument type, is the hand-written one it replaced.
-    #[test]
-    fn loop_stop_schema_is_the_hand_written_one() {
-        assert_eq!(
-            loop_tools()[0].parameters,
-            json!({ "type": "object", "properties": { "reason": { "type": "string" } }, "required": ["reason"] })
-        );
-    }
 
     #[test]
     fn large_files_are_windowed_around_diagnostics() {

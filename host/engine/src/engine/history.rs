@@ -1,59 +1,9 @@
-//! The history tools offered to the model (`get_loops`, `get_loop_detail`): earlier loops and
-//! agent runs of this project, answered from the store.
+//! What the history tools (`get_loops`, `get_loop_detail`, in `tools/history.rs`) answer:
+//! earlier loops and agent runs of this project, from the store.
 
-use super::tool_names::{GET_LOOP_DETAIL, GET_LOOPS};
-use crate::llm::ToolDef;
 use crate::store::Store;
 use kiln_protocol::outcome::ToolOutcome;
 use serde_json::json;
-
-/// `get_loops` takes no arguments (any it is given are ignored).
-#[derive(schemars::JsonSchema)]
-#[schemars(extend("properties" = {}))]
-struct NoArgs {}
-
-/// A `get_loop_detail` call's arguments (and, derived from them, the schema the model is shown).
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-#[schemars(transform = super::tools::schema::undescribed)]
-pub(crate) struct DetailArgs {
-    /// The loop's id in the store.
-    pub id: i64,
-}
-
-/// `get_loops`: earlier loops and agent runs of this project (the fix loop's model and the
-/// agent are offered it).
-pub(crate) fn get_loops_def() -> ToolDef {
-    ToolDef {
-        name: GET_LOOPS.into(),
-        description: "List earlier fix loops and agent runs on this project (id, kind, status, stop reason, summary).".into(),
-        parameters: super::tools::schema::schema_of::<NoArgs>(),
-    }
-}
-
-/// `get_loop_detail`: one earlier loop's iterations, errors and edits.
-pub(crate) fn get_loop_detail_def() -> ToolDef {
-    ToolDef {
-        name: GET_LOOP_DETAIL.into(),
-        description: "Show one earlier loop: its iterations, errors and edits.".into(),
-        parameters: super::tools::schema::schema_of::<DetailArgs>(),
-    }
-}
-
-/// Both history tools, as the fix loop offers them.
-pub(crate) fn tool_defs() -> Vec<ToolDef> {
-    vec![get_loops_def(), get_loop_detail_def()]
-}
-
-/// Answer a history tool call by name (the fix loop's model calls them).
-pub(crate) fn answer(store: &Store, current: i64, name: &str, args: &str) -> ToolOutcome {
-    if name == GET_LOOPS {
-        return loops(store, current);
-    }
-    match serde_json::from_str::<DetailArgs>(args) {
-        Ok(a) => loop_detail(store, a.id),
-        Err(_) => ToolOutcome::Failed("`id` (integer) is required".into()),
-    }
-}
 
 /// The last 20 loops of the project, `current` left out.
 pub(crate) fn loops(store: &Store, current: i64) -> ToolOutcome {

@@ -10,6 +10,7 @@ pub mod defaults;
 pub mod error;
 pub mod events;
 pub mod fix;
+mod fix_options;
 pub(crate) mod history;
 pub mod kind;
 pub mod model;

@@ -22,6 +22,8 @@ pub const COMPILE_LOOP: &str = "compile_loop";
 pub const GET_LOOPS: &str = "get_loops";
 /// One earlier loop in detail.
 pub const GET_LOOP_DETAIL: &str = "get_loop_detail";
+/// The fix loop's end when editing cannot fix the failure (the model gives the reason).
+pub const LOOP_STOP: &str = "loop_stop";
 
 /// `run_cmd` of the shell plugin: the one plugin tool the host checks against a command
 /// allowlist before the sandbox does.

@@ -9,7 +9,7 @@ use super::schema::schema_of;
 use super::settings::ToolSettings;
 use crate::engine::defaults::{COMPILE_RUNNER, RUNNER_CMD_SETTING};
 use crate::engine::events::Event;
-use crate::engine::fix::{FixError, FixOptions, FixPlugins, run_fix};
+use crate::engine::fix_options::{FixError, FixOptions, FixPlugins};
 use crate::engine::tool_names::COMPILE_LOOP;
 use crate::llm::ToolDef;
 use crate::plugin::{PluginError, PluginKind, Registry};
@@ -163,6 +163,11 @@ impl ToolHandler for CompileLoop {
                 runner: p.runner,
                 format: p.format,
                 tools: None,
+            };
+            let Some(run_fix) = s.fix_loop else {
+                return ToolOutcome::Failed(
+                    "compile_loop: this loop runs no nested fix loop".into(),
+                );
             };
             let r = run_fix(&p.fix, plugins, nested).await;
             if let Ok(o) = &r {

@@ -156,6 +156,19 @@ impl<'r> Toolbox<'r> {
         Some(CallResult::timed(outcome, start))
     }
 
+    /// One call of a loop that shows and records its calls itself (the fix loop), routed as
+    /// [`Toolbox::act`] routes each call: no hook, no store row, no event.
+    pub(crate) async fn call(
+        &self,
+        run: &mut Run<'_>,
+        t: &Turn<'_>,
+        call: &ToolCall,
+        changed: &mut Changes,
+    ) -> ToolOutcome {
+        self.execute(self.get(&call.name), &call.arguments, t, run, changed)
+            .await
+    }
+
     /// Run one call (not a parallel read). Files it changed are added to `changed`.
     async fn execute(
         &self,

@@ -1,11 +1,22 @@
 //! What a `compile_loop` call outside a run needs from its caller (`kiln mcp`): the loop's
 //! setup and a place to run it (a model, a store, progress, cancellation). The table's
-//! `compile_loop` parses the call and plans the loop; the host runs it.
+//! `compile_loop` parses the call and plans the loop; the host runs it. Inside a run, the
+//! loop that offers the tool gives the fix loop to run ([`RunFix`]).
 
-use crate::engine::fix::FixOptions;
+use crate::engine::fix_options::{FixError, FixOptions, FixPlugins};
+use crate::engine::run::RunCtx;
 use crate::plugin::Plugin;
 use futures_util::future::BoxFuture;
-use kiln_protocol::outcome::ToolOutcome;
+use kiln_protocol::outcome::{FixOutcome, ToolOutcome};
+
+/// The fix loop a `compile_loop` call inside a run starts (`engine::fix::run_fix`, boxed),
+/// given by the loop that offers the tool, so the tool table does not name the loop it runs
+/// (the fix loop itself uses the table).
+pub type RunFix = for<'a> fn(
+    &'a FixOptions,
+    FixPlugins<'a>,
+    RunCtx<'a>,
+) -> BoxFuture<'a, Result<FixOutcome, FixError>>;
 
 /// What the caller decides beyond the call's arguments.
 pub struct CompileLoopSetup {

@@ -25,6 +25,7 @@ mod generate_patch;
 pub(crate) mod handler;
 mod history;
 mod hooks;
+pub(crate) mod loop_stop;
 pub mod plugin_call;
 mod registry;
 pub(crate) mod replayed;

@@ -8,6 +8,7 @@ use super::final_answer::FinalAnswer;
 use super::generate_patch::GeneratePatch;
 use super::handler::ToolHandler;
 use super::history::{GetLoopDetail, GetLoops};
+use super::loop_stop::LoopStop;
 use super::submit_review::SubmitReview;
 use super::write_file::WriteFile;
 use super::write_patch::WritePatch;
@@ -24,6 +25,7 @@ pub(crate) const BUILTINS: &[&dyn ToolHandler] = &[
     &CompileLoop,
     &GetLoops,
     &GetLoopDetail,
+    &LoopStop,
 ];
 
 /// Whether `name` is a built-in tool's name.
@@ -98,6 +100,7 @@ mod tests {
             }),
             json!({ "type": "object", "properties": {} }),
             json!({ "type": "object", "properties": { "id": { "type": "integer" } }, "required": ["id"] }),
+            json!({ "type": "object", "properties": { "reason": { "type": "string" } }, "required": ["reason"] }),
         ];
         let s = ToolSettings {
             compile_cmd: Some(String::new()),
@@ -114,6 +117,7 @@ mod tests {
             "compile_loop",
             "get_loops",
             "get_loop_detail",
+            "loop_stop",
         ];
         let want: std::collections::BTreeMap<_, _> = names.into_iter().zip(want).collect();
         for name in names {

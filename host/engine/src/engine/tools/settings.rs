@@ -36,6 +36,9 @@ pub struct ToolSettings {
     pub program_writes: crate::plugin::confine::Writes,
     /// Refuse to run hooks the kernel cannot fully confine (`[sandbox] require_confinement`).
     pub require_confinement: bool,
+    /// The fix loop `compile_loop` runs inside a run (the agent gives `engine::fix`'s);
+    /// `None`: the call fails saying so.
+    pub fix_loop: Option<super::fix_host::RunFix>,
 }
 
 impl Default for ToolSettings {
@@ -52,6 +55,7 @@ impl Default for ToolSettings {
             command_allowlist: None,
             program_writes: crate::plugin::confine::Writes::default(),
             require_confinement: false,
+            fix_loop: None,
         }
     }
 }

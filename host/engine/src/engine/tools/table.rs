@@ -94,6 +94,37 @@ impl<'r> Toolbox<'r> {
         Ok(table)
     }
 
+    /// A restricted view of the table, for a loop with a tool set of its own (the fix loop):
+    /// the built-ins named in `builtins`, in that order (opt-in ones included), then, from
+    /// `reads`, those of the plugin's read-only tools it names, under the names the table
+    /// gives them (`plugin__tool` on a collision) and in the plugin's order. Only the
+    /// plugin's tools are listed, not every tool plugin's.
+    pub async fn view(
+        registry: &'r Registry,
+        s: &ToolSettings,
+        builtins: &[&str],
+        reads: Option<(&Plugin, &[&str])>,
+    ) -> Result<Self, PluginError> {
+        let mut tools: Vec<Tool<'r>> = builtins
+            .iter()
+            .filter_map(|&name| BUILTINS.iter().find(|b| b.name() == name))
+            .filter(|b| b.offered(s))
+            .map(|&b| Tool {
+                def: b.def(s),
+                kind: b.kind(),
+                imp: Imp::Builtin(b),
+            })
+            .collect();
+        if let Some((plugin, names)) = reads {
+            let table = plugin_table(registry).await?;
+            tools.extend(table.into_iter().filter(|t| {
+                t.kind == Kind::Read
+                    && matches!(&t.imp, Imp::Plugin(p, n) if p.name == plugin.name && names.contains(&n.as_str()))
+            }));
+        }
+        Ok(Toolbox { tools, registry })
+    }
+
     /// The schemas offered to the model.
     pub fn defs(&self) -> Vec<ToolDef> {
         self.tools.iter().map(|t| t.def.clone()).collect()
