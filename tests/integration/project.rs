@@ -617,3 +617,60 @@ fn check_without_a_file_checks_the_whole_project() {
     r.expect_code(0);
     assert_eq!(r.json()["ok"], true, "{}", r.stdout());
 }
+
+/// Every tool call of an answer gets its result: a call of a tool the loop does not offer
+/// (`read_file` where `read_files` is offered, a common slip) is answered with an error naming
+/// the closest tool and shown, so the next request leaves no call unanswered (the APIs refuse
+/// such a request) and the model learns its slip.
+#[test]
+fn a_call_of_an_unknown_tool_is_answered_and_shown() {
+    use crate::mock_llm::openai_calls;
+    let ws = project();
+    let mock = MockLlm::start(vec![
+        openai_calls(&[
+            ("read_files", r#"{"paths": ["util.h"]}"#),
+            ("read_file", r#"{"path": "util.h"}"#),
+        ]),
+        openai_text(&answer(&[(
+            "util.h",
+            "static int helper(void) { return 0 }\n",
+            "static int helper(void) { return 0; }\n",
+        )])),
+    ]);
+    let r = fix(&ws, &mock, GCC);
+    r.expect_code(0);
+    assert_eq!(fix_result(&r)["stop_reason"], "success");
+    let reqs = mock.recorded();
+    assert_eq!(reqs.len(), 2);
+    // The second request answers both calls of the first answer, in order.
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    let asked: Vec<&str> = msgs
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let answered: Vec<&str> = msgs
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(asked.len(), 2, "{msgs:?}");
+    assert_eq!(asked, answered, "{msgs:?}");
+    let results = tool_contents(&mock, 1);
+    assert!(
+        results.iter().any(
+            |c| c.contains("unknown tool `read_file` (did you mean `read_files`?)")
+                && c.contains("list_dir")
+        ),
+        "{results:?}"
+    );
+    let ended = events(&r, "tool.end");
+    assert!(
+        ended
+            .iter()
+            .any(|e| e["name"] == "read_file" && e["ok"] == false),
+        "{}",
+        r.stdout()
+    );
+}

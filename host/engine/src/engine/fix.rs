@@ -834,11 +834,13 @@ impl Fix<'_> {
                     format!("the model stopped the loop: {reason}"),
                 )));
             }
-            // The calls of the tools offered (`loop_stop` is read above; others are not run).
+            // Every call but `loop_stop` (read above) gets its result, a call of a tool not in
+            // the table an error naming the tools there: a request that leaves a call of the
+            // answer before it unanswered is refused by the APIs.
             let calls: Vec<_> = resp
                 .tool_calls
                 .iter()
-                .filter(|c| c.name != LOOP_STOP && self.tools.get(&c.name).is_some())
+                .filter(|c| c.name != LOOP_STOP)
                 .collect();
             if calls.is_empty() || !resp.text.trim().is_empty() || round >= rounds {
                 return Ok(Ok(Answer {
@@ -915,10 +917,11 @@ impl Fix<'_> {
             ws: &self.ws,
         };
         let mut changed = Changes::default();
+        // A look-around call, or a call of a tool the table lacks, is shown as it is answered.
         let look = self
             .tools
             .get(&call.name)
-            .is_some_and(|t| matches!(t.imp, Imp::Plugin(..)));
+            .is_none_or(|t| matches!(t.imp, Imp::Plugin(..)));
         if !look {
             return self.tools.call(run, &turn, call, &mut changed).await;
         }

@@ -165,8 +165,24 @@ impl<'r> Toolbox<'r> {
         call: &ToolCall,
         changed: &mut Changes,
     ) -> ToolOutcome {
-        self.execute(self.get(&call.name), &call.arguments, t, run, changed)
+        let Some(tool) = self.get(&call.name) else {
+            return self.unknown(&call.name);
+        };
+        self.execute(Some(tool), &call.arguments, t, run, changed)
             .await
+    }
+
+    /// The answer to a call of a tool the table does not hold: an error result naming the
+    /// closest tool and every one that may be called (a model that calls `read_file` where
+    /// `read_files` is offered learns its slip instead of losing the round).
+    pub(crate) fn unknown(&self, name: &str) -> ToolOutcome {
+        let names: Vec<&str> = self.tools.iter().map(|t| t.def.name.as_str()).collect();
+        ToolOutcome::Failed(format!(
+            "unknown tool `{}`{}; the tools you may call: {}",
+            crate::terminal::printable(name),
+            crate::suggest::hint(name, names.iter().copied()),
+            names.join(", ")
+        ))
     }
 
     /// Run one call (not a parallel read). Files it changed are added to `changed`.
