@@ -12,6 +12,7 @@ use std::path::Path;
 
 /// Run kiln with `args` in `ws`: its exit code, its stderr and its peak resident memory in
 /// MiB (`wait4`'s `ru_maxrss`).
+#[allow(clippy::zombie_processes)] // reaped by `wait4` below, for its resource usage
 fn measured(ws: &Workspace, args: &[&str]) -> (i32, String, u64) {
     let err = ws.path().join("measured.err");
     let child = ws
@@ -240,6 +241,13 @@ fn paths_are_printed_on_one_line_and_long_ones_capped() {
         .collect();
     assert!(paths.contains(&"evil\nerror: forged"), "{paths:?}");
     assert!(paths.contains(&long.as_str()), "{paths:?}");
+
+    let page = ws.path().join("report.html");
+    ws.kiln(&["report", "1", "--html", page.to_str().unwrap()], &[])
+        .expect_code(0);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("evil\\u{a}error: forged: created"), "{html}");
+    assert!(!html.contains(&long), "capped in the report too");
 
     let u = ws.kiln(&["undo"], &[]);
     u.expect_code(0);

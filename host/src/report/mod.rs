@@ -239,7 +239,7 @@ pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
                 .and_then(|v| String::from_utf8(v).ok()),
             None => Some(String::new()),
         };
-        let shown = crate::terminal::escape_path(&c.path);
+        let shown = crate::terminal::path(&c.path);
         let diff = before.zip(after).map(|(old, new)| {
             let a = if c.before.is_some() {
                 format!("a/{shown}")
