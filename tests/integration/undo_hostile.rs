@@ -101,15 +101,15 @@ fn a_huge_file_a_program_made_is_never_read_and_undo_still_deletes_it() {
     );
 }
 
-/// A check creates a link out of the workspace, a dangling one, one in a new directory and a
-/// FIFO: undo deletes each (never following it: the file outside stays), names it with what
+/// A check creates a link out of the workspace, a dangling one, one in a new directory, a
+/// FIFO and a binary file (which the journal, text only, cannot hold): undo deletes each (never following it: the file outside stays), names it with what
 /// it is, and exits 0.
 #[test]
 fn links_and_fifos_a_run_created_are_deleted_and_named() {
     let outside = Workspace::new();
     let target = outside.write("target.txt", "OUTSIDE\n");
     let ws = workspace(&format!(
-        "ln -sf {} link.txt\nln -sf /nonexistent/kiln dangling\nmkdir -p sub && ln -sf ../t.py sub/l\n[ -p pipe ] || mkfifo pipe",
+        "ln -sf {} link.txt\nln -sf /nonexistent/kiln dangling\nmkdir -p sub && ln -sf ../t.py sub/l\n[ -p pipe ] || mkfifo pipe\nprintf '\\377\\376' > blob.bin",
         target.display()
     ));
     kiln(&ws, &fix_args(&replay(&ws))).expect_code(0);
@@ -119,7 +119,7 @@ fn links_and_fifos_a_run_created_are_deleted_and_named() {
     }
     let u = ws.kiln(&["undo"], &[]);
     u.expect_code(0);
-    for p in ["link.txt", "dangling", "sub/l", "pipe"] {
+    for p in ["link.txt", "dangling", "sub/l", "pipe", "blob.bin"] {
         assert!(root.join(p).symlink_metadata().is_err(), "{p} left");
     }
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "OUTSIDE\n");
