@@ -45,5 +45,6 @@ mod toolchains;
 mod trust;
 mod undo;
 mod undo_exact;
+mod undo_hostile;
 mod view;
 mod writer;

@@ -9,7 +9,7 @@ use crate::support::{Run, Workspace};
 use std::time::{Duration, Instant};
 
 /// The replayed answer: `x = 1` becomes `x = 1  # FIXED` (the check passes then).
-fn replay(ws: &Workspace) -> String {
+pub fn replay(ws: &Workspace) -> String {
     let answer = "<<<<<<< SEARCH\nx = 1\n=======\nx = 1  # FIXED\n>>>>>>> REPLACE\n";
     let path = ws.path().join("replay.jsonl");
     std::fs::write(
@@ -20,7 +20,7 @@ fn replay(ws: &Workspace) -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn fix_args(replay: &str) -> Vec<String> {
+pub fn fix_args(replay: &str) -> Vec<String> {
     [
         "fix",
         "--replay",
@@ -41,7 +41,7 @@ fn fix_args(replay: &str) -> Vec<String> {
 
 /// `t.py` unformatted (`x=1`) and `check.sh`, a check that "formats" it (`x = 1`), writes
 /// `gen/out.txt`, appends to `build.log`, runs `extra`, and passes once `t.py` says FIXED.
-fn workspace(extra: &str) -> Workspace {
+pub fn workspace(extra: &str) -> Workspace {
     let ws = Workspace::new();
     ws.write("t.py", "x=1\n");
     ws.write(
@@ -60,7 +60,7 @@ fn assert_as_before(ws: &Workspace) {
     }
 }
 
-fn kiln(ws: &Workspace, args: &[String]) -> Run {
+pub fn kiln(ws: &Workspace, args: &[String]) -> Run {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ws.kiln(&args, &[])
 }

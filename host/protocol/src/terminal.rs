@@ -39,6 +39,42 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The most characters of a path one line of human output shows (see [`path`]).
+pub const PATH_SHOWN: usize = 200;
+
+/// `path` fit for one line: every character [`printable`] escapes, and newlines and tabs too
+/// (a file named `a\nerror: ...` cannot forge a line of kiln's output).
+pub fn escape_path(path: &str) -> Cow<'_, str> {
+    let unsafe_here = |c: char| c == '\n' || c == '\t' || is_unsafe(c);
+    if !path.chars().any(unsafe_here) {
+        return Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len() + 16);
+    for c in path.chars() {
+        if unsafe_here(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A path as human output shows it: [`escape_path`], and one longer than [`PATH_SHOWN`]
+/// characters cut in its middle (`…`), its beginning and its file name kept. JSON output
+/// keeps paths whole.
+pub fn path(path: &str) -> Cow<'_, str> {
+    let escaped = escape_path(path);
+    let n = escaped.chars().count();
+    if n <= PATH_SHOWN {
+        return escaped;
+    }
+    let head: String = escaped.chars().take(PATH_SHOWN / 3).collect();
+    let tail_len = PATH_SHOWN - PATH_SHOWN / 3 - 1;
+    let tail: String = escaped.chars().skip(n - tail_len).collect();
+    Cow::Owned(format!("{head}…{tail}"))
+}
+
 /// `n` and the noun in the right number: `1 edit`, `0 edits`, `2 errors`.
 pub fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -81,7 +117,24 @@ pub fn color_diff(diff: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{color_diff, count, printable};
+    use super::{PATH_SHOWN, color_diff, count, path, printable};
+
+    #[test]
+    fn paths_are_one_line_and_capped() {
+        assert_eq!(path("src/a.rs"), "src/a.rs");
+        assert_eq!(
+            path("a\nerror: forged\tx\u{1b}[31m"),
+            "a\\u{a}error: forged\\u{9}x\\u{1b}[31m"
+        );
+        let long = format!("{}/{}/name.txt", "d".repeat(300), "e".repeat(300));
+        let shown = path(&long);
+        assert_eq!(shown.chars().count(), PATH_SHOWN);
+        assert!(
+            shown.starts_with("ddd") && shown.ends_with("eee/name.txt"),
+            "{shown}"
+        );
+        assert!(shown.contains('…'));
+    }
 
     #[test]
     fn diffs_are_colored_line_by_line() {

@@ -136,7 +136,11 @@ pub(crate) fn prepare(ctx: &Ctx, kind: Kind, id: i64) -> anyhow::Result<Resumed>
     if !changed.is_empty() {
         bail!(
             "run {id} cannot be resumed: the workspace changed since it stopped in a way the run cannot account for ({}). Put them back (`kiln undo` of the runs since, or by hand) and resume again",
-            changed.join(", ")
+            changed
+                .iter()
+                .map(|p| crate::terminal::path(p).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let mut runs = vec![id];

@@ -34,7 +34,7 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
     let id = plan.id;
     let conflicts: Vec<String> = plan.conflicts().iter().map(|i| i.path.clone()).collect();
     if args.dry_run {
-        let diff = plan.diff(args.force);
+        let diff = plan.diff(args.force, !args.json);
         if args.json {
             let mut v = serde_json::to_value(&plan)?;
             v["diff"] = diff.into();
@@ -42,9 +42,26 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
             print_json(&v);
         } else {
             show_diff(&diff);
-            describe(&plan, false);
+            describe(&plan, false, root);
         }
-        return Ok(Outcome::Success);
+        // The code the undo itself would exit with: 1 when something would not go back.
+        let complete = plan.complete(args.force);
+        if !complete && !args.json {
+            eprintln!(
+                "{} would not be undone whole: see the files above{}",
+                name(&plan),
+                if args.force {
+                    ""
+                } else {
+                    " (--force puts back more)"
+                }
+            );
+        }
+        return Ok(if complete {
+            Outcome::Success
+        } else {
+            Outcome::Failure
+        });
     }
     if !conflicts.is_empty() && !args.force {
         if args.json {
@@ -57,7 +74,7 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
             crate::terminal::count(conflicts.len(), "file", "files")
         );
         for c in &conflicts {
-            eprintln!("  {}", crate::terminal::printable(c));
+            eprintln!("  {}", crate::terminal::path(c));
         }
         return Ok(Outcome::Failure);
     }
@@ -77,7 +94,7 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
             .into();
         print_json(&v);
     } else {
-        describe(&plan, true);
+        describe(&plan, true, root);
         eprintln!(
             "{} undone: {} put back",
             name(&plan),
@@ -95,8 +112,8 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
     for (p, why) in &applied.not_restored {
         eprintln!(
             "  {}: {}",
-            crate::terminal::printable(p),
-            crate::terminal::printable(why)
+            crate::terminal::path(p),
+            crate::terminal::escape_path(why)
         );
     }
     Ok(Outcome::Failure)
@@ -141,7 +158,7 @@ fn show_diff(diff: &str) {
 }
 
 /// One line per file on stderr: what undo did (or would do).
-fn describe(plan: &restore::Plan, done: bool) {
+fn describe(plan: &restore::Plan, done: bool, root: &std::path::Path) {
     if !plan.finished {
         eprintln!(
             "note: {} did not finish (killed): every file that differs from what it found at its start is taken as its change",
@@ -156,19 +173,33 @@ fn describe(plan: &restore::Plan, done: bool) {
             (Action::Delete, false) => "would delete (the run created it)",
             (Action::AsBefore, _) => "already as before the run",
             (Action::ChangedSince, _) => "changed since the run",
+            (Action::Blocked, _) => "cannot be put back without --force",
             (Action::Cannot, _) => "cannot be put back",
         };
+        let is = i.now_is.map(|k| format!(" ({k})")).unwrap_or_default();
         let why = i
             .why
             .as_deref()
-            .map(|w| format!(": {w}"))
+            .map(|w| format!(": {}", crate::terminal::escape_path(w)))
             .unwrap_or_default();
-        eprintln!("  {}: {what}{why}", crate::terminal::printable(&i.path));
+        let path = crate::terminal::path(&i.path);
+        eprintln!("  {path}: {what}{is}{why}");
+        if let Some(n) = i.size {
+            eprintln!("    too large to keep/compare: {path}, {n} bytes (never read)");
+        }
     }
     if !plan.not_covered.is_empty() {
         eprintln!(
-            "note: {} not backed up (over 16 MiB, or past the file limit); changes to them are not undone",
+            "note: {} not backed up (too large to keep/compare, over 16 MiB, or past the file limit); changes to them are not undone:",
             crate::terminal::count(plan.not_covered.len(), "file was", "files were")
         );
+        for p in &plan.not_covered {
+            // Its size now, by a stat that follows no link.
+            let size = match crate::undo::scan::now(root, p) {
+                crate::undo::scan::Now::File(s) => format!(", {} bytes", s.size),
+                _ => String::new(),
+            };
+            eprintln!("  {}{size}", crate::terminal::path(p));
+        }
     }
 }

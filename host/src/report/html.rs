@@ -119,10 +119,15 @@ fn programs(h: &mut String, r: &RunReport) {
     }
     h.push_str("<section class=\"programs\" id=\"program-changes\"><h2>Changed by programs the run started</h2>");
     for c in &r.program_changes {
+        let note = c
+            .note
+            .as_deref()
+            .map(|n| format!(" ({})", escape(n)))
+            .unwrap_or_default();
         let _ = write!(
             h,
-            "<h3 class=\"program-change\">{}: {}</h3>",
-            escape(&c.path),
+            "<h3 class=\"program-change\">{}: {}{note}</h3>",
+            escape(&crate::terminal::path(&c.path)),
             c.what
         );
         if let Some(d) = &c.diff {

@@ -49,6 +49,9 @@ pub struct ProgramChange {
     pub path: String,
     /// `created`, `changed` or `deleted`.
     pub what: &'static str,
+    /// What it is when there is no diff to show: not a regular file, or too large to
+    /// keep/compare (never read).
+    pub note: Option<String>,
     /// A unified diff from its content before the run to what the run left, when both are
     /// text and the file still holds what the run left.
     pub diff: Option<String>,
@@ -195,7 +198,8 @@ pub fn gather(
 /// every file the run changed that no model diff of the report names (a formatter's
 /// rewrite, a generated file, a build log). Nothing when the run has no undo record.
 pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
-    use crate::undo::{backup::Backups, restore, scan};
+    use crate::undo::backup::{Backups, NOT_REGULAR, TOO_LARGE};
+    use crate::undo::{restore, scan};
     let Ok(rec) = restore::record(root, r.row.id) else {
         return;
     };
@@ -217,6 +221,13 @@ pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
             (_, None) => "deleted",
             _ => "changed",
         };
+        let note = c.after.as_deref().and_then(|a| {
+            if a == NOT_REGULAR {
+                return Some("not a regular file (a symbolic link, a FIFO, ...)".to_string());
+            }
+            let size = a.strip_prefix(TOO_LARGE)?.split(':').next()?;
+            Some(format!("too large to keep/compare: {size} bytes"))
+        });
         let before = match &c.before {
             Some(h) => b.object(h).ok().and_then(|v| String::from_utf8(v).ok()),
             None => Some(String::new()),
@@ -228,14 +239,15 @@ pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
                 .and_then(|v| String::from_utf8(v).ok()),
             None => Some(String::new()),
         };
+        let shown = crate::terminal::path(&c.path);
         let diff = before.zip(after).map(|(old, new)| {
             let a = if c.before.is_some() {
-                format!("a/{}", c.path)
+                format!("a/{shown}")
             } else {
                 "/dev/null".into()
             };
             let z = if c.after.is_some() {
-                format!("b/{}", c.path)
+                format!("b/{shown}")
             } else {
                 "/dev/null".into()
             };
@@ -248,6 +260,7 @@ pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
         out.push(ProgramChange {
             path: c.path.clone(),
             what,
+            note,
             diff,
         });
     }

@@ -214,6 +214,17 @@ impl Beneath {
         dir.remove_file(&name)
     }
 
+    /// Remove the entry `rel` whatever it is but a directory (a regular file, a symbolic link,
+    /// a FIFO, a socket, a device node): the name is unlinked, never followed.
+    pub(super) fn remove_entry(&self, rel: &str) -> std::io::Result<()> {
+        let (dir, name) = self.parent(rel, false)?;
+        let m = dir.symlink_metadata(&name)?;
+        if m.is_dir() {
+            return Err(std::io::Error::other(format!("{rel} is a directory")));
+        }
+        dir.remove_file(&name)
+    }
+
     /// Remove the empty directory `rel`.
     pub(super) fn remove_dir(&self, rel: &str) -> std::io::Result<()> {
         let (dir, name) = self.parent(rel, false)?;

@@ -48,6 +48,12 @@ impl<'w> Writer<'w> {
     /// a target, a symbolic link at some component, or not a regular file. `None` when it
     /// may be created, replaced or removed.
     pub fn refuse(&self, rel: &str) -> Option<String> {
+        self.refuse_policy(rel).or_else(|| self.refuse_real(rel))
+    }
+
+    /// Why `rel` may not be touched whatever it is: not workspace-relative, protected, in
+    /// kiln's state directory, not a target.
+    fn refuse_policy(&self, rel: &str) -> Option<String> {
         if let Err(why) = crate::path::check_relative(rel) {
             return Some(format!("the path {why}"));
         }
@@ -70,7 +76,7 @@ impl<'w> Writer<'w> {
                 self.targets.join(", ")
             ));
         }
-        self.refuse_real(rel)
+        None
     }
 
     fn is_target(&self, rel: &str) -> bool {
@@ -130,6 +136,27 @@ impl<'w> Writer<'w> {
             message: "cannot be created".into(),
         })?;
         journal::commit(&self.ws.beneath, &state, changes)
+    }
+
+    /// Remove the entry `rel`, whatever it is but a directory (a symbolic link, a FIFO, a
+    /// socket, a device node, a regular file), unlinking the name without following it or
+    /// reading it: undo's removal of what a run created that no journal holds, and of what
+    /// stands where a file goes back. No link on the way; protected paths refused. Not under
+    /// the journal: what it removes is gone whatever follows.
+    pub fn remove_entry(&self, rel: &str) -> Result<(), EditError> {
+        if let Some(message) = self.refuse_policy(rel) {
+            return Err(EditError::Io {
+                path: rel.into(),
+                message,
+            });
+        }
+        self.ws
+            .beneath
+            .remove_entry(rel)
+            .map_err(|e| EditError::Io {
+                path: rel.into(),
+                message: describe_io(&e),
+            })
     }
 
     /// Write kiln's own artifact `.kiln/<rel>` whole (a temporary file, fsync'd, renamed):

@@ -16,8 +16,13 @@ use std::path::PathBuf;
 /// The record format version.
 const VERSION: u32 = 1;
 
-/// What `after` holds when the path became something other than a regular file.
+/// What `after` holds when the path became something other than a regular file (or the run
+/// created a link, a FIFO, a socket or a device node there).
 pub const NOT_REGULAR: &str = "not-a-regular-file";
+
+/// How `after` begins for a file over [`super::scan::MAX_FILE`], never read: `too-large:`
+/// then its size and modification time (`too-large:21474836480:1700000000000000000`).
+pub const TOO_LARGE: &str = "too-large:";
 
 /// One path a run changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,7 +32,7 @@ pub struct Change {
     /// SHA-256 of its content before the run (`None`: it did not exist; the run created it).
     pub before: Option<String>,
     /// SHA-256 of its content when the run last looked (`None`: the run deleted it;
-    /// [`NOT_REGULAR`]: it is no longer a regular file).
+    /// [`NOT_REGULAR`]: it is no longer a regular file; [`TOO_LARGE`]: too large to read).
     pub after: Option<String>,
     /// Its permission bits before the run (`& 0o777`), which undo gives it back; `None` when
     /// it did not exist, or in a record written before kiln kept them.
@@ -60,6 +65,10 @@ pub struct RunRecord {
     /// what kiln wrote there is not the run's change, so they are neither recorded nor undone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_output: Vec<String>,
+    /// The symbolic links, FIFOs, sockets and device nodes the workspace held at the run's
+    /// start: never taken for the run's creations (undo deletes those), never changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<String>,
     /// When the run was undone, if it was.
     pub undone_ms: Option<i64>,
 }
@@ -78,6 +87,7 @@ impl RunRecord {
             not_covered: Vec::new(),
             changes: Vec::new(),
             own_output: Vec::new(),
+            others: Vec::new(),
             undone_ms: None,
         }
     }
@@ -186,10 +196,21 @@ impl Backups {
         Ok(())
     }
 
-    /// The pre-image `hash`.
+    /// The pre-image `hash` (never more than [`super::scan::MAX_FILE`] bytes: kiln stores
+    /// none larger).
     pub fn object(&self, hash: &str) -> Result<Vec<u8>, UndoError> {
+        use std::io::Read;
         let rel = format!("objects/{hash}");
-        self.dir.read(&rel).map_err(self.io(&rel))
+        let f = self.dir.open(&rel).map_err(self.io(&rel))?;
+        let mut out = Vec::new();
+        f.take(super::scan::MAX_FILE + 1)
+            .read_to_end(&mut out)
+            .map_err(self.io(&rel))?;
+        if out.len() as u64 > super::scan::MAX_FILE {
+            let e = std::io::Error::other("larger than any pre-image kiln keeps");
+            return Err(self.io(&rel)(e));
+        }
+        Ok(out)
     }
 
     /// Where the pre-image `hash` lies (for messages).

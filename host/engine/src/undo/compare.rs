@@ -21,13 +21,40 @@ pub fn racy(stat: &StatKey, racy_ns: i64) -> bool {
     stat.mtime_ns.max(stat.ctime_ns) >= racy_ns
 }
 
-/// Paths never the run's changes: kiln's own output files, files not backed up.
+/// Paths never the run's changes: kiln's own output files, files not backed up, the links
+/// (FIFOs, ...) there were at its start.
 pub fn skipped(rec: &RunRecord) -> BTreeSet<String> {
     rec.own_output
         .iter()
         .chain(&rec.not_covered)
+        .chain(&rec.others)
         .cloned()
         .collect()
+}
+
+/// What undo records as the content of the regular file `rel`: its SHA-256, or for a file
+/// over [`scan::MAX_FILE`] (never read) [`backup::TOO_LARGE`] with its size and
+/// modification time.
+pub fn content_id(root: &Path, rel: &str) -> std::io::Result<String> {
+    match scan::read(root, rel) {
+        Ok(bytes) => Ok(scan::hash(&bytes)),
+        Err(e) => scan::too_large(&e).map(large_id).ok_or(e),
+    }
+}
+
+/// The [`content_id`] of a file too large to read.
+pub fn large_id(t: scan::TooLarge) -> String {
+    format!("{}{}:{}", backup::TOO_LARGE, t.size, t.mtime_ns)
+}
+
+/// Whether `rel` is a directory on the way to a file of `start`: a link or FIFO there now
+/// stands where that directory was, and is not the run's creation.
+pub fn holds_start(start: &Start, rel: &str) -> bool {
+    let below = format!("{rel}/");
+    start
+        .range(below.clone()..)
+        .next()
+        .is_some_and(|(p, _)| p.starts_with(&below))
 }
 
 /// Every difference between the workspace (walked: `listing`) and `start`. A file whose
@@ -57,6 +84,11 @@ pub fn compare_all(
             out.insert(rel.clone(), c);
         }
     }
+    for rel in listing.others.keys() {
+        if !start.contains_key(rel) && !skip.contains(rel) && !holds_start(start, rel) {
+            out.insert(rel.clone(), created_other(rel));
+        }
+    }
     out
 }
 
@@ -77,27 +109,37 @@ pub fn changed_start(
             if trust_stat && s == *stat && !racy(stat, racy_ns) {
                 return None;
             }
-            let h = scan::hash(&scan::read(root, rel).ok()?);
+            let h = content_id(root, rel).ok()?;
             if h == *before {
                 return None;
             }
             Some(h)
         }
         Now::Absent => None,
-        Now::Other => Some(backup::NOT_REGULAR.to_string()),
+        Now::Other(_) | Now::Blocked { .. } => Some(backup::NOT_REGULAR.to_string()),
     };
     Some(change(rel, Some(before.clone()), after, stat))
 }
 
-/// The change of `rel`, a file the run created (`None`: unreadable now).
+/// The change of `rel`, a file the run created (`None`: unreadable now). A file over
+/// [`scan::MAX_FILE`] is not read (nor hashed): undo deletes it all the same.
 pub fn created(root: &Path, rel: &str) -> Option<Change> {
-    let bytes = scan::read(root, rel).ok()?;
     Some(Change {
         path: rel.to_string(),
         before: None,
-        after: Some(scan::hash(&bytes)),
+        after: Some(content_id(root, rel).ok()?),
         mode: None,
     })
+}
+
+/// The change of `rel`, a symbolic link, FIFO, socket or device node the run created.
+pub fn created_other(rel: &str) -> Change {
+    Change {
+        path: rel.to_string(),
+        before: None,
+        after: Some(backup::NOT_REGULAR.to_string()),
+        mode: None,
+    }
 }
 
 /// A change to `path`, a file the run found with stat `start`: its mode then is what undo

@@ -36,7 +36,10 @@ mod watch;
 pub use error::UndoError;
 
 use backup::{Backups, Cached, Change, RunRecord};
-use compare::{RACY_NS, Start, changed_start, compare_all, created, racy, skipped};
+use compare::{
+    RACY_NS, Start, changed_start, compare_all, content_id, created, created_other, holds_start,
+    racy, skipped,
+};
 use scan::{Listing, StatKey};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -201,8 +204,12 @@ impl Recorder {
         let mut record = RunRecord::new(0);
         record.own_output = scan::own_outputs(root, &listing);
         let Listing {
-            files, truncated, ..
+            files,
+            truncated,
+            others,
+            ..
         } = listing;
+        record.others = others.into_keys().collect();
         let old = backups.index();
         let mut cache = BTreeMap::new();
         let mut start_list = BTreeMap::new();
@@ -336,13 +343,15 @@ impl Recorder {
                 return false;
             }
             dirty.extend(below.files.into_keys());
+            dirty.extend(below.others.into_keys());
         }
         let own = &self.record.own_output;
         let not_covered = &self.record.not_covered;
+        let others = &self.record.others;
         for rel in dirty {
             let change = if let Some(st) = self.start.get(&rel) {
                 changed_start(&root, &rel, st, scan::now(&root, &rel), self.racy_ns, false)
-            } else if own.contains(&rel) || not_covered.contains(&rel) {
+            } else if own.contains(&rel) || not_covered.contains(&rel) || others.contains(&rel) {
                 None
             } else {
                 let parent = parent_of(&rel).to_string();
@@ -351,6 +360,8 @@ impl Recorder {
                     .or_insert_with(|| scan::walk_from(&root, &parent, Some(1)));
                 if l.files.contains_key(&rel) {
                     created(&root, &rel)
+                } else if l.others.contains_key(&rel) && !holds_start(&self.start, &rel) {
+                    Some(created_other(&rel))
                 } else {
                     None
                 }
@@ -428,7 +439,7 @@ pub fn unaccounted(root: &Path, id: i64) -> Result<Vec<String>, UndoError> {
             continue;
         }
         let want = expected.get(rel).cloned().flatten();
-        let have = scan::read(root, rel).ok().map(|b| scan::hash(&b));
+        let have = content_id(root, rel).ok();
         if want.is_none() || have != want {
             out.push(rel.clone());
         }

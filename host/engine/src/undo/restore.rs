@@ -3,10 +3,18 @@
 //! writer and its journal (so an undo is all-or-nothing too), files the run created deleted.
 //! A file whose content is neither what the run left nor what it was before has been changed
 //! since by someone else: it is refused, and named, unless forced.
+//!
+//! What no journal can hold is handled apart, never followed and never read whole: what the
+//! run created that is not a text file (a symbolic link, a FIFO, a socket, a device node, a
+//! binary file, a file over [`scan::MAX_FILE`]) is unlinked after the journal's commit; what
+//! stands where a file must go back (a link or FIFO where the file or a directory on its way
+//! was, a file grown over the bound) is unlinked before it: a link or FIFO only with
+//! `--force` ([`Action::Blocked`] without), a file the run made too large whenever the file
+//! goes back.
 
 use super::backup::{Backups, NOT_REGULAR, RunRecord};
 use super::error::UndoError;
-use super::scan::{self, Now};
+use super::scan::{self, Kind, Now};
 use crate::edit::Workspace;
 use crate::edit::journal::Change;
 use serde::Serialize;
@@ -24,6 +32,10 @@ pub enum Action {
     AsBefore,
     /// Refused (unless forced): it changed since the run.
     ChangedSince,
+    /// Not put back unless forced: a symbolic link, FIFO, socket or device node stands where
+    /// it was, or where a directory on its way was (`blocker`); `--force` removes that entry
+    /// (never following it) and puts the file back.
+    Blocked,
     /// It cannot be put back (see the reason).
     Cannot,
 }
@@ -35,9 +47,23 @@ pub struct Item {
     pub path: String,
     /// What undo does.
     pub action: Action,
-    /// Why, for `changed_since` and `cannot`.
+    /// Why, for `changed_since`, `blocked` and `cannot`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// What the path is now when it is not a regular file (`a symbolic link`, `a FIFO`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub now_is: Option<&'static str>,
+    /// Its size now, when it is too large to keep or compare (over 16 MiB: never read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The entry undo removes first, without following it, for the file to go back: a link
+    /// (FIFO, ...) at its path or on its way, or the file itself when too large to read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocker: Option<String>,
+    /// Deleted by unlinking it (never followed, never read), not through the journal: the
+    /// run created it, and it is not a text file.
+    #[serde(skip)]
+    unlink: bool,
     /// Its content now (text), for the diff and the journal.
     #[serde(skip)]
     now: Option<String>,
@@ -69,6 +95,14 @@ pub struct Plan {
     pub pending: Option<u32>,
 }
 
+impl Item {
+    /// Whether undo writes (or deletes) it, `force` given or not.
+    fn goes(&self, force: bool) -> bool {
+        matches!(self.action, Action::Restore | Action::Delete)
+            || (force && matches!(self.action, Action::ChangedSince | Action::Blocked))
+    }
+}
+
 impl Plan {
     /// Files refused because they changed since the run.
     pub fn conflicts(&self) -> Vec<&Item> {
@@ -78,24 +112,37 @@ impl Plan {
             .collect()
     }
 
-    /// The unified diff of what undo writes (forced files included when `force`).
-    pub fn diff(&self, force: bool) -> String {
+    /// Whether undoing (with `force` or not) would put every file back: what `kiln undo
+    /// --dry-run` exits with (the real undo exits 1 otherwise).
+    pub fn complete(&self, force: bool) -> bool {
+        self.files
+            .iter()
+            .all(|i| i.action == Action::AsBefore || i.goes(force))
+    }
+
+    /// The unified diff of what undo writes (forced files included when `force`). Paths in
+    /// its headers have their control characters escaped (a newline in a name cannot forge a
+    /// line of the diff), and are cut in the middle past 200 characters when `human`.
+    pub fn diff(&self, force: bool, human: bool) -> String {
         let mut out = String::new();
         for i in &self.files {
-            let goes = matches!(i.action, Action::Restore | Action::Delete)
-                || (force && i.action == Action::ChangedSince && i.why.is_none());
-            if !goes {
+            if !i.goes(force) || (i.now.is_none() && i.before.is_none()) {
                 continue;
             }
             let old = i.now.as_deref().unwrap_or("");
             let new = i.before.as_deref().unwrap_or("");
+            let shown = if human {
+                crate::terminal::path(&i.path)
+            } else {
+                crate::terminal::escape_path(&i.path)
+            };
             let a = if i.now.is_some() {
-                format!("a/{}", i.path)
+                format!("a/{shown}")
             } else {
                 "/dev/null".into()
             };
             let b = if i.before.is_some() {
-                format!("b/{}", i.path)
+                format!("b/{shown}")
             } else {
                 "/dev/null".into()
             };
@@ -208,41 +255,67 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
         path: c.path.clone(),
         action: Action::Restore,
         why: None,
+        now_is: None,
+        size: None,
+        blocker: None,
+        unlink: false,
         now: None,
         before: None,
         mode: c.mode,
     };
-    let now_hash = match scan::now(root, &c.path) {
+    // What stands at the path (or on its way) that is not a regular file: (where, what).
+    let mut other: Option<(String, Kind)> = None;
+    // Why its content now cannot go through the journal (not text, unreadable).
+    let mut now_problem = None;
+    let now_id = match scan::now(root, &c.path) {
         Now::Absent => None,
-        Now::Other => Some(NOT_REGULAR.to_string()),
         Now::File(_) => match scan::read(root, &c.path) {
             Ok(bytes) => {
                 let h = scan::hash(&bytes);
                 it.now = String::from_utf8(bytes).ok();
                 if it.now.is_none() {
-                    it.why =
+                    now_problem =
                         Some("it is not UTF-8 text now (kiln's writer writes text only)".into());
                 }
                 Some(h)
             }
-            Err(e) => Some(format!("unreadable: {e}")),
+            Err(e) => match scan::too_large(&e) {
+                Some(t) => {
+                    it.size = Some(t.size);
+                    Some(super::compare::large_id(t))
+                }
+                None => {
+                    now_problem = Some(format!("it is unreadable now: {e}"));
+                    Some(format!("unreadable: {e}"))
+                }
+            },
         },
+        Now::Other(k) => {
+            it.now_is = Some(k.name());
+            other = Some((c.path.clone(), k));
+            Some(NOT_REGULAR.to_string())
+        }
+        Now::Blocked { at, kind } => {
+            other = Some((at, kind));
+            Some(NOT_REGULAR.to_string())
+        }
     };
+    let mut before_problem = None;
     if let Some(h) = &c.before {
         match b.object(h).map(String::from_utf8) {
             Ok(Ok(text)) => it.before = Some(text),
             Ok(Err(_)) => {
-                it.why = Some(format!(
+                before_problem = Some(format!(
                     "its content before the run is not UTF-8 text (kiln's writer writes text only); it is kept at {}",
                     b.object_path(h).display()
                 ));
             }
-            Err(e) => it.why = Some(format!("its backup is missing: {e}")),
+            Err(e) => before_problem = Some(format!("its backup is missing: {e}")),
         }
     }
-    it.action = if now_hash == c.before {
+    it.action = if now_id == c.before {
         Action::AsBefore
-    } else if now_hash == c.after {
+    } else if now_id == c.after {
         if c.before.is_some() {
             Action::Restore
         } else {
@@ -251,12 +324,54 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
     } else {
         Action::ChangedSince
     };
-    if it.why.is_some() && it.action != Action::AsBefore {
-        it.action = Action::Cannot;
+    if it.action == Action::AsBefore {
+        return it;
     }
-    if now_hash.as_deref() == Some(NOT_REGULAR) && it.action != Action::AsBefore {
+    let created = c.before.is_none();
+    if let Some(why) = before_problem {
         it.action = Action::Cannot;
-        it.why = Some("it is no longer a regular file".into());
+        it.why = Some(why);
+        return it;
+    }
+    match other {
+        Some((at, Kind::Dir)) => {
+            it.action = Action::Cannot;
+            it.why = Some(format!("{at} is a directory now"));
+        }
+        // A link (FIFO, ...) the run created: deleted, never followed.
+        Some((at, _)) if created && at == c.path => it.unlink = true,
+        Some((at, kind)) => {
+            let here = if at == c.path {
+                "it".to_string()
+            } else {
+                format!("{at}, on its way,")
+            };
+            it.action = Action::Blocked;
+            it.why = Some(format!(
+                "{here} is {} now; --force replaces it, without following it",
+                kind.name()
+            ));
+            it.blocker = Some(at);
+        }
+        None if it.size.is_some() => {
+            // Never read: a file the run created goes whole; one that was there before is
+            // removed before its content goes back.
+            if created {
+                it.unlink = true;
+            } else {
+                it.blocker = Some(c.path.clone());
+            }
+        }
+        None => {
+            if let Some(why) = now_problem {
+                if created && it.action == Action::Delete {
+                    it.unlink = true;
+                } else {
+                    it.action = Action::Cannot;
+                    it.why = Some(why);
+                }
+            }
+        }
     }
     it
 }
@@ -282,14 +397,33 @@ pub fn apply(
     protected: &crate::path::Protected,
     force: bool,
 ) -> Result<Applied, UndoError> {
+    use std::collections::{BTreeMap, BTreeSet};
     let ws = Workspace::open(root)?;
     let writer = ws.writer(protected, &[]);
-    let mut changes = Vec::new();
-    let mut done = std::collections::BTreeSet::new();
+    // Files that could not go back, with why.
+    let mut failed: BTreeMap<&str, String> = BTreeMap::new();
+    // First what stands in the way of a file going back, unlinked, never followed.
+    let mut cleared = BTreeSet::new();
     for i in &plan.files {
-        let goes = matches!(i.action, Action::Restore | Action::Delete)
-            || (force && i.action == Action::ChangedSince);
-        if !goes {
+        let Some(at) = i.blocker.as_deref().filter(|_| i.goes(force)) else {
+            continue;
+        };
+        if cleared.contains(at) {
+            continue;
+        }
+        match writer.remove_entry(at) {
+            Ok(()) => {
+                cleared.insert(at);
+            }
+            Err(e) => {
+                failed.insert(&i.path, e.to_string());
+            }
+        }
+    }
+    let mut changes = Vec::new();
+    let mut done = BTreeSet::new();
+    for i in &plan.files {
+        if !i.goes(force) || i.unlink || failed.contains_key(i.path.as_str()) {
             continue;
         }
         changes.push(match &i.before {
@@ -304,11 +438,25 @@ pub fn apply(
                 before: i.now.as_deref(),
             },
         });
-        done.insert(i.path.clone());
+        done.insert(i.path.as_str());
     }
     // A file absent now whose run deleted it, and absent before too, needs nothing.
     changes.retain(|c| !matches!(c, Change::Remove { before: None, .. }));
     writer.commit(&changes)?;
+    // Then what the run created that no journal holds (a link, a FIFO, a binary or huge file).
+    for i in &plan.files {
+        if !(i.unlink && i.goes(force)) {
+            continue;
+        }
+        match writer.remove_entry(&i.path) {
+            Ok(()) => {
+                done.insert(i.path.as_str());
+            }
+            Err(e) => {
+                failed.insert(&i.path, e.to_string());
+            }
+        }
+    }
     let b = Backups::open(root, false)?.ok_or(UndoError::NoRecord(plan.id))?;
     if let Some(pid) = plan.pending {
         b.remove_pending(pid);
@@ -319,19 +467,30 @@ pub fn apply(
     }
     let mut out = Applied::default();
     for i in &plan.files {
-        if i.action == Action::Cannot {
+        let not = |why: String| (i.path.clone(), why);
+        if let Some(why) = failed.get(i.path.as_str()) {
+            out.not_restored.push(not(why.clone()));
+        } else if i.action == Action::Cannot {
             let why = i
                 .why
                 .clone()
                 .unwrap_or_else(|| "it cannot be put back".into());
-            out.not_restored.push((i.path.clone(), why));
-        } else if !done.contains(&i.path) {
+            out.not_restored.push(not(why));
+        } else if i.action == Action::Blocked && !force {
+            // Its blocker may have gone with another file's undo (a link the run created).
+            if holds_before(root, i) {
+                out.put_back.push(i.path.clone());
+            } else {
+                out.not_restored
+                    .push(not(i.why.clone().unwrap_or_default()));
+            }
+        } else if !done.contains(i.path.as_str()) {
             continue;
         } else if holds_before(root, i) {
             out.put_back.push(i.path.clone());
         } else {
             let why = "it does not hold its content from before the run after the undo".into();
-            out.not_restored.push((i.path.clone(), why));
+            out.not_restored.push(not(why));
         }
     }
     Ok(out)

@@ -6,15 +6,17 @@
 //! `CACHEDIR.TAG` (cargo's `target/`, and every cache that follows that convention), what git
 //! ignores when the workspace is in a git repository (`.gitignore` files, `.git/info/exclude`
 //! and the user's global excludes, by git's own rules: build products such as
-//! `__pycache__/*.pyc`), kiln's state directory when it lies inside the workspace, symbolic
-//! links (never followed) and everything that is not a regular file or a directory.
+//! `__pycache__/*.pyc`) and kiln's state directory when it lies inside the workspace. Symbolic
+//! links, FIFOs, sockets and device nodes are listed apart ([`Listing::others`]), never
+//! followed nor read: undo deletes those a run created.
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// Files larger than this are not backed up (and undo says so when one changes).
+/// Files larger than this are not backed up, and never read by undo (its checks, preview and
+/// read-back, the report's diffs): undo names them, with their size.
 pub const MAX_FILE: u64 = 16 << 20;
 /// A walk stops after this many files (and the run's record says it is partial).
 pub const MAX_FILES: usize = 200_000;
@@ -54,6 +56,9 @@ pub struct Listing {
     pub files: BTreeMap<String, StatKey>,
     /// Every directory the walk entered (`""`: the walk's start), for change notification.
     pub dirs: Vec<String>,
+    /// Everything else it found (never followed nor entered): symbolic links, FIFOs, sockets,
+    /// device nodes.
+    pub others: BTreeMap<String, Kind>,
     /// True when the walk stopped at [`MAX_FILES`].
     pub truncated: bool,
 }
@@ -106,20 +111,25 @@ pub fn walk_from(root: &Path, rel: &str, depth: Option<usize>) -> Listing {
             out.dirs.push(name);
             continue;
         }
-        if e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_file()) {
+        if e.depth() == 0 {
             continue;
+        }
+        if out.files.len() + out.others.len() >= MAX_FILES {
+            out.truncated = true;
+            return out;
         }
         let Ok(meta) = e.path().symlink_metadata() else {
             continue;
         };
-        if !meta.is_file() {
-            continue;
+        match Kind::of(&meta.file_type()) {
+            Kind::File => {
+                out.files.insert(name, StatKey::of(&meta));
+            }
+            Kind::Dir => {}
+            k => {
+                out.others.insert(name, k);
+            }
         }
-        if out.files.len() >= MAX_FILES {
-            out.truncated = true;
-            return out;
-        }
-        out.files.insert(name, StatKey::of(&meta));
     }
     out
 }
@@ -165,6 +175,55 @@ pub fn own_outputs(root: &Path, listing: &Listing) -> Vec<String> {
         .collect()
 }
 
+/// What a directory entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Link,
+    /// A FIFO (named pipe).
+    Fifo,
+    /// A Unix socket.
+    Socket,
+    /// A block or character device node.
+    Device,
+}
+
+impl Kind {
+    /// The kind of an entry of type `t`.
+    pub fn of(t: &std::fs::FileType) -> Kind {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_file() {
+            Kind::File
+        } else if t.is_dir() {
+            Kind::Dir
+        } else if t.is_symlink() {
+            Kind::Link
+        } else if t.is_fifo() {
+            Kind::Fifo
+        } else if t.is_socket() {
+            Kind::Socket
+        } else {
+            Kind::Device
+        }
+    }
+
+    /// `a symbolic link`, `a FIFO`, ... (for messages).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "a regular file",
+            Kind::Dir => "a directory",
+            Kind::Link => "a symbolic link",
+            Kind::Fifo => "a FIFO",
+            Kind::Socket => "a socket",
+            Kind::Device => "a device node",
+        }
+    }
+}
+
 /// What a path holds now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Now {
@@ -172,36 +231,119 @@ pub enum Now {
     Absent,
     /// A regular file with this stat key.
     File(StatKey),
-    /// A directory, a link, a device.
-    Other,
+    /// Something else: a directory, a link, a FIFO, a socket, a device node.
+    Other(Kind),
+    /// A component on the way, `at` (workspace-relative), is not a directory: a symbolic link
+    /// (never followed), or a file of another kind.
+    Blocked {
+        /// The component.
+        at: String,
+        /// What it is.
+        kind: Kind,
+    },
 }
 
-/// What `root/rel` is (no link followed at its end).
+/// What `root/rel` is, following no symbolic link at any component (a link on the way is
+/// [`Now::Blocked`], one at the end [`Now::Other`]).
 pub fn now(root: &Path, rel: &str) -> Now {
-    match root.join(rel).symlink_metadata() {
-        Ok(m) if m.is_file() => Now::File(StatKey::of(&m)),
-        Ok(_) => Now::Other,
-        Err(_) => Now::Absent,
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    match open_beneath(root, rel, flags) {
+        Ok(f) => match f.metadata() {
+            Ok(m) if m.is_file() => Now::File(StatKey::of(&m)),
+            Ok(m) => Now::Other(Kind::of(&m.file_type())),
+            Err(_) => Now::Absent,
+        },
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Now::Absent,
+        // A link on the way (ELOOP), a file where a directory was (ENOTDIR), a link seen by
+        // the checked walk: which component, by `lstat`s that follow nothing.
+        Err(_) => blocker(root, rel),
     }
+}
+
+/// The first component of `rel` (short of its last) that is not a directory.
+fn blocker(root: &Path, rel: &str) -> Now {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let mut at = String::new();
+    let mut path = root.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            at.push('/');
+        }
+        at.push_str(part);
+        path.push(part);
+        let Ok(m) = path.symlink_metadata() else {
+            return Now::Absent;
+        };
+        let kind = Kind::of(&m.file_type());
+        if i + 1 == parts.len() {
+            return match kind {
+                Kind::File => Now::File(StatKey::of(&m)),
+                k => Now::Other(k),
+            };
+        }
+        if kind != Kind::Dir {
+            return Now::Blocked { at, kind };
+        }
+    }
+    Now::Absent
+}
+
+/// Why a file was not read: it is over [`MAX_FILE`] (its size and modification time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLarge {
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its modification time, ns since the epoch.
+    pub mtime_ns: i64,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "too large to keep/compare: {} bytes", self.size)
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// The [`TooLarge`] inside `e`, when [`read`] refused a file for its size.
+pub fn too_large(e: &std::io::Error) -> Option<TooLarge> {
+    e.get_ref()?.downcast_ref::<TooLarge>().copied()
 }
 
 /// The content of the regular file `root/rel`, opened non-blocking (a FIFO swapped in cannot
 /// stall) with no symbolic link followed at any component: a program of the run may have put
 /// `d -> /etc` where `d/` was, and undo's preview, its checks and the report must then say the
-/// file is gone, never show what the link reaches.
+/// file is gone, never show what the link reaches. Never more than [`MAX_FILE`] bytes: a
+/// larger file (a sparse 20 GB one a program made costs nothing to make) is refused with
+/// [`TooLarge`] before any of it is read.
 pub fn read(root: &Path, rel: &str) -> std::io::Result<Vec<u8>> {
-    let mut f = open_beneath(root, rel)?;
-    if !f.metadata()?.is_file() {
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    let f = open_beneath(root, rel, flags)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf)?;
+    let large = |size| {
+        std::io::Error::other(TooLarge {
+            size,
+            mtime_ns: StatKey::of(&m).mtime_ns,
+        })
+    };
+    if m.len() > MAX_FILE {
+        return Err(large(m.len()));
+    }
+    let mut buf = Vec::with_capacity(m.len() as usize);
+    // One byte more than the bound tells a file that grew while it was read.
+    f.take(MAX_FILE + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_FILE {
+        return Err(large(buf.len() as u64));
+    }
     Ok(buf)
 }
 
-/// `root/rel` opened for reading with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; where
+/// `root/rel` opened with `flags` by `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; where
 /// the call is missing or refused, after checking that no component is a link.
-fn open_beneath(root: &Path, rel: &str) -> std::io::Result<std::fs::File> {
+fn open_beneath(root: &Path, rel: &str, flags: i32) -> std::io::Result<std::fs::File> {
     use std::os::fd::{AsRawFd, FromRawFd};
     #[repr(C)]
     struct OpenHow {
@@ -214,7 +356,7 @@ fn open_beneath(root: &Path, rel: &str) -> std::io::Result<std::fs::File> {
     let dir = std::fs::File::open(root)?;
     let path = std::ffi::CString::new(rel).map_err(std::io::Error::other)?;
     let how = OpenHow {
-        flags: (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        flags: flags as u64,
         mode: 0,
         resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
     };
@@ -239,16 +381,24 @@ fn open_beneath(root: &Path, rel: &str) -> std::io::Result<std::fs::File> {
         return Err(err);
     }
     let mut at = root.to_path_buf();
-    for part in Path::new(rel).components() {
+    let parts: Vec<_> = Path::new(rel).components().collect();
+    for (i, part) in parts.iter().enumerate() {
         at.push(part);
-        if at.symlink_metadata()?.file_type().is_symlink() {
-            return Err(std::io::Error::other("a symbolic link on the way"));
+        // The last component may be a link only when it is opened as one (`O_PATH`).
+        let last_as_link = i + 1 == parts.len() && flags & libc::O_PATH != 0;
+        if !last_as_link && at.symlink_metadata()?.file_type().is_symlink() {
+            return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
         }
     }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(root.join(rel))
+    let c = std::ffi::CString::new(root.join(rel).into_os_string().into_encoded_bytes())
+        .map_err(std::io::Error::other)?;
+    // SAFETY: a NUL-terminated path; the descriptor returned is owned below.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NOFOLLOW) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// SHA-256 of `bytes`, hex.
