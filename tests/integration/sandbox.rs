@@ -227,7 +227,10 @@ fn hundreds_of_mib_of_output_are_capped() {
     );
     r.expect_code(0);
     let res = &r.json()["result"];
-    assert_eq!(res["stdout_len"], 1048576);
+    // At most 3/8 of the plugin's 1 MiB output limit: its head, a line saying how much was
+    // cut, and its tail.
+    let len = res["stdout_len"].as_u64().unwrap();
+    assert!((393216 - 64..=393216).contains(&len), "{len}");
     assert_eq!(res["truncated"], true);
     assert_eq!(res["exit_code"], 0);
     // A plugin returning more than its cap is refused.

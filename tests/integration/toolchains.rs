@@ -677,3 +677,32 @@ fn a_failing_tests_name_is_a_field_of_its_own() {
     assert_eq!(d["test"], "tests.test_calc::test_div", "{last}");
     assert_eq!(d["code"], "test-failure", "{last}");
 }
+
+/// A build that prints more than the plugin's output limit before its error (a verbose make)
+/// is cut, head and tail, not failed: the error at the end still reaches the diagnostics.
+#[test]
+fn a_build_printing_megabytes_before_its_error_still_names_the_error() {
+    let ws = crate::support::Workspace::new();
+    ws.write(
+        "src/main.c",
+        "int main(void){\n  int x = 1\n  return x;\n}\n",
+    );
+    ws.write(
+        "Makefile",
+        "all:\n\t@head -c 5000000 /dev/zero | tr '\\0' a; echo\n\tgcc -fsyntax-only src/main.c\n",
+    );
+    let r = ws.kiln(&["check"], &[]);
+    r.expect_code(1);
+    assert!(
+        r.stdout().contains("src/main.c:3:3: error:")
+            || r.stderr().contains("src/main.c:3:3: error:"),
+        "{}{}",
+        r.stdout(),
+        r.stderr()
+    );
+    assert!(
+        !r.stderr().contains("output limit exceeded"),
+        "{}",
+        r.stderr()
+    );
+}

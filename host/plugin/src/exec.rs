@@ -298,20 +298,32 @@ const GRACE: Duration = Duration::from_millis(200);
 /// How long output is still read after everything of the call was killed.
 const AFTER_KILL: Duration = Duration::from_millis(200);
 
-/// One captured output stream: bytes kept (at most `cap`) and whether more were discarded.
+/// One captured output stream: at most `cap` bytes kept, and whether more were discarded. Past
+/// the cap it keeps the head (the first quarter) and the tail (the rest, the last bytes
+/// written), joined by a line saying how much was cut: a build's errors come at its end.
 struct Stream<R> {
     reader: Option<R>,
+    /// The first bytes, up to [`Stream::head_cap`].
     kept: Vec<u8>,
+    /// The last bytes once the head is full, at most `cap - head_cap` (minus the marker).
+    tail: std::collections::VecDeque<u8>,
+    /// Bytes dropped between head and tail.
+    cut: u64,
     truncated: bool,
     cap: usize,
     buf: Box<[u8]>,
 }
+
+/// Room left for the line that says how much was cut between head and tail.
+const CUT_MARKER_ROOM: usize = 64;
 
 impl<R: AsyncRead + Unpin> Stream<R> {
     fn new(reader: Option<R>, cap: usize) -> Stream<R> {
         Stream {
             reader,
             kept: Vec::new(),
+            tail: std::collections::VecDeque::new(),
+            cut: 0,
             truncated: false,
             cap,
             buf: vec![0u8; 64 * 1024].into_boxed_slice(),
@@ -322,6 +334,15 @@ impl<R: AsyncRead + Unpin> Stream<R> {
         self.reader.is_some()
     }
 
+    /// How much of the start is kept once the stream passes its cap.
+    fn head_cap(&self) -> usize {
+        if self.cap <= 4 * CUT_MARKER_ROOM {
+            self.cap
+        } else {
+            self.cap / 4
+        }
+    }
+
     /// Read once (cancel-safe: bytes are kept only once a read completed).
     async fn read(&mut self) {
         let Some(r) = self.reader.as_mut() else {
@@ -330,13 +351,46 @@ impl<R: AsyncRead + Unpin> Stream<R> {
         match r.read(&mut self.buf).await {
             Ok(0) | Err(_) => self.reader = None,
             Ok(n) => {
-                let room = self.cap.saturating_sub(self.kept.len());
-                if n > room {
-                    self.truncated = true;
+                let chunk = &self.buf[..n];
+                if !self.truncated && self.kept.len() + n <= self.cap {
+                    self.kept.extend_from_slice(chunk);
+                    return;
                 }
-                self.kept.extend_from_slice(&self.buf[..n.min(room)]);
+                if !self.truncated {
+                    // Past the cap for the first time: what is beyond the head starts the tail.
+                    self.truncated = true;
+                    let head = self.head_cap();
+                    let beyond: Vec<u8> = self.kept.drain(head.min(self.kept.len())..).collect();
+                    self.tail.extend(beyond);
+                }
+                let tail_cap = self
+                    .cap
+                    .saturating_sub(self.head_cap())
+                    .saturating_sub(CUT_MARKER_ROOM);
+                if self.head_cap() == self.cap {
+                    // Too small a cap for a tail: keep the head only.
+                    self.cut += n as u64;
+                    return;
+                }
+                self.tail.extend(chunk);
+                let over = self.tail.len().saturating_sub(tail_cap);
+                self.tail.drain(..over);
+                self.cut += over as u64;
             }
         }
+    }
+
+    /// What was kept: all of it, or its head, a line saying how much was cut, and its tail.
+    fn into_kept(self) -> Vec<u8> {
+        let mut out = self.kept;
+        if self.cut > 0 && !self.tail.is_empty() {
+            out.extend_from_slice(
+                format!("\n[... {} bytes of output cut here ...]\n", self.cut).as_bytes(),
+            );
+        }
+        out.extend(self.tail);
+        out.truncate(self.cap);
+        out
     }
 }
 
@@ -470,7 +524,8 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
     // Kill and reap what is left (strays too when no other call runs), then remove the temp
     // dir, and what the program created that its view could not hold read-only: a new `.git`
     // or `kiln.toml` (the view protects those that existed when the call began).
-    let (stdout, stderr) = (out.kept, err.kept);
+    let truncated = out.truncated || err.truncated;
+    let (stdout, stderr) = (out.into_kept(), err.into_kept());
     let (planted, refused, stdout, stderr) = tokio::task::spawn_blocking(move || {
         call.finish();
         let refused = confinement.refusals(&stdout, &stderr);
@@ -501,7 +556,7 @@ pub async fn run(spawn: Spawn) -> std::io::Result<Finished> {
         exit_code,
         stdout,
         stderr,
-        truncated: out.truncated || err.truncated,
+        truncated,
         timed_out,
         duration: start.elapsed(),
         refused,
@@ -757,5 +812,40 @@ mod tests {
         assert_eq!(code.exit_code, Some(7));
         let killed = run(spawn(ws, "kill -9 $$")).await.unwrap();
         assert_eq!(killed.exit_code, None);
+    }
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::Stream;
+
+    async fn capture(input: &[u8], cap: usize) -> (Vec<u8>, bool) {
+        let mut s = Stream::new(Some(input), cap);
+        while s.is_open() {
+            s.read().await;
+        }
+        let truncated = s.truncated;
+        (s.into_kept(), truncated)
+    }
+
+    #[tokio::test]
+    async fn past_its_cap_a_stream_keeps_its_head_and_its_tail() {
+        // 300 KiB of noise, then the error a build prints last.
+        let mut input = vec![b'a'; 300 * 1024];
+        input.extend_from_slice(b"\nsrc/main.c:2:3: error: boom\n");
+        let (kept, truncated) = capture(&input, 64 * 1024).await;
+        assert!(truncated);
+        assert!(kept.len() <= 64 * 1024, "{}", kept.len());
+        let text = String::from_utf8_lossy(&kept);
+        assert!(text.starts_with("aaaa"));
+        assert!(
+            text.ends_with("src/main.c:2:3: error: boom\n"),
+            "{}",
+            &text[text.len() - 80..]
+        );
+        assert!(text.contains(" bytes of output cut here ...]"));
+        // Under the cap: everything, unmarked.
+        let (kept, truncated) = capture(b"short\n", 64 * 1024).await;
+        assert_eq!((kept.as_slice(), truncated), (&b"short\n"[..], false));
     }
 }

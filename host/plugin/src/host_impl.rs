@@ -323,7 +323,10 @@ impl State {
         if let Some(t) = cmd.timeout_ms {
             timeout = timeout.min(Duration::from_millis(t as u64));
         }
-        let mut cap = limits.output_bytes as usize;
+        // Each stream keeps at most 3/8 of the plugin's own output limit: both, and the result
+        // the plugin builds from them (a runner returns them with its diagnostics), fit under
+        // it, so a build that prints much is cut (head and tail) instead of failing the call.
+        let mut cap = limits.output_bytes as usize / 8 * 3;
         if let Some(c) = cmd.output_cap {
             cap = cap.min(c as usize);
         }
