@@ -17,7 +17,7 @@ fn run(ws: &std::path::Path, cache: &std::path::Path, args: &[&str]) -> Duration
         .args(args)
         .current_dir(ws)
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PATH", kiln_env::env().var("PATH").unwrap_or_default())
         .env("HOME", ws)
         .env("KILN_CACHE_DIR", cache)
         .env("KILN_CONFIG", ws.join("no-user-config.toml"))
