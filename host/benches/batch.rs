@@ -78,7 +78,7 @@ fn kiln(home: &Path, dir: &Path, args: &[&str]) -> Command {
     cmd.args(args)
         .current_dir(dir)
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PATH", kiln_env::env().var("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("XDG_STATE_HOME", home.join("state"))
         .env(

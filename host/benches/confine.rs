@@ -80,8 +80,8 @@ fn measure(label: &str) {
 }
 
 fn main() {
-    if std::env::var_os("KILN_BENCH_CHILD").is_some() {
-        measure(&std::env::var("KILN_BENCH_CHILD").unwrap());
+    if let Some(child) = kiln_env::env().var("KILN_BENCH_CHILD") {
+        measure(child);
         return;
     }
     // Each configuration in a process of its own: the mechanisms are detected once per process.

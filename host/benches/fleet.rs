@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 const BUILD: &str = "gcc -fsyntax-only {file}";
 
 fn setting(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
+    kiln_env::env()
+        .var(name)
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
@@ -82,7 +82,7 @@ impl Home {
         let home = self.path();
         cmd.current_dir(home)
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PATH", kiln_env::env().var("PATH").unwrap_or_default())
             .env("HOME", home)
             .env("XDG_STATE_HOME", home.join("state"))
             .env("KILN_CACHE_DIR", cache_dir())
@@ -230,12 +230,13 @@ fn main() {
     let tasks = setting("FLEET_TASKS", 24);
     let runs = setting("FLEET_RUNS", 3);
     let latency = Duration::from_millis(setting("FLEET_LATENCY_MS", 500) as u64);
-    let ns: Vec<usize> = std::env::var("FLEET_N")
-        .unwrap_or_else(|_| "1,2,4,6".into())
+    let ns: Vec<usize> = kiln_env::env()
+        .var("FLEET_N")
+        .unwrap_or("1,2,4,6")
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let have_pg = std::env::var("FLEET_PG").as_deref() != Ok("0")
+    let have_pg = kiln_env::env().var("FLEET_PG") != Some("0")
         && Command::new("sh")
             .args([
                 "-c",

@@ -16,8 +16,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    let rounds: usize = std::env::var("KILN_BENCH_ROUNDS")
-        .ok()
+    let rounds: usize = kiln_env::env()
+        .var("KILN_BENCH_ROUNDS")
         .and_then(|s| s.parse().ok())
         .unwrap_or(2000);
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -51,7 +51,8 @@ fn main() {
     );
     // Extra components to compare (e.g. plugins built from Python or JavaScript):
     // KILN_BENCH_PLUGINS=name=path.wasm:other=path2.wasm
-    let extra: Vec<(String, Vec<u8>)> = std::env::var("KILN_BENCH_PLUGINS")
+    let extra: Vec<(String, Vec<u8>)> = kiln_env::env()
+        .var("KILN_BENCH_PLUGINS")
         .unwrap_or_default()
         .split(':')
         .filter(|s| !s.is_empty())

@@ -34,7 +34,7 @@ fn command(kiln: &Path, env: &Env, cache: &Path, args: &[&str]) -> Command {
     cmd.args(args)
         .current_dir(env.ws.path())
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PATH", kiln_env::env().var("PATH").unwrap_or_default())
         .env("HOME", env.ws.path())
         .env("XDG_STATE_HOME", env.state.path())
         .env("KILN_CACHE_DIR", cache)

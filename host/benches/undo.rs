@@ -83,7 +83,7 @@ fn fixes(bin: &Path, root: &Path, state: &Path) -> (Duration, Duration) {
             .arg(&replay)
             .current_dir(root)
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PATH", kiln_env::env().var("PATH").unwrap_or_default())
             .env("HOME", state)
             .env("XDG_STATE_HOME", state)
             .env("KILN_CONFIG", state.join("no-user-config.toml"))
@@ -108,7 +108,9 @@ fn main() {
     // SAFETY: set before any other thread exists.
     unsafe { std::env::set_var("XDG_STATE_HOME", state.path()) };
     let ours = std::path::PathBuf::from(env!("CARGO_BIN_EXE_kiln"));
-    let baseline = std::env::var_os("KILN_BENCH_BASELINE").map(std::path::PathBuf::from);
+    let baseline = kiln_env::env()
+        .var_os("KILN_BENCH_BASELINE")
+        .map(std::path::PathBuf::from);
     println!(
         "files    begin ms  checkpoint ms  fix first ms  fix median ms  (baseline: first, median)"
     );

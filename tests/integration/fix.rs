@@ -435,13 +435,17 @@ fn a_rust_crate_fixed_through_the_cargo_runner() {
         "    let n: u32 = \"three\";\n",
         "    let n: u32 = 3;\n",
     ))]);
-    let home = std::env::var("REAL_HOME_FOR_TESTS")
-        .ok()
-        .or_else(|| std::env::var("HOME").ok())
+    let home = kiln_env::env()
+        .var("REAL_HOME_FOR_TESTS")
+        .or_else(|| kiln_env::env().var("HOME"))
         .unwrap_or_default();
-    let rustup_home = std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{home}/.rustup"));
-    let cargo_home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{home}/.cargo"));
-    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| "stable".into());
+    let rustup_home = kiln_env::env()
+        .var("RUSTUP_HOME")
+        .map_or_else(|| format!("{home}/.rustup"), str::to_string);
+    let cargo_home = kiln_env::env()
+        .var("CARGO_HOME")
+        .map_or_else(|| format!("{home}/.cargo"), str::to_string);
+    let toolchain = kiln_env::env().var("RUSTUP_TOOLCHAIN").unwrap_or("stable");
     let base = format!("{}/v1", mock.url);
     let r = ws.kiln(
         &[
@@ -459,7 +463,7 @@ fn a_rust_crate_fixed_through_the_cargo_runner() {
         &[
             ("RUSTUP_HOME", &rustup_home),
             ("CARGO_HOME", &cargo_home),
-            ("RUSTUP_TOOLCHAIN", &toolchain),
+            ("RUSTUP_TOOLCHAIN", toolchain),
         ],
     );
     r.expect_code(0);

@@ -51,13 +51,16 @@ fn a_checked_program_cannot_read_home_outside_the_workspace() {
 
 /// The real toolchain's homes (the test runs with the developer's or CI's HOME).
 fn toolchain_homes() -> (PathBuf, PathBuf) {
-    let home = PathBuf::from(std::env::var("HOME").unwrap());
-    let cargo = std::env::var("CARGO_HOME")
+    let env = kiln_env::env();
+    let home = env.home().unwrap();
+    let cargo = env
+        .var("CARGO_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| home.join(".cargo"));
-    let rustup = std::env::var("RUSTUP_HOME")
+        .unwrap_or_else(|| home.join(".cargo"));
+    let rustup = env
+        .var("RUSTUP_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| home.join(".rustup"));
+        .unwrap_or_else(|| home.join(".rustup"));
     (cargo, rustup)
 }
 
@@ -105,17 +108,17 @@ fn runner_cargo_builds_with_the_registry_cache_but_never_writes_cargo_config_or_
     let path = format!(
         "{}:{}",
         real_cargo.join("bin").display(),
-        std::env::var("PATH").unwrap()
+        kiln_env::env().var("PATH").unwrap()
     );
     // The toolchain this test runs with (rust-toolchain.toml), not rustup's default.
-    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_default();
+    let toolchain = kiln_env::env().var("RUSTUP_TOOLCHAIN").unwrap_or_default();
     let mut env = vec![
         ("CARGO_HOME", cargo_home.to_str().unwrap()),
         ("RUSTUP_HOME", rustup.to_str().unwrap()),
         ("PATH", &path),
     ];
     if !toolchain.is_empty() {
-        env.push(("RUSTUP_TOOLCHAIN", &toolchain));
+        env.push(("RUSTUP_TOOLCHAIN", toolchain));
     }
     let r = ws.kiln(
         &[

@@ -206,7 +206,7 @@ fn a_relative_path_entry_does_not_run_the_workspace_s_own_program() {
         call("run_cmd", json!({ "command": "ls" })),
         review("checked", "", &[]),
     ]);
-    let path = format!(":{}", std::env::var("PATH").unwrap_or_default());
+    let path = format!(":{}", kiln_env::env().var("PATH").unwrap_or_default());
     let base = format!("{}/v1", mock.url);
     let r = ws.kiln(
         &[

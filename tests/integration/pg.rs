@@ -62,8 +62,9 @@ fn pg_bin() -> PathBuf {
     if let Some((_, bin)) = found.pop() {
         return bin;
     }
-    std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).find(|d| d.join("initdb").is_file()))
+    kiln_env::env()
+        .path()
+        .and_then(|p| std::env::split_paths(p).find(|d| d.join("initdb").is_file()))
         .expect("PostgreSQL is not installed (no initdb): `.ci/run` installs it (apt-get install postgresql)")
 }
 

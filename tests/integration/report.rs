@@ -123,7 +123,9 @@ fn a_fix_run_report_shows_what_the_store_holds_in_a_browser() {
     assert!(html.contains("default-src 'none'"));
     assert!(!html.contains("<script"), "the diagnostic is escaped");
 
-    let shot = std::env::var_os("KILN_REPORT_SCREENSHOT").map(PathBuf::from);
+    let shot = kiln_env::env()
+        .var_os("KILN_REPORT_SCREENSHOT")
+        .map(PathBuf::from);
     let dom = browser_dom(&out, shot.as_deref());
     assert!(!dom.contains("<script"), "no script element in the DOM");
     assert_eq!(text_of(&dom, "step-count"), "2");
@@ -220,7 +222,9 @@ fn an_agent_run_report_shows_its_tool_calls() {
         &[],
     )
     .expect_code(0);
-    let shot = std::env::var_os("KILN_REPORT_SCREENSHOT_AGENT").map(PathBuf::from);
+    let shot = kiln_env::env()
+        .var_os("KILN_REPORT_SCREENSHOT_AGENT")
+        .map(PathBuf::from);
     let dom = browser_dom(&out, shot.as_deref());
     assert_eq!(text_of(&dom, "stop-reason"), "complete");
     assert!(

@@ -104,7 +104,7 @@ impl Workspace {
         cmd.args(args)
             .current_dir(self.root())
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PATH", kiln_env::env().var("PATH").unwrap_or_default())
             .env("HOME", self.path())
             // kiln's own state (edit journal, trust records) outside the workspace.
             .env("XDG_STATE_HOME", self.state_home())

@@ -227,7 +227,7 @@ fn programs_find_their_tools_on_path_and_home_is_empty() {
     let path = format!(
         "{}:{}",
         local_bin.display(),
-        std::env::var("PATH").unwrap_or_default()
+        kiln_env::env().var("PATH").unwrap_or_default()
     );
     let r = ws.kiln(
         &[

@@ -1,8 +1,7 @@
-//! Tests of what an untrusted workspace `kiln.toml` may set (`UntrustedFile`'s allowlist).
+//! Tests of what an untrusted workspace `kiln.toml` may set (each field's rule, `narrowing`).
 
 use crate::files::*;
 use crate::layers::*;
-use crate::narrowing::*;
 use crate::schema::*;
 use std::path::Path;
 

@@ -24,8 +24,8 @@ pub(crate) fn read_text(path: &Path) -> Result<String, ConfigError> {
 
 /// The user-level configuration file, if a home directory is known.
 pub fn user_config_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("KILN_CONFIG") {
-        return Some(PathBuf::from(p));
+    if let Some(p) = kiln_env::env().kiln_config() {
+        return Some(p.to_path_buf());
     }
     Some(kiln_state::UserDir::Config.kiln_dir()?.join("config.toml"))
 }

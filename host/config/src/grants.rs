@@ -106,9 +106,10 @@ pub fn grant_runner_consent(
             program: "cargo".into(),
             args: vec!["*".into()],
         });
-        let cargo_home = std::env::var("CARGO_HOME")
-            .ok()
+        let cargo_home = kiln_env::env()
+            .var("CARGO_HOME")
             .filter(|h| Path::new(h).is_absolute())
+            .map(str::to_string)
             .unwrap_or_else(|| "~/.cargo".to_string());
         let under = |names: &[&str]| -> Vec<String> {
             names
@@ -153,15 +154,16 @@ pub fn grant_runner_consent(
 /// The user's go module cache, as go finds it: `GOMODCACHE`, else the first `GOPATH` entry's
 /// `pkg/mod`, else `~/go/pkg/mod`; only an absolute directory that exists.
 pub(crate) fn go_module_cache() -> Option<String> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| Path::new(v).is_absolute());
+    let env = kiln_env::env();
+    let var = |k: &str| env.var(k).filter(|v| Path::new(v).is_absolute());
     let cache = var("GOMODCACHE")
         .map(PathBuf::from)
         .or_else(|| {
-            let gopath = std::env::var_os("GOPATH")?;
-            let first = std::env::split_paths(&gopath).next()?;
+            let gopath = env.var_os("GOPATH")?;
+            let first = std::env::split_paths(gopath).next()?;
             first.is_absolute().then(|| first.join("pkg/mod"))
         })
-        .or_else(|| var("HOME").map(|h| Path::new(&h).join("go/pkg/mod")))?;
+        .or_else(|| var("HOME").map(|h| Path::new(h).join("go/pkg/mod")))?;
     cache.is_dir().then(|| cache.to_string_lossy().into_owned())
 }
 

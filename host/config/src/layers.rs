@@ -1,11 +1,11 @@
 //! Layering: the user file, then the workspace file (whole when trusted, else its
-//! allowlist), validated and merged into one [`Config`](crate::schema::Config).
+//! fields' rules, `narrowing`), validated and merged into one [`Config`](crate::schema::Config).
 // Writes outside the workspace: the trust record `kiln trust` writes, in the user's state directory.
 #![allow(clippy::disallowed_methods)]
 
 use crate::error::ConfigError;
 use crate::files::{read_text, sha256_hex, user_config_path};
-use crate::narrowing::{UntrustedFile, lowered};
+use crate::narrowing::{Fields, Narrow};
 use crate::schema::*;
 use crate::trust::{Trust, line_changes, old_trust_file, trust_file, trusted_copy};
 use std::collections::BTreeMap;
@@ -61,8 +61,8 @@ impl Config {
         self.layer_text(path, &text, Layer::User).map(|_| ())
     }
 
-    /// Merge one file's text. A workspace file that is not `trusted` applies only its
-    /// [`UntrustedFile`] part. Returns the settings that apply only once the file is trusted
+    /// Merge one file's text. A workspace file that is not `trusted` applies only what its
+    /// fields' rules let an untrusted file set (`narrowing`). Returns the settings that apply only once the file is trusted
     /// (the same either way; empty for the user's file).
     pub(crate) fn layer_text(
         &mut self,
@@ -81,8 +81,8 @@ impl Config {
         };
         // Every value is checked, whether it applies or not (nothing is read from disk).
         Config::default().apply(path, full.clone(), TRUSTED_WORKSPACE)?;
-        let allowed: UntrustedFile = toml::from_str(text).map_err(parse_err)?;
-        let (narrow, mut ignored) = allowed.narrowing(self);
+        let mut ignored = Vec::new();
+        let narrow = Fields.narrow("", full.clone(), self, &mut ignored);
         for (name, pc) in &full.plugins {
             if pc.path.is_some() && self.bindings.contains_key(name) {
                 let named = format!("plugins.{name}.path");
@@ -232,7 +232,7 @@ impl Config {
         if fix.format.is_some() {
             self.fix.format = fix.format;
         }
-        // An untrusted file never gets here with these (its allowlist has no such keys).
+        // An untrusted file never gets here with these (their rule is `Trusted`).
         if fix.runner.is_some() {
             self.fix.runner = fix.runner;
         }
@@ -401,7 +401,8 @@ pub(crate) enum Layer {
         /// Trusted (`kiln trust`, `--yes`).
         trusted: bool,
     },
-    /// The [`UntrustedFile`] part of an untrusted workspace file (limits only lower).
+    /// What an untrusted workspace file may set, narrowed by each field's rule (limits only
+    /// lower).
     Untrusted,
 }
 
@@ -498,4 +499,16 @@ pub fn trust_workspace(workspace: &Path) -> Result<PathBuf, ConfigError> {
         source,
     })?;
     Ok(dest)
+}
+
+/// `pc`'s limits, each no higher than what `have` has (or the default): what an untrusted
+/// layer may merge into `have`.
+fn lowered(have: &PluginConfig, pc: &PluginConfig) -> PluginConfig {
+    let low = |v: Option<u32>, h: Option<u32>, d: u32| v.map(|v| v.min(h.unwrap_or(d)));
+    PluginConfig {
+        memory_mib: low(pc.memory_mib, have.memory_mib, DEFAULT_MEMORY_MIB),
+        timeout_ms: low(pc.timeout_ms, have.timeout_ms, DEFAULT_TIMEOUT_MS),
+        output_bytes: low(pc.output_bytes, have.output_bytes, DEFAULT_OUTPUT_BYTES),
+        ..PluginConfig::default()
+    }
 }

@@ -1,8 +1,8 @@
 //! kiln-config: what a person writes down for kiln. It owns the configuration files (the
 //! user-level `$XDG_CONFIG_HOME/kiln/config.toml`, else `~/.config/kiln/config.toml`, and the
 //! workspace's `kiln.toml`, layered in that order): parsing, validation (unknown fields are
-//! errors that name the file), merging, what an untrusted workspace file may set (an
-//! allowlist: `UntrustedFile`), which component the user's grants belong to
+//! errors that name the file), merging, what an untrusted workspace file may set (each field's
+//! rule, [`narrowing::Narrow`], written beside it in the schema), which component the user's grants belong to
 //! ([`Config::grant_for`]) and the trust records (in the user's state directory). It also
 //! owns the rules every workspace-relative path goes through ([`path`]) and the
 //! "did you mean" suggestions for names a person typed ([`suggest`]).
@@ -14,13 +14,14 @@
 //!
 //! One file per job: `schema` (every section and field, its default beside it, the merged
 //! `Config`), `files` (where the files live, how one is read), `layers` (user file, then the
-//! workspace file, validated and merged; `kiln trust`), `narrowing` (the allowlist of an
-//! untrusted workspace file: limits only lower), `trust` (the trust records), `grants` (the
-//! grant edits the CLI makes for a person), `error`. They point one way: schema and trust
-//! below narrowing, narrowing below layers.
+//! workspace file, validated and merged; `kiln trust`), `narrowing` (the kinds of rule by
+//! which an untrusted workspace file sets a field: limits only lower, ...), `trust` (the trust records), `grants` (the
+//! grant edits the CLI makes for a person), `error`. They point one way: narrowing below
+//! schema (each field names its rule), schema and trust below layers.
 // Unit tests set up their fixtures as they like; only the writer writes a workspace (clippy.toml).
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod narrowing;
 pub mod path;
 pub mod suggest;
 
@@ -28,7 +29,6 @@ mod error;
 mod files;
 mod grants;
 mod layers;
-mod narrowing;
 mod schema;
 mod trust;
 

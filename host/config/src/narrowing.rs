@@ -1,119 +1,224 @@
-//! Narrowing: what an untrusted workspace `kiln.toml` may set (the allowlist), and the rule
-//! that its limits only lower what the user set.
+//! Narrowing: how a value an untrusted workspace `kiln.toml` sets applies. One trait,
+//! [`Narrow`], implemented per kind of field (a limit only lowers, a switch may only turn
+//! protection on, a field is ignored until the file is trusted, ...). Every field of the
+//! schema names its rule beside it (in `schema`, through [`narrow_fields!`]), and the rule
+//! carries the field's default where it needs one. A field added to a section without a rule
+//! does not compile: the section is taken apart field by field, with no `..`.
+//!
+//! This file knows no section of the schema; the schema knows these rules.
 
-use crate::schema::*;
-use serde::Deserialize;
-use std::collections::BTreeMap;
+use serde::Serialize;
+use std::fmt::Display;
 
-/// The longest `[fix] prompt` an untrusted file may set: a prompt is sent with every request,
-/// so a longer one raises cost and needs trust.
-pub const UNTRUSTED_PROMPT_MAX: usize = 16 * 1024;
-
-/// Any other keys of a table: what an untrusted file sets but may not.
-pub(crate) type Other = BTreeMap<String, toml::Value>;
-
-/// The ALLOWLIST: everything an untrusted workspace `kiln.toml` may set. Only these fields
-/// exist here; every other key of the file (a field added to [`File`] later included) lands
-/// in an `other` map and is ignored with a warning. Limits apply only where they lower the
-/// effective value (see [`UntrustedFile::narrowing`]).
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct UntrustedFile {
-    #[serde(default)]
-    plugins: BTreeMap<String, UntrustedPlugin>,
-    #[serde(default)]
-    llm: Option<UntrustedLlm>,
-    #[serde(default)]
-    fix: Option<UntrustedFix>,
-    #[serde(default)]
-    sandbox: Option<UntrustedSandbox>,
-    #[serde(default)]
-    budget: Option<UntrustedBudget>,
-    #[serde(flatten)]
-    other: Other,
+/// How a value of type `T` that an untrusted workspace file sets applies, given what applies
+/// so far (`have`: the user's configuration and the layers before). The value returned is
+/// what may apply (merged like any layer's); every key that does not apply is named in
+/// `ignored` (`plugins.x.exec`, `llm.max_tokens (raises 4096 to 100000)`), for the warning
+/// that asks to trust the file.
+///
+/// A section implements it through [`Fields`], taking itself apart with [`narrow_fields!`]:
+///
+/// ```
+/// use kiln_config::narrowing::{Free, Lower, Narrow};
+/// #[derive(Default)]
+/// struct Limits { note: Option<String>, max: Option<u32> }
+/// struct Section;
+/// impl Narrow<Limits> for Section {
+///     fn narrow(&self, key: &str, value: Limits, have: &Limits, ignored: &mut Vec<String>) -> Limits {
+///         kiln_config::narrow_fields!(Limits { note: Free, max: Lower(10) }, value, have, key, ignored)
+///     }
+/// }
+/// let mut ignored = Vec::new();
+/// let wrote = Limits { note: Some("hi".into()), max: Some(50) };
+/// let got = Section.narrow("s", wrote, &Limits::default(), &mut ignored);
+/// assert_eq!((got.note.as_deref(), got.max), (Some("hi"), None));
+/// assert_eq!(ignored, ["s.max (raises 10 to 50)"]);
+/// ```
+///
+/// A field without a rule does not compile (E0027, the pattern does not mention it):
+///
+/// ```compile_fail,E0027
+/// use kiln_config::narrowing::{Free, Narrow};
+/// struct Limits { note: Option<String>, added_later: Option<u32> }
+/// struct Section;
+/// impl Narrow<Limits> for Section {
+///     fn narrow(&self, key: &str, value: Limits, have: &Limits, ignored: &mut Vec<String>) -> Limits {
+///         kiln_config::narrow_fields!(Limits { note: Free }, value, have, key, ignored)
+///     }
+/// }
+/// ```
+pub trait Narrow<T, Have: ?Sized = T> {
+    /// What of `value` (set at `key`) applies on top of `have`.
+    fn narrow(&self, key: &str, value: T, have: &Have, ignored: &mut Vec<String>) -> T;
 }
 
-/// `[budget]` untrusted: caps that lower what applies (or add one where none applies).
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct UntrustedBudget {
-    max_cost_usd: Option<f64>,
-    max_tokens: Option<u64>,
-    #[serde(flatten)]
-    other: Other,
+/// Take a section apart field by field (no `..`: a field without a rule is a compile error)
+/// and narrow each by the rule written beside it; the key of a field is `KEY.FIELD`. The
+/// fields are narrowed (and named in `ignored`) in the order written.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! narrow_fields {
+    ($ty:ident { $($field:ident: $rule:expr),* $(,)? }, $value:expr, $have:expr, $key:expr, $ignored:expr) => {{
+        let $ty { $($field),* } = $value;
+        let (have, key, ignored): (&$ty, &str, &mut Vec<String>) = ($have, $key, $ignored);
+        $ty {
+            $($field: $crate::narrowing::Narrow::narrow(
+                &$rule,
+                &$crate::narrowing::field_key(key, stringify!($field)),
+                $field,
+                &have.$field,
+                ignored,
+            ),)*
+        }
+    }};
 }
 
-/// `[plugins.NAME]` untrusted: limits, applied only where they lower.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct UntrustedPlugin {
-    memory_mib: Option<u32>,
-    timeout_ms: Option<u32>,
-    output_bytes: Option<u32>,
-    #[serde(flatten)]
-    other: Other,
+/// `KEY.FIELD` (just `FIELD` at the top).
+pub fn field_key(key: &str, field: &str) -> String {
+    if key.is_empty() {
+        field.to_string()
+    } else {
+        format!("{key}.{field}")
+    }
 }
 
-/// `[llm]` untrusted: sampling switches, and limits applied only where they lower. Not the
-/// model or provider (cost, and which key goes where), endpoints or keys.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct UntrustedLlm {
-    temperature: Option<f64>,
-    omit_temperature: Option<bool>,
-    disable_thinking: Option<bool>,
-    stream: Option<bool>,
-    max_tokens: Option<u32>,
-    timeout_secs: Option<u64>,
-    connect_timeout_secs: Option<u64>,
-    idle_timeout_secs: Option<u64>,
-    max_retries: Option<u32>,
-    stream_max_retries: Option<u32>,
-    max_reply_bytes: Option<u64>,
-    #[serde(flatten)]
-    other: Other,
+/// Applies as written: it costs and grants nothing (sampling switches, the edit format), or
+/// the merge can only add protection with it (`[sandbox] protect` globs accumulate).
+pub struct Free;
+
+impl<T> Narrow<T> for Free {
+    fn narrow(&self, _: &str, value: T, _: &T, _: &mut Vec<String>) -> T {
+        value
+    }
 }
 
-/// `[fix]` untrusted: the prompt (up to [`UNTRUSTED_PROMPT_MAX`]), the format, and a lower
-/// iteration ceiling.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct UntrustedFix {
-    prompt: Option<String>,
-    format: Option<String>,
-    max_iters: Option<u32>,
-    timeout: Option<u32>,
-    #[serde(flatten)]
-    other: Other,
+/// A limit with a default (the field's default, written beside it): applies only where it
+/// lowers what applies, the default when nothing set it.
+pub struct Lower<T>(pub T);
+
+impl<T: PartialOrd + Display + Copy> Narrow<Option<T>> for Lower<T> {
+    fn narrow(
+        &self,
+        key: &str,
+        value: Option<T>,
+        have: &Option<T>,
+        ignored: &mut Vec<String>,
+    ) -> Option<T> {
+        lower_only(key, value, have.unwrap_or(self.0), ignored)
+    }
 }
 
-/// `[sandbox]` untrusted: both fields only add protection.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct UntrustedSandbox {
-    protect: Option<Vec<String>>,
-    require_confinement: Option<bool>,
-    #[serde(flatten)]
-    other: Other,
-}
+/// A cap with no default (none: no cap): adds one where none applies, else only lowers.
+pub struct Cap;
 
-/// The names of the keys in `other` under `prefix`, tables expanded `depth` more levels.
-pub(crate) fn other_keys(prefix: &str, other: &Other, depth: usize, out: &mut Vec<String>) {
-    for (k, v) in other {
-        let key = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}.{k}")
-        };
-        match v {
-            // An empty table sets nothing.
-            toml::Value::Table(t) if t.is_empty() => {}
-            toml::Value::Table(t) if depth > 0 => {
-                let t: Other = t.clone().into_iter().collect();
-                other_keys(&key, &t, depth - 1, out);
-            }
-            _ => out.push(key),
+impl<T: PartialOrd + Display + Copy> Narrow<Option<T>> for Cap {
+    fn narrow(
+        &self,
+        key: &str,
+        value: Option<T>,
+        have: &Option<T>,
+        ignored: &mut Vec<String>,
+    ) -> Option<T> {
+        match *have {
+            Some(h) => lower_only(key, value, h, ignored),
+            None => value,
         }
     }
 }
 
+/// A text of at most this many bytes (a longer one needs trust).
+pub struct MaxBytes(pub usize);
+
+impl Narrow<Option<String>> for MaxBytes {
+    fn narrow(
+        &self,
+        key: &str,
+        value: Option<String>,
+        _: &Option<String>,
+        ignored: &mut Vec<String>,
+    ) -> Option<String> {
+        match value {
+            Some(v) if v.len() > self.0 => {
+                ignored.push(format!("{key} (longer than {} bytes)", self.0));
+                None
+            }
+            v => v,
+        }
+    }
+}
+
+/// A switch that adds protection: an untrusted file may turn it on; `false` is dropped
+/// (it would take protection away), silently, since it asks for nothing.
+pub struct OnlyOn;
+
+impl Narrow<Option<bool>> for OnlyOn {
+    fn narrow(
+        &self,
+        _: &str,
+        value: Option<bool>,
+        _: &Option<bool>,
+        _: &mut Vec<String>,
+    ) -> Option<bool> {
+        value.filter(|on| *on)
+    }
+}
+
+/// Needs trust: never applies from an untrusted file (it grants, costs or points somewhere).
+/// Named in `ignored` when set, its tables expanded this many levels (`mcp.servers.NAME` is 2
+/// below `mcp`); an empty table sets nothing and is not named.
+pub struct Trusted(pub usize);
+
+impl<T: Serialize> Narrow<Option<T>> for Trusted {
+    fn narrow(
+        &self,
+        key: &str,
+        value: Option<T>,
+        _: &Option<T>,
+        ignored: &mut Vec<String>,
+    ) -> Option<T> {
+        if let Some(v) = value {
+            match toml::Value::try_from(&v) {
+                Ok(v) => set_keys(key, &v, self.0, ignored),
+                Err(_) => ignored.push(key.to_string()),
+            }
+        }
+        None
+    }
+}
+
+/// Only the user's own configuration may set it: a workspace file that does is refused whole,
+/// trusted or not, before narrowing (`[store]`, `[batch]`, `[gc]`); nothing of it applies here.
+pub struct UserOnly;
+
+impl<T> Narrow<Option<T>> for UserOnly {
+    fn narrow(&self, _: &str, _: Option<T>, _: &Option<T>, _: &mut Vec<String>) -> Option<T> {
+        None
+    }
+}
+
+/// A table whose fields each follow their own rule (implemented per section, in `schema`).
+pub struct Fields;
+
+/// The keys `value` sets at `key`, tables expanded `depth` more levels.
+fn set_keys(key: &str, value: &toml::Value, depth: usize, out: &mut Vec<String>) {
+    match value {
+        // An empty table sets nothing.
+        toml::Value::Table(t) if t.is_empty() => {}
+        toml::Value::Table(t) if depth > 0 => {
+            // By name, whatever order the table keeps.
+            let mut entries: Vec<_> = t.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            for (k, v) in entries {
+                set_keys(&field_key(key, k), v, depth - 1, out);
+            }
+        }
+        _ => out.push(key.to_string()),
+    }
+}
+
 /// `value` if it does not raise `current`; else `None`, with the key named in `ignored`.
-pub(crate) fn lower_only<T: PartialOrd + std::fmt::Display + Copy>(
-    key: String,
+fn lower_only<T: PartialOrd + Display + Copy>(
+    key: &str,
     value: Option<T>,
     current: T,
     ignored: &mut Vec<String>,
@@ -124,207 +229,5 @@ pub(crate) fn lower_only<T: PartialOrd + std::fmt::Display + Copy>(
     } else {
         ignored.push(format!("{key} (raises {current} to {v})"));
         None
-    }
-}
-
-impl UntrustedFile {
-    /// The file as it applies untrusted, and the names of what it sets that does not apply
-    /// (`config`: what is loaded so far, against which limits must lower).
-    pub(crate) fn narrowing(self, config: &Config) -> (File, Vec<String>) {
-        let mut ignored = Vec::new();
-        let top: Other = self
-            .other
-            .into_iter()
-            .filter(|(k, _)| k != "plugins")
-            .collect();
-        for (k, v) in &top {
-            let depth = if k == "mcp" { 2 } else { 1 };
-            other_keys(
-                "",
-                &BTreeMap::from([(k.clone(), v.clone())]),
-                depth,
-                &mut ignored,
-            );
-        }
-        let mut file = File::default();
-        for (name, up) in self.plugins {
-            let pc = up.narrowing(&name, &config.plugin(&name), &mut ignored);
-            file.plugins.insert(name, pc);
-        }
-        if let Some(llm) = self.llm {
-            file.llm = Some(llm.narrowing(&config.llm, &mut ignored));
-        }
-        if let Some(fix) = self.fix {
-            other_keys("fix", &fix.other, 0, &mut ignored);
-            let prompt = match fix.prompt {
-                Some(p) if p.len() > UNTRUSTED_PROMPT_MAX => {
-                    ignored.push(format!(
-                        "fix.prompt (longer than {UNTRUSTED_PROMPT_MAX} bytes)"
-                    ));
-                    None
-                }
-                p => p,
-            };
-            file.fix = Some(FixConfig {
-                prompt,
-                format: fix.format,
-                max_iters: lower_only(
-                    "fix.max_iters".into(),
-                    fix.max_iters,
-                    config.fix.max_iters.unwrap_or(DEFAULT_MAX_ITERS),
-                    &mut ignored,
-                ),
-                runner: None,
-                cmd: None,
-                timeout: lower_only(
-                    "fix.timeout".into(),
-                    fix.timeout,
-                    config.fix.timeout.unwrap_or(DEFAULT_RUNNER_TIMEOUT_S),
-                    &mut ignored,
-                ),
-            });
-        }
-        if let Some(sandbox) = self.sandbox {
-            other_keys("sandbox", &sandbox.other, 0, &mut ignored);
-            file.sandbox = Some(SandboxConfig {
-                protect: sandbox.protect,
-                require_confinement: sandbox.require_confinement.filter(|r| *r),
-            });
-        }
-        if let Some(budget) = self.budget {
-            other_keys("budget", &budget.other, 0, &mut ignored);
-            let have = config.budget;
-            file.budget = Some(BudgetConfig {
-                max_cost_usd: match have.max_cost_usd {
-                    Some(c) => lower_only(
-                        "budget.max_cost_usd".into(),
-                        budget.max_cost_usd,
-                        c,
-                        &mut ignored,
-                    ),
-                    None => budget.max_cost_usd,
-                },
-                max_tokens: match have.max_tokens {
-                    Some(t) => lower_only(
-                        "budget.max_tokens".into(),
-                        budget.max_tokens,
-                        t,
-                        &mut ignored,
-                    ),
-                    None => budget.max_tokens,
-                },
-            });
-        }
-        (file, ignored)
-    }
-}
-
-impl UntrustedPlugin {
-    /// The limits that lower what `have` (the section so far) allows.
-    pub(crate) fn narrowing(
-        self,
-        name: &str,
-        have: &PluginConfig,
-        ignored: &mut Vec<String>,
-    ) -> PluginConfig {
-        other_keys(&format!("plugins.{name}"), &self.other, 0, ignored);
-        let key = |f: &str| format!("plugins.{name}.{f}");
-        PluginConfig {
-            memory_mib: lower_only(
-                key("memory_mib"),
-                self.memory_mib,
-                have.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB),
-                ignored,
-            ),
-            timeout_ms: lower_only(
-                key("timeout_ms"),
-                self.timeout_ms,
-                have.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
-                ignored,
-            ),
-            output_bytes: lower_only(
-                key("output_bytes"),
-                self.output_bytes,
-                have.output_bytes.unwrap_or(DEFAULT_OUTPUT_BYTES),
-                ignored,
-            ),
-            ..PluginConfig::default()
-        }
-    }
-}
-
-impl UntrustedLlm {
-    pub(crate) fn narrowing(
-        self,
-        have: &kiln_llm::LlmConfig,
-        ignored: &mut Vec<String>,
-    ) -> kiln_llm::LlmConfig {
-        use kiln_llm::settings as d;
-        other_keys("llm", &self.other, 0, ignored);
-        let key = |f: &str| format!("llm.{f}");
-        kiln_llm::LlmConfig {
-            temperature: self.temperature,
-            omit_temperature: self.omit_temperature,
-            disable_thinking: self.disable_thinking,
-            stream: self.stream,
-            max_tokens: lower_only(
-                key("max_tokens"),
-                self.max_tokens,
-                have.max_tokens.unwrap_or(d::DEFAULT_MAX_TOKENS),
-                ignored,
-            ),
-            timeout_secs: lower_only(
-                key("timeout_secs"),
-                self.timeout_secs,
-                have.timeout_secs.unwrap_or(d::DEFAULT_TIMEOUT_SECS),
-                ignored,
-            ),
-            connect_timeout_secs: lower_only(
-                key("connect_timeout_secs"),
-                self.connect_timeout_secs,
-                have.connect_timeout_secs
-                    .unwrap_or(d::DEFAULT_CONNECT_TIMEOUT_SECS),
-                ignored,
-            ),
-            idle_timeout_secs: lower_only(
-                key("idle_timeout_secs"),
-                self.idle_timeout_secs,
-                have.idle_timeout_secs
-                    .unwrap_or(d::DEFAULT_IDLE_TIMEOUT_SECS),
-                ignored,
-            ),
-            max_retries: lower_only(
-                key("max_retries"),
-                self.max_retries,
-                have.max_retries.unwrap_or(d::DEFAULT_MAX_RETRIES),
-                ignored,
-            ),
-            stream_max_retries: lower_only(
-                key("stream_max_retries"),
-                self.stream_max_retries,
-                have.stream_max_retries
-                    .unwrap_or(d::DEFAULT_STREAM_MAX_RETRIES),
-                ignored,
-            ),
-            max_reply_bytes: lower_only(
-                key("max_reply_bytes"),
-                self.max_reply_bytes,
-                have.max_reply_bytes.unwrap_or(d::DEFAULT_MAX_REPLY_BYTES),
-                ignored,
-            ),
-            ..Default::default()
-        }
-    }
-}
-
-/// `pc`'s limits, each no higher than what `have` has (or the default): what an untrusted
-/// layer may merge into `have`.
-pub(crate) fn lowered(have: &PluginConfig, pc: &PluginConfig) -> PluginConfig {
-    let low = |v: Option<u32>, h: Option<u32>, d: u32| v.map(|v| v.min(h.unwrap_or(d)));
-    PluginConfig {
-        memory_mib: low(pc.memory_mib, have.memory_mib, DEFAULT_MEMORY_MIB),
-        timeout_ms: low(pc.timeout_ms, have.timeout_ms, DEFAULT_TIMEOUT_MS),
-        output_bytes: low(pc.output_bytes, have.output_bytes, DEFAULT_OUTPUT_BYTES),
-        ..PluginConfig::default()
     }
 }

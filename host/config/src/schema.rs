@@ -1,7 +1,9 @@
 //! The schema: every section and field of a configuration file, its default beside it, and
 //! the merged [`Config`] a command reads.
 
+use crate::narrowing::{Cap, Fields, Free, Lower, MaxBytes, Narrow, OnlyOn, Trusted, UserOnly};
 use crate::trust::Trust;
+use kiln_llm::LlmConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -96,6 +98,39 @@ pub struct PluginConfig {
     pub replaces: Option<String>,
 }
 
+/// `[plugins.NAME]` untrusted: its limits, only where they lower; nothing it grants.
+impl Narrow<PluginConfig> for Fields {
+    fn narrow(
+        &self,
+        key: &str,
+        pc: PluginConfig,
+        have: &PluginConfig,
+        ignored: &mut Vec<String>,
+    ) -> PluginConfig {
+        // In the order the warning names them: what needs trust, then the limits.
+        crate::narrow_fields!(
+            PluginConfig {
+                env: Trusted(0),
+                exec: Trusted(0),
+                fs: Trusted(0),
+                net: Trusted(0),
+                path: Trusted(0),
+                read: Trusted(0),
+                replaces: Trusted(0),
+                settings: Trusted(0),
+                write: Trusted(0),
+                memory_mib: Lower(DEFAULT_MEMORY_MIB),
+                timeout_ms: Lower(DEFAULT_TIMEOUT_MS),
+                output_bytes: Lower(DEFAULT_OUTPUT_BYTES),
+            },
+            pc,
+            have,
+            key,
+            ignored
+        )
+    }
+}
+
 impl PluginConfig {
     /// Layer `over` on top of `self`: every field `over` sets wins.
     pub(crate) fn merge(&mut self, over: PluginConfig) {
@@ -153,6 +188,56 @@ pub(crate) struct File {
     /// `[gc]`: how much of kiln's state to keep; only from the user's own file.
     #[serde(default, skip_serializing)]
     pub(crate) gc: Option<GcConfig>,
+}
+
+/// A workspace file, untrusted: each section by its rule (the plugin sections against what
+/// the configuration so far gives that plugin).
+impl Narrow<File, Config> for Fields {
+    fn narrow(&self, _: &str, file: File, have: &Config, ignored: &mut Vec<String>) -> File {
+        let File {
+            plugins,
+            llm,
+            fix,
+            agent,
+            sandbox,
+            mcp,
+            pricing,
+            budget,
+            store,
+            batch,
+            gc,
+        } = file;
+        // In the order the warning names them: the sections that need trust first.
+        let agent = Trusted(1).narrow("agent", agent, &None, ignored);
+        let mcp = Trusted(2).narrow("mcp", mcp, &None, ignored);
+        let pricing = Trusted(1).narrow("pricing", pricing, &None, ignored);
+        let (store, batch, gc) = (
+            UserOnly.narrow("store", store, &None, ignored),
+            UserOnly.narrow("batch", batch, &None, ignored),
+            UserOnly.narrow("gc", gc, &None, ignored),
+        );
+        let plugins = plugins
+            .into_iter()
+            .map(|(name, pc)| {
+                let key = format!("plugins.{name}");
+                let pc = Fields.narrow(&key, pc, &have.plugin(&name), ignored);
+                (name, pc)
+            })
+            .collect();
+        File {
+            plugins,
+            llm: llm.map(|l| Fields.narrow("llm", l, &have.llm, ignored)),
+            fix: fix.map(|f| Fields.narrow("fix", f, &have.fix, ignored)),
+            agent,
+            sandbox: sandbox.map(|s| Fields.narrow("sandbox", s, &have.sandbox, ignored)),
+            mcp,
+            pricing,
+            budget: budget.map(|b| Fields.narrow("budget", b, &have.budget, ignored)),
+            store,
+            batch,
+            gc,
+        }
+    }
 }
 
 /// `[gc]`: how much of each workspace's undo history kiln's state directory keeps (see
@@ -220,6 +305,28 @@ pub struct BudgetConfig {
     pub max_tokens: Option<u64>,
 }
 
+/// `[budget]` untrusted: a cap lowers what applies, or adds one where none applies.
+impl Narrow<BudgetConfig> for Fields {
+    fn narrow(
+        &self,
+        key: &str,
+        b: BudgetConfig,
+        have: &BudgetConfig,
+        ignored: &mut Vec<String>,
+    ) -> BudgetConfig {
+        crate::narrow_fields!(
+            BudgetConfig {
+                max_cost_usd: Cap,
+                max_tokens: Cap,
+            },
+            b,
+            have,
+            key,
+            ignored
+        )
+    }
+}
+
 /// `[mcp]`: MCP servers whose tools `kiln agent` offers to the model. They run outside kiln's
 /// sandbox, so a workspace `kiln.toml` applies them only once trusted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,6 +361,28 @@ pub struct SandboxConfig {
     pub require_confinement: Option<bool>,
 }
 
+/// `[sandbox]` untrusted: both fields only add protection.
+impl Narrow<SandboxConfig> for Fields {
+    fn narrow(
+        &self,
+        key: &str,
+        s: SandboxConfig,
+        have: &SandboxConfig,
+        ignored: &mut Vec<String>,
+    ) -> SandboxConfig {
+        crate::narrow_fields!(
+            SandboxConfig {
+                protect: Free,
+                require_confinement: OnlyOn,
+            },
+            s,
+            have,
+            key,
+            ignored
+        )
+    }
+}
+
 /// Hook commands (`[agent.hooks]` in kiln.toml). Each gets a JSON object on stdin.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -279,6 +408,16 @@ pub struct AgentConfig {
     pub hooks: Option<Hooks>,
 }
 
+/// The `kiln fix` iteration ceiling when nothing sets one (the same default `kiln fix` and the
+/// MCP server use); an untrusted file may only lower it.
+pub const DEFAULT_MAX_ITERS: u32 = 5;
+/// A fix loop runner's default deadline per check, in seconds (10 minutes: a fresh build of a
+/// crate with dependencies takes minutes).
+pub const DEFAULT_RUNNER_TIMEOUT_S: u32 = 600;
+/// The longest `[fix] prompt` an untrusted file may set: a prompt is sent with every request,
+/// so a longer one raises cost and needs trust.
+pub const UNTRUSTED_PROMPT_MAX: usize = 16 * 1024;
+
 /// `[fix]`: defaults for `kiln fix` in this project.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -297,6 +436,74 @@ pub struct FixConfig {
     pub cmd: Option<String>,
     /// The runner's deadline per check, in seconds (default [`DEFAULT_RUNNER_TIMEOUT_S`]).
     pub timeout: Option<u32>,
+}
+
+/// `[fix]` untrusted: the prompt (up to [`UNTRUSTED_PROMPT_MAX`]), the format, and lower
+/// limits; not what it runs.
+impl Narrow<FixConfig> for Fields {
+    fn narrow(
+        &self,
+        key: &str,
+        fix: FixConfig,
+        have: &FixConfig,
+        ignored: &mut Vec<String>,
+    ) -> FixConfig {
+        // In the order the warning names them: what needs trust, then the rest.
+        crate::narrow_fields!(
+            FixConfig {
+                cmd: Trusted(0),
+                runner: Trusted(0),
+                prompt: MaxBytes(UNTRUSTED_PROMPT_MAX),
+                format: Free,
+                max_iters: Lower(DEFAULT_MAX_ITERS),
+                timeout: Lower(DEFAULT_RUNNER_TIMEOUT_S),
+            },
+            fix,
+            have,
+            key,
+            ignored
+        )
+    }
+}
+
+/// `[llm]` untrusted (the section is kiln-llm's; its defaults are `kiln_llm::settings`'s):
+/// sampling switches, and limits only where they lower. Not the model or provider (cost, and
+/// which key goes where), endpoints or keys.
+impl Narrow<LlmConfig> for Fields {
+    fn narrow(
+        &self,
+        key: &str,
+        llm: LlmConfig,
+        have: &LlmConfig,
+        ignored: &mut Vec<String>,
+    ) -> LlmConfig {
+        use kiln_llm::settings as d;
+        // In the order the warning names them: what needs trust, then the rest.
+        crate::narrow_fields!(
+            LlmConfig {
+                api_key: Trusted(0),
+                api_key_env: Trusted(0),
+                base_url: Trusted(0),
+                model: Trusted(0),
+                provider: Trusted(0),
+                temperature: Free,
+                omit_temperature: Free,
+                disable_thinking: Free,
+                stream: Free,
+                max_tokens: Lower(d::DEFAULT_MAX_TOKENS),
+                timeout_secs: Lower(d::DEFAULT_TIMEOUT_SECS),
+                connect_timeout_secs: Lower(d::DEFAULT_CONNECT_TIMEOUT_SECS),
+                idle_timeout_secs: Lower(d::DEFAULT_IDLE_TIMEOUT_SECS),
+                max_retries: Lower(d::DEFAULT_MAX_RETRIES),
+                stream_max_retries: Lower(d::DEFAULT_STREAM_MAX_RETRIES),
+                max_reply_bytes: Lower(d::DEFAULT_MAX_REPLY_BYTES),
+            },
+            llm,
+            have,
+            key,
+            ignored
+        )
+    }
 }
 
 /// The merged configuration.
@@ -367,10 +574,3 @@ pub enum Component<'a> {
         sha256: &'a str,
     },
 }
-
-/// The `kiln fix` iteration ceiling when nothing sets one (the same default `kiln fix` and the
-/// MCP server use); an untrusted file may only lower it.
-pub const DEFAULT_MAX_ITERS: u32 = 5;
-/// A fix loop runner's default deadline per check, in seconds (10 minutes: a fresh build of a
-/// crate with dependencies takes minutes).
-pub const DEFAULT_RUNNER_TIMEOUT_S: u32 = 600;

@@ -101,7 +101,9 @@ fn write_grants_are_absolute_or_home_and_cargo_consent_writes_only_its_caches() 
 
     let mut c = Config::default();
     grant_runner_consent(&mut c, "cargo", None, None).unwrap();
-    let home = std::env::var("CARGO_HOME").unwrap_or_else(|_| "~/.cargo".into());
+    let home = kiln_env::env()
+        .var("CARGO_HOME")
+        .map_or_else(|| "~/.cargo".to_string(), str::to_string);
     let pc = c.plugin("cargo");
     let write = pc.write.unwrap();
     assert_eq!(

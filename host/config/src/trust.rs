@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 /// Whether the workspace's `kiln.toml` applied whole. Like direnv and mise, a file kiln has not
 /// seen, or that changed since the user ran `kiln trust`, applies only an allowlist of fields
-/// that can neither widen access nor raise limits or cost (`UntrustedFile`: limits that
-/// lower the effective value, `[sandbox]` protections, `[fix]` prompt/format/max_iters that
-/// lower, a few `[llm]` sampling settings, lowered `[llm]` limits and a lowered `[budget]`)
-/// until it is trusted again;
+/// that can neither widen access nor raise limits or cost (each field's rule, written beside
+/// it in the schema, see [`crate::narrowing::Narrow`]: limits that lower the effective value,
+/// `[sandbox]` protections, `[fix]` prompt/format/max_iters that lower, a few `[llm]` sampling
+/// settings, lowered `[llm]` limits and a lowered `[budget]`) until it is trusted again;
 /// every other field is ignored and named in the warning.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Trust {

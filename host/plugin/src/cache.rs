@@ -32,8 +32,8 @@ const MAX_ENTRY: u64 = 1 << 30;
 
 /// The cache directory: `$KILN_CACHE_DIR`, else `$XDG_CACHE_HOME/kiln`, else `~/.cache/kiln`.
 pub fn default_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("KILN_CACHE_DIR") {
-        return Some(PathBuf::from(d));
+    if let Some(d) = kiln_env::env().kiln_cache_dir() {
+        return Some(d.to_path_buf());
     }
     kiln_state::UserDir::Cache.kiln_dir()
 }

@@ -843,7 +843,7 @@ mod tests {
             ..Default::default()
         };
         let e = Effective::compute(&manifest(), &grant);
-        let home = std::path::PathBuf::from(std::env::var("HOME").unwrap());
+        let home = kiln_env::env().home().unwrap().to_path_buf();
         assert_eq!(
             e.write,
             vec![home.join(".cache/tool"), PathBuf::from("/opt/cache")]

@@ -103,8 +103,10 @@ pub fn resolve_program(program: &str, workspace: &Path) -> Result<PathBuf, Progr
             Err(ProgramNotFound::MissingInWorkspace(program.to_string()))
         };
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    for dir in std::env::split_paths(&path) {
+    let path = kiln_env::env()
+        .path()
+        .unwrap_or(std::ffi::OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    for dir in std::env::split_paths(path) {
         // An empty or relative entry (`PATH=:/usr/bin`, `bin`) is resolved against kiln's
         // current directory, usually the workspace: a repository's own executable `ls` would
         // run for the granted `ls`. Only absolute entries count.
@@ -594,7 +596,7 @@ pub async fn run_host_program(
 ) -> Result<Finished, HostProgramError> {
     let env = ["PATH", "HOME"]
         .iter()
-        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .filter_map(|k| Some((k.to_string(), kiln_env::env().var(k)?.to_string())))
         .collect();
     run_confined(words, stdin, workspace, env, timeout, cap, require).await
 }
@@ -659,7 +661,10 @@ mod tests {
     }
 
     fn spawn_writing(ws: &Path, script: &str, writes: confine::Writes) -> Spawn {
-        let env = vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())];
+        let env = vec![(
+            "PATH".into(),
+            kiln_env::env().var("PATH").unwrap_or_default().into(),
+        )];
         Spawn {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],

@@ -301,13 +301,13 @@ impl State {
         // Base environment so compilers find their own tools; nothing else is inherited.
         let mut env: Vec<(String, String)> = Vec::new();
         for base in ["PATH", "HOME"] {
-            if let Ok(v) = std::env::var(base) {
-                env.push((base.to_string(), v));
+            if let Some(v) = kiln_env::env().var(base) {
+                env.push((base.to_string(), v.to_string()));
             }
         }
         for name in &self.effective.env {
-            if let Ok(v) = std::env::var(name) {
-                env.push((name.clone(), v));
+            if let Some(v) = kiln_env::env().var(name) {
+                env.push((name.clone(), v.to_string()));
             }
         }
         for (k, v) in &cmd.env {

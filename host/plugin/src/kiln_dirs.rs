@@ -40,8 +40,8 @@ pub fn kiln_dirs(cache_dir: Option<&Path>) -> Vec<KilnDir> {
     if let Some(dir) = kiln_state::UserDir::Config.kiln_dir() {
         add("kiln's configuration directory", dir, true);
     }
-    if let Some(file) = std::env::var_os("KILN_CONFIG") {
-        add("kiln's configuration file", PathBuf::from(file), true);
+    if let Some(file) = kiln_env::env().kiln_config() {
+        add("kiln's configuration file", file.to_path_buf(), true);
     }
     if let Ok(state) = kiln_state::base() {
         add(

@@ -3,7 +3,8 @@
 //! messages, tool calls and token usage ([`chat`]), edit results ([`edit`]), wall-clock
 //! time as kiln records it ([`clock`]) and text made safe to show a person ([`terminal`]).
 //!
-//! It is pure data: it must never import another kiln crate, nor do I/O beyond reading the
+//! It is pure data: it must never import another kiln crate but kiln-env (the environment,
+//! read once), nor do I/O beyond reading the
 //! clock; no wasmtime, no HTTP, no database.
 
 pub mod chat;

@@ -84,7 +84,7 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 /// (<https://no-color.org>).
 pub fn colors_on_stderr() -> bool {
     use std::io::IsTerminal;
-    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    std::io::stderr().is_terminal() && !kiln_env::env().no_color()
 }
 
 /// A unified diff (already made printable) with added lines green, removed lines red and

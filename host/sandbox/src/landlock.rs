@@ -25,7 +25,7 @@ const SCOPE_ABI: i32 = 6;
 
 /// Test hook: in debug builds only, `KILN_TEST_NO_LANDLOCK=1` makes kiln behave as on a kernel
 /// without Landlock. Release builds ignore it.
-const TEST_NO_LANDLOCK: &str = "KILN_TEST_NO_LANDLOCK";
+const TEST_NO_LANDLOCK: &str = kiln_env::hook::NO_LANDLOCK;
 
 /// What this kernel's Landlock can enforce.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -41,9 +41,7 @@ impl Landlock {
     pub fn current() -> &'static Landlock {
         static CURRENT: OnceLock<Landlock> = OnceLock::new();
         CURRENT.get_or_init(|| {
-            if cfg!(debug_assertions)
-                && std::env::var_os(TEST_NO_LANDLOCK).is_some_and(|v| v == "1")
-            {
+            if cfg!(debug_assertions) && kiln_env::env().test().no_landlock {
                 return Landlock {
                     abi: 0,
                     missing: Some(format!("turned off by {TEST_NO_LANDLOCK}=1 (debug build)")),

@@ -1,7 +1,8 @@
 //! The world a program kiln runs lives in (plugins' `exec`, runners, `run_cmd`, hooks, the
 //! review phase's commands): built for each call, not filtered. Owns the namespaces, mounts,
 //! seccomp filter, Landlock rules, capabilities and the reaping of every process of a call.
-//! Depends on no kiln crate and must never import one: its input is a small [`Policy`].
+//! Depends on no kiln crate but kiln-env (the environment, read once) and must never import
+//! one: its input is a small [`Policy`].
 //!
 //! Each call runs in mount, user, PID, IPC, UTS and (without `net`) network namespaces of its
 //! own, in a root made of nothing ([`view`]): system directories and the declared toolchains

@@ -33,12 +33,13 @@ pub const SYSTEM_READ: &[&str] = &[
 /// paths).
 pub fn expand_home(p: &str) -> PathBuf {
     match p.strip_prefix("~/") {
-        Some(rest) => match std::env::var_os("HOME") {
-            Some(home) => PathBuf::from(home).join(rest),
+        Some(rest) => match kiln_env::env().home() {
+            Some(home) => home.join(rest),
             None => PathBuf::from(p),
         },
-        None if p == "~" => std::env::var_os("HOME")
-            .map(PathBuf::from)
+        None if p == "~" => kiln_env::env()
+            .home()
+            .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(p)),
         None => PathBuf::from(p),
     }
@@ -80,12 +81,12 @@ fn dir_roots(dir: &Path, roots: &mut Vec<PathBuf>) {
             // `~/bin` and `~/.local/bin` are not installations: their prefix is the home
             // directory (or `~/.local`, where `share/` holds keyrings and app data; only its
             // `lib`, where `pip install --user` puts packages, is read).
-            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let home = kiln_env::env().home();
             let Some(prefix) = dir.parent() else { return };
-            if home.as_deref().is_some_and(|h| prefix == h) {
+            if home.is_some_and(|h| prefix == h) {
                 return;
             }
-            if home.as_deref().is_some_and(|h| prefix == h.join(".local")) {
+            if home.is_some_and(|h| prefix == h.join(".local")) {
                 roots.push(prefix.join("lib"));
                 return;
             }
@@ -100,7 +101,8 @@ fn dir_roots(dir: &Path, roots: &mut Vec<PathBuf>) {
 
 /// rustup's toolchains and settings, for a rustup proxy (`cargo`, `rustc`).
 fn rustup_roots(roots: &mut Vec<PathBuf>) {
-    let rustup_home = std::env::var_os("RUSTUP_HOME")
+    let rustup_home = kiln_env::env()
+        .var_os("RUSTUP_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .unwrap_or_else(|| expand_home("~/.rustup"));
@@ -203,8 +205,8 @@ mod tests {
 
     #[test]
     fn home_is_expanded() {
-        let home = std::env::var("HOME").unwrap();
-        assert_eq!(expand_home("~/.cargo"), Path::new(&home).join(".cargo"));
+        let home = kiln_env::env().home().unwrap();
+        assert_eq!(expand_home("~/.cargo"), home.join(".cargo"));
         assert_eq!(expand_home("/opt/x"), PathBuf::from("/opt/x"));
     }
 }

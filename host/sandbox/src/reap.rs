@@ -32,7 +32,7 @@ const SWEEP_LIMIT: Duration = Duration::from_secs(2);
 
 /// Test hook: in debug builds only, `KILN_TEST_NO_PIDNS=1` makes kiln behave as on a kernel
 /// that gives it no PID namespaces. Release builds ignore it.
-const TEST_NO_PIDNS: &str = "KILN_TEST_NO_PIDNS";
+const TEST_NO_PIDNS: &str = kiln_env::hook::NO_PIDNS;
 
 /// Whether calls can get PID namespaces of their own here, and whether they need a user
 /// namespace for it (kiln is not root, but unprivileged user namespaces are allowed).
@@ -49,7 +49,7 @@ impl PidNs {
     pub fn current() -> &'static PidNs {
         static CURRENT: OnceLock<PidNs> = OnceLock::new();
         CURRENT.get_or_init(|| {
-            if cfg!(debug_assertions) && std::env::var_os(TEST_NO_PIDNS).is_some_and(|v| v == "1") {
+            if cfg!(debug_assertions) && kiln_env::env().test().no_pidns {
                 return PidNs {
                     missing: Some(format!("turned off by {TEST_NO_PIDNS}=1 (debug build)")),
                     user: None,
@@ -181,7 +181,7 @@ pub fn view_missing() -> Option<&'static str> {
     static CURRENT: OnceLock<Option<String>> = OnceLock::new();
     CURRENT
         .get_or_init(|| {
-            if cfg!(debug_assertions) && std::env::var_os(TEST_NO_VIEW).is_some_and(|v| v == "1") {
+            if cfg!(debug_assertions) && kiln_env::env().test().no_view {
                 return Some(format!("turned off by {TEST_NO_VIEW}=1 (debug build)"));
             }
             if let Some(why) = PidNs::current().missing() {
@@ -194,7 +194,7 @@ pub fn view_missing() -> Option<&'static str> {
 
 /// Test hook: in debug builds only, `KILN_TEST_NO_VIEW=1` makes kiln behave as on a kernel that
 /// refuses mount namespaces (the fallback: Landlock and seccomp only). Release builds ignore it.
-const TEST_NO_VIEW: &str = "KILN_TEST_NO_VIEW";
+const TEST_NO_VIEW: &str = kiln_env::hook::NO_VIEW;
 
 /// The exit code of the probe child `pid` (`killed` when a signal ended it), or why there is
 /// none (the fork failed, or waiting did).

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 /// Test hook: in debug builds only, `KILN_TEST_NO_SECCOMP=1` makes kiln behave as on a kernel
 /// without seccomp filters. Release builds ignore it.
-const TEST_NO_SECCOMP: &str = "KILN_TEST_NO_SECCOMP";
+const TEST_NO_SECCOMP: &str = kiln_env::hook::NO_SECCOMP;
 
 /// The compiled filters (without `net`: sockets and modes; with `net`: modes only), or why
 /// this kernel or architecture has none.
@@ -127,7 +127,7 @@ const KEYRING_CALLS: &[i64] = &[libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_r
 /// Whether the kernel takes seccomp filters: `PR_SET_SECCOMP` with a null filter fails with
 /// `EFAULT` when it does, `EINVAL` when it does not.
 fn available() -> Result<(), NoFilter> {
-    if cfg!(debug_assertions) && std::env::var_os(TEST_NO_SECCOMP).is_some_and(|v| v == "1") {
+    if cfg!(debug_assertions) && kiln_env::env().test().no_seccomp {
         return Err(NoFilter::TurnedOff);
     }
     // SAFETY: a null filter pointer is never dereferenced: the kernel checks the mode first and

@@ -206,7 +206,7 @@ async fn confined_git(dest: &Path, what: &str, words: &[&str]) -> Result<String,
     let env = vec![
         (
             "PATH".to_string(),
-            std::env::var("PATH").unwrap_or_default(),
+            kiln_env::env().var("PATH").unwrap_or_default().to_string(),
         ),
         ("HOME".to_string(), dest.to_string_lossy().into_owned()),
         ("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string()),

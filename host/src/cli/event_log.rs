@@ -237,7 +237,7 @@ impl Drop for EventLog {
 /// `Some(false)` for 0/false/no/off, `None` when unset; anything else is warned about and
 /// ignored.
 pub(crate) fn env_flag(name: &str) -> Option<bool> {
-    let v = std::env::var(name).ok()?;
+    let v = kiln_env::env().var(name)?;
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),
@@ -245,7 +245,7 @@ pub(crate) fn env_flag(name: &str) -> Option<bool> {
         _ => {
             eprintln!(
                 "warning: {name}={} is not true or false; ignored",
-                printable(&v)
+                printable(v)
             );
             None
         }

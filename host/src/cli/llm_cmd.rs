@@ -33,7 +33,7 @@ impl LlmArgs {
             model: self.model.clone(),
             max_reply_bytes: self.max_reply_bytes,
         };
-        let env = |k: &str| std::env::var(k).ok();
+        let env = |k: &str| kiln_env::env().var(k).map(str::to_string);
         let s = LlmSettings::resolve(&config.llm, &env, &flags, &mut |w| {
             eprintln!("warning: {w}")
         })?;

@@ -194,6 +194,8 @@ pub fn main() -> ExitCode {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
     }
     common::note_inherited_signals();
+    // The environment, read once, before anything else reads it (see kiln-env).
+    kiln_env::env();
     let command = <Cli as clap::CommandFactory>::command();
     let parsed = command
         .clone()

@@ -230,7 +230,7 @@ fn confinement(p: &Plugin, workspace: &Path) -> Value {
 fn view(e: &crate::plugin::Effective, workspace: &Path) -> Value {
     let env: Vec<(String, String)> = ["PATH", "HOME"]
         .iter()
-        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .filter_map(|k| Some((k.to_string(), kiln_env::env().var(k)?.to_string())))
         .collect();
     let Ok(program) = crate::plugin::resolve_program("sh", workspace) else {
         return Value::Null;

@@ -13,7 +13,7 @@ use crate::engine::agent::AgentOptions;
 use crate::engine::review::{LoopOptions, REVIEW_COMMANDS, load_task};
 use crate::engine::{FixOptions, ModelSource};
 use anyhow::Context;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 // The edit format when neither a flag nor `[fix] format` names one.
@@ -272,11 +272,10 @@ fn test_command_for(
 fn event_log_for(ctx: &Ctx, args: &AgentArgs, config: &Config) -> anyhow::Result<EventLog> {
     let console =
         !ctx.quiet && !args.no_console_log && env_flag("AGENT_CONSOLE_LOGGING") != Some(false);
-    let log_path = args.log_file.clone().or_else(|| {
-        std::env::var_os("AGENT_LOG_FILE")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
+    let log_path = args
+        .log_file
+        .clone()
+        .or_else(|| kiln_env::env().agent_log_file().map(Path::to_path_buf));
     let file_log =
         args.file_log || args.log_file.is_some() || env_flag("AGENT_FILE_LOGGING") == Some(true);
     let log_file = if file_log {

@@ -148,8 +148,7 @@ fn record(ctx: &Ctx, id: i64, files: &[String], forced: bool) {
 fn show_diff(diff: &str) {
     use std::io::IsTerminal;
     let text = crate::terminal::printable(diff);
-    let color = std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = std::io::stdout().is_terminal() && !kiln_env::env().no_color();
     if color {
         println!("{}", crate::terminal::color_diff(&text));
     } else {

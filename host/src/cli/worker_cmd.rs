@@ -299,8 +299,8 @@ pub(crate) fn exec_settings(
     let mut local_repos = Vec::new();
     for r in &ctx.config.batch.local_repos {
         let path = match r.strip_prefix("~/") {
-            Some(rest) => std::env::var_os("HOME")
-                .map(PathBuf::from)
+            Some(rest) => kiln_env::env()
+                .home()
                 .context("[batch] local_repos: HOME is not set")?
                 .join(rest),
             None => PathBuf::from(r),

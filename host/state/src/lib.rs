@@ -16,7 +16,7 @@
 //! It also holds the one lookup of the XDG base directories kiln keeps a `kiln` directory in
 //! ([`UserDir`]: configuration, state, compile cache).
 //!
-//! It must never import another kiln crate: the store, the edit journal, undo and the plugin
+//! It must never import another kiln crate but kiln-env (the environment, read once): the store, the edit journal, undo and the plugin
 //! cache all find their directories through it.
 // Unit tests set up their fixtures as they like; only the writer writes a workspace (clippy.toml).
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
@@ -94,7 +94,7 @@ impl UserDir {
     /// others a variable counts when it is set. `KILN_*` overrides are the caller's, before
     /// this.
     pub fn kiln_dir(self) -> Option<PathBuf> {
-        self.kiln_dir_in(|name| std::env::var_os(name))
+        self.kiln_dir_in(|name| kiln_env::env().var_os(name).map(Into::into))
     }
 
     /// [`UserDir::kiln_dir`] with the environment read through `var`.
@@ -122,10 +122,10 @@ pub const CACHE_KEY_LEN: usize = 32;
 /// `cache.key` in [`base`]. Never inside the cache directory: whoever can write the cache must
 /// not be able to sign what they write.
 pub fn cache_key_path() -> Result<PathBuf, StateDirError> {
-    if let Some(p) = std::env::var_os("KILN_CACHE_KEY").map(PathBuf::from)
+    if let Some(p) = kiln_env::env().kiln_cache_key()
         && p.is_absolute()
     {
-        return Ok(p);
+        return Ok(p.to_path_buf());
     }
     Ok(base()?.join("cache.key"))
 }

@@ -388,7 +388,7 @@ fn test_pause(what: &str) -> bool {
         static PAUSE: std::sync::OnceLock<Option<(u32, Option<u64>)>> = std::sync::OnceLock::new();
         let n = STEPS.fetch_add(1, Ordering::SeqCst) + 1;
         let pause = PAUSE.get_or_init(|| {
-            let v = std::env::var("KILN_TEST_APPLY_PAUSE").ok()?;
+            let v = kiln_env::env().test().apply_pause.as_deref()?;
             let (step, ms) = match v.split_once(':') {
                 Some((s, ms)) => (s.parse().ok()?, Some(ms.parse().ok()?)),
                 None => (v.parse().ok()?, None),

@@ -201,8 +201,8 @@ fn resolve_program(command: &str, workspace: &Path) -> Result<PathBuf, McpProble
     if command.contains('/') {
         return Ok(workspace.join(command));
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    let path = kiln_env::env().path().unwrap_or_default();
+    std::env::split_paths(path)
         .map(|d| d.join(command))
         .find(|p| {
             use std::os::unix::fs::PermissionsExt;
@@ -227,7 +227,7 @@ fn spawn(
         .env_clear()
         .kill_on_drop(true);
     for var in &cfg.env {
-        if let Some(v) = std::env::var_os(var) {
+        if let Some(v) = kiln_env::env().var_os(var) {
             cmd.env(var, v);
         }
     }

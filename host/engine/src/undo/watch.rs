@@ -52,7 +52,7 @@ impl Watcher {
         // The test hook: `KILN_TEST_NO_INOTIFY` makes kiln behave as where inotify is missing
         // (every checkpoint walks). Honoured by debug builds only.
         #[cfg(debug_assertions)]
-        if std::env::var_os("KILN_TEST_NO_INOTIFY").is_some() {
+        if kiln_env::env().test().no_inotify {
             return None;
         }
         // SAFETY: plain system call; the descriptor is owned below.
