@@ -2,11 +2,9 @@
 //! binary) and the test fixtures in `tests/plugins/` for wasm32-wasip2 with a nested cargo, so
 //! a plain `cargo build` yields one self-contained binary. The nested build uses its own target
 //! directory (no lock contention with the outer build) and the workspace's Cargo.lock.
-// The build script writes only its OUT_DIR and the wasm build of the plugins.
-#![allow(clippy::disallowed_methods)]
-
-// A build script's input is the environment cargo sets for it (OUT_DIR, PROFILE, RUSTC, ...),
-// not kiln's at run time: it reads it directly (host/clippy.toml sends kiln's reads to kiln-env).
+// The build script writes only its OUT_DIR and the wasm build of the plugins, and its input
+// is the environment cargo sets for it (OUT_DIR, PROFILE, RUSTC, ...), not kiln's at run time:
+// it reads that directly (clippy.toml sends kiln's own reads to kiln-env).
 #![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! call (`kiln`'s `main` makes that call before anything else) and it is read-only after: a
 //! variable set later in the process is not seen.
 //!
-//! No other file of the host reads the environment: `host/clippy.toml` disallows
+//! No other file of the host reads the environment: `clippy.toml` disallows
 //! `std::env::var`, `var_os`, `vars` and `vars_os`, and `clippy -D warnings` (`.ci/run`)
 //! refuses a new direct read; this file is the one place allowed.
 //!
@@ -16,6 +16,7 @@
 //! | `KILN_CONFIG` | [`Env::kiln_config`] | the user's configuration file instead of `$XDG_CONFIG_HOME/kiln/config.toml` |
 //! | `KILN_CACHE_DIR` | [`Env::kiln_cache_dir`] | the compile cache directory |
 //! | `KILN_CACHE_KEY` | [`Env::kiln_cache_key`] | the compile cache's key file (absolute paths only) |
+//! | `KILN_NO_WARMER` | [`Env::var_os`], read by the CLI's warmer (`cli/warm_cmd.rs`) | set (not `0`): no background compile of the built-ins (the tests set it) |
 //! | `KILN_MODEL`, `KILN_PROVIDER`, `KILN_BASE_URL`, `KILN_LLM_TEMPERATURE`, `KILN_MAX_REPLY_BYTES` | [`Env::var`], handed to `kiln-llm`'s settings | the model settings, below flags and above configuration |
 //! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, the variable `[llm] api_key_env` names | [`Env::var`] | the API key |
 //! | `AGENT_CONSOLE_LOGGING`, `AGENT_FILE_LOGGING`, `AGENT_LOG_FILE` | [`Env::var`], [`Env::agent_log_file`] | `kiln agent`'s event lines |

@@ -195,7 +195,7 @@ const HOME_SECRETS: &[&str] = &[
 /// lies in or holds a system directory, a secret or startup file of the user's home, or one
 /// of kiln's own directories; `None` when a grant is fine to advise.
 fn no_grant(path: &std::path::Path) -> Option<String> {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     let forms = [path.to_path_buf(), kiln_state::resolve(path)];
     let covers = |dir: &Path| {
         forms
@@ -205,7 +205,7 @@ fn no_grant(path: &std::path::Path) -> Option<String> {
     if let Some(d) = SYSTEM.iter().map(Path::new).find(|d| covers(d)) {
         return Some(format!("{} is the system's", d.display()));
     }
-    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from)
+    if let Some(home) = kiln_env::env().home().map(Path::to_path_buf)
         && home.is_absolute()
     {
         for h in [home.clone(), kiln_state::resolve(&home)] {
