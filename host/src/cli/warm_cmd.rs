@@ -13,7 +13,9 @@ pub(crate) const SUBCOMMAND: &str = "warm-cache";
 
 /// Whether `KILN_NO_WARMER` turns the warmer off (set to anything but empty or `0`).
 fn disabled() -> bool {
-    kiln_env::env().var_os("KILN_NO_WARMER").is_some_and(|v| !v.is_empty() && v != "0")
+    kiln_env::env()
+        .var_os("KILN_NO_WARMER")
+        .is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// Start the warmer when the cache of `runtime` lacks a built-in: `kiln warm-cache`, detached
