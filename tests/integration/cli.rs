@@ -951,3 +951,52 @@ fn a_run_in_its_first_check_holds_the_workspace_against_a_second_run_and_undo() 
         .expect_code(0);
     assert_eq!(ws.read("data.txt"), "orig\n");
 }
+
+/// Ctrl-C while a fix's first check runs cancels the run: the check's program is not started
+/// a second time (it was: the loop began and ran its first check again).
+#[test]
+fn ctrl_c_in_the_first_check_does_not_start_the_check_again() {
+    use crate::mock_llm::MockLlm;
+    use std::os::unix::process::CommandExt;
+    let ws = Workspace::new();
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    let mut cmd = ws.command(&[
+        "fix",
+        "--base-url",
+        &base,
+        "--model",
+        "m",
+        "--shell",
+        "--json",
+        "--cmd",
+        "echo started >> stamps.txt; sleep 29.61; exit 1",
+    ]);
+    cmd.env("OPENAI_API_KEY", "sk-t")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: signal(2) is async-signal-safe; the child starts with SIGINT at its default.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    wait_for_program("sleep\x0029.61\x00");
+    // SAFETY: signals the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    // Give a second start, had there been one, the time to write its line.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(ws.read("stamps.txt"), "started\n", "{err}");
+    let started = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"type\":\"runner.started\""))
+        .count();
+    assert_eq!(started, 1, "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(latest_run(&ws)["stop_reason"], "cancelled");
+    assert!(mock.recorded().is_empty());
+}

@@ -350,6 +350,9 @@ async fn with_progress<F: std::future::Future>(
     mut cancel: tokio::sync::watch::Receiver<bool>,
     mut tick: impl FnMut(u64),
 ) -> Option<F::Output> {
+    if *cancel.borrow() {
+        return None;
+    }
     let start = tokio::time::Instant::now();
     tokio::pin!(fut);
     let mut n = 0;
@@ -655,6 +658,11 @@ impl Fix<'_> {
         let (r, ms) = match self.first.take() {
             Some(first) => first,
             None => {
+                // Cancelled already (Ctrl-C during the first check): the runner is not
+                // started again.
+                if run.is_cancelled() {
+                    return Err((StopReason::Cancelled, "cancelled by the user".into()));
+                }
                 let iteration = self.iteration;
                 run.emit(runner_started(self.opts, self.runner, iteration));
                 let start = Instant::now();
