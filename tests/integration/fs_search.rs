@@ -94,3 +94,41 @@ fn search_skips_gitignored_and_binary_files() {
     );
     assert_eq!(hits(&r), [("run.log".to_string(), 1)]);
 }
+
+/// git's own files can hold credentials (a token in a remote URL, the auth header a CI
+/// checkout persists): the file tools the model calls read, search and list nothing inside
+/// `.git`, however the path is written.
+#[test]
+fn the_file_tools_read_nothing_inside_git() {
+    let ws = Workspace::new();
+    ws.write(
+        ".git/config",
+        "[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0LXRva2Vu\n",
+    );
+    ws.write("src/a.rs", "fn a() {}\n");
+    for (tool, args) in [
+        ("read_files", json!({ "paths": [".git/config"] })),
+        ("read_file", json!({ "path": "./.git/config" })),
+        (
+            "search_repo",
+            json!({ "pattern": "extraheader", "path": ".git" }),
+        ),
+        ("list_dir", json!({ "path": ".git" })),
+    ] {
+        let r = call(&ws, tool, args.clone());
+        assert!(
+            !r.stdout().contains("c2VjcmV0LXRva2Vu") && !r.stdout().contains("extraheader"),
+            "{tool} {args}: {}",
+            r.stdout()
+        );
+        assert!(
+            r.stdout().contains("is inside `.git`"),
+            "{tool} {args}: {}",
+            r.stdout()
+        );
+    }
+    // A search of the whole workspace skips it too.
+    let r = call(&ws, "search_repo", json!({ "pattern": "extraheader" }));
+    r.expect_code(0);
+    assert!(!r.stdout().contains("c2VjcmV0"), "{}", r.stdout());
+}

@@ -104,6 +104,13 @@ fn resolve(rel: &str) -> Result<PathBuf, Error> {
     let mut out = PathBuf::from(ROOT);
     for c in p.components() {
         match c {
+            // git's own files can hold credentials (a remote URL with a token, the auth
+            // header `actions/checkout` persists in .git/config): no tool reads them.
+            Component::Normal(part) if part == ".git" => {
+                return Err(Error::Denied(format!(
+                    "`{rel}` is inside `.git`: kiln's file tools do not read git's own files (they can hold credentials)"
+                )));
+            }
             Component::Normal(part) => out.push(part),
             Component::CurDir => {}
             Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
