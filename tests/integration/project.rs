@@ -674,3 +674,35 @@ fn a_call_of_an_unknown_tool_is_answered_and_shown() {
         r.stdout()
     );
 }
+
+/// A file the diagnostics name whose shown part would be huge (a minified bundle is one long
+/// line: its 40-line window is the whole file) is named in the prompt, not pasted into it.
+#[test]
+fn a_minified_file_named_by_a_diagnostic_is_not_pasted_into_the_prompt() {
+    let ws = Workspace::new();
+    ws.write("min.js", &format!("var a=1;{}\n", "x=1;".repeat(100_000)));
+    ws.write("app.c", "int main(void) { return 0 }\n");
+    let mock = MockLlm::start(vec![openai_text("I cannot tell.")]);
+    let r = fix(
+        &ws,
+        &mock,
+        &[
+            "--shell",
+            "--cmd",
+            "echo 'min.js:1:5: error: boom'; echo 'app.c:1:27: error: expected ;'; exit 1",
+            "--max-iters",
+            "1",
+        ],
+    );
+    r.expect_code(1);
+    let reqs = mock.recorded();
+    assert_eq!(reqs.len(), 1);
+    let body = reqs[0].body.to_string();
+    assert!(body.len() < 100_000, "a {} byte request", body.len());
+    assert!(
+        body.contains("min.js (400009 bytes, 1 lines: too long to show here"),
+        "{body}"
+    );
+    // The other file is shown as before.
+    assert!(body.contains("int main(void) { return 0 }"), "{body}");
+}

@@ -39,6 +39,8 @@ const OUTPUT_TAIL_LINES: usize = 12;
 const MAX_TOOL_ROUNDS: usize = 3;
 /// Files named by the diagnostics whose code a project-mode prompt shows.
 const PROJECT_FILES_SHOWN: usize = 5;
+/// The most a project-mode prompt shows of one such file (its windows), in bytes.
+const PROJECT_SHOWN_BYTES: usize = 64 * 1024;
 /// The fix loop's own tools, in the order the model is shown them: the stop, then the
 /// history tools (the first only, on a round past the last).
 const FIX_TOOLS: &[&str] = &[LOOP_STOP, GET_LOOPS, GET_LOOP_DETAIL];
@@ -1356,11 +1358,11 @@ fn build_prompt(
             p.push_str("\n## Files named by the diagnostics\n");
         }
         let threshold = (!whole).then_some(2 * WINDOW_RADIUS + 1);
-        files_section(&mut p, ws, r, &files, threshold)?
+        files_section(&mut p, ws, r, &files, threshold, Some(PROJECT_SHOWN_BYTES))?
     } else {
         p.push_str("\n## Current files\n");
         let threshold = (!whole).then_some(opts.window_threshold);
-        files_section(&mut p, ws, r, &opts.targets, threshold)?
+        files_section(&mut p, ws, r, &opts.targets, threshold, None)?
     };
     if insist {
         p.push_str(
@@ -1440,6 +1442,7 @@ fn files_section(
     r: &RunResult,
     targets: &[String],
     window_threshold: Option<usize>,
+    max_bytes: Option<usize>,
 ) -> Result<BTreeMap<String, String>, FixError> {
     let mut shown = BTreeMap::new();
     for t in targets {
@@ -1447,7 +1450,7 @@ fn files_section(
             p.push_str(&format!("{t} does not exist yet.\n\n"));
             continue;
         };
-        shown.insert(t.clone(), edit::fingerprint(&text));
+        let start = p.len();
         let lines = text.lines().count();
         if window_threshold.is_some_and(|n| lines > n) {
             let at: Vec<u32> = r
@@ -1470,6 +1473,19 @@ fn files_section(
                 if text.ends_with('\n') { "" } else { "\n" }
             ));
         }
+        // A file whose shown part is still too long (a minified bundle is one long line) is
+        // named, not shown: the model reads what it needs of it with its tools.
+        if let Some(max) = max_bytes
+            && p.len() - start > max
+        {
+            p.truncate(start);
+            p.push_str(&format!(
+                "{t} ({} bytes, {lines} lines: too long to show here; read the parts you need with the tools)\n\n",
+                text.len()
+            ));
+            continue;
+        }
+        shown.insert(t.clone(), edit::fingerprint(&text));
     }
     Ok(shown)
 }
