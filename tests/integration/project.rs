@@ -706,3 +706,36 @@ fn a_minified_file_named_by_a_diagnostic_is_not_pasted_into_the_prompt() {
     // The other file is shown as before.
     assert!(body.contains("int main(void) { return 0 }"), "{body}");
 }
+
+/// Project mode: the model picks the files, but not one undo keeps no copy of. A git-ignored
+/// `.env` (the user's only copy of a secret) is refused as a protected path is, and stays
+/// as it was; undo's count stays true.
+#[test]
+fn project_mode_refuses_an_edit_to_a_file_undo_keeps_no_copy_of() {
+    let ws = project();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws.root())
+        .status()
+        .unwrap();
+    assert!(git.success());
+    ws.write(".gitignore", ".env\n");
+    ws.write(".env", "DB_PASSWORD=hunter2\n");
+    let mock = MockLlm::start(vec![openai_text(&answer(&[
+        (".env", "DB_PASSWORD=hunter2\n", "DB_PASSWORD=changed\n"),
+        ("util.h", BROKEN_H, FIXED_H),
+    ]))]);
+    let r = fix(&ws, &mock, GCC);
+    assert_eq!(ws.read(".env"), "DB_PASSWORD=hunter2\n");
+    assert_eq!(ws.read("util.h"), BROKEN_H, "refused whole");
+    let failed = events(&r, "edit.failed");
+    assert!(
+        failed.iter().any(|e| e["path"] == ".env"
+            && e["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("kiln keeps no copy of it to undo")),
+        "{}",
+        r.stdout()
+    );
+}

@@ -100,6 +100,8 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Protected {
     globs: Vec<Glob>,
+    /// Single paths protected for one use, with the reason (`Protected::also`).
+    exact: Vec<(String, String)>,
 }
 
 /// Paths protected whatever the configuration says.
@@ -115,7 +117,15 @@ impl Protected {
                 .filter(|g| !g.is_empty())
                 .map(|g| Glob::new(&g))
                 .collect(),
+            exact: Vec::new(),
         }
+    }
+
+    /// Protect the one path `rel` too, saying `why` (a use's own reason, such as a file undo
+    /// keeps no copy of).
+    pub fn also(&mut self, rel: &str, why: String) {
+        let key = normalize(rel).to_string_lossy().into_owned();
+        self.exact.push((key, why));
     }
 
     /// Why `rel` is protected, or `None` when it may be written. `rel` is workspace-relative;
@@ -142,6 +152,9 @@ impl Protected {
             return Some(".git/ is the repository's metadata".into());
         }
         let joined = parts.join("/");
+        if let Some((_, why)) = self.exact.iter().find(|(p, _)| *p == joined) {
+            return Some(why.clone());
+        }
         for g in &self.globs {
             // A glob protects what it matches and everything below a directory it matches.
             let mut prefix = String::new();

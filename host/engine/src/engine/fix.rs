@@ -1040,6 +1040,20 @@ impl Fix<'_> {
             .chain(edits.iter().map(|e| &e.path))
             .map(|t| (t.clone(), self.ws.read(t).ok().flatten()))
             .collect();
+        // Project mode: the model picks the files; one that undo keeps no copy of (a
+        // git-ignored `.env`, a file over the backup limit) would be changed for good, so it is
+        // refused as a protected path is.
+        let mut options = options;
+        if self.opts.project() {
+            for e in &edits {
+                if !crate::undo::keeps(run.undo(), self.ws.root(), &e.path) {
+                    options.protected.also(
+                        &e.path,
+                        "kiln keeps no copy of it to undo (it is git-ignored, or too large): change it yourself".into(),
+                    );
+                }
+            }
+        }
         if report.parse_errors.is_empty() {
             report = edit::apply_edits(
                 self.format,

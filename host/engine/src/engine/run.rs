@@ -111,6 +111,11 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// Undo's recording for this run.
+    pub fn undo(&self) -> &crate::undo::Recording {
+        self.undo
+    }
+
     /// Append every answer's raw text to `log` (see `store::open_log`).
     pub fn log_answers(&mut self, log: std::fs::File) {
         self.log = Some(log);

@@ -161,6 +161,23 @@ pub fn begin(rec: &Recording, root: &Path, id: i64) {
     }
 }
 
+/// Whether undo could put `rel` (workspace-relative) back as the run found it: it is in the
+/// start-of-run list, the run created it, or it does not exist. `false` for an existing file
+/// the snapshot left out (git-ignored, over [`scan::MAX_FILE`], past the file limit): kiln
+/// keeps no copy of it. `true` when nothing is recorded (recording off).
+pub fn keeps(rec: &Recording, root: &Path, rel: &str) -> bool {
+    let active = rec.active();
+    let Some(r) = active.as_ref() else {
+        return true;
+    };
+    let rel = kiln_config::path::normalize(rel)
+        .to_string_lossy()
+        .into_owned();
+    r.start_list.contains_key(&rel)
+        || r.changes.contains_key(&rel)
+        || std::fs::symlink_metadata(root.join(&rel)).is_err()
+}
+
 /// Bring the record of the run being recorded up to date (after anything that may have
 /// changed the workspace: an applied edit, a runner's result, a tool call, a turn).
 pub fn checkpoint(rec: &Recording) {
