@@ -187,6 +187,14 @@ fn a_directory_or_a_file_swapped_for_a_link_is_named_and_the_rest_put_back() {
     assert!(is_link(&ws.root().join("d")) && is_link(&ws.root().join("keep.txt")));
     assert!(!err.contains("HOST SECRET"));
     assert_outside_untouched(&outside);
+    // Not marked undone: undo runs again, here with --force, and puts the rest back.
+    assert!(err.contains("is not marked undone"), "{err}");
+    let again = ws.kiln(&["undo", "--force"], &[]);
+    again.expect_code(0);
+    assert_eq!(ws.read("keep.txt"), "keep\n");
+    assert_eq!(ws.read("d/secret.txt"), "mine\n");
+    assert_eq!(ws.read("t.py"), "x=1\n");
+    assert_outside_untouched(&outside);
 }
 
 /// `--force` replaces both links (never following them) by the directory and the file

@@ -80,7 +80,7 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
     }
     let applied = restore::apply(root, &plan, &ctx.config.protected(), args.force)?;
     let written = &applied.put_back;
-    if plan.pending.is_none() {
+    if plan.pending.is_none() && applied.not_restored.is_empty() {
         record(ctx, id, written, args.force);
     }
     if args.json {
@@ -116,6 +116,15 @@ pub(crate) async fn run(ctx: &Ctx, args: UndoArgs) -> anyhow::Result<Outcome> {
             crate::terminal::escape_path(why)
         );
     }
+    eprintln!(
+        "{} is not marked undone: run `kiln undo{}` again once those files are dealt with (or with --force)",
+        name(&plan),
+        if plan.pending.is_none() {
+            format!(" {}", plan.id)
+        } else {
+            String::new()
+        }
+    );
     Ok(Outcome::Failure)
 }
 

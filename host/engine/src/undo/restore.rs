@@ -457,14 +457,6 @@ pub fn apply(
             }
         }
     }
-    let b = Backups::open(root, false)?.ok_or(UndoError::NoRecord(plan.id))?;
-    if let Some(pid) = plan.pending {
-        b.remove_pending(pid);
-    } else {
-        let mut rec = b.record(plan.id)?.ok_or(UndoError::NoRecord(plan.id))?;
-        rec.undone_ms = Some(crate::clock::now_ms());
-        b.save_record(&rec)?;
-    }
     let mut out = Applied::default();
     for i in &plan.files {
         let not = |why: String| (i.path.clone(), why);
@@ -491,6 +483,18 @@ pub fn apply(
         } else {
             let why = "it does not hold its content from before the run after the undo".into();
             out.not_restored.push(not(why));
+        }
+    }
+    // The run counts as undone only once every file is back: an undo that left some out can
+    // be run again (after the obstacle is gone, or with --force), its pre-images still kept.
+    if out.not_restored.is_empty() {
+        let b = Backups::open(root, false)?.ok_or(UndoError::NoRecord(plan.id))?;
+        if let Some(pid) = plan.pending {
+            b.remove_pending(pid);
+        } else {
+            let mut rec = b.record(plan.id)?.ok_or(UndoError::NoRecord(plan.id))?;
+            rec.undone_ms = Some(crate::clock::now_ms());
+            b.save_record(&rec)?;
         }
     }
     Ok(out)
