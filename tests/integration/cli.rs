@@ -870,7 +870,6 @@ fn tool_call_takes_the_agents_names_and_the_old_ones_with_a_note() {
 #[test]
 fn a_run_in_its_first_check_holds_the_workspace_against_a_second_run_and_undo() {
     use crate::mock_llm::MockLlm;
-    use std::os::unix::process::CommandExt;
     let ws = Workspace::new();
     ws.write("data.txt", "orig\n");
     let mock = MockLlm::start(vec![]);
@@ -891,18 +890,7 @@ fn a_run_in_its_first_check_holds_the_workspace_against_a_second_run_and_undo() 
     };
     let first = run("sleep 29.71; exit 1");
     let first: Vec<&str> = first.iter().map(String::as_str).collect();
-    let mut cmd = ws.command(&first);
-    cmd.env("OPENAI_API_KEY", "sk-t")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    // SAFETY: signal(2) is async-signal-safe; the child starts with SIGINT at its default.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().unwrap();
+    let child = spawn_interruptible(&ws, &first);
     wait_for_program("sleep\x0029.71\x00");
 
     let second = run("echo second >> data.txt; exit 1");
@@ -957,32 +945,23 @@ fn a_run_in_its_first_check_holds_the_workspace_against_a_second_run_and_undo() 
 #[test]
 fn ctrl_c_in_the_first_check_does_not_start_the_check_again() {
     use crate::mock_llm::MockLlm;
-    use std::os::unix::process::CommandExt;
     let ws = Workspace::new();
     let mock = MockLlm::start(vec![]);
     let base = format!("{}/v1", mock.url);
-    let mut cmd = ws.command(&[
-        "fix",
-        "--base-url",
-        &base,
-        "--model",
-        "m",
-        "--shell",
-        "--json",
-        "--cmd",
-        "echo started >> stamps.txt; sleep 29.61; exit 1",
-    ]);
-    cmd.env("OPENAI_API_KEY", "sk-t")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    // SAFETY: signal(2) is async-signal-safe; the child starts with SIGINT at its default.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().unwrap();
+    let child = spawn_interruptible(
+        &ws,
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--shell",
+            "--json",
+            "--cmd",
+            "echo started >> stamps.txt; sleep 29.61; exit 1",
+        ],
+    );
     wait_for_program("sleep\x0029.61\x00");
     // SAFETY: signals the child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -999,4 +978,22 @@ fn ctrl_c_in_the_first_check_does_not_start_the_check_again() {
     assert_eq!(started, 1, "{}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(latest_run(&ws)["stop_reason"], "cancelled");
     assert!(mock.recorded().is_empty());
+}
+
+/// `kiln ARGS` in `ws` with a key, its outputs piped and SIGINT at its default whatever ran
+/// the tests, for a test that interrupts it.
+fn spawn_interruptible(ws: &Workspace, args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = ws.command(args);
+    cmd.env("OPENAI_API_KEY", "sk-t")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: signal(2) is async-signal-safe; the child starts with SIGINT at its default.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap()
 }
