@@ -739,3 +739,34 @@ fn project_mode_refuses_an_edit_to_a_file_undo_keeps_no_copy_of() {
         r.stdout()
     );
 }
+
+/// A monorepo: run from `py/`, which holds `pyproject.toml`, under a git root holding no
+/// project file. kiln's root is the git root, where no runner is implied; it says where it
+/// looked and which `-C` picks the sub-project, and `-C py` then finds pytest.
+#[test]
+fn from_a_sub_project_without_a_runner_at_the_root_kiln_names_the_sub_project() {
+    let ws = Workspace::new();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws.root())
+        .status()
+        .unwrap();
+    assert!(git.success());
+    ws.write("py/pyproject.toml", "[project]\nname = \"x\"\n");
+    ws.write("py/pkg/mod.py", "X = 1\n");
+    let mut cmd = ws.command(&["check"]);
+    cmd.current_dir(ws.root().join("py/pkg"));
+    let r = Run(cmd.output().unwrap());
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains("no project file at the workspace root"),
+        "{err}"
+    );
+    assert!(
+        err.contains("py/pyproject.toml")
+            && err.contains("`kiln -C ")
+            && err.contains("python3 -m pytest"),
+        "{err}"
+    );
+}

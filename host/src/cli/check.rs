@@ -109,6 +109,9 @@ impl RunnerArgs {
                     ));
                     d.runner.to_string()
                 }
+                None if cmd.is_none() && self.named_targets().is_empty() => {
+                    anyhow::bail!(super::detect::no_runner(workspace))
+                }
                 None => "command".to_string(),
             },
         };

@@ -81,6 +81,40 @@ fn package_has_test_script(path: &Path) -> bool {
 /// What is said when no runner is named and none is detected.
 pub(crate) const NAME_A_RUNNER: &str = "no runner named: name a runner with --runner or --cmd (for example `--runner cargo --mode test` or `--cmd \"pytest -q\"`)";
 
+/// [`NAME_A_RUNNER`], saying which root kiln looked at and, when the current directory lies
+/// below it, the nearest directory on the way holding a project file (a monorepo's
+/// sub-project: `py/pyproject.toml` under a git root), with the `-C` that picks it.
+pub(crate) fn no_runner(workspace: &Path) -> String {
+    let mut msg = format!(
+        "{NAME_A_RUNNER}; no project file at the workspace root {}",
+        workspace.display()
+    );
+    let Ok(cwd) = std::env::current_dir() else {
+        return msg;
+    };
+    let root = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let Ok(below) = cwd.strip_prefix(&root) else {
+        return msg;
+    };
+    let mut dir = below.to_path_buf();
+    while !dir.as_os_str().is_empty() {
+        if let Some(d) = detect_runner(&root.join(&dir)) {
+            msg.push_str(&format!(
+                " (it lies above {}, where {} implies `{}`: run kiln there with `kiln -C {} ...`)",
+                dir.join(d.file).display(),
+                d.file,
+                d.command,
+                crate::terminal::printable(&root.join(&dir).to_string_lossy())
+            ));
+            break;
+        }
+        dir.pop();
+    }
+    msg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

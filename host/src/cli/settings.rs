@@ -78,7 +78,7 @@ impl FixSettings {
             !(targets.is_empty()
                 && chosen.runner == "command"
                 && !runner_settings.contains_key("cmd")),
-            super::detect::NAME_A_RUNNER
+            super::detect::no_runner(&ctx.workspace)
         );
         let timeout_s = super::check::deadline_s(&config, &chosen.runner);
         let prompt = match &args.prompt_file {
