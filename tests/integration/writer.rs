@@ -347,6 +347,10 @@ const ALLOWED: &[(&str, &str)] = &[
         "kiln's state directory (kiln-state), outside the workspace",
     ),
     (
+        "state/run_lock.rs",
+        "the workspace's run lock, run.lock in kiln's state directory for it, outside the workspace",
+    ),
+    (
         "store/files.rs",
         "kiln's logs in .kiln/logs, opened without following links (the store is in kiln's state directory)",
     ),
