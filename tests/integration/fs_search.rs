@@ -132,3 +132,61 @@ fn the_file_tools_read_nothing_inside_git() {
     r.expect_code(0);
     assert!(!r.stdout().contains("c2VjcmV0"), "{}", r.stdout());
 }
+
+/// A repository can commit a link into `.git` (`docs -> .git`, `cfg -> .git/config`, one into a
+/// nested repository's): the file tools follow it to no file of git's. The host refuses to open
+/// anything whose real path lies in a `.git` directory, whatever path the plugin named it by,
+/// and `.git/info/exclude` (git's local ignore list, no secret) is still honoured by a search.
+#[test]
+fn a_link_into_git_reads_nothing_of_gits() {
+    let ws = Workspace::new();
+    let secret = "[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0LXRva2Vu\n";
+    ws.write(".git/config", secret);
+    ws.write(".git/info/exclude", "local-only.txt\n");
+    ws.write("local-only.txt", "needle_excluded\n");
+    ws.write("sub/.git/config", secret);
+    ws.write("src/a.rs", "fn a() {} // needle_kept\n");
+    let link = |target: &str, name: &str| {
+        std::os::unix::fs::symlink(target, ws.root().join(name)).unwrap();
+    };
+    link(".git", "docs");
+    link(".git/config", "cfg");
+    link("sub/.git", "nested");
+    link("../.git", "src/up");
+    for (tool, args) in [
+        ("read_files", json!({ "paths": ["docs/config"] })),
+        ("read_files", json!({ "paths": ["cfg"] })),
+        ("read_files", json!({ "paths": ["nested/config"] })),
+        ("read_files", json!({ "paths": ["src/up/config"] })),
+        ("read_file", json!({ "path": "cfg" })),
+        (
+            "search_repo",
+            json!({ "pattern": "extraheader", "path": "docs" }),
+        ),
+        (
+            "search_repo",
+            json!({ "pattern": "extraheader", "path": "nested" }),
+        ),
+        ("list_dir", json!({ "path": "docs" })),
+    ] {
+        let r = call(&ws, tool, args.clone());
+        let out = format!("{}{}", r.stdout(), r.stderr());
+        assert!(
+            !out.contains("c2VjcmV0LXRva2Vu") && !out.contains("extraheader ="),
+            "{tool} {args}: {out}"
+        );
+        assert!(
+            r.stdout().contains("`.git`"),
+            "{tool} {args} does not say why: {out}"
+        );
+    }
+    // A whole-workspace search finds the workspace's own files, none of git's, and still
+    // leaves out what `.git/info/exclude` lists.
+    let r = call(
+        &ws,
+        "search_repo",
+        json!({ "pattern": "needle_|extraheader" }),
+    );
+    let found = hits(&r);
+    assert_eq!(found, vec![("src/a.rs".to_string(), 1)], "{}", r.stdout());
+}

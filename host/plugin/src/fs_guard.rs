@@ -12,8 +12,15 @@
 //! follow them), and of the final link when the operation follows it. That real path, made
 //! relative to the workspace, is what is checked. Whatever cannot be resolved (a dangling
 //! link, a path outside the workspace, no `/proc`) is refused: the guard fails closed.
-//! Reads, and every call on a read-only preopen (which wasmtime-wasi refuses anyway), pass
-//! through unchecked.
+//! Every call on a read-only preopen passes (wasmtime-wasi refuses its writes anyway).
+//!
+//! Reads are checked once, where content can first be reached: a descriptor `open-at` gives
+//! is kept only when its real path (asked of the kernel, as above) lies in no `.git` directory
+//! at any depth. git's own files can hold credentials (a remote URL with a token, the auth
+//! header `actions/checkout` keeps in `.git/config`), and a repository can commit a link
+//! (`docs -> .git`) that no check of the path the plugin names would see. Only
+//! `.git/info/exclude`, git's local ignore list, is opened (a search honours it). Names and
+//! `stat`s of entries stay visible; their content does not.
 
 use kiln_config::path::Protected;
 use std::ffi::CString;
@@ -53,13 +60,14 @@ pub struct FsGuard {
     refused: Mutex<Refused>,
 }
 
-/// The writes one call was refused.
+/// What one call was refused.
 #[derive(Default)]
 struct Refused {
     /// How many.
     count: usize,
-    /// The first: the path (workspace-relative, or as the guest named it) and why.
-    first: Option<(String, String)>,
+    /// The first: what was refused (`a write to`, `to open`), the path (workspace-relative,
+    /// or as the guest named it) and why.
+    first: Option<(&'static str, String, String)>,
 }
 
 impl FsGuard {
@@ -74,24 +82,61 @@ impl FsGuard {
     /// What the call was refused, as one line for the user (`None`: nothing).
     pub fn refusals(&self) -> Option<String> {
         let r = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        let (path, why) = r.first.as_ref()?;
+        let (what, path, why) = r.first.as_ref()?;
         let more = match r.count {
             1 => String::new(),
             n => format!(" (and {} more)", n - 1),
         };
         Some(format!(
-            "kiln refused a write to `{}`{more}: {why}",
+            "kiln refused {what} `{}`{more}: {why}",
             kiln_protocol::terminal::printable(path)
         ))
     }
 
     fn refuse(&self, path: String, why: String) -> FsError {
+        self.refuse_as("a write to", path, why)
+    }
+
+    fn refuse_as(&self, what: &'static str, path: String, why: String) -> FsError {
         let mut r = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         r.count += 1;
         if r.first.is_none() {
-            r.first = Some((path, why));
+            r.first = Some((what, path, why));
         }
         ErrorCode::NotPermitted.into()
+    }
+
+    /// Refuse to keep the descriptor `fd` a guest just opened when its real path lies in a
+    /// `.git` directory (or cannot be known); `named` is the path the guest gave.
+    fn check_read(&self, fd: RawFd, named: &str) -> FsResult<()> {
+        let Some(real) = fd_path(fd) else {
+            return Err(self.refuse_as(
+                "to open",
+                named.to_string(),
+                "kiln cannot tell where it leads, so it is not read".into(),
+            ));
+        };
+        // Inside the workspace the path below it is what counts (the workspace may itself sit
+        // below a directory of any name); outside it (another granted directory), the whole.
+        let shown = match self.rel(&real) {
+            Some(rel) => rel,
+            None => real.to_string_lossy().into_owned(),
+        };
+        if !in_git_dir(&shown) {
+            return Ok(());
+        }
+        let via = if shown == named.trim_start_matches("./") {
+            String::new()
+        } else {
+            format!(" (named `{}`)", kiln_protocol::terminal::printable(named))
+        };
+        Err(self.refuse_as(
+            "to open",
+            shown,
+            format!(
+                "it lies inside `.git`{via}; git's own files can hold credentials, and no plugin reads them"
+            ),
+        ))
     }
 
     /// Refuse unless `rel` (a workspace-relative real path, `None`: unknown) may be written;
@@ -159,6 +204,16 @@ impl FsGuard {
             format!("{parent_rel}/{name}")
         })
     }
+}
+
+/// Whether the path `p` (`/`-separated) lies in a `.git` directory or is one: a component
+/// `.git` anywhere but in git's local ignore list, a final `.git/info/exclude`.
+fn in_git_dir(p: &str) -> bool {
+    let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+    let Some(first) = parts.iter().position(|c| *c == ".git") else {
+        return false;
+    };
+    parts[first + 1..] != ["info", "exclude"]
 }
 
 /// The real path of the open descriptor `fd`.
@@ -402,7 +457,19 @@ impl HostDescriptor for Guarded<'_> {
             let follow = path_flags.contains(types::PathFlags::SYMLINK_FOLLOW);
             self.entry(&fd, &path, follow)?;
         }
-        HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, oflags, flags).await
+        let named = path.clone();
+        let opened =
+            HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, oflags, flags).await?;
+        // A descriptor the table does not hold has no real path: refused (`-1`).
+        let fd = self.inner.table.get(&opened).map_or(-1, |d| raw(d).0);
+        let checked = self.guard.check_read(fd, &named);
+        match checked {
+            Ok(()) => Ok(opened),
+            Err(e) => {
+                HostDescriptor::drop(&mut self.inner, opened).map_err(FsError::trap)?;
+                Err(e)
+            }
+        }
     }
 
     fn drop(&mut self, fd: Resource<types::Descriptor>) -> wasmtime::Result<()> {

@@ -157,7 +157,7 @@ fn io_error(rel: &str, e: std::io::Error) -> Error {
             ))
         }
         std::io::ErrorKind::PermissionDenied => Error::Denied(format!(
-            "`{rel}` leads outside the workspace (a symbolic link pointing out of it?); the fs plugin reads only inside"
+            "`{rel}` leads outside the workspace or into `.git` (a symbolic link?); the fs plugin reads only the workspace's own files, none of git's"
         )),
         _ => Error::Failed(format!("`{rel}`: {e}")),
     }
@@ -283,7 +283,14 @@ fn search(args: &Value) -> Result<Value, Error> {
     let re = search_regex(args)?;
     let rel = str_arg(args, "path")?.unwrap_or(".");
     let start = resolve(rel)?;
-    std::fs::metadata(&start).map_err(|e| io_error(rel, e))?;
+    let meta = std::fs::metadata(&start).map_err(|e| io_error(rel, e))?;
+    // Opened once here, so a refusal (a link into `.git`) is an error, not an empty result.
+    if meta.is_dir() {
+        std::fs::read_dir(&start).map(drop)
+    } else {
+        std::fs::File::open(&start).map(drop)
+    }
+    .map_err(|e| io_error(rel, e))?;
     let walk = ignore::WalkBuilder::new(&start)
         .hidden(false)
         .git_global(false)

@@ -112,3 +112,57 @@ fn sandbox_protect_globs_are_held_and_an_unknown_workspace_refuses_everything() 
         unknown.refusals()
     );
 }
+
+#[test]
+fn an_open_descriptor_inside_git_is_refused_by_its_real_path() {
+    let (t, g, _sub) = setup(&[]);
+    let open = |rel: &str| std::fs::File::open(t.path().join(rel)).unwrap();
+    // Reached by a link (`sub/docs -> .git`) or directly, a file or the directory itself.
+    for (rel, named) in [
+        ("sub/docs/config", "docs/config"),
+        ("sub/.git/config", ".git/config"),
+        ("sub/.git", "./.git"),
+    ] {
+        let f = open(rel);
+        assert!(g.check_read(f.as_raw_fd(), named).is_err(), "{rel}");
+    }
+    let line = g.refusals().unwrap();
+    assert!(
+        line.contains("refused to open `sub/.git/config` (and 2 more)")
+            && line.contains("(named `docs/config`)"),
+        "{line}"
+    );
+    // The workspace's own files, a link to one, and git's local ignore list pass.
+    std::fs::create_dir_all(t.path().join("sub/.git/info")).unwrap();
+    std::fs::write(t.path().join("sub/.git/info/exclude"), "x\n").unwrap();
+    let fresh = FsGuard::new(g.policy.clone());
+    for rel in ["sub/ok.txt", "sub/to-ok", "sub", "sub/.git/info/exclude"] {
+        let f = open(rel);
+        assert!(fresh.check_read(f.as_raw_fd(), rel).is_ok(), "{rel}");
+    }
+    assert!(fresh.refusals().is_none());
+    // No real path (not a descriptor): refused.
+    assert!(fresh.check_read(-1, "x").is_err());
+}
+
+#[test]
+fn only_gits_local_ignore_list_is_outside_the_rule() {
+    for p in [
+        ".git",
+        ".git/config",
+        "a/.git/x",
+        "/h/u/.git/info",
+        ".git/info/exclude/x",
+    ] {
+        assert!(in_git_dir(p), "{p}");
+    }
+    for p in [
+        "a/b",
+        ".gitignore",
+        "x.git/y",
+        ".git/info/exclude",
+        "a/.git/info/exclude",
+    ] {
+        assert!(!in_git_dir(p), "{p}");
+    }
+}
