@@ -770,3 +770,38 @@ fn from_a_sub_project_without_a_runner_at_the_root_kiln_names_the_sub_project() 
         "{err}"
     );
 }
+
+/// A program's output can name any path, and a repository can commit a link into `.git`:
+/// a diagnostic naming `docs/config` where `docs -> .git` (or a link to a nested repository's
+/// `config`) shows nothing of git's in the prompt; the workspace's own file beside it is shown.
+#[test]
+fn a_diagnostic_naming_a_link_into_git_shows_nothing_of_gits() {
+    let ws = Workspace::new();
+    let secret = "[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0LXRva2Vu\n";
+    ws.write(".git/config", secret);
+    ws.write("vendor/.git/config", secret);
+    ws.write("app.c", "int main(void) { return 0 }\n");
+    std::os::unix::fs::symlink(".git", ws.root().join("docs")).unwrap();
+    std::os::unix::fs::symlink("vendor/.git/config", ws.root().join("cfg.c")).unwrap();
+    let mock = MockLlm::start(vec![openai_text("I cannot tell.")]);
+    let r = fix(
+        &ws,
+        &mock,
+        &[
+            "--shell",
+            "--cmd",
+            "echo 'docs/config:1:1: error: x'; echo 'cfg.c:1:1: error: y'; echo 'app.c:1:27: error: expected ;'; exit 1",
+            "--max-iters",
+            "1",
+        ],
+    );
+    r.expect_code(1);
+    let reqs = mock.recorded();
+    assert_eq!(reqs.len(), 1, "{}", r.stderr());
+    let body = reqs[0].body.to_string();
+    assert!(
+        !body.contains("c2VjcmV0LXRva2Vu") && !body.contains("extraheader"),
+        "{body}"
+    );
+    assert!(body.contains("int main(void) { return 0 }"), "{body}");
+}

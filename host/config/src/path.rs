@@ -6,6 +6,36 @@
 
 use std::path::{Component, Path, PathBuf};
 
+/// Whether the path `p` (`/`-separated, workspace-relative or absolute) is a `.git` directory
+/// or lies in one, at any depth: git's own files, which can hold credentials (a remote URL
+/// with a token, the auth header `actions/checkout` keeps in `.git/config`), and which no
+/// plugin and no prompt is given. The one exception is `.git/info/exclude`, git's local
+/// ignore list, which a search honours.
+pub fn in_git_dir(p: &str) -> bool {
+    let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+    let Some(first) = parts.iter().position(|c| *c == ".git") else {
+        return false;
+    };
+    parts[first + 1..] != ["info", "exclude"]
+}
+
+/// The real path of the open descriptor `fd`, as the kernel has it (`/proc/self/fd/N`).
+pub fn real_path(fd: std::os::fd::RawFd) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+}
+
+/// Whether what `fd` is open on lies in a `.git` directory ([`in_git_dir`]) by its real path:
+/// the part below the directory open as `root` when it lies there (a workspace may itself sit
+/// below a directory of any name), else the whole. A link named anything (`docs -> .git`)
+/// leads where it leads. `true` when a real path cannot be known: the check fails closed.
+pub fn opened_in_git_dir(fd: std::os::fd::RawFd, root: std::os::fd::RawFd) -> bool {
+    let Some(real) = real_path(fd) else {
+        return true;
+    };
+    let below = real_path(root).and_then(|r| real.strip_prefix(r).ok().map(Path::to_path_buf));
+    in_git_dir(&below.unwrap_or(real).to_string_lossy())
+}
+
 /// Check that `p` is workspace-relative and stays inside (no absolute path, no `..`).
 pub fn check_relative(p: &str) -> Result<(), &'static str> {
     if p.is_empty() {
@@ -384,5 +414,27 @@ mod tests {
         assert_eq!(as_argument("@args"), "./@args");
         assert_eq!(as_argument("./src/a.c"), "src/a.c");
         assert_eq!(as_argument("src/-a.c"), "src/-a.c");
+    }
+
+    #[test]
+    fn only_gits_local_ignore_list_is_outside_the_rule() {
+        for p in [
+            ".git",
+            ".git/config",
+            "a/.git/x",
+            "/h/u/.git/info",
+            ".git/info/exclude/x",
+        ] {
+            assert!(in_git_dir(p), "{p}");
+        }
+        for p in [
+            "a/b",
+            ".gitignore",
+            "x.git/y",
+            ".git/info/exclude",
+            "a/.git/info/exclude",
+        ] {
+            assert!(!in_git_dir(p), "{p}");
+        }
     }
 }

@@ -22,7 +22,7 @@
 //! `.git/info/exclude`, git's local ignore list, is opened (a search honours it). Names and
 //! `stat`s of entries stay visible; their content does not.
 
-use kiln_config::path::Protected;
+use kiln_config::path::{Protected, in_git_dir};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -206,19 +206,9 @@ impl FsGuard {
     }
 }
 
-/// Whether the path `p` (`/`-separated) lies in a `.git` directory or is one: a component
-/// `.git` anywhere but in git's local ignore list, a final `.git/info/exclude`.
-fn in_git_dir(p: &str) -> bool {
-    let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
-    let Some(first) = parts.iter().position(|c| *c == ".git") else {
-        return false;
-    };
-    parts[first + 1..] != ["info", "exclude"]
-}
-
 /// The real path of the open descriptor `fd`.
 fn fd_path(fd: RawFd) -> Option<PathBuf> {
-    std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+    kiln_config::path::real_path(fd)
 }
 
 /// `openat(dir, path, O_PATH)`, links followed (a directory when `dir_only`).

@@ -64,6 +64,7 @@ impl Workspace {
     pub fn read(&self, rel: &str) -> Result<Option<String>, EditError> {
         use cap_std::fs::{OpenOptions, OpenOptionsExt};
         use std::io::Read;
+        use std::os::fd::AsRawFd;
         check_path(rel)?;
         let io = |e: std::io::Error| EditError::Io {
             path: rel.into(),
@@ -79,6 +80,16 @@ impl Workspace {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(e)),
         };
+        // By where it really is: a link of any name (`docs -> .git`) leads into git's files,
+        // which can hold credentials and are never read into a prompt.
+        if crate::path::opened_in_git_dir(file.as_raw_fd(), self.dir.as_raw_fd()) {
+            return Err(EditError::Io {
+                path: rel.into(),
+                message:
+                    "leads inside `.git`: git's own files (they can hold credentials) are not read"
+                        .into(),
+            });
+        }
         let file_type = file.metadata().map_err(io)?.file_type();
         if !file_type.is_file() {
             return Err(EditError::Io {

@@ -144,25 +144,3 @@ fn an_open_descriptor_inside_git_is_refused_by_its_real_path() {
     // No real path (not a descriptor): refused.
     assert!(fresh.check_read(-1, "x").is_err());
 }
-
-#[test]
-fn only_gits_local_ignore_list_is_outside_the_rule() {
-    for p in [
-        ".git",
-        ".git/config",
-        "a/.git/x",
-        "/h/u/.git/info",
-        ".git/info/exclude/x",
-    ] {
-        assert!(in_git_dir(p), "{p}");
-    }
-    for p in [
-        "a/b",
-        ".gitignore",
-        "x.git/y",
-        ".git/info/exclude",
-        "a/.git/info/exclude",
-    ] {
-        assert!(!in_git_dir(p), "{p}");
-    }
-}
