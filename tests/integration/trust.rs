@@ -226,3 +226,66 @@ fn trust_check_without_a_kiln_toml_exits_0() {
     r.expect_code(2);
     assert!(r.stderr().contains("no kiln.toml"), "{}", r.stderr());
 }
+
+/// Trust is given to what runs, not to a file name: the workspace files a trusted kiln.toml's
+/// trust-needing settings name (an MCP server's script, which kiln starts outside the
+/// sandbox, its arguments, a hook) are pinned by content when `kiln trust` runs. A confined
+/// program or a model's edit that rewrites one (or swaps it for a link) voids the trust, and
+/// the warning names the file, until `kiln trust` again.
+#[test]
+fn a_file_a_trusted_kiln_toml_runs_is_pinned_and_a_change_to_it_voids_the_trust() {
+    let ws = Workspace::new();
+    ws.write(
+        "kiln.toml",
+        "[mcp.servers.notes]\ncommand = \"tools/notes.sh\"\nargs = [\"./tools/data.txt\", \"--verbose\"]\n",
+    );
+    ws.write("tools/notes.sh", "#!/bin/sh\necho benign\n");
+    ws.write("tools/data.txt", "x\n");
+    ws.write("README.md", "not named\n");
+    let run = |args: &[&str]| {
+        let mut cmd = ws.command(args);
+        cmd.env_remove("KILN_YES");
+        Run(cmd.output().unwrap())
+    };
+    run(&["trust", "--check"]).expect_code(1);
+    let r = run(&["trust", "--json"]);
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["pinned"],
+        serde_json::json!(["tools/data.txt", "tools/notes.sh"])
+    );
+    run(&["trust", "--check"]).expect_code(0);
+    // A file the settings do not name changes freely.
+    ws.write("README.md", "changed\n");
+    run(&["trust", "--check"]).expect_code(0);
+    // The server's script rewritten (as a confined program or an edit could): not trusted.
+    ws.write("tools/notes.sh", "#!/bin/sh\ncat ~/.netrc\n");
+    let r = run(&["trust", "--check", "--json"]);
+    r.expect_code(1);
+    assert_eq!(r.json()["trust"], "untrusted");
+    assert!(
+        r.json()["changed"]
+            .to_string()
+            .contains("tools/notes.sh (a file it names) changed since you trusted it"),
+        "{}",
+        r.stdout()
+    );
+    let r = run(&["trust", "--check"]);
+    assert!(
+        r.stderr().contains("tools/notes.sh") && r.stderr().contains("mcp.servers.notes"),
+        "{}",
+        r.stderr()
+    );
+    // Trusted again as it is now; then an argument swapped for a link voids it too.
+    run(&["trust"]).expect_code(0);
+    run(&["trust", "--check"]).expect_code(0);
+    std::fs::remove_file(ws.root().join("tools/data.txt")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", ws.root().join("tools/data.txt")).unwrap();
+    let r = run(&["trust", "--check", "--json"]);
+    r.expect_code(1);
+    assert!(
+        r.json()["changed"].to_string().contains("tools/data.txt"),
+        "{}",
+        r.stdout()
+    );
+}

@@ -7,7 +7,10 @@ use crate::error::ConfigError;
 use crate::files::{read_text, sha256_hex, user_config_path};
 use crate::narrowing::{Fields, Narrow};
 use crate::schema::*;
-use crate::trust::{Trust, line_changes, old_trust_file, trust_file, trusted_copy};
+use crate::trust::{
+    Trust, line_changes, named_files, old_trust_file, pin_changes, pins_file, recorded_pins,
+    trust_file, trusted_copy,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -25,7 +28,23 @@ impl Config {
         if ws_file.is_file() {
             let text = read_text(&ws_file)?;
             let trusted_text = trusted_copy(workspace);
-            let recorded = trusted_text.as_deref() == Some(text.as_str());
+            // Trusted: the text the user trusted, and the files its trust-needing settings
+            // name (a server's script, a hook, a component) as they were then.
+            let same_text = trusted_text.as_deref() == Some(text.as_str());
+            let pins_changed = if same_text {
+                let needs = Config::default().layer_text(
+                    &ws_file,
+                    &text,
+                    Layer::Workspace { trusted: false },
+                )?;
+                pin_changes(
+                    recorded_pins(workspace).as_ref(),
+                    &named_files(workspace, &text, &needs),
+                )
+            } else {
+                Vec::new()
+            };
+            let recorded = same_text && pins_changed.is_empty();
             let trusted = assume_trust || recorded;
             let ignored = config.layer_text(&ws_file, &text, Layer::Workspace { trusted })?;
             config.trust = if ignored.is_empty() {
@@ -45,9 +64,13 @@ impl Config {
                     } else {
                         None
                     },
-                    changed: trusted_text
-                        .map(|old| line_changes(&old, &text))
-                        .unwrap_or_default(),
+                    changed: if same_text {
+                        pins_changed
+                    } else {
+                        trusted_text
+                            .map(|old| line_changes(&old, &text))
+                            .unwrap_or_default()
+                    },
                 }
             };
         }
@@ -476,12 +499,21 @@ pub(crate) fn validate_mcp_server(
     Ok(())
 }
 
-/// Record the current `kiln.toml` of `workspace` as trusted; returns the trusted file's path.
-pub fn trust_workspace(workspace: &Path) -> Result<PathBuf, ConfigError> {
+/// Record the current `kiln.toml` of `workspace` as trusted, with the workspace files its
+/// trust-needing settings name pinned by content; returns the record's path and those files.
+pub fn trust_workspace(workspace: &Path) -> Result<(PathBuf, Vec<String>), ConfigError> {
     let ws_file = workspace.join("kiln.toml");
     let text = read_text(&ws_file)?;
     // Refuse to trust a file that does not load.
     Config::default().layer_text(&ws_file, &text, Layer::Workspace { trusted: true })?;
+    let needs =
+        Config::default().layer_text(&ws_file, &text, Layer::Workspace { trusted: false })?;
+    let pins = named_files(workspace, &text, &needs);
+    let pins_text = toml::to_string(&pins).map_err(|e| ConfigError::Invalid {
+        path: ws_file.clone(),
+        message: format!("cannot record the files it names: {e}"),
+    })?;
+    let pins_dest = pins_file(workspace);
     let dest = trust_file(workspace).ok_or_else(|| ConfigError::Invalid {
         path: ws_file.clone(),
         message: "no state directory to keep the trust record in (set HOME or XDG_STATE_HOME)"
@@ -491,6 +523,20 @@ pub fn trust_workspace(workspace: &Path) -> Result<PathBuf, ConfigError> {
         let dir = dest.parent().expect("trust file has a parent");
         std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!(".trust-{}.tmp", std::process::id()));
+        // The pins first: a crash between the two leaves a record that does not match, so
+        // nothing is trusted that the user did not see pinned.
+        // None named: no pins file (an older one removed, so none is compared).
+        match &pins_dest {
+            Some(pins_dest) if !pins.is_empty() => {
+                std::fs::write(&tmp, &pins_text)?;
+                std::fs::rename(&tmp, pins_dest)?;
+            }
+            Some(pins_dest) => match std::fs::remove_file(pins_dest) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            },
+            None => {}
+        }
         std::fs::write(&tmp, &text)?;
         std::fs::rename(&tmp, &dest)
     };
@@ -498,7 +544,7 @@ pub fn trust_workspace(workspace: &Path) -> Result<PathBuf, ConfigError> {
         path: dest.clone(),
         source,
     })?;
-    Ok(dest)
+    Ok((dest, pins.into_keys().collect()))
 }
 
 /// `pc`'s limits, each no higher than what `have` has (or the default): what an untrusted

@@ -1,7 +1,10 @@
 //! Trust records: which workspace `kiln.toml` the user has trusted (`kiln trust`), kept by
-//! content hash in the user's state directory.
+//! content hash in the user's state directory, with the workspace files its trusted settings
+//! name (a server's script, a hook, a plugin's component), pinned by content: trust is given
+//! to what runs, not to a file name a program of a run or a model's edit could fill later.
 
 use crate::files::{sha256_hex, user_config_path, user_state_dir};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Whether the workspace's `kiln.toml` applied whole. Like direnv and mise, a file kiln has not
@@ -125,5 +128,129 @@ pub(crate) fn line_changes(old: &str, new: &str) -> Vec<String> {
             .filter(|l| !old_lines.contains(l))
             .map(|l| format!("+ {l}")),
     );
+    out
+}
+
+/// The files the workspace's trust-needing settings name, by workspace-relative path, each
+/// with its pin: `sha256:<hex>` of a regular file's content, `link:<target>` of a symbolic
+/// link. A setting "needs trust" when an untrusted file may not set it (`ignored`, as the
+/// narrowing names them: `mcp.servers.notes`, `agent.hooks`, `plugins.x.path`, ...); every
+/// string under it, and each word of it, that names an entry of the workspace is pinned.
+pub(crate) fn named_files(
+    workspace: &Path,
+    text: &str,
+    ignored: &[String],
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Ok(value) = text.parse::<toml::Table>() else {
+        return out;
+    };
+    let keys: Vec<&str> = ignored
+        .iter()
+        .map(|i| i.split(" (").next().unwrap_or(i).trim())
+        .collect();
+    let mut strings = Vec::new();
+    collect_strings("", &toml::Value::Table(value), &keys, &mut strings);
+    for s in strings {
+        let words = s.split_whitespace().map(str::to_string);
+        for candidate in std::iter::once(s.clone()).chain(words) {
+            if let Some((rel, pin)) = pin_of(workspace, &candidate) {
+                out.insert(rel, pin);
+            }
+        }
+    }
+    out
+}
+
+/// Every string under a key in `keys` (dotted paths; a key's sub-keys are under it).
+fn collect_strings(path: &str, v: &toml::Value, keys: &[&str], out: &mut Vec<String>) {
+    let under = |p: &str| {
+        keys.iter()
+            .any(|k| p == *k || p.starts_with(&format!("{k}.")))
+    };
+    match v {
+        toml::Value::String(s) if under(path) => out.push(s.clone()),
+        toml::Value::Array(items) => items
+            .iter()
+            .for_each(|i| collect_strings(path, i, keys, out)),
+        toml::Value::Table(t) => t.iter().for_each(|(k, v)| {
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            collect_strings(&p, v, keys, out)
+        }),
+        _ => {}
+    }
+}
+
+/// The pin of `candidate` when it names an entry of the workspace (relative, or absolute
+/// inside it): its workspace-relative path and `sha256:`/`link:`; `None` for anything else
+/// (an option, a URL, a directory, a program on `PATH`, a path leaving the workspace).
+fn pin_of(workspace: &Path, candidate: &str) -> Option<(String, String)> {
+    let c = candidate.trim();
+    if c.is_empty() || c.starts_with('-') || c.contains("://") || c.len() > 4096 {
+        return None;
+    }
+    let rel = match Path::new(c).strip_prefix(workspace) {
+        Ok(r) => r.to_string_lossy().into_owned(),
+        Err(_) if c.starts_with('/') => return None,
+        Err(_) => c.trim_start_matches("./").to_string(),
+    };
+    crate::path::check_relative(&rel).ok()?;
+    let full = workspace.join(&rel);
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    let pin = if meta.file_type().is_symlink() {
+        format!("link:{}", std::fs::read_link(&full).ok()?.display())
+    } else if meta.is_file() {
+        format!("sha256:{}", sha256_hex(&std::fs::read(&full).ok()?))
+    } else {
+        return None;
+    };
+    Some((rel, pin))
+}
+
+/// The file holding the pins of `workspace`'s trusted files, beside its trusted copy.
+pub(crate) fn pins_file(workspace: &Path) -> Option<PathBuf> {
+    trust_dir().map(|d| d.join(format!("{}.files.toml", workspace_key(workspace))))
+}
+
+/// The pins recorded when the user trusted the file (`None`: no record, as an older kiln
+/// trusted without one).
+pub(crate) fn recorded_pins(workspace: &Path) -> Option<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(pins_file(workspace)?).ok()?;
+    toml::from_str(&text).ok()
+}
+
+/// What differs between the pins recorded and those now, one line each for a person (empty:
+/// the same). No record at all counts as a difference only when something is named now.
+pub(crate) fn pin_changes(
+    recorded: Option<&BTreeMap<String, String>>,
+    now: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let Some(recorded) = recorded else {
+        return now
+            .keys()
+            .map(|p| format!("~ {p} (a file it names; not pinned when it was trusted)"))
+            .collect();
+    };
+    let mut out = Vec::new();
+    for (path, pin) in now {
+        match recorded.get(path) {
+            Some(old) if old == pin => {}
+            Some(_) => out.push(format!(
+                "~ {path} (a file it names) changed since you trusted it"
+            )),
+            None => out.push(format!(
+                "~ {path} (a file it names) was not there when you trusted it"
+            )),
+        }
+    }
+    for path in recorded.keys().filter(|p| !now.contains_key(*p)) {
+        out.push(format!(
+            "~ {path} (a file it names) is gone or no longer a file"
+        ));
+    }
     out
 }

@@ -44,11 +44,15 @@ pub(crate) fn run(ctx: &Ctx, args: TrustArgs) -> anyhow::Result<Outcome> {
             Trust::Untrusted { .. } => ("untrusted", false),
         };
         if args.json {
-            let ignored = match &ctx.config.trust {
-                Trust::Untrusted { ignored, .. } => ignored.clone(),
-                _ => Vec::new(),
+            let (ignored, changed) = match &ctx.config.trust {
+                Trust::Untrusted {
+                    ignored, changed, ..
+                } => (ignored.clone(), changed.clone()),
+                _ => (Vec::new(), Vec::new()),
             };
-            print_json(&json!({ "file": file, "trust": state, "ignored": ignored }));
+            print_json(
+                &json!({ "file": file, "trust": state, "ignored": ignored, "changed": changed }),
+            );
         } else if let Some(w) = ctx.config.trust.warning() {
             eprintln!("{w}");
         } else {
@@ -60,13 +64,25 @@ pub(crate) fn run(ctx: &Ctx, args: TrustArgs) -> anyhow::Result<Outcome> {
             Outcome::Failure
         });
     }
-    let record = crate::config::trust_workspace(&ctx.workspace)?;
+    let (record, pinned) = crate::config::trust_workspace(&ctx.workspace)?;
     if args.json {
-        print_json(&json!({ "file": file, "trust": "trusted", "record": record }));
-    } else {
+        print_json(
+            &json!({ "file": file, "trust": "trusted", "record": record, "pinned": pinned }),
+        );
+    } else if pinned.is_empty() {
         eprintln!(
             "trusted {} as it is now; a later change needs `kiln trust` again",
             file.display()
+        );
+    } else {
+        eprintln!(
+            "trusted {} as it is now, with the workspace files it runs or loads ({}); a later change to any of them needs `kiln trust` again",
+            file.display(),
+            pinned
+                .iter()
+                .map(|p| crate::terminal::printable(p))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     Ok(Outcome::Success)
