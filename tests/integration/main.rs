@@ -26,6 +26,7 @@ mod journal;
 mod kernel;
 mod kiln_state;
 mod languages;
+mod layers;
 mod llm;
 mod loop_attacks;
 mod mcp;

@@ -6,6 +6,9 @@
 
 use crate::mock_llm::{MockLlm, openai_calls, openai_text};
 use crate::support::{Workspace, last_event};
+use kiln::llm::Usage;
+use kiln::report::{Diff, ProgramChange, RunReport, Step};
+use kiln::store::{IterationRow, LoopRow, RunKind, ToolCallRow};
 use std::path::{Path, PathBuf};
 
 /// The Chromium binary: `/usr/bin/chromium` (Debian's package).
@@ -340,4 +343,209 @@ fn a_failing_command_is_not_shown_as_a_success_and_its_output_reads_as_text() {
         "{row}"
     );
     assert!(!row.contains("\\n"), "{row}");
+}
+
+/// `kiln report` on an agent run that patched a file named `<img src=x onerror=...>.txt`
+/// to hold such a line and whose last answer closes `</pre>` and opens `<script>`: the page
+/// Chromium builds has no `img` or `script` element, and shows each text as written.
+#[test]
+fn hostile_names_and_answers_in_a_real_run_stay_text_in_a_browser() {
+    let ws = Workspace::new();
+    let name = "<img src=x onerror=alert(1)>.txt";
+    ws.write(name, "old\n");
+    let args = serde_json::json!({
+        "path": name,
+        "patch": "<<<<<<< SEARCH\nold\n=======\n<img src=y onerror=alert(2)>\n>>>>>>> REPLACE\n",
+    })
+    .to_string();
+    let mock = MockLlm::start(vec![
+        openai_calls(&[("write_patch", &args)]),
+        openai_text("done </pre><script>alert(3)</script> & it's \"written\""),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "-p",
+            "write it",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert!(ws.root().join(name).exists(), "{}", r.stderr());
+    assert_eq!(ws.read(name), "<img src=y onerror=alert(2)>\n");
+    let id = ws.store().loops(1).unwrap()[0].id;
+    let out = ws.path().parent().unwrap().join("hostile-report.html");
+    ws.kiln(
+        &["report", &id.to_string(), "--html", out.to_str().unwrap()],
+        &[],
+    )
+    .expect_code(0);
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        !html.contains("<img") && !html.contains("<script"),
+        "{html}"
+    );
+    let dom = browser_dom(&out, None);
+    assert!(!dom.contains("<img") && !dom.contains("<script"), "{dom}");
+    for shown in [
+        "<h3>Diff: &lt;img src=x onerror=alert(1)&gt;.txt</h3>",
+        "<span class=\"head\">+++ b/&lt;img src=x onerror=alert(1)&gt;.txt</span>",
+        "<span class=\"del\">-old</span>",
+        "<span class=\"add\">+&lt;img src=y onerror=alert(2)&gt;</span>",
+        "done &lt;/pre&gt;&lt;script&gt;alert(3)&lt;/script&gt; &amp; it's \"written\"",
+    ] {
+        assert!(dom.contains(shown), "missing {shown} in {dom}");
+    }
+}
+
+/// Markup a file name, a diff line or a model's answer may hold.
+const IMG: &str = "<img src=x onerror=alert(1)>";
+
+/// A run whose every text from the store is hostile: a file name, a diff line, a model's
+/// answer closing `</pre>`, a status and a model name breaking out of their attribute.
+fn hostile_run() -> RunReport {
+    let name = format!("{IMG}.txt");
+    let row = LoopRow {
+        id: 7,
+        kind: RunKind::Agent,
+        project: "/p".into(),
+        host: None,
+        runner: "command".into(),
+        targets: vec![name.clone()],
+        format: "search-replace".into(),
+        model: "m\" onmouseover=\"alert(4)".into(),
+        status: "failed\" onmouseover=\"alert(3)".into(),
+        stop_reason: Some("error</span><script>alert(5)</script>".into()),
+        max_iters: 3,
+        iters: 1,
+        summary: Some("summary </pre><script>alert(6)</script>".into()),
+        last_error: Some("error </pre><img src=y onerror=alert(7)>".into()),
+        started_at: 0,
+        ended_at: Some(1),
+        tokens: Usage::default(),
+    };
+    let step = Step {
+        n: 1,
+        runner: Some(IterationRow {
+            n: 1,
+            diagnostics: serde_json::json!([{
+                "severity": "error\"><script>",
+                "file": name,
+                "line": 2,
+                "column": 1,
+                "message": format!("expected {IMG} & \"q\""),
+            }]),
+            ..IterationRow::default()
+        }),
+        summary: Some(format!("done </pre><script>alert(2)</script> & it's {IMG}")),
+        diffs: vec![Diff {
+            path: name.clone(),
+            text: format!("--- a/{name}\n+++ b/{name}\n@@ -1 +1 @@\n-old\n+{IMG}\n {IMG}\n"),
+        }],
+        tools: vec![ToolCallRow {
+            turn: 1,
+            name: format!("tool{IMG}"),
+            arguments: format!("{{\"path\":\"{IMG}\"}}"),
+            result: format!("</pre>{IMG}"),
+            is_error: false,
+            duration_ms: 3,
+        }],
+        errors: vec![format!("request failed: </pre>{IMG}")],
+        ..Step::default()
+    };
+    RunReport {
+        row,
+        step_word: "turn",
+        steps: vec![step],
+        cost: None,
+        undone_ms: None,
+        phases: Vec::new(),
+        program_changes: vec![ProgramChange {
+            path: format!("gen/{IMG}"),
+            what: "created",
+            note: Some(format!("note {IMG}")),
+            diff: Some(format!("+++ b/gen/{IMG}\n+{IMG}\n")),
+        }],
+    }
+}
+
+#[test]
+fn a_run_page_shows_every_hostile_text_from_the_store_as_text() {
+    let page = kiln::report::html::render(&hostile_run());
+    for tag in ["<img", "<script", "onmouseover=\""] {
+        assert!(!page.contains(tag), "{tag} reached the page: {page}");
+    }
+    // Each <pre> the template opens is the one its </pre> closes.
+    assert_eq!(page.matches("<pre").count(), page.matches("</pre>").count());
+    let img = "&lt;img src=x onerror=alert(1)&gt;";
+    for shown in [
+        format!("<h3>Diff: {img}.txt</h3>"),
+        format!("<span class=\"head\">+++ b/{img}.txt</span>"),
+        format!("<span class=\"add\">+{img}</span>"),
+        format!("\n {img}\n"),
+        format!(
+            "<p class=\"summary\">done &lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt; &amp; it's {img}</p>"
+        ),
+        format!("<pre>request failed: &lt;/pre&gt;{img}</pre>"),
+        format!(
+            "<li class=\"sev-error&quot;&gt;&lt;script&gt;\">{img}.txt:2:1: error&quot;&gt;&lt;script&gt;: expected {img} &amp; &quot;q&quot;</li>"
+        ),
+        format!(
+            "<td>tool{img}</td><td><code>{{&quot;path&quot;:&quot;{img}&quot;}}</code></td><td><pre>&lt;/pre&gt;{img}</pre></td>"
+        ),
+        format!("<h3 class=\"program-change\">gen/{img}: created (note {img})</h3>"),
+        format!("<dd id=\"targets\">{img}.txt</dd>"),
+        "<dd id=\"model\">m&quot; onmouseover=&quot;alert(4)</dd>".to_string(),
+        "<span class=\"status-failed&quot; onmouseover=&quot;alert(3)\">".to_string(),
+        "<section class=\"stop failed&quot; onmouseover=&quot;alert(3)\" id=\"stop\">".to_string(),
+        "<span id=\"stop-reason\">error&lt;/span&gt;&lt;script&gt;alert(5)&lt;/script&gt;</span>"
+            .to_string(),
+        "<p class=\"summary\">summary &lt;/pre&gt;&lt;script&gt;alert(6)&lt;/script&gt;</p>"
+            .to_string(),
+        "<pre>error &lt;/pre&gt;&lt;img src=y onerror=alert(7)&gt;</pre>".to_string(),
+    ] {
+        assert!(page.contains(&shown), "missing {shown}\nin {page}");
+    }
+}
+
+/// `kiln report --batch`: a task's name, status and report file name stay text, each
+/// inside its element or its attribute.
+#[test]
+fn a_batch_page_keeps_a_hostile_name_status_or_file_as_text() {
+    let page = kiln::report::batch::render(
+        "<b1>",
+        &[kiln::report::batch::BatchTask {
+            name: "<img src=x onerror=alert(1)>".into(),
+            status: "x\" onclick=\"y".into(),
+            attempts: 1,
+            cost: None,
+            report: Some((7, "r\" onclick=\"z.html".into())),
+        }],
+        None,
+    );
+    assert!(
+        !page.contains("<img") && !page.contains("onclick=\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("<title>kiln batch &lt;b1&gt;</title>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>&lt;img src=x onerror=alert(1)&gt;</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td class=\"x&quot; onclick=&quot;y\">x&quot; onclick=&quot;y</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<a href=\"r&quot; onclick=&quot;z.html\">run 7</a>"),
+        "{page}"
+    );
 }

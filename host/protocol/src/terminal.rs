@@ -87,6 +87,17 @@ pub fn colors_on_stderr() -> bool {
     std::io::stderr().is_terminal() && !kiln_env::env().no_color()
 }
 
+/// Whether stdout shows colors: it is a terminal and `NO_COLOR` is unset or empty.
+pub fn colors_on_stdout() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && !kiln_env::env().no_color()
+}
+
+/// Back to the start of the line and erase it (`CR`, then `ESC [2K`): a line redrawn in place
+/// on a terminal, such as the spinner under a running check. The one control sequence kiln
+/// writes that is not a color; colors are `anstyle`'s (see [`color_diff`]).
+pub const CLEAR_LINE: &str = "\r\x1b[2K";
+
 /// A unified diff (already made printable) with added lines green, removed lines red and
 /// hunk headers cyan.
 pub fn color_diff(diff: &str) -> String {

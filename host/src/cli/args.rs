@@ -2,14 +2,14 @@
 //! (`mcp`), as clap parses them: raw flags only. What they resolve to is `settings.rs`; how a
 //! task spec maps onto them is `task_cmd.rs`.
 
-use super::llm_cmd::LlmArgs;
+use super::llm_args::LlmArgs;
 use clap::Args;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub(crate) struct FixArgs {
     #[command(flatten)]
-    pub(super) runner: super::check::RunnerArgs,
+    pub(super) runner: super::runner_args::RunnerArgs,
     /// Edit format (default: `[fix] format` in kiln.toml, else search-replace).
     #[arg(long)]
     pub(super) format: Option<String>,
@@ -123,7 +123,7 @@ pub(crate) struct AgentArgs {
     /// Continue run ID (cancelled or crashed) from its stored conversation: the answers and
     /// tool results it already had are replayed, not asked for or run again; it keeps the
     /// task it was started with (model, log and output options may be given again).
-    #[arg(long, value_name = "ID", value_parser = super::resume_cmd::run_id)]
+    #[arg(long, value_name = "ID", value_parser = run_id)]
     pub(super) resume: Option<i64>,
     #[command(flatten)]
     pub(super) llm: LlmArgs,
@@ -169,7 +169,7 @@ pub(crate) struct LoopArgs {
     /// Continue loop run ID (cancelled or crashed) from its stored conversations: the
     /// answers and tool results it already had are replayed, not asked for or run again; it
     /// keeps the options it was started with (`kiln loop --resume ID`, no `--task`).
-    #[arg(long, value_name = "ID", value_parser = super::resume_cmd::run_id)]
+    #[arg(long, value_name = "ID", value_parser = run_id)]
     pub(super) resume: Option<i64>,
     #[command(flatten)]
     pub(super) llm: LlmArgs,
@@ -198,4 +198,11 @@ pub(crate) struct McpArgs {
     pub(super) replay: Option<PathBuf>,
     #[command(flatten)]
     pub(super) llm: LlmArgs,
+}
+
+/// Parse `--resume`'s value: a run id.
+fn run_id(value: &str) -> Result<i64, String> {
+    value
+        .parse::<i64>()
+        .map_err(|_| format!("--resume takes a run id (see `kiln history`), not `{value}`"))
 }

@@ -5,7 +5,7 @@
 
 use super::ctx::Outcome;
 use super::event_log::EventLog;
-use super::llm_cmd::LlmArgs;
+use super::llm_args::LlmArgs;
 use super::output::print_json;
 pub(crate) use super::signals::{ctrl_c_watch, note_inherited_signals, stop_signal};
 use crate::config::Config;

@@ -93,7 +93,7 @@ impl Ctx {
         let mut reg =
             Registry::load_needed(&self.runtime, &self.workspace, &self.config, needed).await?;
         // Built-ins the cache lacks are compiled in the background for the next call.
-        super::warm_cmd::spawn_if_cold(&self.runtime);
+        super::warmer::spawn_if_cold(&self.runtime);
         for w in reg.warnings() {
             eprintln!("warning: {}", crate::terminal::printable(&w));
         }

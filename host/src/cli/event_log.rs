@@ -54,12 +54,16 @@ impl Spinner {
                 // After a second, redraw four times a second.
                 if n >= 10 && n.is_multiple_of(4) && !flag.load(Ordering::Relaxed) {
                     let secs = start.elapsed().as_secs();
-                    eprint!("\r\x1b[2K    {} {secs} s", FRAMES[(n / 4) % 4]);
+                    eprint!(
+                        "{}    {} {secs} s",
+                        crate::terminal::CLEAR_LINE,
+                        FRAMES[(n / 4) % 4]
+                    );
                     shown = true;
                 }
             }
             if shown {
-                eprint!("\r\x1b[2K");
+                eprint!("{}", crate::terminal::CLEAR_LINE);
             }
         });
         Spinner {

@@ -29,13 +29,6 @@ const RESUME_ALLOWS: &[&str] = &[
     "max_reply_bytes",
 ];
 
-/// Parse `--resume`'s value: a run id.
-pub(super) fn run_id(value: &str) -> Result<i64, String> {
-    value
-        .parse::<i64>()
-        .map_err(|_| format!("--resume takes a run id (see `kiln history`), not `{value}`"))
-}
-
 /// Refuse a parsed `--resume` command line (`matches` of `cli`, a command that resumes) that
 /// also sets what the resumed run takes from its record (`--max-steps`, a task, ...), naming
 /// what to leave out as it was given. Other command lines pass as they are.

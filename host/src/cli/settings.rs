@@ -80,7 +80,7 @@ impl FixSettings {
                 && !runner_settings.contains_key("cmd")),
             super::detect::no_runner(&ctx.workspace)
         );
-        let timeout_s = super::check::deadline_s(&config, &chosen.runner);
+        let timeout_s = super::runner_args::deadline_s(&config, &chosen.runner);
         let prompt = match &args.prompt_file {
             _ if args.prompt_text.is_some() => args.prompt_text.clone(),
             Some(p) => Some(
@@ -419,7 +419,7 @@ impl McpSettings {
 
 #[cfg(test)]
 mod tests {
-    use super::super::llm_cmd::LlmArgs;
+    use super::super::llm_args::LlmArgs;
     use super::*;
 
     #[test]

@@ -155,10 +155,8 @@ fn record(ctx: &Ctx, id: i64, files: &[String], forced: bool) {
 }
 
 fn show_diff(diff: &str) {
-    use std::io::IsTerminal;
     let text = crate::terminal::printable(diff);
-    let color = std::io::stdout().is_terminal() && !kiln_env::env().no_color();
-    if color {
+    if crate::terminal::colors_on_stdout() {
         println!("{}", crate::terminal::color_diff(&text));
     } else {
         print!("{text}");

@@ -3,9 +3,12 @@
 //! `kiln report RUN --html` writes it). Independent of how batches are stored: the caller
 //! maps its rows to [`BatchTask`].
 
-use super::html::escape;
 use crate::llm::pricing::format_usd;
-use std::fmt::Write;
+use maud::{DOCTYPE, PreEscaped, html};
+
+const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330}\
+table{border-collapse:collapse}td,th{border-top:1px solid #dde1e8;padding:4px 10px;text-align:left}\
+.success{color:#1a7f37}.failed,.blocked{color:#cf222e}";
 
 /// One task of a batch, as the page shows it.
 #[derive(Debug, Clone)]
@@ -24,41 +27,52 @@ pub struct BatchTask {
 
 /// The page for batch `id` with `tasks`; `budget` is the batch's cost cap, when set.
 pub fn render(id: &str, tasks: &[BatchTask], budget: Option<f64>) -> String {
-    let mut h = String::new();
     let title = format!("kiln batch {id}");
     let total: f64 = tasks.iter().filter_map(|t| t.cost).sum();
-    let _ = write!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
-         <title>{t}</title><style>body{{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330}}\
-         table{{border-collapse:collapse}}td,th{{border-top:1px solid #dde1e8;padding:4px 10px;text-align:left}}\
-         .success{{color:#1a7f37}}.failed,.blocked{{color:#cf222e}}</style></head><body><h1>{t}</h1>\
-         <p id=\"summary\"><span id=\"task-count\">{n}</span> tasks, cost <span id=\"cost\">{c}</span>{b}</p>\
-         <table id=\"tasks\"><tr><th>task</th><th>status</th><th>attempts</th><th>cost</th><th>report</th></tr>",
-        t = escape(&title),
-        n = tasks.len(),
-        c = format_usd(total),
-        b = budget
-            .map(|b| format!(" of a {} budget", format_usd(b)))
-            .unwrap_or_default()
-    );
-    for t in tasks {
-        let status = escape(&t.status);
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td class=\"{status}\">{status}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&t.name),
-            t.attempts,
-            t.cost.map(format_usd).unwrap_or_else(|| "-".into()),
-            match &t.report {
-                Some((run, file)) => format!("<a href=\"{}\">run {run}</a>", escape(file)),
-                None => "-".into(),
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy"
+                    content="default-src 'none'; style-src 'unsafe-inline'";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
             }
-        );
-    }
-    h.push_str("</table></body></html>\n");
-    h
+            body {
+                h1 { (title) }
+                p id="summary" {
+                    span id="task-count" { (tasks.len()) } " tasks, cost "
+                    span id="cost" { (format_usd(total)) }
+                    @if let Some(b) = budget {
+                        " of a " (format_usd(b)) " budget"
+                    }
+                }
+                table id="tasks" {
+                    tr { th { "task" } th { "status" } th { "attempts" } th { "cost" } th { "report" } }
+                    @for t in tasks {
+                        tr {
+                            td { (t.name) }
+                            td class=(t.status) { (t.status) }
+                            td { (t.attempts) }
+                            td {
+                                @if let Some(c) = t.cost { (format_usd(c)) } @else { "-" }
+                            }
+                            td {
+                                @if let Some((run, file)) = &t.report {
+                                    a href=(file) { "run " (run) }
+                                } @else {
+                                    "-"
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        "\n"
+    };
+    page.into_string()
 }
 
 #[cfg(test)]

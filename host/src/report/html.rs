@@ -1,11 +1,13 @@
 //! One run as a self-contained HTML page: inline CSS and SVG only, no script, and a
-//! Content-Security-Policy of `default-src 'none'` so a browser fetches nothing at all. Every
-//! text that comes from the store (diagnostics, answers, diffs, tool output: anything a
-//! program, a plugin or the model wrote) is HTML-escaped.
+//! Content-Security-Policy of `default-src 'none'` so a browser fetches nothing at all. The
+//! page is a `maud` template: every value spliced into it (diagnostics, answers, diffs, tool
+//! output: anything a program, a plugin or the model wrote) is HTML-escaped (`& < > "`; every
+//! attribute is double-quoted), and only the constant style sheet goes in unescaped.
 
 use super::{RunReport, Step};
 use crate::llm::pricing::format_usd;
-use std::fmt::Write;
+use crate::store::{IterationRow, ToolCallRow};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
@@ -43,159 +45,129 @@ footer{padding-bottom:32px}
 .undone{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:6px 10px;margin-bottom:16px}
 ";
 
-/// `text` with `& < > " '` escaped, safe in element content and quoted attributes.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The whole page.
 pub fn render(r: &RunReport) -> String {
     let row = &r.row;
-    let mut h = String::new();
     let title = format!("kiln run {} · {}", row.id, row.kind);
-    let _ = write!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
-         <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{}</title><style>{STYLE}</style></head><body>\n<header><h1>{}</h1>",
-        escape(&title),
-        escape(&title)
-    );
-    meta(&mut h, r);
-    if let Some(at) = r.undone_ms {
-        let _ = write!(
-            h,
-            "<p class=\"undone\" id=\"undone\">Undone with <code>kiln undo</code> at {}.</p>",
-            escape(&crate::clock::utc_text(at))
-        );
-    }
-    h.push_str("</header>\n<main>");
-    if !r.steps.is_empty() {
-        h.push_str("<section class=\"chart\"><h2>Tokens per ");
-        h.push_str(r.step_word);
-        h.push_str("</h2>");
-        chart(&mut h, r);
-        h.push_str("</section>");
-    }
-    timeline(&mut h, r, "timeline");
-    programs(&mut h, r);
-    for p in &r.phases {
-        let _ = write!(
-            h,
-            "<section class=\"phase\" id=\"run-{}\"><h2>{} · run {} · {}</h2>",
-            p.row.id,
-            escape(p.row.kind.as_str()),
-            p.row.id,
-            escape(p.row.stop_reason.as_deref().unwrap_or("not finished"))
-        );
-        if !p.steps.is_empty() {
-            chart(&mut h, p);
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy"
+                    content="default-src 'none'; style-src 'unsafe-inline'; img-src data:";
+                meta name="viewport" content="width=device-width";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                "\n"
+                header {
+                    h1 { (title) }
+                    (meta_list(r))
+                    @if let Some(at) = r.undone_ms {
+                        p class="undone" id="undone" {
+                            "Undone with " code { "kiln undo" } " at " (crate::clock::utc_text(at)) "."
+                        }
+                    }
+                }
+                "\n"
+                main {
+                    @if !r.steps.is_empty() {
+                        section class="chart" {
+                            h2 { "Tokens per " (r.step_word) }
+                            (chart(r))
+                        }
+                    }
+                    (timeline(r, "timeline"))
+                    (programs(r))
+                    @for p in &r.phases {
+                        section class="phase" id={ "run-" (p.row.id) } {
+                            h2 {
+                                (p.row.kind.as_str()) " · run " (p.row.id) " · "
+                                (p.row.stop_reason.as_deref().unwrap_or("not finished"))
+                            }
+                            @if !p.steps.is_empty() {
+                                (chart(p))
+                            }
+                            (timeline(p, &format!("timeline-{}", p.row.id)))
+                        }
+                    }
+                }
+                "\n"
+                (stop(r))
+            }
         }
-        timeline(&mut h, p, &format!("timeline-{}", p.row.id));
-        h.push_str("</section>");
-    }
-    h.push_str("</main>\n");
-    stop(&mut h, r);
-    h.push_str("</body></html>\n");
-    h
+        "\n"
+    };
+    page.into_string()
 }
 
 /// The files programs the run started changed, beside the model's diffs.
-fn programs(h: &mut String, r: &RunReport) {
-    if r.program_changes.is_empty() {
-        return;
-    }
-    h.push_str("<section class=\"programs\" id=\"program-changes\"><h2>Changed by programs the run started</h2>");
-    for c in &r.program_changes {
-        let note = c
-            .note
-            .as_deref()
-            .map(|n| format!(" ({})", escape(n)))
-            .unwrap_or_default();
-        let _ = write!(
-            h,
-            "<h3 class=\"program-change\">{}: {}{note}</h3>",
-            escape(&crate::terminal::path(&c.path)),
-            c.what
-        );
-        if let Some(d) = &c.diff {
-            diff(h, d);
+fn programs(r: &RunReport) -> Markup {
+    html! {
+        @if !r.program_changes.is_empty() {
+            section class="programs" id="program-changes" {
+                h2 { "Changed by programs the run started" }
+                @for c in &r.program_changes {
+                    h3 class="program-change" {
+                        (crate::terminal::path(&c.path)) ": " (c.what)
+                        @if let Some(note) = &c.note {
+                            " (" (note) ")"
+                        }
+                    }
+                    @if let Some(d) = &c.diff {
+                        (diff(d))
+                    }
+                }
+            }
         }
     }
-    h.push_str("</section>");
 }
 
 /// The steps of one run as an ordered list.
-fn timeline(h: &mut String, r: &RunReport, id: &str) {
-    let _ = write!(
-        h,
-        "<ol class=\"timeline\" id=\"{id}\" data-steps=\"{}\">",
-        r.steps.len()
-    );
-    for s in &r.steps {
-        step(h, r.step_word, s);
+fn timeline(r: &RunReport, id: &str) -> Markup {
+    html! {
+        ol class="timeline" id=(id) data-steps=(r.steps.len()) {
+            @for s in &r.steps {
+                (step(r.step_word, s))
+            }
+        }
     }
-    h.push_str("</ol>");
 }
 
-fn meta(h: &mut String, r: &RunReport) {
+/// The run's figures: status, model, steps, tokens, cost, start, targets.
+fn meta_list(r: &RunReport) -> Markup {
     let row = &r.row;
-    let status = escape(&row.status);
-    h.push_str("<dl class=\"meta\">");
-    let mut item = |k: &str, v: String, id: &str| {
-        let _ = write!(h, "<div><dt>{k}</dt><dd id=\"{id}\">{v}</dd></div>");
-    };
-    item(
-        "status",
-        format!("<span class=\"status-{status}\">{status}</span>"),
-        "status",
-    );
-    item("model", escape(&row.model), "model");
     let (steps, word) = r.count();
-    item(word, steps.to_string(), "step-count");
-    // Input counts every prompt token, cached or not, as the console and the chart do.
-    item(
-        "input tokens",
-        row.tokens.prompt().to_string(),
-        "tokens-input",
-    );
-    item(
-        "output tokens",
-        row.tokens.output.to_string(),
-        "tokens-output",
-    );
-    item(
-        "cost",
-        r.cost
-            .map(format_usd)
-            .unwrap_or_else(|| "unknown price".into()),
-        "cost",
-    );
-    item(
-        "started",
-        escape(&crate::clock::utc_text(row.started_at)),
-        "started",
-    );
-    if !row.targets.is_empty() {
-        item("targets", escape(&row.targets.join(", ")), "targets");
+    let item = |k: &str, id: &str, v: Markup| {
+        html! {
+            div { dt { (k) } dd id=(id) { (v) } }
+        }
+    };
+    html! {
+        dl class="meta" {
+            (item("status", "status", html! {
+                span class={ "status-" (row.status) } { (row.status) }
+            }))
+            (item("model", "model", html! { (row.model) }))
+            (item(word, "step-count", html! { (steps) }))
+            // Input counts every prompt token, cached or not, as the console and the chart do.
+            (item("input tokens", "tokens-input", html! { (row.tokens.prompt()) }))
+            (item("output tokens", "tokens-output", html! { (row.tokens.output) }))
+            (item("cost", "cost", html! {
+                @if let Some(c) = r.cost { (format_usd(c)) } @else { "unknown price" }
+            }))
+            (item("started", "started", html! { (crate::clock::utc_text(row.started_at)) }))
+            @if !row.targets.is_empty() {
+                (item("targets", "targets", html! { (row.targets.join(", ")) }))
+            }
+        }
     }
-    h.push_str("</dl>");
 }
 
 /// A bar chart of input (blue) and output (orange) tokens per step.
-fn chart(h: &mut String, r: &RunReport) {
+fn chart(r: &RunReport) -> Markup {
     let n = r.steps.len().max(1);
     let max = r
         .steps
@@ -203,209 +175,202 @@ fn chart(h: &mut String, r: &RunReport) {
         .map(|s| s.usage.prompt() + s.usage.output)
         .max()
         .unwrap_or(0)
-        .max(1) as f64;
+        .max(1);
     let (w, ht, pad) = (1000.0, 140.0, 24.0);
     let slot = (w - pad) / n as f64;
     let bw = (slot * 0.35).min(40.0);
-    let _ = write!(
-        h,
-        "<svg role=\"img\" aria-label=\"tokens per step\" viewBox=\"0 0 {w} {}\" width=\"100%\" height=\"{}\">",
-        ht + 22.0,
-        ht + 22.0
-    );
-    for (i, s) in r.steps.iter().enumerate() {
-        let x = pad + i as f64 * slot + slot / 2.0 - bw;
-        let input = s.usage.prompt() as f64;
-        let out = s.usage.output as f64;
-        let hi = input / max * (ht - 10.0);
-        let ho = out / max * (ht - 10.0);
-        let _ = write!(
-            h,
-            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{bw:.1}\" height=\"{hi:.1}\" fill=\"#4a7bd0\"><title>{} {}: {} input tokens</title></rect>\
-             <rect x=\"{:.1}\" y=\"{:.1}\" width=\"{bw:.1}\" height=\"{ho:.1}\" fill=\"#e8913a\"><title>{} {}: {} output tokens</title></rect>\
-             <text x=\"{:.1}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\" fill=\"#5b6475\">{}</text>",
-            ht - hi,
-            r.step_word,
-            s.n,
-            input,
-            x + bw,
-            ht - ho,
-            r.step_word,
-            s.n,
-            out,
-            x + bw,
-            ht + 16.0,
-            s.n
-        );
+    let f1 = |v: f64| format!("{v:.1}");
+    let bar = |v: u64| v as f64 / max as f64 * (ht - 10.0);
+    html! {
+        svg role="img" aria-label="tokens per step" viewBox={ "0 0 " (w) " " (ht + 22.0) }
+            width="100%" height=(ht + 22.0) {
+            @for (i, s) in r.steps.iter().enumerate() {
+                @let x = pad + i as f64 * slot + slot / 2.0 - bw;
+                @let (input, out) = (s.usage.prompt(), s.usage.output);
+                @let (hi, ho) = (bar(input), bar(out));
+                rect x=(f1(x)) y=(f1(ht - hi)) width=(f1(bw)) height=(f1(hi)) fill="#4a7bd0" {
+                    title { (r.step_word) " " (s.n) ": " (input) " input tokens" }
+                }
+                rect x=(f1(x + bw)) y=(f1(ht - ho)) width=(f1(bw)) height=(f1(ho)) fill="#e8913a" {
+                    title { (r.step_word) " " (s.n) ": " (out) " output tokens" }
+                }
+                text x=(f1(x + bw)) y=(ht + 16.0) font-size="11" text-anchor="middle" fill="#5b6475" {
+                    (s.n)
+                }
+            }
+            line x1=(pad) y1=(ht) x2=(w) y2=(ht) stroke="#c8cfdb" {}
+            text x="0" y="12" font-size="11" fill="#5b6475" { (max) }
+            rect x=(w - 130.0) y="2" width="10" height="10" fill="#4a7bd0" {}
+            text x=(w - 116.0) y="11" font-size="11" { "input" }
+            rect x=(w - 70.0) y="2" width="10" height="10" fill="#e8913a" {}
+            text x=(w - 56.0) y="11" font-size="11" { "output" }
+        }
     }
-    let _ = write!(
-        h,
-        "<line x1=\"{pad}\" y1=\"{ht}\" x2=\"{w}\" y2=\"{ht}\" stroke=\"#c8cfdb\"/>\
-         <text x=\"0\" y=\"12\" font-size=\"11\" fill=\"#5b6475\">{}</text>\
-         <rect x=\"{}\" y=\"2\" width=\"10\" height=\"10\" fill=\"#4a7bd0\"/><text x=\"{}\" y=\"11\" font-size=\"11\">input</text>\
-         <rect x=\"{}\" y=\"2\" width=\"10\" height=\"10\" fill=\"#e8913a\"/><text x=\"{}\" y=\"11\" font-size=\"11\">output</text></svg>",
-        max as u64,
-        w - 130.0,
-        w - 116.0,
-        w - 70.0,
-        w - 56.0
-    );
 }
 
-fn step(h: &mut String, word: &str, s: &Step) {
+/// One iteration or turn: the runner's verdict, the model's summary, its failed requests,
+/// the diffs, the tool calls, and its tokens.
+fn step(word: &str, s: &Step) -> Markup {
     let class = match &s.runner {
         Some(it) if it.ok => "step ok",
         Some(_) => "step bad",
         None if s.tools.iter().any(|t| t.is_error) || !s.errors.is_empty() => "step bad",
         None => "step",
     };
-    let _ = write!(
-        h,
-        "<li class=\"{class}\" id=\"step-{}\"><h2>{} {}</h2>",
-        s.n,
-        capitalize(word),
-        s.n
-    );
-    if let Some(it) = &s.runner {
-        runner(h, it);
+    html! {
+        li class=(class) id={ "step-" (s.n) } {
+            h2 { (capitalize(word)) " " (s.n) }
+            @if let Some(it) = &s.runner {
+                (runner(it))
+            }
+            @if let Some(sum) = &s.summary {
+                h3 { "Model" }
+                p class="summary" { (sum) }
+            }
+            @for e in &s.errors {
+                h3 { "Model request failed" }
+                pre { (e) }
+            }
+            @for d in &s.diffs {
+                h3 { "Diff: " (d.path) }
+                (diff(&d.text))
+            }
+            @if !s.tools.is_empty() {
+                (tools(&s.tools))
+            }
+            div class="tokens" {
+                "tokens: input " span class="tin" { (s.usage.prompt()) }
+                " (" (s.usage.cached_input) " cached), output "
+                span class="tout" { (s.usage.output) }
+                @if let Some(c) = s.cost {
+                    ", cost " (format_usd(c))
+                }
+            }
+        }
     }
-    if let Some(sum) = &s.summary {
-        let _ = write!(h, "<h3>Model</h3><p class=\"summary\">{}</p>", escape(sum));
-    }
-    for e in &s.errors {
-        let _ = write!(h, "<h3>Model request failed</h3><pre>{}</pre>", escape(e));
-    }
-    for d in &s.diffs {
-        let _ = write!(h, "<h3>Diff: {}</h3>", escape(&d.path));
-        diff(h, &d.text);
-    }
-    if !s.tools.is_empty() {
-        tools(h, &s.tools);
-    }
-    let _ = write!(
-        h,
-        "<div class=\"tokens\">tokens: input <span class=\"tin\">{}</span> ({} cached), output <span class=\"tout\">{}</span>{}</div></li>",
-        s.usage.prompt(),
-        s.usage.cached_input,
-        s.usage.output,
-        s.cost
-            .map(|c| format!(", cost {}", format_usd(c)))
-            .unwrap_or_default()
-    );
 }
 
-fn runner(h: &mut String, it: &crate::store::IterationRow) {
-    let _ = write!(
-        h,
-        "<h3>Runner</h3><p>{} (exit {}), {} ms</p>",
-        if it.ok { "passed" } else { "failed" },
-        it.exit_code,
-        it.runner_ms
-    );
+/// The runner's verdict and its diagnostics (the first 50), or when it failed without any,
+/// the last 20 lines of its output.
+fn runner(it: &IterationRow) -> Markup {
     let diags = it.diagnostics.as_array().cloned().unwrap_or_default();
-    if !diags.is_empty() {
-        h.push_str("<ul class=\"diags\">");
-        for d in diags.iter().take(50) {
-            let sev = d["severity"].as_str().unwrap_or("");
-            let _ = write!(
-                h,
-                "<li class=\"sev-{}\">{}:{}:{}: {}: {}</li>",
-                escape(sev),
-                escape(d["file"].as_str().unwrap_or("")),
-                d["line"].as_i64().unwrap_or(0),
-                d["column"].as_i64().unwrap_or(0),
-                escape(sev),
-                escape(d["message"].as_str().unwrap_or(""))
-            );
+    let out = if it.stderr.is_empty() {
+        &it.stdout
+    } else {
+        &it.stderr
+    };
+    let tail: Vec<&str> = out.lines().rev().take(20).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    html! {
+        h3 { "Runner" }
+        p {
+            (if it.ok { "passed" } else { "failed" }) " (exit " (it.exit_code) "), "
+            (it.runner_ms) " ms"
         }
-        h.push_str("</ul>");
-    } else if !it.ok && (!it.stderr.is_empty() || !it.stdout.is_empty()) {
-        let out = if it.stderr.is_empty() {
-            &it.stdout
-        } else {
-            &it.stderr
-        };
-        let tail: Vec<&str> = out.lines().rev().take(20).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        let _ = write!(h, "<pre>{}</pre>", escape(&tail.join("\n")));
+        @if !diags.is_empty() {
+            ul class="diags" {
+                @for d in diags.iter().take(50) {
+                    @let sev = d["severity"].as_str().unwrap_or("");
+                    li class={ "sev-" (sev) } {
+                        (d["file"].as_str().unwrap_or("")) ":"
+                        (d["line"].as_i64().unwrap_or(0)) ":"
+                        (d["column"].as_i64().unwrap_or(0)) ": "
+                        (sev) ": " (d["message"].as_str().unwrap_or(""))
+                    }
+                }
+            }
+        } @else if !it.ok && !out.is_empty() {
+            pre { (tail.join("\n")) }
+        }
     }
 }
 
 /// A unified diff with added lines green, removed red, hunk headers blue.
-fn diff(h: &mut String, text: &str) {
-    h.push_str("<pre class=\"diff\">");
-    for line in text.lines() {
-        let class = if line.starts_with("+++") || line.starts_with("---") {
-            "head"
-        } else if line.starts_with('+') {
-            "add"
-        } else if line.starts_with('-') {
-            "del"
-        } else if line.starts_with("@@") {
-            "hunk"
-        } else {
-            ""
-        };
-        if class.is_empty() {
-            h.push_str(&escape(line));
-        } else {
-            let _ = write!(h, "<span class=\"{class}\">{}</span>", escape(line));
+fn diff(text: &str) -> Markup {
+    html! {
+        pre class="diff" {
+            @for line in text.lines() {
+                @let class = diff_class(line);
+                @if class.is_empty() {
+                    (line)
+                } @else {
+                    span class=(class) { (line) }
+                }
+                "\n"
+            }
         }
-        h.push('\n');
     }
-    h.push_str("</pre>");
 }
 
-fn tools(h: &mut String, calls: &[crate::store::ToolCallRow]) {
-    h.push_str("<h3>Tool calls</h3><table class=\"tools\"><tr><th></th><th>tool</th><th>arguments</th><th>result</th><th>ms</th></tr>");
-    for t in calls {
-        let args: String = t.arguments.chars().take(300).collect();
-        let text = crate::engine::tools::result_text::as_text(&t.result);
-        let result: String = text.lines().take(12).collect::<Vec<_>>().join("\n");
-        let result: String = result.chars().take(1200).collect();
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td><pre>{}</pre></td><td>{}</td></tr>",
-            if crate::engine::tools::result_text::failed(t.is_error, &t.result) {
-                "<span class=\"errmark\" title=\"failed\">✗</span>"
-            } else {
-                "<span class=\"okmark\" title=\"ok\">✓</span>"
-            },
-            escape(&t.name),
-            escape(&args),
-            escape(&result),
-            t.duration_ms
-        );
+/// The class of one line of a unified diff (none for a context line).
+fn diff_class(line: &str) -> &'static str {
+    if line.starts_with("+++") || line.starts_with("---") {
+        "head"
+    } else if line.starts_with('+') {
+        "add"
+    } else if line.starts_with('-') {
+        "del"
+    } else if line.starts_with("@@") {
+        "hunk"
+    } else {
+        ""
     }
-    h.push_str("</table>");
 }
 
-fn stop(h: &mut String, r: &RunReport) {
+/// The step's tool calls as a table: outcome, name, arguments and result (both cut), time.
+fn tools(calls: &[ToolCallRow]) -> Markup {
+    html! {
+        h3 { "Tool calls" }
+        table class="tools" {
+            tr { th {} th { "tool" } th { "arguments" } th { "result" } th { "ms" } }
+            @for t in calls {
+                @let args: String = t.arguments.chars().take(300).collect();
+                @let text = crate::engine::tools::result_text::as_text(&t.result);
+                @let result: String = text.lines().take(12).collect::<Vec<_>>().join("\n");
+                @let result: String = result.chars().take(1200).collect();
+                tr {
+                    td {
+                        @if crate::engine::tools::result_text::failed(t.is_error, &t.result) {
+                            span class="errmark" title="failed" { "✗" }
+                        } @else {
+                            span class="okmark" title="ok" { "✓" }
+                        }
+                    }
+                    td { (t.name) }
+                    td { code { (args) } }
+                    td { pre { (result) } }
+                    td { (t.duration_ms) }
+                }
+            }
+        }
+    }
+}
+
+/// Why the run stopped, its summary and last error, and its token totals.
+fn stop(r: &RunReport) -> Markup {
     let row = &r.row;
     let reason = row
         .stop_reason
         .as_deref()
         .unwrap_or("not finished (running, or killed)");
-    let _ = write!(
-        h,
-        "<footer><section class=\"stop {}\" id=\"stop\"><h2>Stopped: <span id=\"stop-reason\">{}</span></h2>",
-        escape(&row.status),
-        escape(reason)
-    );
-    if let Some(s) = &row.summary {
-        let _ = write!(h, "<p class=\"summary\">{}</p>", escape(s));
+    html! {
+        footer {
+            section class={ "stop " (row.status) } id="stop" {
+                h2 { "Stopped: " span id="stop-reason" { (reason) } }
+                @if let Some(s) = &row.summary {
+                    p class="summary" { (s) }
+                }
+                @if let Some(e) = &row.last_error {
+                    pre { (e) }
+                }
+                p class="tokens" {
+                    "total tokens: input " (row.tokens.prompt()) " (" (row.tokens.cached_input)
+                    " cached), output " (row.tokens.output) "; generated by kiln "
+                    (env!("CARGO_PKG_VERSION"))
+                }
+            }
+        }
     }
-    if let Some(e) = &row.last_error {
-        let _ = write!(h, "<pre>{}</pre>", escape(e));
-    }
-    let _ = write!(
-        h,
-        "<p class=\"tokens\">total tokens: input {} ({} cached), output {}; generated by kiln {}</p></section></footer>",
-        row.tokens.prompt(),
-        row.tokens.cached_input,
-        row.tokens.output,
-        env!("CARGO_PKG_VERSION")
-    );
 }
 
 fn capitalize(w: &str) -> String {
@@ -413,18 +378,5 @@ fn capitalize(w: &str) -> String {
     match c.next() {
         Some(f) => f.to_uppercase().chain(c).collect(),
         None => String::new(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            escape("<script>alert('x')</script> & \"q\""),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
-        );
     }
 }
