@@ -119,6 +119,31 @@ fn with_allow_check_edits_the_check_edit_applies_and_the_success_says_so() {
             .contains("the model changed what the check runs: Makefile"),
         "{res}"
     );
+    // For a person, a warning on stderr, kept under -q.
+    let ws = make_project();
+    let mock = MockLlm::start(vec![openai_text(&weaken_makefile())]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "-q",
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+            "--runner",
+            "make",
+            "--allow-check-edits",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert!(
+        r.stderr()
+            .contains("warning: the model changed what the check runs (Makefile)"),
+        "{}",
+        r.stderr()
+    );
     // Named as a file of the loop, the Makefile is the model's to change too.
     let ws = make_project();
     let mock = MockLlm::start(vec![openai_text(&weaken_makefile())]);
