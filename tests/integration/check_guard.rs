@@ -220,7 +220,7 @@ const CALC_PY: &str = "def add(a, b):\n    return a - b\n";
 const TEST_CALC_PY: &str = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\ndef test_ok():\n    assert True\n";
 
 #[test]
-fn removing_the_failing_test_is_refused_and_a_success_that_changed_tests_says_so() {
+fn removing_or_skipping_the_failing_test_is_refused_and_a_success_that_changed_tests_says_so() {
     let ws = Workspace::new();
     ws.write(
         "pyproject.toml",
@@ -236,6 +236,12 @@ fn removing_the_failing_test_is_refused_and_a_success_that_changed_tests_says_so
     let mock = MockLlm::start(vec![
         // The failing test goes: refused, even though the user named the test file.
         openai_text(&answer(&[("tests/test_calc.py", test_add, "")])),
+        // So is a skip marker on it.
+        openai_text(&answer(&[(
+            "tests/test_calc.py",
+            "def test_add():\n",
+            "import pytest\n\n\n@pytest.mark.skip\ndef test_add():\n",
+        )])),
         // The code is fixed and the test touched: applied, and said.
         openai_text(&answer(&[
             ("calc.py", "    return a - b\n", "    return a + b\n"),
@@ -259,15 +265,19 @@ fn removing_the_failing_test_is_refused_and_a_success_that_changed_tests_says_so
     );
     let res = fix_result(&r);
     assert_eq!(res["stop_reason"], "success", "{res}");
-    assert_eq!(res["iters"], 2, "{res}");
+    assert_eq!(res["iters"], 3, "{res}");
     let failed = events(&r, "edit.failed");
-    assert_eq!(failed.len(), 1, "{}", r.stdout());
+    assert_eq!(failed.len(), 2, "{}", r.stdout());
     assert_eq!(failed[0]["failure"], "check");
     let why = failed[0]["error"].as_str().unwrap();
     assert!(
         why.contains("removes the failing test `tests.test_calc::test_add`"),
         "{why}"
     );
+    assert_eq!(failed[1]["failure"], "check");
+    let why = failed[1]["error"].as_str().unwrap();
+    assert!(why.contains("adds `mark.skip`"), "{why}");
+    assert!(!ws.read("tests/test_calc.py").contains("skip"));
     assert!(ws.read("tests/test_calc.py").contains("def test_add():"));
     assert_eq!(res["check_changed"], json!(["tests/test_calc.py"]), "{res}");
     assert!(

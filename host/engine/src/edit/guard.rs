@@ -103,6 +103,14 @@ impl CheckGuard {
                     "{file}: the edit removes the failing test `{name}` (`{key}` no longer appears in it): the model may not change what decides success. Nothing of this answer was applied: fix the code the test exercises instead"
                 ));
             }
+            if let Some(marker) = skip_markers(&rel)
+                .iter()
+                .find(|m| new.matches(**m).count() > old.matches(**m).count())
+            {
+                return Some(format!(
+                    "{file}: the edit adds `{marker}` to the file of the failing test `{name}`, which would keep the test from running: the model may not change what decides success. Nothing of this answer was applied: fix the code the test exercises instead"
+                ));
+            }
         }
         None
     }
@@ -121,6 +129,22 @@ impl CheckGuard {
         self.is_tests(&n)
             || self.paths.iter().any(|(p, _)| *p == n)
             || self.files.iter().any(|(g, _)| matches_file(g, &n))
+    }
+}
+
+/// What keeps a test from running (or runs only some) in a file of `rel`'s language, in the
+/// test frameworks kiln's runners drive: added to the file of a failing test, it is refused.
+/// By language, so a Rust fix calling `iter().skip(1)` is not a JavaScript `test.skip(`.
+fn skip_markers(rel: &str) -> &'static [&'static str] {
+    let ext = rel.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+    match ext {
+        "py" => &["mark.skip", "mark.xfail", "pytest.skip(", "unittest.skip"],
+        "js" | "jsx" | "ts" | "tsx" | "mjs" | "cjs" | "mts" | "cts" => {
+            &[".skip(", ".only(", ".todo(", "xit(", "xtest(", "xdescribe("]
+        }
+        "go" => &["t.Skip"],
+        "rs" => &["#[ignore"],
+        _ => &[],
     }
 }
 
@@ -262,6 +286,25 @@ mod tests {
             g.refuse_change("tests/test_x.py", Some(old), Some(gone))
                 .is_some_and(|w| w.contains("removes the failing test"))
         );
+        let skipped = "@pytest.mark.skip\ndef test_add():\n    assert add(1, 2) == 3\n";
+        assert!(
+            g.refuse_change("tests/test_x.py", Some(old), Some(skipped))
+                .is_some_and(|w| w.contains("adds `mark.skip`"))
+        );
+        // A marker already there is no change.
+        assert_eq!(
+            g.refuse_change("tests/test_x.py", Some(skipped), Some(skipped)),
+            None
+        );
+        let only = "test.only(\"other\", () => {});\ntest(\"adds\", () => {});\n";
+        assert!(
+            g.refuse_change(
+                "calc.test.js",
+                Some("test(\"adds\", () => {});\n"),
+                Some(only)
+            )
+            .is_some()
+        );
         let fixed = "def test_add():\n    assert add(1, 2) == 3  # fine\n";
         assert_eq!(
             g.refuse_change("tests/test_x.py", Some(old), Some(fixed)),
@@ -278,6 +321,19 @@ mod tests {
         );
         assert!(g.is_tests("tests/test_x.py") && g.is_tests("calc.test.js"));
         assert_eq!(g.refuse_path("x"), None);
+        // In another language the same text is code.
+        g.set_failing(root, [("src/lib.rs".into(), "tests::adds".into())]);
+        let rs = "fn adds() {}\n";
+        let fixed_rs = "fn adds() { v.iter().skip(1); }\n";
+        assert_eq!(
+            g.refuse_change("src/lib.rs", Some(rs), Some(fixed_rs)),
+            None
+        );
+        let ignored = "#[ignore]\nfn adds() {}\n";
+        assert!(
+            g.refuse_change("src/lib.rs", Some(rs), Some(ignored))
+                .is_some()
+        );
     }
 
     #[test]
