@@ -12,6 +12,7 @@ mod agent_cli;
 mod agent_policy;
 mod batch;
 mod budget;
+mod check_guard;
 mod cli;
 mod confine;
 mod edit;

@@ -155,6 +155,10 @@ pub struct FixOutcome {
     pub status: LoopStatus,
     /// The stop reason (also `success`).
     pub stop_reason: StopReason,
+    /// Files the model changed that decide success: the check's own files (with
+    /// `--allow-check-edits`, or named as targets) and files of tests, workspace-relative.
+    /// Not empty: the summary says so too, as a success its own edits may have decided.
+    pub check_changed: Vec<String>,
     /// Tokens of every model request the loop made.
     #[serde(skip)]
     pub usage: Usage,

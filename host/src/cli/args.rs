@@ -48,6 +48,11 @@ pub(crate) struct FixArgs {
     /// Project mode (no --file): files one answer may change; an answer over it is refused.
     #[arg(long, default_value_t = 10)]
     pub(super) max_files: usize,
+    /// Let the model change what decides success: the files that define the check (the
+    /// Makefile, package.json, conftest.py, ...) and the failing tests. Without it such an
+    /// edit is refused (a file named with --file/--files is the model's either way).
+    #[arg(long)]
+    pub(super) allow_check_edits: bool,
 }
 
 #[derive(Debug, Args)]

@@ -104,6 +104,14 @@ fn print_result(outcome: &FixOutcome, usage: &Usage, cost: Option<f64>, quiet: b
     for f in outcome.modified_files.iter().flatten() {
         super::output::out_line(&format!("changed: {}", crate::terminal::printable(f)));
     }
+    // A warning, kept under -q: the model's own edits to the check may have decided it.
+    if outcome.ok && !outcome.check_changed.is_empty() {
+        super::output::err_line(&crate::terminal::printable(&format!(
+            "kiln: warning: the model changed what the check runs ({}): review those changes before trusting this success (`kiln history show {}`)",
+            outcome.check_changed.join(", "),
+            outcome.loop_id
+        )));
+    }
     if quiet {
         return;
     }

@@ -105,6 +105,7 @@ impl FixSettings {
             tool_rounds: args.tool_rounds,
             max_files: args.max_files,
             timeout_s,
+            allow_check_edits: args.allow_check_edits,
             ..Default::default()
         };
         anyhow::ensure!(options.max_files > 0, "--max-files must be at least 1");

@@ -7,6 +7,7 @@
 
 mod beneath;
 mod error;
+pub mod guard;
 pub mod journal;
 pub mod refactor;
 mod window;
@@ -14,6 +15,7 @@ mod workspace;
 pub mod writer;
 
 pub use error::EditError;
+pub use guard::CheckGuard;
 pub use kiln_protocol::edit::EditResult;
 pub use workspace::Workspace;
 
@@ -40,6 +42,9 @@ pub struct ApplyOptions {
     /// At most this many files (Move-to destinations included) may change; an answer over
     /// it is refused whole, as policy (`kiln fix --max-files` in project mode).
     pub max_files: Option<usize>,
+    /// In a fix loop, what the model may not change because it decides success (the check's
+    /// files, the failing tests); refused whole as `check`, which the loop tells the model.
+    pub guard: CheckGuard,
 }
 
 /// A parse error of the response.
@@ -243,7 +248,8 @@ fn fail_edits(report: &mut EditReport, idx: &[usize], failure: &'static str, mes
 }
 
 /// Group edit indices by file, in first-appearance order (each file's edits keep their
-/// order), leaving out the edits policy refuses (protected paths, files outside `targets`),
+/// order), leaving out the edits policy refuses (protected paths, files outside `targets`;
+/// and, as `check`, the files `opts.guard` says define the check),
 /// which are marked failed in `report`. True when any was refused.
 fn group_allowed(
     ws: &Workspace,
@@ -262,6 +268,16 @@ fn group_allowed(
             .or_else(|| e.new_path.as_deref().and_then(|d| writer.refuse(d)));
         if let Some(message) = policy {
             fail_edits(report, &[i], "policy", &message);
+            failed = true;
+            continue;
+        }
+        let check = opts.guard.refuse_path(&e.path).or_else(|| {
+            e.new_path
+                .as_deref()
+                .and_then(|d| opts.guard.refuse_path(d))
+        });
+        if let Some(message) = check {
+            fail_edits(report, &[i], "check", &message);
             failed = true;
             continue;
         }
@@ -330,6 +346,12 @@ async fn plan_file(
         .rev()
         .find(|e| e.kind == EditKind::Rename)
         .and_then(|e| e.new_path.clone());
+    // Moved away, the file no longer holds its tests where the check looks.
+    let stays = applied.text.as_deref().filter(|_| move_to.is_none());
+    if let Some(message) = opts.guard.refuse_change(path, original.as_deref(), stays) {
+        fail_edits(report, idx, "check", &message);
+        return Ok(None);
+    }
     if let Some(dest) = &move_to
         && let Some((failure, message)) = move_refusal(ws, path, dest)?
     {

@@ -300,6 +300,11 @@ struct Fix<'o> {
     tool_settings: ToolSettings,
     /// Project mode: the look-around tools are offered.
     look: bool,
+    /// What decides success (the check's files, the failing tests): refused to the model
+    /// unless `allow_check_edits`, and reported when changed.
+    guard: edit::CheckGuard,
+    /// Files the model changed that decide success (its check's files, tests), in order.
+    check_changed: Vec<String>,
 }
 
 /// The runner's answer to the first check, and how long it took (ms).
@@ -432,6 +437,12 @@ pub async fn run_fix(
         tools,
     } = plugins;
     let ws = Workspace::open(ctx.workspace)?;
+    let guard = super::check_files::guard_for(
+        &runner.name,
+        &opts.runner_settings,
+        ws.root(),
+        &opts.targets,
+    );
     let look = tools.filter(|_| opts.project() && opts.tool_rounds > 0);
     let (tools, tool_settings) = fix_tools(ctx.plugins, look).await?;
     // Undo's snapshot precedes everything the run does, its first check included.
@@ -478,6 +489,8 @@ pub async fn run_fix(
         tools,
         tool_settings,
         look: look.is_some(),
+        guard,
+        check_changed: Vec::new(),
     };
     // Every end, an error included, finishes the loop's row and emits its result.
     let (reason, summary) = match fix.drive(&mut run).await {
@@ -604,7 +617,7 @@ impl Fix<'_> {
         answer: Answer,
         mut result: Checked,
     ) -> Result<Result<Checked, Stop>, FixError> {
-        let report = match self.apply(run, &answer).await {
+        let report = match self.apply(run, &answer, &result.0).await {
             Ok(r) => r,
             Err(e) => {
                 self.last_error = Some(e.to_string());
@@ -624,6 +637,12 @@ impl Fix<'_> {
         }
         let applied = if report.ok { report.applied_count() } else { 0 };
         self.remember(&report, &answer.text, applied);
+        // Refused for changing what decides success: the model is told, the loop goes on.
+        let refused = report
+            .edits
+            .iter()
+            .find(|e| e.failure == Some("check"))
+            .and_then(|e| e.error.clone());
         if applied > 0 {
             result = match self.check(run).await {
                 Ok(r) => r,
@@ -641,9 +660,13 @@ impl Fix<'_> {
             self.fingerprints.push(fingerprint(&result.0));
         }
         if self.no_edit_streak >= NO_EDITS_WINDOW {
+            let why = match refused {
+                Some(m) => format!(" (the last answer was refused: {m})"),
+                None => String::new(),
+            };
             return Ok(Err((
                 StopReason::NoEditsApplied,
-                format!("{NO_EDITS_WINDOW} consecutive iterations applied no edit"),
+                format!("{NO_EDITS_WINDOW} consecutive iterations applied no edit{why}"),
             )));
         }
         if self.applied_any && stagnated(&self.fingerprints) {
@@ -1015,13 +1038,24 @@ impl Fix<'_> {
         &mut self,
         run: &mut Run<'_>,
         answer: &Answer,
+        failure: &RunResult,
     ) -> Result<edit::EditReport, edit::EditError> {
         let iteration = self.iteration;
+        // The tests this check fails may not be deleted nor removed from their files.
+        let failing = failure
+            .diagnostics
+            .iter()
+            .filter_map(|d| crate::plugin::test_name(d).map(|n| (d.file.clone(), n.to_string())));
+        self.guard.set_failing(self.ws.root(), failing);
         let options = ApplyOptions {
             dry_run: false,
             shown: answer.shown.clone(),
             protected: self.opts.protected.clone(),
             max_files: self.opts.project().then_some(self.opts.max_files),
+            guard: match self.opts.allow_check_edits {
+                true => edit::CheckGuard::default(),
+                false => self.guard.clone(),
+            },
         };
         let mut report = edit::EditReport::default();
         let edits = match edit::parse(self.format, &answer.text, &self.opts.targets).await? {
@@ -1119,6 +1153,9 @@ impl Fix<'_> {
             if !self.modified.contains(w) {
                 self.modified.push(w.clone());
             }
+            if self.guard.decides_success(w) && !self.check_changed.contains(w) {
+                self.check_changed.push(w.clone());
+            }
         }
         let summary_line = answer
             .lines()
@@ -1160,6 +1197,16 @@ impl Fix<'_> {
         } else {
             self.last_error.take()
         };
+        // A success the model's own changes to the check or its tests may have decided says
+        // so, in the summary every caller shows and in `check_changed`.
+        let summary = match status == LoopStatus::Success && !self.check_changed.is_empty() {
+            true => format!(
+                "{summary} (the model changed what the check runs: {}; review them)",
+                self.check_changed.join(", ")
+            ),
+            false => summary.to_string(),
+        };
+        let summary = summary.as_str();
         run.finish(reason, summary, last_error.as_deref())?;
         if reason == StopReason::Error {
             run.emit(Event::Error {
@@ -1194,6 +1241,7 @@ impl Fix<'_> {
             loop_id,
             status,
             stop_reason: reason,
+            check_changed: self.check_changed.clone(),
             usage: run.usage(),
         };
         run.emit(Event::LoopResult(outcome.clone()));
@@ -1315,6 +1363,9 @@ fn build_system(opts: &FixOptions, instructions: &str, look: &[&str]) -> String 
              If the failure cannot be fixed by editing these files (missing information, the problem is elsewhere), call the `loop_stop` tool with the reason instead of guessing.\n"
         )
     };
+    if !opts.allow_check_edits {
+        s.push_str("Never make the check pass by weakening it: an edit that changes what the check runs (its build or test configuration, such as a Makefile, package.json or conftest.py) or that deletes or removes a failing test is refused. Fix the code the check exercises.\n");
+    }
     if let Some(extra) = &opts.system {
         s.push('\n');
         s.push_str(extra);

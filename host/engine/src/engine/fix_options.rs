@@ -44,6 +44,11 @@ pub struct FixOptions {
     pub max_files: usize,
     /// The runner's deadline per check (seconds), named when a check runs out of time.
     pub timeout_s: Option<u32>,
+    /// The model may change what decides success: the files that define the check
+    /// ([`super::check_files`]) and the failing tests (`kiln fix --allow-check-edits`). Off,
+    /// such an edit is refused and the model told why; a file the user names as a target
+    /// is the model's to change either way.
+    pub allow_check_edits: bool,
 }
 
 impl Default for FixOptions {
@@ -63,6 +68,7 @@ impl Default for FixOptions {
             tool_rounds: 5,
             max_files: 10,
             timeout_s: None,
+            allow_check_edits: false,
         }
     }
 }

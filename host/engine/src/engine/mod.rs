@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod budget;
+pub mod check_files;
 pub mod command_policy;
 pub mod defaults;
 pub mod error;
