@@ -1,6 +1,7 @@
 //! Undo's files in kiln's state directory, outside the workspace (`undo/` beside the edit
 //! journal, see [`crate::state_dir`]): the pre-images, content-addressed (`objects/<sha256>`,
-//! shared by every run, so a file unchanged between runs is stored once), the stat cache
+//! shared by every run, so a file unchanged between runs is stored once; a file git's
+//! objects hold is not copied, see [`super::git`]), the stat cache
 //! (`index.json`: path → stat key and hash, so a file whose stat did not change is not read
 //! again) and one record per run (`runs/<id>.json`). Every file is written whole (temporary
 //! file, fsync, rename), mode 0600 below 0700 directories; nothing here touches a workspace.
@@ -100,6 +101,11 @@ pub struct Cached {
     pub stat: StatKey,
     /// Its hash then.
     pub hash: String,
+    /// git's blob id of that content, when git's index named it for the path (the file was
+    /// tracked and clean): the pre-image is then git's object, not a copy in `objects/` (see
+    /// [`super::git`]). `None` in a record written before kiln used git's objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<String>,
 }
 
 /// A pending snapshot: the record and start-of-run list of a run that had no id yet.
