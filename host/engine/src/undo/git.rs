@@ -210,7 +210,8 @@ fn cat_batch(root: &Path, oids: &BTreeSet<&str>) -> Result<HashMap<String, Vec<u
 mod tests {
     use super::*;
 
-    /// The blob id kiln computes is git's own (`git hash-object` of the same bytes).
+    /// The blob id kiln computes is git's own (`git hash-object` of the same bytes), in both of
+    /// git's object formats.
     #[test]
     fn blob_ids_are_gits() {
         assert_eq!(
@@ -219,7 +220,12 @@ mod tests {
         );
         assert_eq!(
             blob_id(b"", 40).as_deref(),
-            Some("e69de29bb2d1d6484b8b29b77b2a8da6ee1d3a49")
+            Some("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391")
+        );
+        // A repository made with `git init --object-format=sha256`.
+        assert_eq!(
+            blob_id(b"hello\n", 64).as_deref(),
+            Some("2cf8d83d9ee29543b34a87727421fdecb7e3f3a183d337639025de576db9ebb4")
         );
         assert_eq!(blob_id(b"x", 12), None);
     }
