@@ -30,6 +30,9 @@ fn git(dir: &Path) -> Command {
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_NO_LAZY_FETCH", "1")
+        // A list of allowed transports that names none: it overrides every
+        // `protocol.<name>.allow` the repository's config may set.
+        .env("GIT_ALLOW_PROTOCOL", "none")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_OPTIONAL_LOCKS", "0")
         .env("LC_ALL", "C")
