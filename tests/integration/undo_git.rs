@@ -115,6 +115,14 @@ fn clean_tracked_files_are_not_copied_and_undo_brings_them_back_from_git() {
     let mut want = vec![sha256("B2 dirty\n"), sha256("C1 untracked\n")];
     want.sort();
     assert_eq!(objects(&ws), want);
+    // They are named, by their SHA-256, with git's blob id.
+    let blobs: std::collections::BTreeMap<String, String> = serde_json::from_slice(
+        &std::fs::read(ws.store_path().parent().unwrap().join("undo/blobs.json")).unwrap(),
+    )
+    .unwrap();
+    let oid = git(&ws.root(), &["rev-parse", "HEAD:a.txt"]);
+    assert_eq!(blobs.get(&sha256("A1\n")), Some(&oid.trim().to_string()));
+    assert!(!blobs.contains_key(&sha256("B2 dirty\n")));
 
     let u = ws.kiln(&["undo", "--json"], &[]);
     u.expect_code(0);

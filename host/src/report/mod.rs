@@ -206,7 +206,7 @@ pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
     let Ok(Some(b)) = Backups::open(root, false) else {
         return;
     };
-    let pre = restore::PreImages::load(&b, root, &rec.changes, b.start_of(rec.id).as_ref());
+    let pre = restore::PreImages::load(&b, root, &rec.changes);
     let model: std::collections::BTreeSet<&str> = r
         .steps
         .iter()

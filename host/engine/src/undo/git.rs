@@ -1,6 +1,7 @@
 //! Pre-images from git's objects: in a git repository, a tracked file whose content is what
-//! git's index names is not copied into kiln's state directory; its start-of-run entry names
-//! the blob ([`super::backup::Cached::blob`]) and undo reads the content back from git
+//! git's index names is not copied into kiln's state directory; the undo directory's
+//! `blobs.json` maps its SHA-256 to the blob ([`super::backup::Backups::blobs`], one map for
+//! every run, as the stored copies are shared) and undo reads the content back from git
 //! ([`read_blobs`]), checking its SHA-256 before writing it.
 //!
 //! At a run's start kiln reads each file it has not seen unchanged before anyway (to hash it),

@@ -232,6 +232,8 @@ impl Recorder {
         record.others = others.into_keys().collect();
         let old = backups.index();
         let tracked = git::index(root);
+        let mut blobs = backups.blobs();
+        let mut new_blobs = false;
         let mut cache = BTreeMap::new();
         let mut start_list = BTreeMap::new();
         let mut start = BTreeMap::new();
@@ -240,21 +242,21 @@ impl Recorder {
             if record.own_output.contains(&rel) {
                 continue;
             }
-            let got = backup_one(
+            let hash = backup_one(
                 &backups,
                 root,
                 &rel,
                 stat,
                 old.get(&rel),
                 tracked.get(&rel),
+                &mut blobs,
+                &mut new_blobs,
                 &mut wrote,
             );
-            let hash = got.as_ref().map(|(h, _)| h.clone());
-            if let Some((h, blob)) = got {
+            if let Some(h) = &hash {
                 let c = Cached {
                     stat,
-                    hash: h,
-                    blob,
+                    hash: h.clone(),
                 };
                 // A racy stat is kept out of the cache: the next run reads the file again.
                 if !racy(&stat, racy_ns) {
@@ -275,6 +277,9 @@ impl Recorder {
         // stored); the cache rewritten only when it changed.
         if wrote {
             backups.sync()?;
+        }
+        if new_blobs {
+            backups.save_blobs(&blobs)?;
         }
         if cache != old {
             backups.save_index(&cache)?;
@@ -416,8 +421,9 @@ fn parent_of(rel: &str) -> &str {
 }
 
 /// The hash of `rel`, its pre-image kept: stored, or git's blob `in_index` (the blob id git's
-/// index names for the path) when that blob holds the file's content, then returned beside
-/// the hash and not copied (`None`: too large or unreadable).
+/// index names for the path) when that blob holds the file's content, then noted in `blobs`
+/// (`new_blobs` set when it was not yet) and not copied (`None`: too large or unreadable).
+#[allow(clippy::too_many_arguments)]
 fn backup_one(
     backups: &Backups,
     root: &Path,
@@ -425,18 +431,20 @@ fn backup_one(
     stat: StatKey,
     cached: Option<&Cached>,
     in_index: Option<&String>,
+    blobs: &mut BTreeMap<String, String>,
+    new_blobs: &mut bool,
     wrote: &mut bool,
-) -> Option<(String, Option<String>)> {
+) -> Option<String> {
     if let Some(c) = cached
         && c.stat == stat
     {
-        if backups.has_object(&c.hash) {
-            return Some((c.hash.clone(), None));
-        }
         // Unchanged since it was found to be this blob, which the index still names (so
-        // git keeps it).
-        if c.blob.is_some() && c.blob.as_ref() == in_index {
-            return Some((c.hash.clone(), c.blob.clone()));
+        // git keeps it): no look in `objects/` either.
+        if in_index.is_some() && blobs.get(&c.hash) == in_index {
+            return Some(c.hash.clone());
+        }
+        if backups.has_object(&c.hash) {
+            return Some(c.hash.clone());
         }
     }
     if stat.size > scan::MAX_FILE {
@@ -444,17 +452,20 @@ fn backup_one(
     }
     let bytes = scan::read(root, rel).ok()?;
     let h = scan::hash(&bytes);
-    if backups.has_object(&h) {
-        return Some((h, None));
-    }
     if let Some(oid) = in_index
-        && git::blob_id(&bytes, oid.len()).as_ref() == Some(oid)
+        && (blobs.get(&h) == Some(oid) || git::blob_id(&bytes, oid.len()).as_ref() == Some(oid))
     {
-        return Some((h, Some(oid.clone())));
+        if blobs.get(&h) != Some(oid) {
+            blobs.insert(h.clone(), oid.clone());
+            *new_blobs = true;
+        }
+        return Some(h);
     }
-    backups.put_object(&h, &bytes).ok()?;
-    *wrote = true;
-    Some((h, None))
+    if !backups.has_object(&h) {
+        backups.put_object(&h, &bytes).ok()?;
+        *wrote = true;
+    }
+    Some(h)
 }
 
 /// The files of the workspace at `root` that differ from what run `id` left, as far as its

@@ -12,7 +12,7 @@
 //! `--force` ([`Action::Blocked`] without), a file the run made too large whenever the file
 //! goes back.
 
-use super::backup::{Backups, Cached, NOT_REGULAR, RunRecord};
+use super::backup::{Backups, NOT_REGULAR, RunRecord};
 use super::error::UndoError;
 use super::scan::{self, Kind, Now};
 use crate::edit::Workspace;
@@ -166,26 +166,21 @@ pub struct PreImages<'a> {
 }
 
 impl<'a> PreImages<'a> {
-    /// The pre-images of `changes`, where the start-of-run list `start` (if kept) says which
-    /// are git's objects.
+    /// The pre-images of `changes`: those kiln did not copy are git's objects, as
+    /// `blobs.json` names them.
     pub fn load<'c>(
         b: &'a Backups,
         root: &Path,
         changes: impl IntoIterator<Item = &'c super::backup::Change>,
-        start: Option<&std::collections::BTreeMap<String, Cached>>,
     ) -> PreImages<'a> {
-        let blobs: std::collections::HashMap<&str, &str> = start
-            .into_iter()
-            .flat_map(|s| s.values())
-            .filter_map(|c| Some((c.hash.as_str(), c.blob.as_deref()?)))
-            .collect();
+        let blobs = b.blobs();
         let mut wanted = std::collections::BTreeMap::new();
         for c in changes {
             if let Some(h) = &c.before
                 && !b.has_object(h)
-                && let Some(oid) = blobs.get(h.as_str())
+                && let Some(oid) = blobs.get(h)
             {
-                wanted.insert(h.clone(), oid.to_string());
+                wanted.insert(h.clone(), oid.clone());
             }
         }
         PreImages {
@@ -248,7 +243,7 @@ pub fn plan_pending(
 ) -> Result<Plan, UndoError> {
     let b = Backups::open(root, false)?.ok_or(UndoError::NoRuns)?;
     let changes = super::compare::since_start(root, rec, start);
-    let pre = PreImages::load(&b, root, &changes, Some(start));
+    let pre = PreImages::load(&b, root, &changes);
     let files = changes.iter().map(|c| item(&pre, root, c)).collect();
     Ok(Plan {
         id: 0,
@@ -289,15 +284,14 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
     // A run that did not finish (killed) may have changed more than it recorded: a program
     // still writing, an edit written but not yet looked at. Every file that differs from
     // what it found at its start is its change.
-    let start = b.start_of(id);
     if !rec.finished
-        && let Some(start) = &start
+        && let Some(start) = b.start_of(id)
     {
-        for c in super::compare::since_start(root, &rec, start) {
+        for c in super::compare::since_start(root, &rec, &start) {
             changes.insert(c.path.clone(), c);
         }
     }
-    let pre = PreImages::load(&b, root, changes.values(), start.as_ref());
+    let pre = PreImages::load(&b, root, changes.values());
     let files = changes.values().map(|c| item(&pre, root, c)).collect();
     Ok(Plan {
         id,
