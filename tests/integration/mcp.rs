@@ -615,3 +615,113 @@ fn stdout_carries_only_json_rpc() {
     assert!(lines.iter().all(|m| m["jsonrpc"] == "2.0"), "{lines:?}");
     assert_eq!(lines[0]["result"]["serverInfo"]["name"], "kiln");
 }
+
+/// A line-by-line JSON-RPC conversation with `kiln mcp` over its stdin/stdout: each answer is
+/// awaited with a deadline, so a server that stays silent fails the test instead of hanging it.
+struct Lines {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    rx: std::sync::mpsc::Receiver<String>,
+}
+
+impl Lines {
+    fn start(ws: &Workspace) -> Lines {
+        use std::io::BufRead;
+        let mut child = ws
+            .command(&["mcp"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { child, stdin, rx }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stdin.write_all(bytes).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next message on stdout (within 60 s).
+    fn next(&self) -> Value {
+        let line = self
+            .rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("kiln mcp answered nothing within 60 s");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn unreadable_and_oversized_requests_get_json_rpc_errors_and_the_server_goes_on() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "x\n");
+    let mut s = Lines::start(&ws);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    s.send(format!("{init}\n").as_bytes());
+    assert_eq!(s.next()["id"], 1);
+    s.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+
+    // Not JSON: a parse error with id null (JSON-RPC 2.0, section 5.1).
+    s.send(b"this is not json\n");
+    let e = s.next();
+    assert_eq!(e["jsonrpc"], "2.0", "{e}");
+    assert_eq!(e["error"]["code"], -32700, "{e}");
+    assert!(e["id"].is_null() && e.get("id").is_some(), "{e}");
+
+    // JSON but no JSON-RPC message: an invalid request, with the id it names.
+    s.send(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":7}\n");
+    let e = s.next();
+    assert_eq!(
+        (e["error"]["code"].clone(), e["id"].clone()),
+        (json!(-32600), json!(5)),
+        "{e}"
+    );
+
+    // A request over 16 MiB: an error naming its id, sent while stdin stays open (the client
+    // would wait for it forever otherwise).
+    let big = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
+        "name": "read_file", "arguments": {"path": "a".repeat(17 * 1024 * 1024)}}});
+    s.send(format!("{big}\n").as_bytes());
+    let e = s.next();
+    assert_eq!(e["id"], 42, "{e}");
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("16 MiB"),
+        "{e}"
+    );
+
+    // And the server goes on serving.
+    let call = json!({"jsonrpc": "2.0", "id": 43, "method": "tools/call", "params": {
+        "name": "read_file", "arguments": {"path": "notes.txt"}}});
+    s.send(format!("{call}\n").as_bytes());
+    let r = s.next();
+    assert_eq!(r["id"], 43, "{r}");
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains('x'),
+        "{r}"
+    );
+}

@@ -207,8 +207,9 @@ fn listed(table: &Toolbox<'_>, compile_cmd: Option<&str>) -> Vec<Tool> {
 
 async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<Outcome> {
     let handler = KilnMcp::new(shared)?;
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let service = handler
-        .serve(rmcp::transport::stdio_pipes())
+        .serve(super::mcp_stdio::LineTransport::new(stdin, stdout))
         .await
         .context("MCP initialization over stdio failed")?;
     tokio::select! {

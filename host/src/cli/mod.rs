@@ -20,6 +20,7 @@ mod llm_cmd;
 mod log_lines;
 mod loop_cmd;
 mod mcp_cmd;
+mod mcp_stdio;
 mod output;
 mod plugin_cmd;
 pub mod render;
