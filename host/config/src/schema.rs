@@ -531,6 +531,9 @@ pub struct Config {
     pub batch: BatchConfig,
     /// `[gc]`, from the user's configuration only.
     pub gc: GcConfig,
+    /// What loading said without refusing: a workspace kiln.toml's sections only the user's
+    /// own configuration may set (`[store]`, `[batch]`, `[gc]`), ignored. Shown as warnings.
+    pub warnings: Vec<String>,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).

@@ -290,6 +290,9 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     {
         eprintln!("warning: {warning}");
     }
+    for warning in &ctx.config.warnings {
+        eprintln!("warning: {}", crate::terminal::printable(warning));
+    }
     let a_run = matches!(
         cli.command,
         Command::Agent(_) | Command::Fix(_) | Command::Loop(_) | Command::RunTask
