@@ -770,3 +770,93 @@ fn from_a_sub_project_without_a_runner_at_the_root_kiln_names_the_sub_project() 
         "{err}"
     );
 }
+
+/// Paths on the command line: a file of the workspace (`--file`, `--files`, `--task`) is
+/// relative to the current directory inside the workspace, or to `-C DIR`; a file of the
+/// user's (`--replay`, `--prompt-file`, `--system-file`, ...) is relative to the current
+/// directory, `-C` or not, and a message about one names where it was looked for.
+#[test]
+fn workspace_files_follow_the_directory_inside_it_and_the_users_files_the_current_one() {
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.root().join(".git")).unwrap();
+    // `--task` from a subdirectory: the subdirectory's task file, as `--file` would be.
+    ws.write("tasks/task.md", "Write hello.txt.\n");
+    let mock = MockLlm::start(vec![
+        openai_text("Nothing to do."),
+        openai_text("Looks good to me."),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let mut cmd = ws.command(&[
+        "loop",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+        "--json",
+        "--task",
+        "task.md",
+        "--loops",
+        "1",
+    ]);
+    cmd.current_dir(ws.root().join("tasks"))
+        .env("OPENAI_API_KEY", "sk-t");
+    let r = Run(cmd.output().unwrap());
+    assert!(!r.stderr().contains("does not exist"), "{}", r.stderr());
+    let parent = ws
+        .store()
+        .loops(10)
+        .unwrap()
+        .into_iter()
+        .find(|l| l.kind == "loop")
+        .expect("the loop row");
+    assert_eq!(parent.targets, ["tasks/task.md"], "{}", r.stderr());
+
+    // `-C DIR` from elsewhere: `--file` inside DIR, `--replay` and `--prompt-file` here.
+    ws.write("x.txt", "v1\n");
+    let here = ws.path().join("here");
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::write(
+        here.join("answers.jsonl"),
+        format!("{}\n", json!(sr("v1\n", "ok\n"))),
+    )
+    .unwrap();
+    std::fs::write(here.join("prompt.txt"), "Make x.txt say ok.\n").unwrap();
+    let root = ws.root();
+    let fix_args = |prompt: &'static str| {
+        vec![
+            "-C".to_string(),
+            root.to_string_lossy().into_owned(),
+            "fix".into(),
+            "--cmd".into(),
+            "grep -q ok x.txt".into(),
+            "--file".into(),
+            "x.txt".into(),
+            "--replay".into(),
+            "answers.jsonl".into(),
+            "--prompt-file".into(),
+            prompt.into(),
+        ]
+    };
+    let args = fix_args("prompt.txt");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = ws.command(&args);
+    cmd.current_dir(&here);
+    let r = Run(cmd.output().unwrap());
+    r.expect_code(0);
+    assert_eq!(ws.read("x.txt"), "ok\n");
+    // A missing one is named with where it was looked for.
+    let args = fix_args("nope.txt");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = ws.command(&args);
+    cmd.current_dir(&here);
+    let r = Run(cmd.output().unwrap());
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains(&format!(
+            "cannot read --prompt-file nope.txt (in the current directory: {})",
+            here.join("nope.txt").display()
+        )),
+        "{}",
+        r.stderr()
+    );
+}
