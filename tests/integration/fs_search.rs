@@ -209,3 +209,41 @@ fn large_files_are_cut_or_skipped_and_said_not_fatal() {
     let r = call(&ws, "read_files", json!({ "paths": ["small.txt"] }));
     assert_eq!(r.json()["result"]["files"][0]["content"], "a TODO here\n");
 }
+
+/// An entry whose name is not UTF-8 no longer fails `list_dir` (WASI gives it as an error in
+/// the directory's stream, where the listing used to end): the other entries are listed and
+/// the note counts it; `glob` finds the files beside it.
+#[test]
+fn a_name_that_is_not_utf8_does_not_hide_the_rest_of_its_directory() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    ws.write("z.txt", "z\n");
+    ws.write("sub/b.txt", "b\n");
+    std::fs::write(
+        ws.root().join(std::ffi::OsStr::from_bytes(b"bad\xff.txt")),
+        "x\n",
+    )
+    .unwrap();
+    let r = call(&ws, "list_dir", json!({}));
+    r.expect_code(0);
+    let res = &r.json()["result"];
+    assert_eq!(res["entries"], json!(["a.txt", "sub/", "z.txt"]), "{res}");
+    assert_eq!(res["unlisted"], 1, "{res}");
+    assert!(
+        res["note"]
+            .as_str()
+            .unwrap()
+            .contains("1 more entry whose name is not UTF-8"),
+        "{res}"
+    );
+    let r = call(&ws, "glob", json!({ "pattern": "**/*.txt" }));
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["result"]["files"],
+        json!(["a.txt", "sub/b.txt", "z.txt"])
+    );
+    // A sub-directory is listed the same way.
+    let r = call(&ws, "list_dir", json!({ "path": "sub" }));
+    assert_eq!(r.json()["result"]["entries"], json!(["b.txt"]));
+}

@@ -285,19 +285,96 @@ fn describe(e: &Error) -> String {
 
 fn list_dir(args: &Value) -> Result<Value, Error> {
     let rel = str_arg(args, "path")?.unwrap_or(".");
-    let mut entries = Vec::new();
-    for entry in std::fs::read_dir(resolve(rel)?).map_err(|e| io_error(rel, e))? {
-        let entry = entry.map_err(|e| io_error(rel, e))?;
-        let mut name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            name.push('/');
-        }
-        entries.push(name);
-    }
+    let (names, unnamed) = dir_entries(&resolve(rel)?).map_err(|e| io_error(rel, e))?;
+    let mut entries: Vec<String> = names
+        .into_iter()
+        .map(|(mut name, is_dir)| {
+            if is_dir {
+                name.push('/');
+            }
+            name
+        })
+        .collect();
     entries.sort();
     let truncated = entries.len() > MAX_ENTRIES;
     entries.truncate(MAX_ENTRIES);
-    Ok(json!({ "path": rel, "entries": entries, "truncated": truncated }))
+    let mut out = json!({ "path": rel, "entries": entries, "truncated": truncated });
+    if unnamed > 0 {
+        out["unlisted"] = json!(unnamed);
+        out["note"] = json!(format!(
+            "{unnamed} more {} whose name is not UTF-8 (the sandbox cannot pass such a name to the tool); `ls` shows {}",
+            if unnamed == 1 { "entry" } else { "entries" },
+            if unnamed == 1 { "it" } else { "them" }
+        ));
+    }
+    Ok(out)
+}
+
+/// A directory's entries, `(name, is a directory)`, and how many could not be listed because
+/// their name is not UTF-8: WASI gives such an entry as an error in the directory's stream,
+/// where std's `read_dir` ends the listing, so the stream is read here itself and goes on.
+#[cfg(target_arch = "wasm32")]
+fn dir_entries(dir: &Path) -> std::io::Result<(Vec<(String, bool)>, usize)> {
+    use wasip2::filesystem::types::{
+        DescriptorFlags, DescriptorType, ErrorCode, OpenFlags, PathFlags,
+    };
+    let err = |e: ErrorCode| {
+        let kind = match e {
+            ErrorCode::NoEntry => std::io::ErrorKind::NotFound,
+            ErrorCode::Access | ErrorCode::NotPermitted => std::io::ErrorKind::PermissionDenied,
+            ErrorCode::NotDirectory => std::io::ErrorKind::NotADirectory,
+            _ => return std::io::Error::other(e.message()),
+        };
+        std::io::Error::from(kind)
+    };
+    // The preopen the path lies under (the deepest, when kiln grants sub-directories).
+    let (pre, under) = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .filter_map(|(d, at)| {
+            let rest = dir.strip_prefix(&at).ok()?.to_path_buf();
+            Some((d, rest, at.len()))
+        })
+        .max_by_key(|(_, _, len)| *len)
+        .map(|(d, rest, _)| (d, rest))
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+    let opened;
+    let d = if under.as_os_str().is_empty() {
+        &pre
+    } else {
+        opened = pre
+            .open_at(
+                PathFlags::SYMLINK_FOLLOW,
+                &under.to_string_lossy(),
+                OpenFlags::DIRECTORY,
+                DescriptorFlags::READ,
+            )
+            .map_err(err)?;
+        &opened
+    };
+    let stream = d.read_directory().map_err(err)?;
+    let mut names = Vec::new();
+    let mut unnamed = 0;
+    loop {
+        match stream.read_directory_entry() {
+            Ok(Some(e)) => names.push((e.name, e.type_ == DescriptorType::Directory)),
+            Ok(None) => break,
+            Err(ErrorCode::IllegalByteSequence) => unnamed += 1,
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Ok((names, unnamed))
+}
+
+/// A directory's entries (see the WASI version above; natively, for the unit tests).
+#[cfg(not(target_arch = "wasm32"))]
+fn dir_entries(dir: &Path) -> std::io::Result<(Vec<(String, bool)>, usize)> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        names.push((entry.file_name().to_string_lossy().into_owned(), is_dir));
+    }
+    Ok((names, 0))
 }
 
 /// Bytes looked at for a NUL to tell a binary file, as ripgrep does.
@@ -453,14 +530,14 @@ fn glob(args: &Value) -> Result<Value, Error> {
     let mut truncated = false;
     let mut stack = vec![(PathBuf::from(ROOT), Vec::<String>::new())];
     while let Some((dir, rel)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
+        // Past an entry whose name is not UTF-8 too (see `dir_entries`).
+        let Ok((mut children, _)) = dir_entries(&dir) else {
             continue;
         };
-        let mut children: Vec<_> = rd.filter_map(|e| e.ok()).collect();
-        children.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
-        for entry in children {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+        children.sort_by(|a, b| b.0.cmp(&a.0));
+        for (name, _) in children {
+            let entry_path = dir.join(&name);
+            let Ok(meta) = std::fs::symlink_metadata(&entry_path) else {
                 continue;
             };
             let mut path = rel.clone();
@@ -468,7 +545,7 @@ fn glob(args: &Value) -> Result<Value, Error> {
             if meta.is_dir() {
                 let skipped = skipped_dir(&name) && !names_hidden(&name);
                 if !skipped {
-                    stack.push((entry.path(), path));
+                    stack.push((entry_path, path));
                 }
             } else if meta.is_file() && matcher.is_match(path.join("/")) {
                 if files.len() >= MAX_ENTRIES {
