@@ -860,3 +860,31 @@ fn workspace_files_follow_the_directory_inside_it_and_the_users_files_the_curren
         r.stderr()
     );
 }
+
+/// Two spellings of one file in an answer (`src//lib.h`, `./src/lib.h`, `src/lib.h`) are one
+/// file: both edits land (the second used to be planned from the file's old text and to
+/// overwrite the first) and `--max-files 1` lets the answer through (it counted two files).
+#[test]
+fn two_spellings_of_one_file_are_one_file() {
+    let ws = Workspace::new();
+    ws.write("src/lib.h", "int a = 0\nint b = 0\n");
+    let cmd = ["--cmd", "grep -q 'int a = 1;' src/lib.h"];
+    let both = answer(&[
+        ("src//lib.h", "int a = 0\n", "int a = 1;\n"),
+        ("./src/lib.h", "int b = 0\n", "int b = 1;\n"),
+    ]);
+    let mock = MockLlm::start(vec![openai_text(&both)]);
+    let mut args = cmd.to_vec();
+    args.extend(["--max-files", "1"]);
+    let r = fix(&ws, &mock, &args);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}\n{}", r.stderr());
+    assert_eq!(ws.read("src/lib.h"), "int a = 1;\nint b = 1;\n");
+
+    // `kiln edit apply` the same way: one file written, both edits in it.
+    ws.write("src/lib.h", "int a = 0\nint b = 0\n");
+    let r = ws.kiln_stdin(&["edit", "apply", "--json"], &both);
+    r.expect_code(0);
+    assert_eq!(r.json()["written"], json!(["src/lib.h"]), "{}", r.stdout());
+    assert_eq!(ws.read("src/lib.h"), "int a = 1;\nint b = 1;\n");
+}
