@@ -997,3 +997,65 @@ pub(crate) fn spawn_interruptible(ws: &Workspace, args: &[&str]) -> std::process
     }
     cmd.spawn().unwrap()
 }
+
+/// A program call's temporary directory (`kiln-exec-*` under `TMPDIR`) goes with the call on
+/// every path: a check that runs out of the plugin's deadline, and a `kiln check` or
+/// `kiln tool call` ended by Ctrl-C or SIGTERM while its program runs (kiln died by the signal
+/// and left the directory; it still ends by the signal).
+#[test]
+fn a_program_calls_temp_dir_goes_on_every_path() {
+    use std::os::unix::process::ExitStatusExt;
+    let ws = Workspace::new();
+    let tmp = ws.path().join("tmpdir");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let left = || std::fs::read_dir(&tmp).unwrap().count();
+    ws.write("kiln.toml", "[plugins.command]\ntimeout_ms = 1500\n");
+    let mut cmd = ws.command(&["check", "--cmd", "sleep 29.58"]);
+    cmd.env("TMPDIR", &tmp);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(left(), 0, "the deadline left the call's temp dir");
+    std::fs::remove_file(ws.root().join("kiln.toml")).unwrap();
+
+    ws.write(
+        "kiln.toml",
+        "[plugins.shell]\nexec = [{ program = \"sleep\", args = [\"*\"] }]\n",
+    );
+    let runs: [(&[&str], &str, i32); 3] = [
+        (
+            &["check", "--cmd", "sleep 29.59"],
+            "sleep\x0029.59\x00",
+            libc::SIGINT,
+        ),
+        (
+            &["check", "--cmd", "sleep 29.57"],
+            "sleep\x0029.57\x00",
+            libc::SIGTERM,
+        ),
+        (
+            &[
+                "tool",
+                "call",
+                "run_cmd",
+                "--args",
+                r#"{"command":"sleep","args":["29.56"]}"#,
+            ],
+            "sleep\x0029.56\x00",
+            libc::SIGINT,
+        ),
+    ];
+    for (args, program, signal) in runs {
+        let mut cmd = ws.command(args);
+        cmd.env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        wait_for_program(program);
+        assert_eq!(left(), 1, "{args:?}: the call's temp dir is under TMPDIR");
+        // SAFETY: signals the child this test spawned.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(signal), "{args:?}: {status:?}");
+        assert_eq!(left(), 0, "{args:?}: the signal left the call's temp dir");
+    }
+}

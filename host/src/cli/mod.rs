@@ -309,6 +309,14 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);
     }
+    // Commands that run programs with no loop watching for a stop: a signal removes the calls'
+    // temporary directories before it ends kiln.
+    if matches!(
+        cli.command,
+        Command::Check(_) | Command::Tool(tool_cmd::ToolCommand::Call { .. })
+    ) {
+        signals::end_cleanly_on_stop_signals();
+    }
     let outcome = match cli.command {
         Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,
         Command::Fix(args) => fix_cmd::run(&ctx, &cli.global.plugins, *args).await,
