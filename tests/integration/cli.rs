@@ -1059,3 +1059,67 @@ fn a_program_calls_temp_dir_goes_on_every_path() {
         assert_eq!(left(), 0, "{args:?}: the signal left the call's temp dir");
     }
 }
+
+/// `kiln tool call --json` answers on stdout with one JSON object whatever stops it: a usage
+/// error of the command line (clap's), arguments that are not JSON or do not match the schema,
+/// an unknown tool, all exit 2 with `{"ok": false, "error": {"kind": "usage", ...}}` (stdout
+/// was empty), the message on stderr as before.
+#[test]
+fn tool_call_json_answers_usage_errors_with_a_json_object() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    let cases: [(&[&str], Option<&str>, &str); 5] = [
+        (
+            &["tool", "call", "nope", "--json"],
+            Some("nope"),
+            "no tool named `nope`",
+        ),
+        (
+            &["tool", "call", "read_file", "--args", "{bad", "--json"],
+            Some("read_file"),
+            "--args is not valid JSON",
+        ),
+        (
+            &[
+                "tool",
+                "call",
+                "read_file",
+                "--args",
+                r#"{"x":1}"#,
+                "--json",
+            ],
+            Some("read_file"),
+            "the required field `path` is missing",
+        ),
+        (
+            &["tool", "call", "--json"],
+            None,
+            "the following required arguments were not provided",
+        ),
+        (
+            &["tool", "call", "--json", "--bogus", "read_file"],
+            Some("read_file"),
+            "unexpected argument '--bogus' found",
+        ),
+    ];
+    for (args, tool, message) in cases {
+        let r = ws.kiln(args, &[]);
+        r.expect_code(2);
+        let stdout = r.stdout();
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {}", r.stdout());
+        let v: Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["ok"], false, "{v}");
+        assert_eq!(v["error"]["kind"], "usage", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(message),
+            "{args:?}: {v}"
+        );
+        assert_eq!(v.get("tool").and_then(Value::as_str), tool, "{v}");
+        assert!(r.stderr().contains(message), "{}", r.stderr());
+    }
+    // Without --json, stdout stays empty.
+    let r = ws.kiln(&["tool", "call", "nope"], &[]);
+    r.expect_code(2);
+    assert_eq!(r.stdout(), "");
+}
