@@ -1123,3 +1123,46 @@ fn tool_call_json_answers_usage_errors_with_a_json_object() {
     r.expect_code(2);
     assert_eq!(r.stdout(), "");
 }
+
+/// Messages that send the user to their configuration name its real path: under
+/// `XDG_CONFIG_HOME` when set (they said `~/.config/kiln/config.toml` whatever it said), or
+/// the `KILN_CONFIG` file.
+#[test]
+fn configuration_messages_name_the_real_user_config_path() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    let xdg = ws.path().join("xdg");
+    let want = xdg.join("kiln/config.toml").display().to_string();
+    let run = |args: &[&str], kiln_config: Option<&str>| {
+        let mut cmd = ws.command(args);
+        cmd.env_remove("KILN_CONFIG").env("XDG_CONFIG_HOME", &xdg);
+        if let Some(c) = kiln_config {
+            cmd.env("KILN_CONFIG", c);
+        }
+        crate::support::Run(cmd.output().unwrap())
+    };
+    let r = run(&["fix", "--cmd", "false", "--file", "a.txt"], None);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("no model configured") && r.stderr().contains(&want),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("~/.config"), "{}", r.stderr());
+    let keyless = ["fix", "--model", "m", "--cmd", "false", "--file", "a.txt"];
+    let r = run(&keyless, None);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("no API key") && r.stderr().contains(&want),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("~/.config"), "{}", r.stderr());
+    let own = ws.path().join("mine.toml");
+    let r = run(&keyless, own.to_str());
+    assert!(
+        r.stderr().contains(&own.display().to_string()),
+        "{}",
+        r.stderr()
+    );
+}
