@@ -222,6 +222,7 @@ impl Config {
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, mut pc) in plugins {
             validate(path, &name, &pc)?;
+            self.file_sections.insert(name.clone());
             if let Some(p) = &pc.path
                 && p.is_relative()
             {
