@@ -435,7 +435,7 @@ fn object_of(ws: &Workspace, text: &str) -> std::path::PathBuf {
 /// Issue 34: each run prunes its workspace's undo history to `[gc] keep_runs` (here 2) and
 /// the pre-images no kept run needs, the latest run can still be undone, and `kiln gc`
 /// removes (after a `--dry-run` that removes nothing) the state of a workspace that no longer
-/// exists, and a workspace's kiln.toml may not set `[gc]`.
+/// exists, and a workspace's kiln.toml's `[gc]` is ignored.
 #[test]
 fn runs_prune_their_undo_history_and_gc_removes_a_deleted_workspaces_state() {
     let ws = Workspace::new();
@@ -539,11 +539,87 @@ fn runs_prune_their_undo_history_and_gc_removes_a_deleted_workspaces_state() {
     assert!(ws.store_path().is_file(), "a live workspace's state stays");
 
     ws.write("kiln.toml", "[gc]\nkeep_runs = 1000\n");
-    let refused = ws.kiln(&["gc", "--dry-run"], &[]);
-    refused.expect_code(2);
+    let ignored = ws.kiln(&["gc", "--dry-run"], &[]);
+    ignored.expect_code(0);
     assert!(
-        refused.stderr().contains("may not set [gc]"),
+        ignored
+            .stderr()
+            .contains("sets [gc], which a workspace kiln.toml may not set: ignored"),
         "{}",
-        refused.stderr()
+        ignored.stderr()
     );
+}
+
+/// A repository's kiln.toml setting `[gc]`, `[batch]` or `[store]` (sections only the user's
+/// own configuration may set) does not lock its user out: every command warns that the section
+/// is ignored, naming the real path of the user's configuration, and runs; `kiln undo` puts
+/// back a run and `kiln trust` trusts the file, while the user's own `[gc]` still holds.
+#[test]
+fn a_repository_setting_user_only_sections_is_warned_and_ignored_not_refused() {
+    let ws = Workspace::new();
+    ws.user_config("[gc]\nkeep_runs = 1\n");
+    ws.write("check.sh", "grep -q ok x.txt\n");
+    let answers = ws.path().join("answers.jsonl");
+    let run = |i: usize| {
+        ws.write("x.txt", &format!("v{i}\n"));
+        std::fs::write(
+            &answers,
+            format!("{}\n", serde_json::json!(sr(&format!("v{i}\n"), "ok\n"))),
+        )
+        .unwrap();
+        let r = ws.kiln(
+            &[
+                "fix",
+                "--cmd",
+                "sh check.sh",
+                "--file",
+                "x.txt",
+                "--replay",
+                answers.to_str().unwrap(),
+            ],
+            &[],
+        );
+        r.expect_code(0);
+        r
+    };
+    run(1);
+    ws.write(
+        "kiln.toml",
+        "[gc]\nkeep_runs = 1000\n\n[batch]\nlocal_repos = [\"/\"]\n\n[store]\nurl = \"postgres://u:s3cret@127.0.0.1:9/x\"\n",
+    );
+    let r = run(2);
+    let user_config = ws.path().join("no-user-config.toml");
+    for section in ["gc", "batch", "store"] {
+        assert!(
+            r.stderr().contains(&format!(
+                "sets [{section}], which a workspace kiln.toml may not set: ignored"
+            )),
+            "{}",
+            r.stderr()
+        );
+    }
+    assert!(
+        r.stderr().contains(&user_config.display().to_string()),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("s3cret"), "{}", r.stderr());
+    // The user's keep_runs = 1 held, not the repository's 1000: one run's undo record.
+    let mut records: Vec<String> = std::fs::read_dir(undo_dir(&ws).join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    records.sort();
+    assert_eq!(records, ["2.json", "2.start.json"]);
+    for args in [
+        &["undo"][..],
+        &["trust"],
+        &["trust", "--check"],
+        &["history"],
+    ] {
+        let r = ws.kiln(args, &[("KILN_YES", "0")]);
+        r.expect_code(0);
+        assert!(r.stderr().contains("sets [gc]"), "{args:?}: {}", r.stderr());
+    }
+    assert_eq!(ws.read("x.txt"), "v2\n");
 }

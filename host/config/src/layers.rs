@@ -97,11 +97,12 @@ impl Config {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
         };
-        let full: File = toml::from_str(text).map_err(parse_err)?;
+        let mut full: File = toml::from_str(text).map_err(parse_err)?;
         let Layer::Workspace { trusted } = layer else {
             self.apply(path, full, Layer::User)?;
             return Ok(Vec::new());
         };
+        self.drop_user_only(path, &mut full);
         // Every value is checked, whether it applies or not (nothing is read from disk).
         Config::default().apply(path, full.clone(), TRUSTED_WORKSPACE)?;
         let mut ignored = Vec::new();
@@ -120,6 +121,43 @@ impl Config {
             self.apply(path, narrow, Layer::Untrusted)?;
         }
         Ok(ignored)
+    }
+
+    /// A workspace file's sections that only the user's own configuration may set (`[store]`,
+    /// `[batch]`, `[gc]`), trusted or not: taken out of `file` and named in a warning, so the
+    /// repository's choice never applies and never locks its user out of kiln (`kiln undo`,
+    /// `kiln trust` and the rest still run). Their values are not echoed (a store URL carries
+    /// credentials).
+    fn drop_user_only(&mut self, path: &Path, file: &mut File) {
+        let mut dropped = Vec::new();
+        if file.store.take().is_some() {
+            dropped.push((
+                "store",
+                "a store URL carries credentials, so kiln reads it only from --store, KILN_STORE or [store] url in",
+            ));
+        }
+        if file.batch.take().is_some() {
+            dropped.push((
+                "batch",
+                "which of your directories a batch task may copy is yours to say, in",
+            ));
+        }
+        if file.gc.take().is_some() {
+            dropped.push((
+                "gc",
+                "how much of your run history kiln keeps is yours to say, in",
+            ));
+        }
+        let own = user_config_path().map_or_else(
+            || "your own configuration".to_string(),
+            |p| format!("your own configuration ({})", p.display()),
+        );
+        for (section, why) in dropped {
+            self.warnings.push(format!(
+                "{} sets [{section}], which a workspace kiln.toml may not set: ignored ({why} {own})",
+                path.display()
+            ));
+        }
     }
 
     /// `[store]`: taken from the user's own file only; a workspace file (trusted or not) that
@@ -207,6 +245,7 @@ impl Config {
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, mut pc) in plugins {
             validate(path, &name, &pc)?;
+            self.file_sections.insert(name.clone());
             if let Some(p) = &pc.path
                 && p.is_relative()
             {

@@ -21,6 +21,7 @@ mod llm_cmd;
 mod log_lines;
 mod loop_cmd;
 mod mcp_cmd;
+mod mcp_stdio;
 mod output;
 mod plugin_cmd;
 pub mod render;
@@ -214,6 +215,23 @@ pub fn main() -> ExitCode {
         }
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
+            if e.use_stderr() {
+                let args: Vec<String> = std::env::args_os()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect();
+                if let Some(tool) = tool_cmd::json_call_in(&args) {
+                    // The message without clap's usage and tips (its first paragraph).
+                    let rendered = e.to_string();
+                    let text = rendered
+                        .lines()
+                        .take_while(|l| !l.trim().is_empty())
+                        .map(str::trim)
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    let text = text.strip_prefix("error: ").unwrap_or(&text);
+                    tool_cmd::print_usage_error(tool.as_deref(), text);
+                }
+            }
             let _ = e.print();
             return ExitCode::from(code);
         }
@@ -265,6 +283,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let json_call = match &cli.command {
+        Command::Tool(tool_cmd::ToolCommand::Call {
+            tool, json: true, ..
+        }) => Some(tool.clone()),
+        _ => None,
+    };
     let result = rt.block_on(run(cli));
     // A blocking thread still stuck in the kernel (say, a plugin's open of a file swapped for a
     // FIFO after it was checked) must not keep kiln from exiting once the command is done.
@@ -279,7 +303,11 @@ pub fn main() -> ExitCode {
             ExitCode::from(128 + common::stop_signal().unwrap_or(libc::SIGINT) as u8)
         }
         Err(e) => {
-            eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
+            let text = error_text(&e);
+            if let Some(tool) = &json_call {
+                tool_cmd::print_error(Some(tool), &e, &text);
+            }
+            eprintln!("error: {}", crate::terminal::printable(&text));
             ExitCode::from(2)
         }
     }
@@ -291,6 +319,9 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         && let Some(warning) = ctx.config.trust.warning()
     {
         eprintln!("warning: {warning}");
+    }
+    for warning in &ctx.config.warnings {
+        eprintln!("warning: {}", crate::terminal::printable(warning));
     }
     let a_run = matches!(
         cli.command,
@@ -307,6 +338,14 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     };
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);
+    }
+    // Commands that run programs with no loop watching for a stop: a signal removes the calls'
+    // temporary directories before it ends kiln.
+    if matches!(
+        cli.command,
+        Command::Check(_) | Command::Tool(tool_cmd::ToolCommand::Call { .. })
+    ) {
+        signals::end_cleanly_on_stop_signals();
     }
     let outcome = match cli.command {
         Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,

@@ -40,6 +40,20 @@ fn owned_by_us_or_root(uid: u32) -> bool {
     uid == 0 || uid == unsafe { libc::geteuid() }
 }
 
+/// A file of the user's named on the command line (`--replay`, `--prompt-file`, ...), for a
+/// message: as given and, when relative, the file it names in the current directory (where it
+/// is taken from, `-C DIR` or not).
+pub(crate) fn user_file(given: &Path) -> String {
+    match std::env::current_dir() {
+        Ok(cwd) if given.is_relative() => format!(
+            "{} (in the current directory: {})",
+            given.display(),
+            cwd.join(given).display()
+        ),
+        _ => given.display().to_string(),
+    }
+}
+
 /// A path given on the command line, relative to `cwd_in_workspace` (the current directory
 /// relative to the root), as a workspace-relative path. `..` is resolved by name; a path
 /// that leads above the root keeps its leading `..` so that the usual check refuses it.
