@@ -133,7 +133,6 @@ fn the_file_tools_read_nothing_inside_git() {
     assert!(!r.stdout().contains("c2VjcmV0"), "{}", r.stdout());
 }
 
-<<<<<<< HEAD
 /// A repository can commit a link into `.git` (`docs -> .git`, `cfg -> .git/config`, one into a
 /// nested repository's): the file tools follow it to no file of git's. The host refuses to open
 /// anything whose real path lies in a `.git` directory, whatever path the plugin named it by,
@@ -190,7 +189,8 @@ fn a_link_into_git_reads_nothing_of_gits() {
     );
     let found = hits(&r);
     assert_eq!(found, vec![("src/a.rs".to_string(), 1)], "{}", r.stdout());
-=======
+}
+
 /// Files past the plugin's 4 MiB output limit: `search_repo` skips a file over 4 MiB, says
 /// how many it skipped and which, and cuts a long matching line (it failed the whole call with
 /// "output limit exceeded"); `read_files` returns a head of each file with a note, all of them
@@ -304,5 +304,4 @@ fn a_name_that_is_not_utf8_does_not_hide_the_rest_of_its_directory() {
     // A sub-directory is listed the same way.
     let r = call(&ws, "list_dir", json!({ "path": "sub" }));
     assert_eq!(r.json()["result"]["entries"], json!(["b.txt"]));
->>>>>>> attack
 }

@@ -3,7 +3,7 @@
 
 use super::ctx::{Ctx, Outcome};
 use super::output::print_json;
-use super::runner_args::RunnerArgs;
+use super::runner_args::{RunnerArgs, deadline_s};
 use crate::plugin::{PluginKind, Severity};
 use anyhow::Context;
 use clap::Args;
