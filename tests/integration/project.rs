@@ -437,8 +437,10 @@ fn no_model_points_at_the_user_config_not_kiln_toml() {
     let r = ws.kiln(&["fix", "--cmd", "true", "--file", "main.c"], &[]);
     r.expect_code(2);
     let err = r.stderr();
+    // The user's configuration by its real path (KILN_CONFIG here).
+    let user_config = ws.path().join("no-user-config.toml");
     assert!(
-        err.contains("KILN_MODEL") && err.contains("~/.config/kiln/config.toml"),
+        err.contains("KILN_MODEL") && err.contains(&user_config.display().to_string()),
         "{err}"
     );
     assert!(!err.contains("under [llm] in kiln.toml"), "{err}");
