@@ -187,6 +187,11 @@ pub fn confinement(
         .map(|p| std::env::split_paths(p).collect())
         .unwrap_or_default();
     let home = var("HOME").map(Path::new);
+    // Never a workspace that holds the user's home or kiln's own directories (the CLI refuses
+    // one up front; this holds for every other way in).
+    if let Some(refused) = super::kiln_dirs::refuse_workspace_here(workspace, None) {
+        return Err(confine::Refusal::Denied(refused.to_string()));
+    }
     // Only a view can keep paths inside the workspace read-only: without one, no walk.
     let mut protect = if confine::reap::view_missing().is_none() {
         protected_in(workspace, reach.protect)
