@@ -710,3 +710,71 @@ fn a_build_printing_megabytes_before_its_error_still_names_the_error() {
         r.stderr()
     );
 }
+
+/// F16: a confined cargo build (any build script; here a stand-in `cargo` on `PATH`) cannot
+/// change what the user's next plain `cargo` takes from `CARGO_HOME`: the cached archives
+/// (cargo does not check them again when it unpacks them), the index, the unpacked sources,
+/// git databases and checkouts; nor add an archive. It still reads them.
+#[test]
+fn a_cargo_build_cannot_change_or_add_to_cargos_caches() {
+    let ws = Workspace::new();
+    ws.write(
+        "Cargo.toml",
+        "[package]\nname = \"x\"\nversion = \"0.1.0\"\n",
+    );
+    let t = ws.path();
+    let idx = "index.crates.io-6f17d22bba15001f";
+    let home = t.join("cargohome");
+    let files = [
+        format!("registry/cache/{idx}/serde-1.0.0.crate"),
+        format!("registry/index/{idx}/.cache/se/rd/serde"),
+        format!("registry/src/{idx}/serde-1.0.0/lib.rs"),
+        "git/db/dep-0123/HEAD".to_string(),
+        "git/checkouts/dep-0123/abc/lib.rs".to_string(),
+    ];
+    for f in &files {
+        let p = home.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "ORIGINAL\n").unwrap();
+    }
+    let bin = t.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let mut script = String::from("#!/bin/sh\ncd \"$CARGO_HOME\" || exit 3\n");
+    for f in &files {
+        script.push_str(&format!(
+            "cat {f} >/dev/null && echo read {f}; echo POISONED > {f} && echo wrote {f}\n"
+        ));
+    }
+    script.push_str(&format!(
+        "echo POISONED > registry/cache/{idx}/evil-1.0.0.crate && echo added an archive\nexit 1\n"
+    ));
+    std::fs::write(bin.join("cargo"), script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("cargo"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        kiln_env::env().var("PATH").unwrap_or_default()
+    );
+    let r = ws.kiln(
+        &["check", "--runner", "cargo", "--json"],
+        &[("PATH", &path), ("CARGO_HOME", home.to_str().unwrap())],
+    );
+    let out = r.json()["stdout"].as_str().unwrap_or_default().to_string();
+    for f in &files {
+        assert_eq!(
+            std::fs::read_to_string(home.join(f)).unwrap(),
+            "ORIGINAL\n",
+            "{f} was changed: {out}\n{}",
+            r.stderr()
+        );
+        assert!(out.contains(&format!("read {f}")), "{f} is readable: {out}");
+    }
+    assert!(!out.contains("wrote") && !out.contains("added"), "{out}");
+    assert!(
+        !home
+            .join(format!("registry/cache/{idx}/evil-1.0.0.crate"))
+            .exists(),
+        "{out}"
+    );
+}

@@ -199,11 +199,20 @@ pub fn confinement(
     } else {
         Vec::new()
     };
-    // Cargo's unpacked sources stay as cargo unpacked them, even where the registry is granted.
+    // Cargo's caches stay as cargo wrote them, even where a grant lets a build write the
+    // registry or git cache: the unpacked sources, the archives they are unpacked from and the
+    // index (cargo checks neither again), the git databases and checkouts.
     for w in reach.write {
-        let src = w.join("src");
-        if w.file_name().is_some_and(|n| n == "registry") && src.is_dir() {
-            protect.push(src);
+        let subs: &[&str] = match w.file_name().and_then(|n| n.to_str()) {
+            Some("registry") => &["src", "cache", "index"],
+            Some("git") => &["db", "checkouts"],
+            _ => &[],
+        };
+        for sub in subs {
+            let p = w.join(sub);
+            if p.is_dir() {
+                protect.push(p);
+            }
         }
     }
     let cwd = match cwd {
