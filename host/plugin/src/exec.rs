@@ -215,6 +215,9 @@ pub fn confinement(
             }
         }
     }
+    // Every git directory's `config` without the credentials it may hold: the view shows a
+    // filtered copy (protected paths are found only where there is a view).
+    let shown = super::git_config::shown_configs(&protect);
     let cwd = match cwd {
         Some(rel) => workspace.join(kiln_config::path::normalize(rel)),
         None => workspace.to_path_buf(),
@@ -226,6 +229,7 @@ pub fn confinement(
         path: &path,
         home,
         protect: &protect,
+        shown: &shown,
         read: reach.read,
         write: reach.write,
         writes: reach.writes,
