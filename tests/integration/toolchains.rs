@@ -778,3 +778,55 @@ fn a_cargo_build_cannot_change_or_add_to_cargos_caches() {
         "{out}"
     );
 }
+
+/// F16, with the network granted: a build that must download gets a CARGO_HOME of kiln's own
+/// for the workspace (in kiln's state directory, as go's build cache), never the user's, which
+/// stays as it was.
+#[test]
+fn a_cargo_build_with_the_network_downloads_into_a_cargo_home_of_kilns_own() {
+    let ws = Workspace::new();
+    ws.write(
+        "Cargo.toml",
+        "[package]\nname = \"x\"\nversion = \"0.1.0\"\n",
+    );
+    ws.user_config("[plugins.cargo]\nnet = true\n");
+    let t = ws.path();
+    let user_home = t.join("cargohome");
+    let cached = user_home.join("registry/cache/idx/serde-1.0.0.crate");
+    std::fs::create_dir_all(cached.parent().unwrap()).unwrap();
+    std::fs::write(&cached, "ORIGINAL\n").unwrap();
+    let bin = t.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("cargo"),
+        format!(
+            "#!/bin/sh\necho \"home=$CARGO_HOME\"\nmkdir -p \"$CARGO_HOME/registry/cache/idx\" && echo NEW > \"$CARGO_HOME/registry/cache/idx/new-1.0.0.crate\" && echo downloaded\necho POISONED > {} && echo wrote-users\nexit 1\n",
+            cached.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("cargo"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        kiln_env::env().var("PATH").unwrap_or_default()
+    );
+    let r = ws.kiln(
+        &["check", "--runner", "cargo", "--json"],
+        &[("PATH", &path), ("CARGO_HOME", user_home.to_str().unwrap())],
+    );
+    let out = r.json()["stdout"].as_str().unwrap_or_default().to_string();
+    let own = ws.store_path().parent().unwrap().join("build-cache/cargo");
+    assert!(
+        out.contains(&format!("home={}", own.display())) && out.contains("downloaded"),
+        "{out}\n{}",
+        r.stderr()
+    );
+    assert_eq!(
+        std::fs::read_to_string(own.join("registry/cache/idx/new-1.0.0.crate")).unwrap(),
+        "NEW\n"
+    );
+    assert!(!out.contains("wrote-users"), "{out}");
+    assert_eq!(std::fs::read_to_string(&cached).unwrap(), "ORIGINAL\n");
+}

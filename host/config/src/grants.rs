@@ -119,12 +119,25 @@ pub fn grant_runner_consent(
         };
         // The lock and cache-tracking files cargo keeps beside its caches (files only: no
         // new file can be created in CARGO_HOME itself).
-        let write = under(&[".package-cache", ".package-cache-mutate", ".global-cache"]);
+        let mut write = under(&[".package-cache", ".package-cache-mutate", ".global-cache"]);
         // Tools installed there, the configuration cargo reads (never the credentials), and
         // the caches, read-only: cargo does not check an archive in `registry/cache` again
         // when it unpacks it, nor an index entry, nor a git checkout, so a build script that
         // could write them would run its code in the user's next plain `cargo build`.
-        let read = under(&["bin", "config.toml", "config", "registry", "git"]);
+        let mut read = under(&["bin", "config.toml", "config", "registry", "git"]);
+        // With the network granted a build may need to download: into a CARGO_HOME of kiln's
+        // own for the workspace (as go's build cache), never the user's.
+        if pc.net == Some(true)
+            && let Some(ws) = workspace
+            && let Ok(Some(home)) = kiln_state::build_cache(ws, "cargo")
+        {
+            let home = home.to_string_lossy().into_owned();
+            write = vec![home.clone()];
+            read = under(&["bin"]);
+            pc.settings
+                .get_or_insert_with(BTreeMap::new)
+                .insert("cargo_home".into(), home);
+        }
         for (list, add) in [(&mut pc.write, write), (&mut pc.read, read)] {
             let list = list.get_or_insert_with(Vec::new);
             for p in add {
