@@ -305,3 +305,59 @@ fn a_name_that_is_not_utf8_does_not_hide_the_rest_of_its_directory() {
     let r = call(&ws, "list_dir", json!({ "path": "sub" }));
     assert_eq!(r.json()["result"]["entries"], json!(["b.txt"]));
 }
+
+/// F3: a hard link to `.git/config` inside the workspace (a tarball or zip that carries hard
+/// links, `cp -al`, a restored backup) is git's configuration under another name: the file
+/// tools and kiln's own readers refuse it like the file itself.
+#[test]
+fn a_hard_link_to_git_config_reads_nothing_of_gits() {
+    let ws = Workspace::new();
+    let secret = "[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0LXRva2Vu\n";
+    ws.write(".git/config", secret);
+    ws.write("src/a.rs", "fn a() {} // needle_kept\n");
+    std::fs::hard_link(ws.root().join(".git/config"), ws.root().join("notes.md")).unwrap();
+    std::fs::hard_link(ws.root().join(".git/config"), ws.root().join("src/cfg.txt")).unwrap();
+    for (tool, args) in [
+        ("read_file", json!({ "path": "notes.md" })),
+        (
+            "read_files",
+            json!({ "paths": ["notes.md", "src/cfg.txt"] }),
+        ),
+        ("search_repo", json!({ "pattern": "extraheader" })),
+    ] {
+        let r = call(&ws, tool, args.clone());
+        let out = format!("{}{}", r.stdout(), r.stderr());
+        assert!(
+            !out.contains("c2VjcmV0LXRva2Vu") && !out.contains("extraheader ="),
+            "{tool} {args}: {out}"
+        );
+    }
+    let r = call(&ws, "read_file", json!({ "path": "notes.md" }));
+    assert!(
+        r.stdout().contains("into `.git`") && r.stderr().contains("hard link to `.git/config`"),
+        "says why: {}{}",
+        r.stdout(),
+        r.stderr()
+    );
+    // kiln's own reader of workspace files (task files, targets) refuses it too.
+    let r = ws.kiln(
+        &[
+            "loop",
+            "--task",
+            "notes.md",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ],
+        &[],
+    );
+    let out = format!("{}{}", r.stdout(), r.stderr());
+    assert!(!out.contains("c2VjcmV0LXRva2Vu"), "{out}");
+    assert!(out.contains("hard link to `.git/config`"), "{out}");
+    // An ordinary file with other links is still read.
+    std::fs::hard_link(ws.root().join("src/a.rs"), ws.root().join("b.rs")).unwrap();
+    let r = call(&ws, "read_file", json!({ "path": "b.rs" }));
+    r.expect_code(0);
+    assert!(r.stdout().contains("needle_kept"), "{}", r.stdout());
+}

@@ -623,3 +623,85 @@ fn a_repository_setting_user_only_sections_is_warned_and_ignored_not_refused() {
     }
     assert_eq!(ws.read("x.txt"), "v2\n");
 }
+
+/// F10: run from `~` (or with `-C ~`, or in a directory holding kiln's state), the workspace
+/// would hold the user's keys and kiln's own configuration, state and cache key, readable and
+/// writable by every program kiln runs. Refused, saying to run inside a project; and the
+/// `.kiln` an earlier kiln left in `~` does not make `~` the workspace of a directory below.
+#[test]
+fn home_and_a_directory_holding_kilns_own_dirs_are_refused_as_workspaces() {
+    let ws = Workspace::new();
+    let home = ws.path().canonicalize().unwrap().join("home");
+    let config = home.join(".config/kiln/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let user_config = "[llm]\napi_key = \"sk-F10-CONFIG-KEY\"\n";
+    std::fs::write(&config, user_config).unwrap();
+    // The default XDG layout under this HOME: kiln's dirs are inside it.
+    let run = |cwd: &Path, args: &[&str]| {
+        let mut cmd = ws.command(args);
+        cmd.current_dir(cwd)
+            .env("HOME", &home)
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("KILN_CONFIG");
+        Run(cmd.output().unwrap())
+    };
+    let payload = "cat .config/kiln/config.toml; printf '[mcp.servers.x]\\ncommand = \"/bin/true\"\\n' >> .config/kiln/config.toml";
+    for (cwd, args) in [
+        (&home, vec!["check", "--shell", "--cmd", payload]),
+        (
+            &ws.root(),
+            vec![
+                "-C",
+                home.to_str().unwrap(),
+                "check",
+                "--shell",
+                "--cmd",
+                payload,
+            ],
+        ),
+        (
+            &home,
+            vec![
+                "tool",
+                "call",
+                "read_file",
+                "--args",
+                r#"{"path":".config/kiln/config.toml"}"#,
+            ],
+        ),
+    ] {
+        let r = run(cwd, &args);
+        r.expect_code(2);
+        assert!(
+            r.stderr().contains("is your home directory")
+                && r.stderr().contains("run kiln inside a project"),
+            "{}",
+            r.stderr()
+        );
+        assert!(!r.stdout().contains("sk-F10"), "{}", r.stdout());
+    }
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), user_config);
+    assert!(!home.join(".kiln").exists(), "nothing was created in ~");
+    // A project below `~` with no marker of its own, with a `.kiln` in `~`: its own directory
+    // is the workspace, not `~`.
+    std::fs::create_dir(home.join(".kiln")).unwrap();
+    let proj = home.join("Downloads/proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    let r = run(&proj, &["check", "--cmd", "pwd", "--json"]);
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["stdout"].as_str().unwrap().trim(),
+        proj.to_str().unwrap()
+    );
+    // A workspace that holds kiln's state directory (not `~`): refused, naming it.
+    std::fs::create_dir_all(home.join(".local/state/kiln")).unwrap();
+    let r = run(&home.join(".local"), &["-C", ".", "check", "--cmd", "pwd"]);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("contains kiln's state directory"),
+        "{}",
+        r.stderr()
+    );
+    // Commands that run nothing there still work from `~`.
+    run(&home, &["plugin", "list"]).expect_code(0);
+}

@@ -272,6 +272,16 @@ impl Confinement {
         std::fs::create_dir(tmp.path().join("tmp")).map_err(failed)?;
         std::fs::create_dir(tmp.path().join("home")).map_err(failed)?;
         let in_view = reap::view_missing().is_none();
+        if in_view && !policy.shown.is_empty() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::create_dir(tmp.path().join("shown")).map_err(failed)?;
+            for (i, (_, content)) in policy.shown.iter().enumerate() {
+                let f = world::shown_file(tmp.path(), i);
+                std::fs::write(&f, content).map_err(failed)?;
+                std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o444))
+                    .map_err(failed)?;
+            }
+        }
         let (layout, view) = if in_view {
             let layout = world::layout(policy, tmp.path());
             let view = layout

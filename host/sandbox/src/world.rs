@@ -79,7 +79,16 @@ pub fn layout(policy: &Policy<'_>, tmp: &Path) -> Layout {
         }
         l.protect(p);
     }
+    for (i, (at, _)) in policy.shown.iter().enumerate() {
+        l.cover(&shown_file(tmp, i), at);
+    }
     l
+}
+
+/// Where the call's temp dir `tmp` keeps the content of the `i`th of [`Policy::shown`] (beside
+/// the view's `/tmp` and `HOME`, never inside them).
+pub fn shown_file(tmp: &Path, i: usize) -> PathBuf {
+    tmp.join("shown").join(i.to_string())
 }
 
 /// A `HOME` an empty directory can stand for: absolute, and not `/` or a system directory.

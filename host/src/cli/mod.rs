@@ -145,7 +145,9 @@ enum Command {
 }
 
 impl Ctx {
-    fn new(global: &Global) -> anyhow::Result<Ctx> {
+    /// The context of a command; `check_workspace`: refuse a workspace that is `$HOME`, `/` or
+    /// holds kiln's own directories (see [`crate::plugin::kiln_dirs::refuse_workspace`]).
+    fn new(global: &Global, check_workspace: bool) -> anyhow::Result<Ctx> {
         let given = match &global.workspace {
             Some(w) => w.clone(),
             None => std::env::current_dir().context("cannot determine the current directory")?,
@@ -166,8 +168,14 @@ impl Ctx {
                 (root, found_by, rel)
             }
         };
-        let config = Config::load(&workspace, global.yes)?;
         let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
+        if check_workspace
+            && let Some(refused) =
+                crate::plugin::kiln_dirs::refuse_workspace_here(&workspace, runtime.cache_dir())
+        {
+            return Err(refused.into());
+        }
+        let config = Config::load(&workspace, global.yes)?;
         let flag = global.store.as_ref().filter(|u| !u.is_empty());
         let store = match flag.or(config.store.url.as_ref()) {
             Some(url) => Some(url.parse::<crate::store::StoreUrl>()?),
@@ -314,7 +322,7 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<Outcome> {
-    let mut ctx = Ctx::new(&cli.global)?;
+    let mut ctx = Ctx::new(&cli.global, !works_outside_a_project(&cli.command))?;
     if !matches!(cli.command, Command::Trust(_))
         && let Some(warning) = ctx.config.trust.warning()
     {
@@ -398,6 +406,33 @@ fn lock_workspace(workspace: &std::path::Path, what: &str) -> anyhow::Result<kil
         )
     })?;
     Ok(state.lock_run(what)?)
+}
+
+/// Whether a command may run with any directory as its workspace, `$HOME` included: it runs no
+/// program there and serves none of its files (the LLM check, plugin listings, history and
+/// reports of the store, gc, parsing an answer, a batch's queue). Every other command is
+/// refused a workspace that is `$HOME`, `/` or holds kiln's own directories.
+fn works_outside_a_project(command: &Command) -> bool {
+    match command {
+        Command::Llm(_)
+        | Command::Plugin(_)
+        | Command::History(_)
+        | Command::Report(_)
+        | Command::Gc(_)
+        | Command::WarmCache => true,
+        Command::Edit(cmd) => !matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
+        Command::Batch(cmd) => !matches!(cmd, batch_cmd::BatchCommand::Run(_)),
+        Command::Agent(_)
+        | Command::Fix(_)
+        | Command::Loop(_)
+        | Command::Check(_)
+        | Command::Mcp(_)
+        | Command::Tool(_)
+        | Command::Trust(_)
+        | Command::Undo(_)
+        | Command::Worker(_)
+        | Command::RunTask => false,
+    }
 }
 
 /// Whether a command reads or writes workspace files (so an edit interrupted by a killed kiln
