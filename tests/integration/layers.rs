@@ -48,6 +48,7 @@ const LAYERED: &[Layered] = &[
                 "detect",
                 "root",
                 "warmer",
+                "mcp_stdio",
                 "guest_sdk",
             ],
         ],
