@@ -430,7 +430,7 @@ fn latest_run(ws: &Workspace) -> Value {
 }
 
 /// Wait until a process whose command line ends with `tail` runs (the check started).
-fn wait_for_program(tail: &str) {
+pub(crate) fn wait_for_program(tail: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !std::fs::read_dir("/proc")
         .unwrap()
@@ -982,7 +982,7 @@ fn ctrl_c_in_the_first_check_does_not_start_the_check_again() {
 
 /// `kiln ARGS` in `ws` with a key, its outputs piped and SIGINT at its default whatever ran
 /// the tests, for a test that interrupts it.
-fn spawn_interruptible(ws: &Workspace, args: &[&str]) -> std::process::Child {
+pub(crate) fn spawn_interruptible(ws: &Workspace, args: &[&str]) -> std::process::Child {
     use std::os::unix::process::CommandExt;
     let mut cmd = ws.command(args);
     cmd.env("OPENAI_API_KEY", "sk-t")

@@ -615,3 +615,111 @@ fn stdout_carries_only_json_rpc() {
     assert!(lines.iter().all(|m| m["jsonrpc"] == "2.0"), "{lines:?}");
     assert_eq!(lines[0]["result"]["serverInfo"]["name"], "kiln");
 }
+
+/// compile_loop takes the workspace's run lock as `kiln fix` does: refused, naming the holder,
+/// while a `kiln fix` runs there (nothing written), and held while its own loop runs, so a
+/// `kiln fix` started then is refused naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compile_loop_takes_the_workspace_run_lock() {
+    use crate::cli::{spawn_interruptible, wait_for_program};
+    use crate::mock_llm::MockLlm;
+    let ws = Workspace::new();
+    let broken = "def add(a, b):\n    return a - b\n\nassert add(2, 3) == 5\n";
+    ws.write("calc.py", broken);
+    ws.write(
+        "slow_check_5521.py",
+        "import time\ntime.sleep(29.37)\nexec(open('calc.py').read())\n",
+    );
+    let fix = "<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let replay = ws.path().join("answers.jsonl");
+    std::fs::write(&replay, format!("{}\n", Value::String(fix.into()))).unwrap();
+    let compile_loop = || {
+        ClientRequest::CallToolRequest(Request::new(params(
+            "compile_loop",
+            json!({"spec": "add() must add", "target_file": "calc.py"}),
+        )))
+    };
+
+    // A `kiln fix` in its first check holds the workspace.
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    let fix_args = |cmd: &'static str| {
+        vec![
+            "fix".to_string(),
+            "--base-url".into(),
+            base.clone(),
+            "--model".into(),
+            "m".into(),
+            "--max-iters".into(),
+            "1".into(),
+            "--shell".into(),
+            "--cmd".into(),
+            cmd.into(),
+        ]
+    };
+    let first = fix_args("sleep 29.73; exit 1");
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let running_fix = spawn_interruptible(&ws, &first);
+    wait_for_program("sleep\x0029.73\x00");
+    let s = connect(
+        &ws,
+        &[
+            "--test-command",
+            "python3 calc.py",
+            "--replay",
+            replay.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let ServerResult::CallToolResult(r) = s.peer().send_request(compile_loop()).await.unwrap()
+    else {
+        panic!("not a tool result");
+    };
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(
+        text(&r).contains("another kiln process is working on this workspace (pid ")
+            && text(&r).contains("`kiln fix`"),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(ws.read("calc.py"), broken);
+    s.cancel().await.unwrap();
+    // SAFETY: signals the child this test spawned.
+    unsafe { libc::kill(running_fix.id() as i32, libc::SIGINT) };
+    assert_eq!(
+        running_fix.wait_with_output().unwrap().status.code(),
+        Some(130)
+    );
+
+    // A compile_loop in its first check holds it in turn.
+    let s = connect(
+        &ws,
+        &[
+            "--test-command",
+            "python3 slow_check_5521.py",
+            "--replay",
+            replay.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let handle = s
+        .peer()
+        .send_cancellable_request(compile_loop(), PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    wait_for_program("slow_check_5521.py\x00");
+    let second = fix_args("echo second >> calc.py; exit 1");
+    let second: Vec<&str> = second.iter().map(String::as_str).collect();
+    let r = ws.kiln(&second, &[("OPENAI_API_KEY", "sk-t")]);
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("another kiln process is working on this workspace (pid ")
+            && r.stderr().contains("`kiln mcp compile_loop`"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(ws.read("calc.py"), broken);
+    handle.cancel(None).await.unwrap();
+    s.cancel().await.unwrap();
+}
