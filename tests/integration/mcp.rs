@@ -753,11 +753,17 @@ async fn apply_edit_takes_the_workspace_run_lock() {
     wait_for_program("sleep\x0029.91\x00");
     let s = connect(&ws, &[]).await;
     let edit = "<<<<<<< SEARCH\nhello\n=======\nmcp client edit\n>>>>>>> REPLACE\n";
-    let r = call(&s, "apply_edit", json!({"response": edit, "files": ["a.txt"]})).await;
+    let r = call(
+        &s,
+        "apply_edit",
+        json!({"response": edit, "files": ["a.txt"]}),
+    )
+    .await;
     assert_eq!(r.is_error, Some(true), "{}", text(&r));
     assert!(
-        text(&r).contains("apply_edit refused: another kiln process is working on this workspace (pid ")
-            && text(&r).contains("`kiln fix`"),
+        text(&r).contains(
+            "apply_edit refused: another kiln process is working on this workspace (pid "
+        ) && text(&r).contains("`kiln fix`"),
         "{}",
         text(&r)
     );
@@ -769,7 +775,12 @@ async fn apply_edit_takes_the_workspace_run_lock() {
         Some(130)
     );
     // The run over, the same server's next call applies (the lock is let go after each call).
-    let r = call(&s, "apply_edit", json!({"response": edit, "files": ["a.txt"]})).await;
+    let r = call(
+        &s,
+        "apply_edit",
+        json!({"response": edit, "files": ["a.txt"]}),
+    )
+    .await;
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
     assert_eq!(ws.read("a.txt"), "mcp client edit\n");
     let r = call(

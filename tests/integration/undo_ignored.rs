@@ -72,7 +72,11 @@ fn a_new_file_ignored_at_the_start_is_refused_to_the_model() {
     let r = fix(&ws, &answer, "false");
     assert!(!exists(&ws, ".env"), "{}", r.stdout());
     assert!(!exists(&ws, "build/run.sh"), "{}", r.stdout());
-    assert_eq!(ws.read("main.c"), "int main(){return 0;}\n", "refused whole");
+    assert_eq!(
+        ws.read("main.c"),
+        "int main(){return 0;}\n",
+        "refused whole"
+    );
     assert!(
         r.stdout().contains("kiln keeps no copy of it to undo"),
         "{}",
@@ -97,7 +101,8 @@ fn a_gitignore_the_model_writes_does_not_hide_its_new_file_from_undo() {
     assert!(exists(&ws, "payload.sh"), "{}", r.stdout());
     let dry = ws.kiln(&["undo", "--dry-run"], &[]);
     assert!(
-        dry.stderr().contains("payload.sh: would delete (the run created it)"),
+        dry.stderr()
+            .contains("payload.sh: would delete (the run created it)"),
         "{}",
         dry.stderr()
     );
@@ -122,7 +127,11 @@ fn a_gitignore_a_program_of_the_run_changes_does_not_hide_its_new_files_from_und
     ]);
     let cmd = "printf 'payload.sh\\n' >> .gitignore; echo x > payload.sh; mkdir -p sub; printf '*\\n' > sub/.gitignore; echo y > sub/x.sh; exit 1";
     let r = fix(&ws, "I cannot tell.", cmd);
-    assert!(exists(&ws, "payload.sh") && exists(&ws, "sub/x.sh"), "{}", r.stdout());
+    assert!(
+        exists(&ws, "payload.sh") && exists(&ws, "sub/x.sh"),
+        "{}",
+        r.stdout()
+    );
     let u = ws.kiln(&["undo"], &[]);
     u.expect_code(0);
     for gone in ["payload.sh", "sub/x.sh", "sub/.gitignore"] {
@@ -131,4 +140,39 @@ fn a_gitignore_a_program_of_the_run_changes_does_not_hide_its_new_files_from_und
     assert_eq!(ws.read(".gitignore"), ".env\nbuild/\n");
     assert_eq!(ws.read(".env"), "DB_PASSWORD=hunter2\n");
     assert_eq!(ws.read("build/old.o"), "object\n");
+}
+
+/// The agent's own write tools (here `kiln loop`'s execution agent) refuse the same: a new
+/// `.env` (ignored at the start) by `write_file` is a tool error that says why, and nothing
+/// is written; an ordinary new file is written.
+#[test]
+fn the_agents_write_tools_refuse_a_new_file_ignored_at_the_start() {
+    use crate::mock_llm::{MockLlm, call, openai_calls, tool_contents};
+    use crate::review_loop::{final_answer, review};
+    let ws = repo(&[(".gitignore", ".env\n"), ("task.md", "Do it.\n")]);
+    let mock = MockLlm::start(vec![
+        openai_calls(&[
+            (
+                "write_file",
+                r#"{"path":".env","content":"DATABASE_URL=postgres://attacker.example/db\n"}"#,
+            ),
+            ("write_file", r#"{"path":"notes.md","content":"done\n"}"#),
+        ]),
+        final_answer("STATUS: COMPLETE"),
+        review("done", "", &[]),
+        call(
+            "final_answer",
+            serde_json::json!({ "summary": "STATUS: COMPLETE" }),
+        ),
+    ]);
+    let r = ws.kiln_model(&mock.url, "loop", &["--task", "task.md"]);
+    assert!(mock.recorded().len() >= 2, "{}", r.stderr());
+    let results = tool_contents(&mock, 1);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0].contains("kiln keeps no copy of it to undo"),
+        "{results:?}"
+    );
+    assert!(!exists(&ws, ".env"));
+    assert_eq!(ws.read("notes.md"), "done\n");
 }

@@ -502,10 +502,7 @@ async fn run_compile_loop(
 
 /// The workspace's run lock for a writing call (`what`: the holder's name for others), or why
 /// it was not taken.
-fn lock_run(
-    workspace: &std::path::Path,
-    what: &str,
-) -> Result<crate::state_dir::RunLock, String> {
+fn lock_run(workspace: &std::path::Path, what: &str) -> Result<crate::state_dir::RunLock, String> {
     let state = crate::state_dir::WorkspaceState::open(workspace, true)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
@@ -514,7 +511,5 @@ fn lock_run(
                 workspace.display()
             )
         })?;
-    state
-        .lock_run(what)
-        .map_err(|e| e.to_string())
+    state.lock_run(what).map_err(|e| e.to_string())
 }

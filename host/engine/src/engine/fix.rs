@@ -1082,10 +1082,9 @@ impl Fix<'_> {
         if self.opts.project() {
             for e in &edits {
                 if !crate::undo::keeps(run.undo(), self.ws.root(), &e.path) {
-                    options.protected.also(
-                        &e.path,
-                        "kiln keeps no copy of it to undo, nor would undo delete it (it is git-ignored, or too large): change it yourself".into(),
-                    );
+                    options
+                        .protected
+                        .also(&e.path, crate::undo::NOT_KEPT.into());
                 }
             }
         }

@@ -169,6 +169,9 @@ pub fn begin(rec: &Recording, root: &Path, id: i64) {
     }
 }
 
+/// Why a model may not write a path [`keeps`] says no to (refused as a protected path is).
+pub const NOT_KEPT: &str = "kiln keeps no copy of it to undo, nor would undo delete it (it is git-ignored, or too large): change it yourself";
+
 /// Whether undo could put `rel` (workspace-relative) back as the run found it: it is in the
 /// start-of-run list, the run created it, or it does not exist. `false` for an existing file
 /// the snapshot left out (git-ignored, over [`scan::MAX_FILE`], past the file limit): kiln
@@ -183,8 +186,7 @@ pub fn keeps(rec: &Recording, root: &Path, rel: &str) -> bool {
         .into_owned();
     r.start_list.contains_key(&rel)
         || r.changes.contains_key(&rel)
-        || (std::fs::symlink_metadata(root.join(&rel)).is_err()
-            && !r.rules.ignored_or_below(&rel))
+        || (std::fs::symlink_metadata(root.join(&rel)).is_err() && !r.rules.ignored_or_below(&rel))
 }
 
 /// Bring the record of the run being recorded up to date (after anything that may have
