@@ -72,6 +72,7 @@ fn repo_root(root: &Path) -> Option<PathBuf> {
 /// now ignored as a whole can only be so by a changed `.gitignore` above it).
 pub fn changed(root: &Path, listing: &Listing, texts: &BTreeMap<String, String>) -> bool {
     let in_repo = repo_root(root).is_some();
+    let dirs: std::collections::HashSet<&str> = listing.dirs.iter().map(String::as_str).collect();
     listing.dirs.iter().any(|d| {
         let now = if in_repo {
             read_rule_file(root, d)
@@ -81,7 +82,13 @@ pub fn changed(root: &Path, listing: &Listing, texts: &BTreeMap<String, String>)
         now.as_ref() != texts.get(d)
     }) || texts
         .keys()
-        .any(|d| !d.starts_with("..") && !listing.dirs.contains(d))
+        .any(|d| !above(d) && !dirs.contains(d.as_str()))
+}
+
+/// Whether the key `dir` of [`texts`] names a directory above the workspace (`..`,
+/// `../..`), not one of its own (such as `..data`).
+fn above(dir: &str) -> bool {
+    dir.split('/').all(|p| p == "..")
 }
 
 /// The start's rules, ready to match.
@@ -97,8 +104,8 @@ impl RulesAtStart {
     pub fn new(root: &Path, texts: &BTreeMap<String, String>) -> RulesAtStart {
         let mut by_dir = BTreeMap::new();
         for (dir, text) in texts {
-            let abs = if let Some(ups) = dir.strip_prefix("..") {
-                let n = 1 + ups.matches("/..").count();
+            let abs = if above(dir) {
+                let n = dir.split('/').count();
                 match root.ancestors().nth(n) {
                     Some(d) => d.to_path_buf(),
                     None => continue,
@@ -194,7 +201,14 @@ impl RulesAtStart {
             }
             !rules.ignored(e.path(), is_dir)
         });
-        for e in b.build().flatten() {
+        for (seen, e) in b.build().flatten().enumerate() {
+            // Bounded as the first walk is (past it, the record is partial already).
+            if seen > scan::MAX_FILES
+                || listing.files.len() + listing.others.len() >= scan::MAX_FILES
+            {
+                listing.truncated = true;
+                return;
+            }
             if e.depth() == 0 || e.file_type().is_some_and(|t| t.is_dir()) {
                 continue;
             }
@@ -242,5 +256,44 @@ pub fn at_start(
         && changed(root, listing, texts)
     {
         RulesAtStart::new(root, texts).reveal(listing, since_ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The start's rules decide, not the ones written since: a `.gitignore` added or changed
+    /// later is noticed, and the walk by the start's rules shows what it hides (changed
+    /// since), never what the start's rules ignored.
+    #[test]
+    fn the_rules_at_the_start_decide_what_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join(".gitignore"), "build/\n.env\n").unwrap();
+        std::fs::create_dir_all(root.join("..data")).unwrap();
+        std::fs::write(root.join(".env"), "old\n").unwrap();
+        let listing = scan::walk(root);
+        let texts = texts(root, &listing);
+        assert_eq!(texts.get(""), Some(&"build/\n.env\n".to_string()));
+        let rules = RulesAtStart::new(root, &texts);
+        for ignored in [".env", "build/run.sh", "node_modules/x.js", ".git/hooks/x"] {
+            assert!(rules.ignored_or_below(ignored), "{ignored}");
+        }
+        for kept in ["payload.sh", "src/a.c", "..data/x", "a/.env.example"] {
+            assert!(!rules.ignored_or_below(kept), "{kept}");
+        }
+        assert!(!changed(root, &scan::walk(root), &texts));
+
+        std::fs::write(root.join(".gitignore"), "build/\n.env\npayload.sh\n").unwrap();
+        std::fs::write(root.join("payload.sh"), "x\n").unwrap();
+        std::fs::write(root.join(".env"), "new\n").unwrap();
+        let mut now = scan::walk(root);
+        assert!(!now.files.contains_key("payload.sh"));
+        assert!(changed(root, &now, &texts));
+        rules.reveal(&mut now, 0);
+        assert!(now.files.contains_key("payload.sh"));
+        assert!(!now.files.contains_key(".env"), "ignored at the start");
     }
 }
