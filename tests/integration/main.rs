@@ -49,5 +49,6 @@ mod undo;
 mod undo_exact;
 mod undo_git;
 mod undo_hostile;
+mod undo_ignored;
 mod view;
 mod writer;

@@ -833,3 +833,73 @@ async fn compile_loop_takes_the_workspace_run_lock() {
     handle.cancel(None).await.unwrap();
     s.cancel().await.unwrap();
 }
+
+/// apply_edit takes the workspace's run lock per call, as `kiln edit apply` does: refused as a
+/// tool error naming the holder while a `kiln fix` runs (which would count the edit as its own
+/// and undo it), nothing written; applied once the run has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_edit_takes_the_workspace_run_lock() {
+    use crate::cli::{spawn_interruptible, wait_for_program};
+    use crate::mock_llm::MockLlm;
+    let ws = Workspace::new();
+    ws.write("a.txt", "hello\n");
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    let running_fix = spawn_interruptible(
+        &ws,
+        &[
+            "fix",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--max-iters",
+            "1",
+            "--shell",
+            "--cmd",
+            "sleep 29.91; exit 1",
+        ],
+    );
+    wait_for_program("sleep\x0029.91\x00");
+    let s = connect(&ws, &[]).await;
+    let edit = "<<<<<<< SEARCH\nhello\n=======\nmcp client edit\n>>>>>>> REPLACE\n";
+    let r = call(
+        &s,
+        "apply_edit",
+        json!({"response": edit, "files": ["a.txt"]}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(
+        text(&r).contains(
+            "apply_edit refused: another kiln process is working on this workspace (pid "
+        ) && text(&r).contains("`kiln fix`"),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(ws.read("a.txt"), "hello\n");
+    // SAFETY: signals the child this test spawned.
+    unsafe { libc::kill(running_fix.id() as i32, libc::SIGINT) };
+    assert_eq!(
+        running_fix.wait_with_output().unwrap().status.code(),
+        Some(130)
+    );
+    // The run over, the same server's next call applies (the lock is let go after each call).
+    let r = call(
+        &s,
+        "apply_edit",
+        json!({"response": edit, "files": ["a.txt"]}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    assert_eq!(ws.read("a.txt"), "mcp client edit\n");
+    let r = call(
+        &s,
+        "apply_edit",
+        json!({"response": "<<<<<<< SEARCH\nmcp client edit\n=======\nsecond\n>>>>>>> REPLACE\n", "files": ["a.txt"]}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    assert_eq!(ws.read("a.txt"), "second\n");
+    s.cancel().await.unwrap();
+}

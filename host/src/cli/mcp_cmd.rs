@@ -12,7 +12,7 @@ use super::ctx::{Ctx, Outcome};
 use super::settings::McpSettings;
 use crate::config::Config;
 use crate::edit::Workspace;
-use crate::engine::tool_names::COMPILE_LOOP;
+use crate::engine::tool_names::{APPLY_EDIT, COMPILE_LOOP};
 use crate::engine::tools::compile_loop::{self, CompileLoopPlan, CompileLoopSetup};
 use crate::engine::tools::fix_host::FixHost;
 use crate::engine::tools::{Kind, ToolSettings, Toolbox};
@@ -332,6 +332,17 @@ async fn call(
         Ok(ws) => ws,
         Err(e) => return (e.to_string(), true),
     };
+    // apply_edit writes the workspace: it takes the workspace's run lock per call, as `kiln
+    // edit apply` does, so it never writes under a running `kiln fix` (whose undo would count
+    // the change as the run's own) and is refused naming the holder instead.
+    let _run_lock = if name == APPLY_EDIT {
+        match lock_run(&shared.workspace, "mcp apply_edit") {
+            Ok(lock) => Some(lock),
+            Err(why) => return (format!("apply_edit refused: {why}"), true),
+        }
+    } else {
+        None
+    };
     let host = McpFix { shared, context };
     match shared
         .table
@@ -454,7 +465,7 @@ async fn run_compile_loop(
     // The workspace's run lock, as `kiln fix` takes it, held until the loop ends: refused
     // (naming the holder) while another kiln runs, undoes or applies edits here. Taken after
     // the model, so a second compile_loop of this server waits for the first instead.
-    let _run_lock = match lock_run(&shared.workspace) {
+    let _run_lock = match lock_run(&shared.workspace, "mcp compile_loop") {
         Ok(lock) => lock,
         Err(why) => {
             cancel_watch.abort();
@@ -490,8 +501,9 @@ async fn run_compile_loop(
     compile_loop::outcome(&result)
 }
 
-/// The workspace's run lock for a compile_loop call, or why it was not taken.
-fn lock_run(workspace: &std::path::Path) -> Result<crate::state_dir::RunLock, String> {
+/// The workspace's run lock for a writing call (`what`: the holder's name for others), or why
+/// it was not taken.
+fn lock_run(workspace: &std::path::Path, what: &str) -> Result<crate::state_dir::RunLock, String> {
     let state = crate::state_dir::WorkspaceState::open(workspace, true)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
@@ -500,7 +512,5 @@ fn lock_run(workspace: &std::path::Path) -> Result<crate::state_dir::RunLock, St
                 workspace.display()
             )
         })?;
-    state
-        .lock_run("mcp compile_loop")
-        .map_err(|e| e.to_string())
+    state.lock_run(what).map_err(|e| e.to_string())
 }

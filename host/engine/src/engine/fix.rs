@@ -1075,16 +1075,16 @@ impl Fix<'_> {
             .map(|t| (t.clone(), self.ws.read(t).ok().flatten()))
             .collect();
         // Project mode: the model picks the files; one that undo keeps no copy of (a
-        // git-ignored `.env`, a file over the backup limit) would be changed for good, so it is
-        // refused as a protected path is.
+        // git-ignored `.env`, a file over the backup limit) would be changed for good, and a
+        // new one git's rules at the run's start ignore would outlive undo: refused as a
+        // protected path is.
         let mut options = options;
         if self.opts.project() {
             for e in &edits {
                 if !crate::undo::keeps(run.undo(), self.ws.root(), &e.path) {
-                    options.protected.also(
-                        &e.path,
-                        "kiln keeps no copy of it to undo (it is git-ignored, or too large): change it yourself".into(),
-                    );
+                    options
+                        .protected
+                        .also(&e.path, crate::undo::NOT_KEPT.into());
                 }
             }
         }

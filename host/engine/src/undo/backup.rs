@@ -74,6 +74,11 @@ pub struct RunRecord {
     /// start: never taken for the run's creations (undo deletes those), never changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub others: Vec<String>,
+    /// The text of each `.gitignore` at the run's start, by directory (see
+    /// [`super::rules::texts`]): what undo leaves out as git-ignored is judged by these rules,
+    /// not by those the run left. `None` in a record from before kiln kept them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_rules: Option<BTreeMap<String, String>>,
     /// When the run was undone, if it was.
     pub undone_ms: Option<i64>,
 }
@@ -93,6 +98,7 @@ impl RunRecord {
             changes: Vec::new(),
             own_output: Vec::new(),
             others: Vec::new(),
+            ignore_rules: None,
             undone_ms: None,
         }
     }

@@ -162,7 +162,8 @@ pub fn since_start(root: &Path, rec: &RunRecord, start: &BTreeMap<String, Cached
         .map(|(p, c)| (p.clone(), (c.stat, Some(c.hash.clone()))))
         .collect();
     let racy_ns = rec.started_ms * 1_000_000 - RACY_NS;
-    let listing = scan::walk(root);
+    let mut listing = scan::walk(root);
+    super::rules::at_start(root, &mut listing, rec.ignore_rules.as_ref(), racy_ns);
     compare_all(root, &start, &skipped(rec), racy_ns, &listing)
         .into_values()
         .collect()

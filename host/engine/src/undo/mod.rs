@@ -33,6 +33,7 @@ mod compare;
 mod error;
 pub mod git;
 pub mod restore;
+mod rules;
 pub mod scan;
 mod watch;
 
@@ -98,6 +99,10 @@ struct Recorder {
     changes: BTreeMap<String, Change>,
     /// Change notification (`None`: each checkpoint walks the workspace).
     watcher: Option<Watcher>,
+    /// Git's ignore rules at the run's start.
+    rules: rules::RulesAtStart,
+    /// A `.gitignore` differs from the start's: every checkpoint walks (by the start's rules).
+    rules_moved: bool,
     record: RunRecord,
 }
 
@@ -164,6 +169,9 @@ pub fn begin(rec: &Recording, root: &Path, id: i64) {
     }
 }
 
+/// Why a model may not write a path [`keeps`] says no to (refused as a protected path is).
+pub const NOT_KEPT: &str = "kiln keeps no copy of it to undo, nor would undo delete it (it is git-ignored, or too large): change it yourself";
+
 /// Whether undo could put `rel` (workspace-relative) back as the run found it: it is in the
 /// start-of-run list, the run created it, or it does not exist. `false` for an existing file
 /// the snapshot left out (git-ignored, over [`scan::MAX_FILE`], past the file limit): kiln
@@ -178,7 +186,7 @@ pub fn keeps(rec: &Recording, root: &Path, rel: &str) -> bool {
         .into_owned();
     r.start_list.contains_key(&rel)
         || r.changes.contains_key(&rel)
-        || std::fs::symlink_metadata(root.join(&rel)).is_err()
+        || (std::fs::symlink_metadata(root.join(&rel)).is_err() && !r.rules.ignored_or_below(&rel))
 }
 
 /// Bring the record of the run being recorded up to date (after anything that may have
@@ -223,6 +231,9 @@ impl Recorder {
         }
         let mut record = RunRecord::new(0);
         record.own_output = scan::own_outputs(root, &listing);
+        let texts = rules::texts(root, &listing);
+        let start_rules = rules::RulesAtStart::new(root, &texts);
+        record.ignore_rules = Some(texts);
         let Listing {
             files,
             truncated,
@@ -292,6 +303,8 @@ impl Recorder {
             racy_ns,
             changes: BTreeMap::new(),
             watcher,
+            rules: start_rules,
+            rules_moved: false,
             record,
         })
     }
@@ -341,7 +354,13 @@ impl Recorder {
     /// Walk the workspace and compare every file; watch its directories anew.
     fn rescan(&mut self) {
         let mut watcher = self.watcher.take().and_then(|_| Watcher::new());
-        let listing = scan::walk(&self.root);
+        let mut listing = scan::walk(&self.root);
+        if let Some(texts) = &self.record.ignore_rules
+            && rules::changed(&self.root, &listing, texts)
+        {
+            self.rules_moved = true;
+            self.rules.reveal(&mut listing, self.racy_ns);
+        }
         if let Some(w) = &mut watcher
             && (listing.truncated || !listing.dirs.iter().all(|d| w.add(&self.root, d)))
         {
@@ -359,6 +378,9 @@ impl Recorder {
     /// Bring `changes` up to date for the paths notification named: cost follows the
     /// change. False when it cannot (a watch could not be added): walk instead.
     fn follow(&mut self, d: watch::Drained) -> bool {
+        if self.rules_moved {
+            return false;
+        }
         let root = self.root.clone();
         let mut dirty = d.paths;
         // Directory listings by the walk's rules, one per directory looked at.
@@ -380,6 +402,13 @@ impl Recorder {
             }
             dirty.extend(below.files.into_keys());
             dirty.extend(below.others.into_keys());
+        }
+        // A `.gitignore` written: what it hides is judged by the start's rules, in a walk.
+        if dirty
+            .iter()
+            .any(|p| p == ".gitignore" || p.ends_with("/.gitignore"))
+        {
+            return false;
         }
         let own = &self.record.own_output;
         let not_covered = &self.record.not_covered;
@@ -484,7 +513,9 @@ pub fn unaccounted(root: &Path, id: i64) -> Result<Vec<String>, UndoError> {
     }
     let changed: std::collections::BTreeSet<&str> =
         rec.changes.iter().map(|c| c.path.as_str()).collect();
-    let now = scan::walk(root);
+    let mut now = scan::walk(root);
+    let since = rec.started_ms * 1_000_000 - RACY_NS;
+    rules::at_start(root, &mut now, rec.ignore_rules.as_ref(), since);
     let mut out = Vec::new();
     for (rel, stat) in &now.files {
         if rec.not_covered.contains(rel) || rec.own_output.contains(rel) {

@@ -38,7 +38,7 @@ pub struct StatKey {
 }
 
 impl StatKey {
-    fn of(m: &std::fs::Metadata) -> StatKey {
+    pub(super) fn of(m: &std::fs::Metadata) -> StatKey {
         StatKey {
             size: m.len(),
             mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
@@ -136,7 +136,7 @@ pub fn walk_from(root: &Path, rel: &str, depth: Option<usize>) -> Listing {
 
 /// A directory the walk never enters: `.git`, `.kiln`, `node_modules`, kiln's state
 /// directory (`state`, when inside the workspace), one holding a `CACHEDIR.TAG`.
-fn skipped_dir(path: &Path, state: Option<&Path>) -> bool {
+pub(super) fn skipped_dir(path: &Path, state: Option<&Path>) -> bool {
     let name = path.file_name().unwrap_or_default();
     name == ".git"
         || name == ".kiln"

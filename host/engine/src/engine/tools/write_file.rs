@@ -56,10 +56,15 @@ impl ToolHandler for WriteFile {
                 Ok(f) => f,
                 Err(o) => return o,
             };
-            let apply = ApplyOptions {
+            let mut apply = ApplyOptions {
                 protected: s.protected.clone(),
                 ..Default::default()
             };
+            // A file undo could not put back as the run found it (an existing git-ignored
+            // one, or a new one git's rules at the run's start ignore) is refused.
+            if !crate::undo::keeps(cx.run.undo(), cx.ws.root(), &a.path) {
+                apply.protected.also(&a.path, crate::undo::NOT_KEPT.into());
+            }
             // A built-in format's first use compiles it: not the tool's time.
             let _ = fmt.link().await;
             let fut = edit::write_whole(fmt, cx.ws, &a.path, &a.content, &apply);

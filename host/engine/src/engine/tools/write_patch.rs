@@ -60,10 +60,15 @@ impl ToolHandler for WritePatch {
                 Ok(f) => f,
                 Err(o) => return o,
             };
-            let apply = ApplyOptions {
+            let mut apply = ApplyOptions {
                 protected: s.protected.clone(),
                 ..Default::default()
             };
+            // A file undo could not put back as the run found it (an existing git-ignored
+            // one, or a new one git's rules at the run's start ignore) is refused.
+            if !crate::undo::keeps(cx.run.undo(), cx.ws.root(), &a.path) {
+                apply.protected.also(&a.path, crate::undo::NOT_KEPT.into());
+            }
             let targets = [a.path];
             // A built-in format's first use compiles it: not the tool's time.
             let _ = fmt.link().await;
