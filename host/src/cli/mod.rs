@@ -23,6 +23,7 @@ mod loop_cmd;
 mod mcp_cmd;
 mod output;
 mod plugin_cmd;
+mod prompt_file;
 pub mod render;
 mod report_cmd;
 mod resume_cmd;

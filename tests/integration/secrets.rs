@@ -1,0 +1,127 @@
+//! What a committed file or a stored record must not carry to the model, the terminal or
+//! the disk: links in prompt files and kiln.toml, secret values in configuration errors,
+//! git's metadata as a workspace, task ids as paths, tokens in repository URLs.
+
+use crate::mock_llm::{MockLlm, openai_text};
+use crate::support::Workspace;
+use std::os::unix::fs::symlink;
+
+/// Every request body the mock received, as one string.
+fn sent(mock: &MockLlm) -> String {
+    mock.recorded()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A workspace that is a git repository whose `.git/config` holds a token, with a secret
+/// file outside it.
+fn repo_with_secrets() -> Workspace {
+    let ws = Workspace::new();
+    ws.write(
+        ".git/config",
+        "[remote \"origin\"]\n\turl = https://x:GITCONFIG-SECRET@h/o/r\n",
+    );
+    ws.write("main.c", "int main(void) { return 0; }\n");
+    std::fs::write(ws.path().join("id_rsa"), "SSH-KEY-SECRET\n").unwrap();
+    ws
+}
+
+/// `--prompt-file` and `--system-file` follow the rule `kiln loop --task` follows: a
+/// committed link leading out of the workspace, into `.git` or to `/proc/self/environ` is
+/// refused before anything reaches the model; a file the user names outside the workspace
+/// is still read.
+#[test]
+fn prompt_and_system_files_refuse_links_out_of_the_workspace_and_into_git() {
+    let ws = repo_with_secrets();
+    let root = ws.root();
+    symlink(ws.path().join("id_rsa"), root.join("PROMPT.md")).unwrap();
+    symlink(".git/config", root.join("CONTEXT.md")).unwrap();
+    symlink("/proc/self/environ", root.join("STYLE.md")).unwrap();
+    std::fs::create_dir(ws.path().join("keys")).unwrap();
+    std::fs::write(ws.path().join("keys/k"), "DIR-LINK-SECRET\n").unwrap();
+    symlink(ws.path().join("keys"), root.join("docs")).unwrap();
+    let env = [("OPENAI_API_KEY", "sk-ENVSECRET-1")];
+    for file in [
+        "PROMPT.md",
+        "CONTEXT.md",
+        "STYLE.md",
+        "docs/k",
+        ".git/config",
+    ] {
+        for (cmd, flag) in [("fix", "--prompt-file"), ("agent", "--system-file")] {
+            let mock = MockLlm::start(vec![openai_text("ok"), openai_text("ok")]);
+            let base = format!("{}/v1", mock.url);
+            let mut args = vec![cmd, "--base-url", &base, "--model", "m", flag, file];
+            if cmd == "fix" {
+                args.extend(["--cmd", "false", "--max-iters", "1"]);
+            } else {
+                args.extend(["-p", "hi"]);
+            }
+            let r = ws.kiln(&args, &env);
+            r.expect_code(2);
+            assert!(
+                r.stderr().contains(&format!("cannot read {flag} {file}")),
+                "{}",
+                r.stderr()
+            );
+            let all = format!("{}{}{}", sent(&mock), r.stdout(), r.stderr());
+            for secret in [
+                "GITCONFIG-SECRET",
+                "SSH-KEY-SECRET",
+                "ENVSECRET",
+                "DIR-LINK-SECRET",
+            ] {
+                assert!(
+                    !all.contains(secret),
+                    "{cmd} {flag} {file}: {secret} leaked"
+                );
+            }
+            assert!(mock.recorded().is_empty(), "{cmd} {flag} {file}");
+        }
+    }
+    // Typed by the user, outside the workspace: read.
+    std::fs::write(ws.path().join("sys.txt"), "You are a terse robot.\n").unwrap();
+    let outside = ws.path().join("sys.txt");
+    let mock = MockLlm::start(vec![openai_text("ok")]);
+    let base = format!("{}/v1", mock.url);
+    let args = [
+        "agent",
+        "--base-url",
+        &base,
+        "--model",
+        "m",
+        "-p",
+        "hi",
+        "--system-file",
+    ];
+    let mut args = args.to_vec();
+    args.push(outside.to_str().unwrap());
+    ws.kiln(&args, &[]).expect_code(0);
+    assert!(sent(&mock).contains("You are a terse robot."));
+    // ... but never /proc, /sys or /dev, even typed.
+    let mock = MockLlm::start(vec![openai_text("ok")]);
+    let base = format!("{}/v1", mock.url);
+    let r = ws.kiln(
+        &[
+            "agent",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "-p",
+            "hi",
+            "--system-file",
+            "/proc/self/environ",
+        ],
+        &env,
+    );
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("/proc, /sys and /dev are never read"),
+        "{}",
+        r.stderr()
+    );
+    assert!(mock.recorded().is_empty());
+}
