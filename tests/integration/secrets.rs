@@ -125,3 +125,55 @@ fn prompt_and_system_files_refuse_links_out_of_the_workspace_and_into_git() {
     );
     assert!(mock.recorded().is_empty());
 }
+
+/// A committed `kiln.toml` that is a link is refused with a message naming it, and its
+/// target's text is never printed (`-> /proc/self/environ` would print every API key); a
+/// TOML error on a secret's line does not quote the value, in the user's file or the
+/// workspace's.
+#[test]
+fn a_kiln_toml_link_is_refused_and_config_errors_never_quote_a_secret() {
+    let env = [("OPENAI_API_KEY", "sk-ENVSECRET-2")];
+    let ws = Workspace::new();
+    symlink("/proc/self/environ", ws.root().join("kiln.toml")).unwrap();
+    let r = ws.kiln(&["check", "--cmd", "true"], &env);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("kiln.toml") && r.stderr().contains("symbolic link"),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("ENVSECRET"), "{}", r.stderr());
+    // A link to a TOML file with a key: refused too, not loaded.
+    std::fs::write(
+        ws.path().join("other.toml"),
+        "[llm]\napi_key = \"sk-LINKED-SECRET\"\n",
+    )
+    .unwrap();
+    std::fs::remove_file(ws.root().join("kiln.toml")).unwrap();
+    symlink(ws.path().join("other.toml"), ws.root().join("kiln.toml")).unwrap();
+    let r = ws.kiln(&["check", "--cmd", "true"], &env);
+    r.expect_code(2);
+    assert!(!r.stderr().contains("LINKED-SECRET"), "{}", r.stderr());
+    std::fs::remove_file(ws.root().join("kiln.toml")).unwrap();
+
+    // The user's own file: a typo on the api_key line.
+    ws.user_config("[llm]\napi_key = \"sk-CONFIGSECRET-xyz\" model = \"gpt-4.1\"\n");
+    let r = ws.kiln(&["history"], &[]);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("api_key = <value not shown"),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("CONFIGSECRET"), "{}", r.stderr());
+    ws.user_config("");
+    // The workspace's file: a token in a URL and a password.
+    ws.write(
+        "kiln.toml",
+        "[fix]\nprompt = \"see https://u:URL-SECRET@h/x\" max_iters = 2\n",
+    );
+    let r = ws.kiln(&["history"], &[]);
+    r.expect_code(2);
+    assert!(!r.stderr().contains("URL-SECRET"), "{}", r.stderr());
+    assert!(r.stderr().contains("<value not shown"), "{}", r.stderr());
+}
