@@ -177,3 +177,109 @@ fn a_kiln_toml_link_is_refused_and_config_errors_never_quote_a_secret() {
     assert!(!r.stderr().contains("URL-SECRET"), "{}", r.stderr());
     assert!(r.stderr().contains("<value not shown"), "{}", r.stderr());
 }
+
+/// The review phase's inspection programs never read git's files: naming them (`head
+/// .git/config`, through a link `docs -> .git`) is refused by real path, and a recursion
+/// (`grep -r`, `rg -uu`, `find`) sees every `.git` (nested ones too) as an empty directory,
+/// so the token in `.git/config` reaches neither the model, the store nor `.kiln/loop/`.
+/// Where the kernel gives programs no view (`KILN_TEST_NO_VIEW=1`), a recursion is refused.
+#[test]
+fn the_reviewer_never_reads_git_s_files() {
+    use crate::mock_llm::{call, openai_calls, tool_contents};
+    use crate::review_loop::{final_answer, review};
+    use serde_json::json;
+    for no_view in [false, true] {
+        let ws = repo_with_secrets();
+        ws.write("task.md", "Do it.\n");
+        ws.write("inside.txt", "GITCONFIG-SECRET-LOOKALIKE is not it\n");
+        ws.write("vendor/x/.git/config", "token = NESTED-SECRET\n");
+        symlink(".git", ws.root().join("docs")).unwrap();
+        let calls: Vec<(String, String)> = [
+            json!({"command":"head","args":["-50",".git/config"]}),
+            json!({"command":"grep","args":["-r","SECRET",".git"]}),
+            json!({"command":"head","args":["docs/config"]}),
+            json!({"command":"grep","args":["-rn","SECRET","."]}),
+            json!({"command":"rg","args":["-uu","SECRET"]}),
+            json!({"command":"find","args":[".","-name","config"]}),
+        ]
+        .into_iter()
+        .map(|a| ("run_cmd".to_string(), a.to_string()))
+        .collect();
+        let refs: Vec<(&str, &str)> = calls
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        let mock = MockLlm::start(vec![
+            final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- check it\n"),
+            openai_calls(&refs),
+            call("run_cmd", json!({"command":"head","args":["inside.txt"]})),
+            review("checked", "", &[]),
+        ]);
+        let env: &[(&str, &str)] = if no_view {
+            &[("KILN_TEST_NO_VIEW", "1")]
+        } else {
+            &[]
+        };
+        let base = format!("{}/v1", mock.url);
+        let r = ws.kiln(
+            &[
+                "loop",
+                "--task",
+                "task.md",
+                "--loops",
+                "1",
+                "--base-url",
+                &base,
+                "--model",
+                "m",
+            ],
+            env,
+        );
+        assert_eq!(mock.recorded().len(), 4, "{}", r.stderr());
+        let results = tool_contents(&mock, 2);
+        assert_eq!(results.len(), refs.len(), "{results:?}");
+        for (out, (_, args)) in results.iter().zip(&refs) {
+            assert!(!out.contains("GITCONFIG-SECRET@"), "{args}: {out}");
+            assert!(!out.contains("NESTED-SECRET"), "{args}: {out}");
+        }
+        for (i, out) in results.iter().enumerate().take(3) {
+            assert!(out.contains("git's own files"), "{i} {no_view}: {out}");
+        }
+        if no_view {
+            for out in &results[3..] {
+                assert!(out.contains("cannot hide `.git`"), "{out}");
+            }
+        } else {
+            // The recursion ran and found the workspace's own file, not git's.
+            assert!(results[3].contains("inside.txt"), "{}", results[3]);
+        }
+        assert!(
+            tool_contents(&mock, 3)
+                .last()
+                .unwrap()
+                .contains("LOOKALIKE")
+        );
+        let mut stored = sent(&mock);
+        stored.push_str(&String::from_utf8_lossy(
+            &std::fs::read(ws.store_path()).unwrap(),
+        ));
+        for e in walk(&ws.root().join(".kiln")) {
+            stored.push_str(&String::from_utf8_lossy(&std::fs::read(e).unwrap()));
+        }
+        assert!(!stored.contains("GITCONFIG-SECRET@") && !stored.contains("NESTED-SECRET"));
+    }
+}
+
+/// Every regular file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(walk(&e.path()));
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+    out
+}

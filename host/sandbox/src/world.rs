@@ -78,8 +78,23 @@ pub fn layout(policy: &Policy<'_>, tmp: &Path) -> Layout {
             l.bind(a, a, writable);
         }
         l.protect(p);
+        // A call that writes nowhere only inspects (the review phase, a fix's look-around):
+        // git's directories are hidden behind an empty read-only directory, so no program,
+        // by name or by recursion (`grep -r token .`, `rg -uu`), reads the credentials
+        // `.git/config` can hold.
+        if policy.writes == Writes::Nowhere && is_git_dir(p) {
+            l.tmpfs(p, true);
+        }
     }
     l
+}
+
+/// A git directory the protected-path walk found: a `.git` directory at any depth, or the
+/// directory a `.git` file or link names (it holds `HEAD` and `objects`).
+fn is_git_dir(p: &Path) -> bool {
+    let named = p.file_name().is_some_and(|n| n == ".git");
+    let dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    dir && (named || (p.join("HEAD").is_file() && p.join("objects").is_dir()))
 }
 
 /// A `HOME` an empty directory can stand for: absolute, and not `/` or a system directory.
