@@ -283,3 +283,88 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// git's metadata is never a workspace: `kiln -C .git` (any command) is refused, a batch
+/// task whose `dir` has a `.git` part is refused as a bad line, and one whose `dir` is a link
+/// into `.git` is refused when it runs; git's config stays unread and unwritten.
+#[test]
+fn git_s_metadata_is_never_the_workspace() {
+    let ws = repo_with_secrets();
+    let r = ws.kiln(
+        &[
+            "-C",
+            ".git",
+            "tool",
+            "call",
+            "read_file",
+            "--args",
+            r#"{"path":"config"}"#,
+        ],
+        &[],
+    );
+    r.expect_code(2);
+    assert!(r.stderr().contains("lies in `.git`"), "{}", r.stderr());
+    assert!(!format!("{}{}", r.stdout(), r.stderr()).contains("GITCONFIG-SECRET"));
+    std::fs::create_dir_all(ws.root().join(".git/hooks")).unwrap();
+    let r = ws.kiln(&["-C", ".git/hooks", "history"], &[]);
+    r.expect_code(2);
+    assert!(r.stderr().contains("lies in `.git`"), "{}", r.stderr());
+
+    // Batch: a task line naming `.git` is a bad line.
+    ws.write("proj/a.c", "int main(void) { return 0; }\n");
+    for dir in [".git", "sub/.git/hooks", "./.git"] {
+        let line = serde_json::json!({"id": "t1", "repo": "proj", "kind": "fix", "dir": dir,
+            "cmd": "true", "targets": ["config"]});
+        ws.write("tasks.jsonl", &format!("{line}\n"));
+        let r = ws.kiln(&["batch", "run", "tasks.jsonl"], &[]);
+        r.expect_code(2);
+        assert!(
+            r.stderr().contains("tasks.jsonl:1: dir:") && r.stderr().contains("lies in `.git`"),
+            "{dir}: {}",
+            r.stderr()
+        );
+    }
+    // ... and a `dir` that is a link into `.git` fails when it runs.
+    let proj = ws.root().join("proj");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+            .args(args)
+            .current_dir(&proj)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    symlink(".git", proj.join("docs")).unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "x"]);
+    let line = serde_json::json!({"id": "t2", "repo": "proj", "kind": "fix", "dir": "docs",
+        "cmd": "sh -c \"git config core.fsmonitor 'id > /tmp/kiln-pwned'; false\"",
+        "targets": ["config"]});
+    ws.write("tasks2.jsonl", &format!("{line}\n"));
+    let r = ws.kiln(
+        &["batch", "run", "tasks2.jsonl", "--json", "--keep-checkouts"],
+        &[],
+    );
+    let res: serde_json::Value =
+        serde_json::from_str(r.stdout().lines().next().unwrap_or("{}")).unwrap();
+    assert!(
+        res["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("lies in `.git`"),
+        "{res}\n{}",
+        r.stderr()
+    );
+    let checkout = res["checkout"].as_str().unwrap_or("");
+    if !checkout.is_empty() {
+        let config = std::fs::read_to_string(std::path::Path::new(checkout).join(".git/config"))
+            .unwrap_or_default();
+        assert!(!config.contains("fsmonitor"), "{config}");
+    }
+}

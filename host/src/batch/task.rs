@@ -146,6 +146,9 @@ pub fn check_id(id: &str) -> Result<(), String> {
     }
 }
 
+/// Why a `dir` in `.git` is refused.
+pub(crate) const GIT_DIR_WHY: &str = "lies in `.git`, git's own metadata: a run there would write git's config and hooks (which git runs unconfined); a task works in the checkout's files";
+
 /// Where a task's checkout comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Repo<'a> {
@@ -264,10 +267,13 @@ impl Task {
         {
             return Some(("rev".into(), format!("`{rev}` is not a revision")));
         }
-        if let Some(dir) = &self.dir
-            && let Err(why) = crate::path::check_relative(dir)
-        {
-            return Some(("dir".into(), format!("`{dir}` {why}")));
+        if let Some(dir) = &self.dir {
+            if let Err(why) = crate::path::check_relative(dir) {
+                return Some(("dir".into(), format!("`{dir}` {why}")));
+            }
+            if crate::path::has_git_component(Path::new(dir)) {
+                return Some(("dir".into(), format!("`{dir}` {}", GIT_DIR_WHY)));
+            }
         }
         if let Err(e) = self.spec.check() {
             return Some((e.field, e.why));

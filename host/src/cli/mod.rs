@@ -166,6 +166,13 @@ impl Ctx {
                 (root, found_by, rel)
             }
         };
+        // Never git's metadata (`kiln -C .git`, a task's `dir` leading there): a run's programs
+        // would write its config and hooks, which git runs unconfined.
+        anyhow::ensure!(
+            !crate::path::has_git_component(&workspace),
+            "the workspace {} lies in `.git`, git's own metadata; kiln does not work there (its programs would write git's config and hooks, which git runs unconfined)",
+            crate::terminal::printable(&workspace.to_string_lossy())
+        );
         let config = Config::load(&workspace, global.yes)?;
         let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
         let flag = global.store.as_ref().filter(|u| !u.is_empty());
