@@ -368,3 +368,55 @@ fn git_s_metadata_is_never_the_workspace() {
         assert!(!config.contains("fsmonitor"), "{config}");
     }
 }
+
+/// `kiln report --batch` checks each task id read back from the store with the task-id rule
+/// before it names a page: a row edited to `x/../../../planted` writes nothing outside the
+/// report's directory (the row stays in the table, as text, with no page).
+#[test]
+fn a_batch_report_never_turns_a_stored_id_into_a_path() {
+    use crate::batch::{KEY, Mock, fix_task, project, task_file};
+    let ws = Workspace::new();
+    let mock = Mock::start(std::time::Duration::ZERO);
+    project(&ws);
+    mock.configure(&ws);
+    task_file(&ws, "tasks.jsonl", &[fix_task("t1"), fix_task("t2")]);
+    ws.kiln(&["batch", "run", "tasks.jsonl", "--dir", "b"], &[KEY])
+        .expect_code(0);
+    let planted = ws.path().join("planted");
+    let id = format!("x/../../../../../../../..{}", planted.display());
+    let db = rusqlite::Connection::open(ws.root().join("b/kiln.db")).unwrap();
+    let n = db
+        .execute("update kiln_batch_tasks set id = ?1 where id = 't1'", [&id])
+        .unwrap();
+    assert_eq!(n, 1);
+    std::fs::create_dir(ws.root().join("out")).unwrap();
+    let r = ws.kiln(
+        &[
+            "report",
+            "--batch",
+            "tasks",
+            "--dir",
+            "b",
+            "--html",
+            "out/r.html",
+        ],
+        &[],
+    );
+    r.expect_code(0);
+    assert!(
+        !ws.path().join("planted.html").exists(),
+        "written outside out/"
+    );
+    assert!(r.stderr().contains("is not a task id"), "{}", r.stderr());
+    let mut pages: Vec<String> = std::fs::read_dir(ws.root().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    assert_eq!(pages, ["r-t2.html", "r.html"]);
+    let index = std::fs::read_to_string(ws.root().join("out/r.html")).unwrap();
+    assert!(
+        index.contains("planted") && !index.contains("href=\"r-x/"),
+        "{index}"
+    );
+}
