@@ -420,3 +420,29 @@ fn a_batch_report_never_turns_a_stored_id_into_a_path() {
         "{index}"
     );
 }
+
+/// A batch task whose repository URL carries a user name over HTTPS (GitHub's
+/// `https://TOKEN@github.com/...` form) is a bad line: refused before anything runs, with a
+/// message pointing to a credential helper, and the token is printed and stored nowhere.
+#[test]
+fn a_token_in_a_batch_repo_url_is_refused_and_never_echoed() {
+    let ws = Workspace::new();
+    let line = serde_json::json!({"id": "t1", "repo": "https://ghp_USERTOKEN-SECRET@127.0.0.1:1/o/r.git",
+        "kind": "agent", "prompt": "hi"});
+    ws.write("tasks.jsonl", &format!("{line}\n"));
+    let r = ws.kiln(
+        &["batch", "run", "tasks.jsonl", "--dir", "b", "--json"],
+        &[],
+    );
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("tasks.jsonl:1: repo:") && r.stderr().contains("credential helper"),
+        "{}",
+        r.stderr()
+    );
+    let mut everything = format!("{}{}", r.stdout(), r.stderr());
+    for f in walk(&ws.root().join("b")) {
+        everything.push_str(&String::from_utf8_lossy(&std::fs::read(f).unwrap()));
+    }
+    assert!(!everything.contains("USERTOKEN"), "{everything}");
+}

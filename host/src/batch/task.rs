@@ -160,7 +160,7 @@ pub enum Repo<'a> {
 }
 
 /// What `repo` names, or why it cannot be used. Git's other transports (`file://`, `ext::`,
-/// remote helpers) are refused, and so is a password in a URL.
+/// remote helpers) are refused, and so is a password in a URL, or any user name but over SSH.
 pub fn classify_repo(repo: &str) -> Result<Repo<'_>, String> {
     if repo.trim().is_empty() {
         return Err("is empty".into());
@@ -179,12 +179,19 @@ pub fn classify_repo(repo: &str) -> Result<Repo<'_>, String> {
             ));
         }
         let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if let Some((userinfo, _)) = authority.rsplit_once('@')
-            && userinfo.contains(':')
-        {
-            return Err(
-                "carries a password: a task file is data, so credentials belong in git's credential helper on the worker".into(),
-            );
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            if userinfo.contains(':') {
+                return Err(
+                    "carries a password: a task file is data, so credentials belong in git's credential helper on the worker".into(),
+                );
+            }
+            // Over HTTP a user name is a credential too (`https://ghp_TOKEN@github.com/...`,
+            // GitHub's token form); over SSH it only names the account (`ssh://git@host/`).
+            if !scheme.eq_ignore_ascii_case("ssh") {
+                return Err(
+                    "carries a user name, which over http(s) and git:// can be a token (not shown): a task file is data, so credentials belong in git's credential helper on the worker (`git config --global credential.helper store`, or the CI's own); write the URL without `USER@`".into(),
+                );
+            }
         }
         return Ok(Repo::Remote(repo));
     }
@@ -470,5 +477,23 @@ mod tests {
             classify_repo("git@github.com:o/r.git"),
             Ok(Repo::Remote("git@github.com:o/r.git"))
         );
+    }
+
+    #[test]
+    fn a_user_name_is_refused_but_over_ssh_and_never_echoed() {
+        for url in [
+            "https://ghp_TOKEN@github.com/o/r.git",
+            "HTTP://ghp_TOKEN@h/r",
+            "git://ghp_TOKEN@h/r",
+            "https://u:ghp_TOKEN@h/r",
+        ] {
+            let e = classify_repo(url).unwrap_err();
+            assert!(
+                e.contains("credential helper") && !e.contains("TOKEN"),
+                "{e}"
+            );
+        }
+        assert!(classify_repo("ssh://git@github.com/o/r.git").is_ok());
+        assert!(classify_repo("https://github.com/o/r.git").is_ok());
     }
 }
