@@ -446,3 +446,69 @@ fn a_token_in_a_batch_repo_url_is_refused_and_never_echoed() {
     }
     assert!(!everything.contains("USERTOKEN"), "{everything}");
 }
+
+/// A repository that ships its own `.kiln/.gitignore` (one that does not ignore everything,
+/// or brings files back with `!`) does not make kiln's artifacts committable: kiln replaces it
+/// with its own `*` before it writes there, so `git add -A` stages none of `.kiln/`.
+#[test]
+fn kiln_s_own_files_stay_ignored_whatever_the_repository_ships() {
+    use crate::review_loop::{final_answer, review};
+    for shipped in ["# upstream keeps this\n", "*\n!*\n", "!loop/\n"] {
+        let ws = Workspace::new();
+        let root = ws.root();
+        ws.write("task.md", "Do it.\n");
+        ws.write(".kiln/.gitignore", shipped);
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+                .args(args)
+                .current_dir(&root)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        git(&["init", "-q"]);
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "init"]);
+        let mock = MockLlm::start(vec![
+            final_answer("STATUS: INCOMPLETE\nNEXT STEPS:\n- more\n"),
+            review("ok", "", &[]),
+        ]);
+        let base = format!("{}/v1", mock.url);
+        ws.kiln(
+            &[
+                "loop",
+                "--task",
+                "task.md",
+                "--loops",
+                "1",
+                "--base-url",
+                &base,
+                "--model",
+                "m",
+            ],
+            &[],
+        );
+        assert!(
+            root.join(".kiln/loop").is_dir(),
+            "the loop wrote no artifacts"
+        );
+        let ignore = ws.read(".kiln/.gitignore");
+        assert!(
+            ignore.lines().any(|l| l == "*") && !ignore.contains('!'),
+            "{ignore}"
+        );
+        git(&["add", "-A"]);
+        let staged = git(&["diff", "--cached", "--name-only"]);
+        let kiln_files: Vec<&str> = staged
+            .lines()
+            .filter(|l| l.starts_with(".kiln/") && *l != ".kiln/.gitignore")
+            .collect();
+        assert!(kiln_files.is_empty(), "{shipped:?}: staged {kiln_files:?}");
+    }
+}
