@@ -1,5 +1,6 @@
 //! Undo benchmark (issue 34): the median cost of one undo checkpoint (after one file changed)
-//! on a 50-file and on a 50,000-file workspace (about 4 KB a file: 200 MB), and the median wall
+//! on a 50-file and on a 50,000-file workspace (about 4 KB a file: 200 MB; a git repository,
+//! every file committed), and the median wall
 //! time of a one-iteration `kiln fix` (the real binary, a `--replay` answer, a `grep` check)
 //! on both. Run with `cargo bench --bench undo --profile dev` (not part of the test suite).
 // Benchmarks set up their fixtures as they like (clippy.toml: only the writer writes, in kiln).
@@ -28,6 +29,30 @@ fn workspace(n: usize) -> tempfile::TempDir {
         std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n{body}")).unwrap();
     }
     std::fs::write(dir.path().join("t.txt"), "BROKEN\n").unwrap();
+    // A git repository with every file committed, as a project kiln runs in: undo takes the
+    // pre-images of its clean tracked files from git's objects.
+    for args in [
+        &["init", "-q", "."][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@b",
+            "commit",
+            "-q",
+            "-m",
+            "init",
+        ],
+    ] {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(dir.path())
+            .status()
+            .expect("run git")
+            .success();
+        assert!(ok, "git {args:?}");
+    }
     // Files written in the last 2 s are "racy" (their stat cannot vouch for them, and undo
     // reads them again at every run): a workspace's files are older than that.
     std::thread::sleep(Duration::from_millis(2500));

@@ -11,7 +11,8 @@
 //! - A pre-image (`undo/objects/<sha256>`) is kept while a kept record needs it (a change's
 //!   content before the run; for a run that never finished, its start-of-run list) or the
 //!   stat cache names it (so the next run does not copy the file again); the rest are
-//!   removed.
+//!   removed, and so are the names of pre-images that are git's objects (`blobs.json`) by
+//!   the same rule.
 //!
 //! Nothing here reads or writes a workspace. A directory that cannot be understood (no
 //! readable `workspace.json`, a record that does not parse) is left alone and named.
@@ -207,6 +208,27 @@ fn workspace(state: &Path, limits: Limits, now_ms: i64, dry_run: bool, report: &
         if !r.finished {
             let start = read_cache(&undo.join("runs").join(format!("{}.start.json", r.id)));
             needed.extend(start.into_values().map(|c| c.hash));
+        }
+    }
+    // The pre-images that are git's objects: only the names of those still needed stay.
+    let blobs_path = undo.join(crate::undo::backup::BLOBS);
+    if let Ok(bytes) = std::fs::read(&blobs_path)
+        && let Ok(mut blobs) = serde_json::from_slice::<BTreeMap<String, String>>(&bytes)
+    {
+        let before = blobs.len();
+        blobs.retain(|h, _| needed.contains(h));
+        if blobs.len() < before
+            && !dry_run
+            && let Ok(kept) = serde_json::to_vec(&blobs)
+        {
+            let tmp = undo.join(format!(
+                "{}.tmp-{}",
+                crate::undo::backup::BLOBS,
+                std::process::id()
+            ));
+            if std::fs::write(&tmp, &kept).is_ok() && std::fs::rename(&tmp, &blobs_path).is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
         }
     }
     let Ok(objects) = std::fs::read_dir(undo.join("objects")) else {

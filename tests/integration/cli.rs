@@ -430,7 +430,7 @@ fn latest_run(ws: &Workspace) -> Value {
 }
 
 /// Wait until a process whose command line ends with `tail` runs (the check started).
-fn wait_for_program(tail: &str) {
+pub(crate) fn wait_for_program(tail: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !std::fs::read_dir("/proc")
         .unwrap()
@@ -982,7 +982,7 @@ fn ctrl_c_in_the_first_check_does_not_start_the_check_again() {
 
 /// `kiln ARGS` in `ws` with a key, its outputs piped and SIGINT at its default whatever ran
 /// the tests, for a test that interrupts it.
-fn spawn_interruptible(ws: &Workspace, args: &[&str]) -> std::process::Child {
+pub(crate) fn spawn_interruptible(ws: &Workspace, args: &[&str]) -> std::process::Child {
     use std::os::unix::process::CommandExt;
     let mut cmd = ws.command(args);
     cmd.env("OPENAI_API_KEY", "sk-t")
@@ -996,4 +996,173 @@ fn spawn_interruptible(ws: &Workspace, args: &[&str]) -> std::process::Child {
         });
     }
     cmd.spawn().unwrap()
+}
+
+/// A program call's temporary directory (`kiln-exec-*` under `TMPDIR`) goes with the call on
+/// every path: a check that runs out of the plugin's deadline, and a `kiln check` or
+/// `kiln tool call` ended by Ctrl-C or SIGTERM while its program runs (kiln died by the signal
+/// and left the directory; it still ends by the signal).
+#[test]
+fn a_program_calls_temp_dir_goes_on_every_path() {
+    use std::os::unix::process::ExitStatusExt;
+    let ws = Workspace::new();
+    let tmp = ws.path().join("tmpdir");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let left = || std::fs::read_dir(&tmp).unwrap().count();
+    ws.write("kiln.toml", "[plugins.command]\ntimeout_ms = 1500\n");
+    let mut cmd = ws.command(&["check", "--cmd", "sleep 29.58"]);
+    cmd.env("TMPDIR", &tmp);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(left(), 0, "the deadline left the call's temp dir");
+    std::fs::remove_file(ws.root().join("kiln.toml")).unwrap();
+
+    ws.write(
+        "kiln.toml",
+        "[plugins.shell]\nexec = [{ program = \"sleep\", args = [\"*\"] }]\n",
+    );
+    let runs: [(&[&str], &str, i32); 3] = [
+        (
+            &["check", "--cmd", "sleep 29.59"],
+            "sleep\x0029.59\x00",
+            libc::SIGINT,
+        ),
+        (
+            &["check", "--cmd", "sleep 29.57"],
+            "sleep\x0029.57\x00",
+            libc::SIGTERM,
+        ),
+        (
+            &[
+                "tool",
+                "call",
+                "run_cmd",
+                "--args",
+                r#"{"command":"sleep","args":["29.56"]}"#,
+            ],
+            "sleep\x0029.56\x00",
+            libc::SIGINT,
+        ),
+    ];
+    for (args, program, signal) in runs {
+        let mut cmd = ws.command(args);
+        cmd.env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        wait_for_program(program);
+        assert_eq!(left(), 1, "{args:?}: the call's temp dir is under TMPDIR");
+        // SAFETY: signals the child this test spawned.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(signal), "{args:?}: {status:?}");
+        assert_eq!(left(), 0, "{args:?}: the signal left the call's temp dir");
+    }
+}
+
+/// `kiln tool call --json` answers on stdout with one JSON object whatever stops it: a usage
+/// error of the command line (clap's), arguments that are not JSON or do not match the schema,
+/// an unknown tool, all exit 2 with `{"ok": false, "error": {"kind": "usage", ...}}` (stdout
+/// was empty), the message on stderr as before.
+#[test]
+fn tool_call_json_answers_usage_errors_with_a_json_object() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    let cases: [(&[&str], Option<&str>, &str); 5] = [
+        (
+            &["tool", "call", "nope", "--json"],
+            Some("nope"),
+            "no tool named `nope`",
+        ),
+        (
+            &["tool", "call", "read_file", "--args", "{bad", "--json"],
+            Some("read_file"),
+            "--args is not valid JSON",
+        ),
+        (
+            &[
+                "tool",
+                "call",
+                "read_file",
+                "--args",
+                r#"{"x":1}"#,
+                "--json",
+            ],
+            Some("read_file"),
+            "the required field `path` is missing",
+        ),
+        (
+            &["tool", "call", "--json"],
+            None,
+            "the following required arguments were not provided",
+        ),
+        (
+            &["tool", "call", "--json", "--bogus", "read_file"],
+            Some("read_file"),
+            "unexpected argument '--bogus' found",
+        ),
+    ];
+    for (args, tool, message) in cases {
+        let r = ws.kiln(args, &[]);
+        r.expect_code(2);
+        let stdout = r.stdout();
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {}", r.stdout());
+        let v: Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["ok"], false, "{v}");
+        assert_eq!(v["error"]["kind"], "usage", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(message),
+            "{args:?}: {v}"
+        );
+        assert_eq!(v.get("tool").and_then(Value::as_str), tool, "{v}");
+        assert!(r.stderr().contains(message), "{}", r.stderr());
+    }
+    // Without --json, stdout stays empty.
+    let r = ws.kiln(&["tool", "call", "nope"], &[]);
+    r.expect_code(2);
+    assert_eq!(r.stdout(), "");
+}
+
+/// Messages that send the user to their configuration name its real path: under
+/// `XDG_CONFIG_HOME` when set (they said `~/.config/kiln/config.toml` whatever it said), or
+/// the `KILN_CONFIG` file.
+#[test]
+fn configuration_messages_name_the_real_user_config_path() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    let xdg = ws.path().join("xdg");
+    let want = xdg.join("kiln/config.toml").display().to_string();
+    let run = |args: &[&str], kiln_config: Option<&str>| {
+        let mut cmd = ws.command(args);
+        cmd.env_remove("KILN_CONFIG").env("XDG_CONFIG_HOME", &xdg);
+        if let Some(c) = kiln_config {
+            cmd.env("KILN_CONFIG", c);
+        }
+        crate::support::Run(cmd.output().unwrap())
+    };
+    let r = run(&["fix", "--cmd", "false", "--file", "a.txt"], None);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("no model configured") && r.stderr().contains(&want),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("~/.config"), "{}", r.stderr());
+    let keyless = ["fix", "--model", "m", "--cmd", "false", "--file", "a.txt"];
+    let r = run(&keyless, None);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("no API key") && r.stderr().contains(&want),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("~/.config"), "{}", r.stderr());
+    let own = ws.path().join("mine.toml");
+    let r = run(&keyless, own.to_str());
+    assert!(
+        r.stderr().contains(&own.display().to_string()),
+        "{}",
+        r.stderr()
+    );
 }

@@ -562,3 +562,56 @@ fn a_search_replace_on_a_big_file_costs_the_edit_not_the_file() {
     assert!(after.contains("{\"id\":     400000, \"v\": \"done\"},\n"));
     assert_eq!(after.matches("done").count(), 1);
 }
+
+/// `--runner carg` is answered with the runner's "did you mean" only: no warning about a
+/// `[plugins.carg]` section, which no file has (the flag's consent made it). A real misspelt
+/// section still gets its warning.
+#[test]
+fn a_misspelt_runner_flag_is_not_taken_for_a_misspelt_section() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let r = ws.kiln(&["check", "--runner", "carg", "--file", "a.txt"], &[]);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("did you mean `cargo`"),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("[plugins.carg]"), "{}", r.stderr());
+    ws.write("kiln.toml", "[plugins.shel]\nnet = false\n");
+    let r = ws.kiln(&["check", "--cmd", "true", "--file", "a.txt"], &[]);
+    r.expect_code(0);
+    assert!(
+        r.stderr().contains("[plugins.shel] names no plugin"),
+        "{}",
+        r.stderr()
+    );
+}
+
+/// A check that runs out of `--timeout` while its runner still reads a flood of output is a
+/// failing, timed-out check whose message names `--timeout` and `[fix] timeout` (the settings
+/// that set its time); it named `[plugins.command] timeout_ms`, which `--timeout` overrides.
+#[test]
+fn a_check_out_of_time_names_the_setting_that_sets_its_time() {
+    let ws = Workspace::new();
+    ws.write(
+        "flood.sh",
+        "yes 'main.c:1:1: error: x' &\nyes 'main.c:1:1: error: y' >&2\n",
+    );
+    let r = ws.kiln(
+        &["check", "--shell", "--cmd", "sh flood.sh", "--timeout", "1"],
+        &[],
+    );
+    r.expect_code(1);
+    assert!(!r.stderr().contains("timeout_ms"), "{}", r.stderr());
+    if r.stderr().contains("ran out of time") {
+        assert!(
+            r.stderr().contains("after 1 s")
+                && r.stderr().contains("--timeout SECONDS or `[fix] timeout`"),
+            "{}",
+            r.stderr()
+        );
+    } else {
+        assert!(r.stderr().contains("timed out"), "{}", r.stderr());
+    }
+}

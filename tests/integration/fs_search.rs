@@ -190,3 +190,174 @@ fn a_link_into_git_reads_nothing_of_gits() {
     let found = hits(&r);
     assert_eq!(found, vec![("src/a.rs".to_string(), 1)], "{}", r.stdout());
 }
+
+/// Files past the plugin's 4 MiB output limit: `search_repo` skips a file over 4 MiB, says
+/// how many it skipped and which, and cuts a long matching line (it failed the whole call with
+/// "output limit exceeded"); `read_files` returns a head of each file with a note, all of them
+/// within 2 MiB in all, and the files past that get an error of their own while the others
+/// are read (eighteen 256 KiB heads failed the whole call).
+#[test]
+fn large_files_are_cut_or_skipped_and_said_not_fatal() {
+    let ws = Workspace::new();
+    // One line of 5 MiB holding the pattern (minified code), and a 1 MiB one.
+    ws.write("big.min.js", &format!("TODO {}\n", "x".repeat(5 << 20)));
+    ws.write("long.js", &format!("TODO {}\n", "y".repeat(1 << 20)));
+    ws.write("small.txt", "a TODO here\n");
+    let r = call(&ws, "search_repo", json!({ "pattern": "TODO" }));
+    r.expect_code(0);
+    let res = &r.json()["result"];
+    assert_eq!(
+        hits(&r),
+        [("long.js".to_string(), 1), ("small.txt".to_string(), 1)]
+    );
+    assert_eq!(res["skipped_too_large"], 1, "{res}");
+    assert!(
+        res["note"]
+            .as_str()
+            .unwrap()
+            .contains("1 file over 4 MiB not searched: big.min.js"),
+        "{res}"
+    );
+    let long = &res["matches"][0];
+    assert!(
+        long["text"].as_str().unwrap().len() < 1100,
+        "a long line is cut"
+    );
+    assert_eq!(long["line_bytes"], (1 << 20) + 5);
+
+    // read_files: eighteen files of 300 KiB each, then a small one.
+    let mut paths = Vec::new();
+    for i in 0..18 {
+        let p = format!("part{i:02}.txt");
+        ws.write(&p, &"z".repeat(300 * 1024));
+        paths.push(p);
+    }
+    paths.push("small.txt".into());
+    paths.insert(0, "big.min.js".into());
+    let r = call(&ws, "read_files", json!({ "paths": paths }));
+    r.expect_code(0);
+    let files = r.json()["result"]["files"].as_array().unwrap().clone();
+    assert_eq!(files.len(), 20);
+    let big = &files[0];
+    assert_eq!(big["truncated"], true, "{}", big["path"]);
+    assert_eq!(big["bytes"], (5 << 20) + 6);
+    assert_eq!(big["content"].as_str().unwrap().len(), 256 * 1024);
+    assert!(
+        big["note"].as_str().unwrap().contains(&format!(
+            "only the first 262144 of its {} bytes",
+            (5 << 20) + 6
+        )),
+        "{big}"
+    );
+    let shown: usize = files
+        .iter()
+        .filter_map(|f| f["content"].as_str())
+        .map(str::len)
+        .sum();
+    assert!(shown <= 2 << 20, "{shown}");
+    let unread = files.last().unwrap();
+    assert!(
+        unread["error"]
+            .as_str()
+            .unwrap()
+            .contains("read it in another call"),
+        "{unread}"
+    );
+    // A file read alone is read whatever came before.
+    let r = call(&ws, "read_files", json!({ "paths": ["small.txt"] }));
+    assert_eq!(r.json()["result"]["files"][0]["content"], "a TODO here\n");
+}
+
+/// An entry whose name is not UTF-8 no longer fails `list_dir` (WASI gives it as an error in
+/// the directory's stream, where the listing used to end): the other entries are listed and
+/// the note counts it; `glob` finds the files beside it.
+#[test]
+fn a_name_that_is_not_utf8_does_not_hide_the_rest_of_its_directory() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Workspace::new();
+    ws.write("a.txt", "a\n");
+    ws.write("z.txt", "z\n");
+    ws.write("sub/b.txt", "b\n");
+    std::fs::write(
+        ws.root().join(std::ffi::OsStr::from_bytes(b"bad\xff.txt")),
+        "x\n",
+    )
+    .unwrap();
+    let r = call(&ws, "list_dir", json!({}));
+    r.expect_code(0);
+    let res = &r.json()["result"];
+    assert_eq!(res["entries"], json!(["a.txt", "sub/", "z.txt"]), "{res}");
+    assert_eq!(res["unlisted"], 1, "{res}");
+    assert!(
+        res["note"]
+            .as_str()
+            .unwrap()
+            .contains("1 more entry whose name is not UTF-8"),
+        "{res}"
+    );
+    let r = call(&ws, "glob", json!({ "pattern": "**/*.txt" }));
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["result"]["files"],
+        json!(["a.txt", "sub/b.txt", "z.txt"])
+    );
+    // A sub-directory is listed the same way.
+    let r = call(&ws, "list_dir", json!({ "path": "sub" }));
+    assert_eq!(r.json()["result"]["entries"], json!(["b.txt"]));
+}
+
+/// F3: a hard link to `.git/config` inside the workspace (a tarball or zip that carries hard
+/// links, `cp -al`, a restored backup) is git's configuration under another name: the file
+/// tools and kiln's own readers refuse it like the file itself.
+#[test]
+fn a_hard_link_to_git_config_reads_nothing_of_gits() {
+    let ws = Workspace::new();
+    let secret = "[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0LXRva2Vu\n";
+    ws.write(".git/config", secret);
+    ws.write("src/a.rs", "fn a() {} // needle_kept\n");
+    std::fs::hard_link(ws.root().join(".git/config"), ws.root().join("notes.md")).unwrap();
+    std::fs::hard_link(ws.root().join(".git/config"), ws.root().join("src/cfg.txt")).unwrap();
+    for (tool, args) in [
+        ("read_file", json!({ "path": "notes.md" })),
+        (
+            "read_files",
+            json!({ "paths": ["notes.md", "src/cfg.txt"] }),
+        ),
+        ("search_repo", json!({ "pattern": "extraheader" })),
+    ] {
+        let r = call(&ws, tool, args.clone());
+        let out = format!("{}{}", r.stdout(), r.stderr());
+        assert!(
+            !out.contains("c2VjcmV0LXRva2Vu") && !out.contains("extraheader ="),
+            "{tool} {args}: {out}"
+        );
+    }
+    let r = call(&ws, "read_file", json!({ "path": "notes.md" }));
+    assert!(
+        r.stdout().contains("into `.git`") && r.stderr().contains("hard link to `.git/config`"),
+        "says why: {}{}",
+        r.stdout(),
+        r.stderr()
+    );
+    // kiln's own reader of workspace files (task files, targets) refuses it too.
+    let r = ws.kiln(
+        &[
+            "loop",
+            "--task",
+            "notes.md",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ],
+        &[],
+    );
+    let out = format!("{}{}", r.stdout(), r.stderr());
+    assert!(!out.contains("c2VjcmV0LXRva2Vu"), "{out}");
+    assert!(out.contains("hard link to `.git/config`"), "{out}");
+    // An ordinary file with other links is still read.
+    std::fs::hard_link(ws.root().join("src/a.rs"), ws.root().join("b.rs")).unwrap();
+    let r = call(&ws, "read_file", json!({ "path": "b.rs" }));
+    r.expect_code(0);
+    assert!(r.stdout().contains("needle_kept"), "{}", r.stdout());
+}

@@ -435,7 +435,7 @@ fn object_of(ws: &Workspace, text: &str) -> std::path::PathBuf {
 /// Issue 34: each run prunes its workspace's undo history to `[gc] keep_runs` (here 2) and
 /// the pre-images no kept run needs, the latest run can still be undone, and `kiln gc`
 /// removes (after a `--dry-run` that removes nothing) the state of a workspace that no longer
-/// exists, and a workspace's kiln.toml may not set `[gc]`.
+/// exists, and a workspace's kiln.toml's `[gc]` is ignored.
 #[test]
 fn runs_prune_their_undo_history_and_gc_removes_a_deleted_workspaces_state() {
     let ws = Workspace::new();
@@ -539,11 +539,169 @@ fn runs_prune_their_undo_history_and_gc_removes_a_deleted_workspaces_state() {
     assert!(ws.store_path().is_file(), "a live workspace's state stays");
 
     ws.write("kiln.toml", "[gc]\nkeep_runs = 1000\n");
-    let refused = ws.kiln(&["gc", "--dry-run"], &[]);
-    refused.expect_code(2);
+    let ignored = ws.kiln(&["gc", "--dry-run"], &[]);
+    ignored.expect_code(0);
     assert!(
-        refused.stderr().contains("may not set [gc]"),
+        ignored
+            .stderr()
+            .contains("sets [gc], which a workspace kiln.toml may not set: ignored"),
         "{}",
-        refused.stderr()
+        ignored.stderr()
     );
+}
+
+/// A repository's kiln.toml setting `[gc]`, `[batch]` or `[store]` (sections only the user's
+/// own configuration may set) does not lock its user out: every command warns that the section
+/// is ignored, naming the real path of the user's configuration, and runs; `kiln undo` puts
+/// back a run and `kiln trust` trusts the file, while the user's own `[gc]` still holds.
+#[test]
+fn a_repository_setting_user_only_sections_is_warned_and_ignored_not_refused() {
+    let ws = Workspace::new();
+    ws.user_config("[gc]\nkeep_runs = 1\n");
+    ws.write("check.sh", "grep -q ok x.txt\n");
+    let answers = ws.path().join("answers.jsonl");
+    let run = |i: usize| {
+        ws.write("x.txt", &format!("v{i}\n"));
+        std::fs::write(
+            &answers,
+            format!("{}\n", serde_json::json!(sr(&format!("v{i}\n"), "ok\n"))),
+        )
+        .unwrap();
+        let r = ws.kiln(
+            &[
+                "fix",
+                "--cmd",
+                "sh check.sh",
+                "--file",
+                "x.txt",
+                "--replay",
+                answers.to_str().unwrap(),
+            ],
+            &[],
+        );
+        r.expect_code(0);
+        r
+    };
+    run(1);
+    ws.write(
+        "kiln.toml",
+        "[gc]\nkeep_runs = 1000\n\n[batch]\nlocal_repos = [\"/\"]\n\n[store]\nurl = \"postgres://u:s3cret@127.0.0.1:9/x\"\n",
+    );
+    let r = run(2);
+    let user_config = ws.path().join("no-user-config.toml");
+    for section in ["gc", "batch", "store"] {
+        assert!(
+            r.stderr().contains(&format!(
+                "sets [{section}], which a workspace kiln.toml may not set: ignored"
+            )),
+            "{}",
+            r.stderr()
+        );
+    }
+    assert!(
+        r.stderr().contains(&user_config.display().to_string()),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("s3cret"), "{}", r.stderr());
+    // The user's keep_runs = 1 held, not the repository's 1000: one run's undo record.
+    let mut records: Vec<String> = std::fs::read_dir(undo_dir(&ws).join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    records.sort();
+    assert_eq!(records, ["2.json", "2.start.json"]);
+    for args in [
+        &["undo"][..],
+        &["trust"],
+        &["trust", "--check"],
+        &["history"],
+    ] {
+        let r = ws.kiln(args, &[("KILN_YES", "0")]);
+        r.expect_code(0);
+        assert!(r.stderr().contains("sets [gc]"), "{args:?}: {}", r.stderr());
+    }
+    assert_eq!(ws.read("x.txt"), "v2\n");
+}
+
+/// F10: run from `~` (or with `-C ~`, or in a directory holding kiln's state), the workspace
+/// would hold the user's keys and kiln's own configuration, state and cache key, readable and
+/// writable by every program kiln runs. Refused, saying to run inside a project; and the
+/// `.kiln` an earlier kiln left in `~` does not make `~` the workspace of a directory below.
+#[test]
+fn home_and_a_directory_holding_kilns_own_dirs_are_refused_as_workspaces() {
+    let ws = Workspace::new();
+    let home = ws.path().canonicalize().unwrap().join("home");
+    let config = home.join(".config/kiln/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let user_config = "[llm]\napi_key = \"sk-F10-CONFIG-KEY\"\n";
+    std::fs::write(&config, user_config).unwrap();
+    // The default XDG layout under this HOME: kiln's dirs are inside it.
+    let run = |cwd: &Path, args: &[&str]| {
+        let mut cmd = ws.command(args);
+        cmd.current_dir(cwd)
+            .env("HOME", &home)
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("KILN_CONFIG");
+        Run(cmd.output().unwrap())
+    };
+    let payload = "cat .config/kiln/config.toml; printf '[mcp.servers.x]\\ncommand = \"/bin/true\"\\n' >> .config/kiln/config.toml";
+    for (cwd, args) in [
+        (&home, vec!["check", "--shell", "--cmd", payload]),
+        (
+            &ws.root(),
+            vec![
+                "-C",
+                home.to_str().unwrap(),
+                "check",
+                "--shell",
+                "--cmd",
+                payload,
+            ],
+        ),
+        (
+            &home,
+            vec![
+                "tool",
+                "call",
+                "read_file",
+                "--args",
+                r#"{"path":".config/kiln/config.toml"}"#,
+            ],
+        ),
+    ] {
+        let r = run(cwd, &args);
+        r.expect_code(2);
+        assert!(
+            r.stderr().contains("is your home directory")
+                && r.stderr().contains("run kiln inside a project"),
+            "{}",
+            r.stderr()
+        );
+        assert!(!r.stdout().contains("sk-F10"), "{}", r.stdout());
+    }
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), user_config);
+    assert!(!home.join(".kiln").exists(), "nothing was created in ~");
+    // A project below `~` with no marker of its own, with a `.kiln` in `~`: its own directory
+    // is the workspace, not `~`.
+    std::fs::create_dir(home.join(".kiln")).unwrap();
+    let proj = home.join("Downloads/proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    let r = run(&proj, &["check", "--cmd", "pwd", "--json"]);
+    r.expect_code(0);
+    assert_eq!(
+        r.json()["stdout"].as_str().unwrap().trim(),
+        proj.to_str().unwrap()
+    );
+    // A workspace that holds kiln's state directory (not `~`): refused, naming it.
+    std::fs::create_dir_all(home.join(".local/state/kiln")).unwrap();
+    let r = run(&home.join(".local"), &["-C", ".", "check", "--cmd", "pwd"]);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("contains kiln's state directory"),
+        "{}",
+        r.stderr()
+    );
+    // Commands that run nothing there still work from `~`.
+    run(&home, &["plugin", "list"]).expect_code(0);
 }

@@ -76,6 +76,7 @@ const LAYERED: &[Layered] = &[
                 "history",
                 "fix_options",
                 "command_policy",
+                "check_files",
                 "events",
                 "error",
                 "defaults",

@@ -48,6 +48,7 @@ mod toolchains;
 mod trust;
 mod undo;
 mod undo_exact;
+mod undo_git;
 mod undo_hostile;
 mod view;
 mod writer;

@@ -615,3 +615,221 @@ fn stdout_carries_only_json_rpc() {
     assert!(lines.iter().all(|m| m["jsonrpc"] == "2.0"), "{lines:?}");
     assert_eq!(lines[0]["result"]["serverInfo"]["name"], "kiln");
 }
+
+/// A line-by-line JSON-RPC conversation with `kiln mcp` over its stdin/stdout: each answer is
+/// awaited with a deadline, so a server that stays silent fails the test instead of hanging it.
+struct Lines {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    rx: std::sync::mpsc::Receiver<String>,
+}
+
+impl Lines {
+    fn start(ws: &Workspace) -> Lines {
+        use std::io::BufRead;
+        let mut child = ws
+            .command(&["mcp"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { child, stdin, rx }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stdin.write_all(bytes).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next message on stdout (within 60 s).
+    fn next(&self) -> Value {
+        let line = self
+            .rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("kiln mcp answered nothing within 60 s");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn unreadable_and_oversized_requests_get_json_rpc_errors_and_the_server_goes_on() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "x\n");
+    let mut s = Lines::start(&ws);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    s.send(format!("{init}\n").as_bytes());
+    assert_eq!(s.next()["id"], 1);
+    s.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+
+    // Not JSON: a parse error with id null (JSON-RPC 2.0, section 5.1).
+    s.send(b"this is not json\n");
+    let e = s.next();
+    assert_eq!(e["jsonrpc"], "2.0", "{e}");
+    assert_eq!(e["error"]["code"], -32700, "{e}");
+    assert!(e["id"].is_null() && e.get("id").is_some(), "{e}");
+
+    // JSON but no JSON-RPC message: an invalid request, with the id it names.
+    s.send(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":7}\n");
+    let e = s.next();
+    assert_eq!(
+        (e["error"]["code"].clone(), e["id"].clone()),
+        (json!(-32600), json!(5)),
+        "{e}"
+    );
+
+    // A request over 16 MiB: an error naming its id, sent while stdin stays open (the client
+    // would wait for it forever otherwise).
+    let big = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
+        "name": "read_file", "arguments": {"path": "a".repeat(17 * 1024 * 1024)}}});
+    s.send(format!("{big}\n").as_bytes());
+    let e = s.next();
+    assert_eq!(e["id"], 42, "{e}");
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("16 MiB"),
+        "{e}"
+    );
+
+    // And the server goes on serving.
+    let call = json!({"jsonrpc": "2.0", "id": 43, "method": "tools/call", "params": {
+        "name": "read_file", "arguments": {"path": "notes.txt"}}});
+    s.send(format!("{call}\n").as_bytes());
+    let r = s.next();
+    assert_eq!(r["id"], 43, "{r}");
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains('x'),
+        "{r}"
+    );
+}
+
+/// compile_loop takes the workspace's run lock as `kiln fix` does: refused, naming the holder,
+/// while a `kiln fix` runs there (nothing written), and held while its own loop runs, so a
+/// `kiln fix` started then is refused naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compile_loop_takes_the_workspace_run_lock() {
+    use crate::cli::{spawn_interruptible, wait_for_program};
+    use crate::mock_llm::MockLlm;
+    let ws = Workspace::new();
+    let broken = "def add(a, b):\n    return a - b\n\nassert add(2, 3) == 5\n";
+    ws.write("calc.py", broken);
+    ws.write(
+        "slow_check_5521.py",
+        "import time\ntime.sleep(29.37)\nexec(open('calc.py').read())\n",
+    );
+    let fix = "<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let replay = ws.path().join("answers.jsonl");
+    std::fs::write(&replay, format!("{}\n", Value::String(fix.into()))).unwrap();
+    let compile_loop = || {
+        ClientRequest::CallToolRequest(Request::new(params(
+            "compile_loop",
+            json!({"spec": "add() must add", "target_file": "calc.py"}),
+        )))
+    };
+
+    // A `kiln fix` in its first check holds the workspace.
+    let mock = MockLlm::start(vec![]);
+    let base = format!("{}/v1", mock.url);
+    let fix_args = |cmd: &'static str| {
+        vec![
+            "fix".to_string(),
+            "--base-url".into(),
+            base.clone(),
+            "--model".into(),
+            "m".into(),
+            "--max-iters".into(),
+            "1".into(),
+            "--shell".into(),
+            "--cmd".into(),
+            cmd.into(),
+        ]
+    };
+    let first = fix_args("sleep 29.73; exit 1");
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let running_fix = spawn_interruptible(&ws, &first);
+    wait_for_program("sleep\x0029.73\x00");
+    let s = connect(
+        &ws,
+        &[
+            "--test-command",
+            "python3 calc.py",
+            "--replay",
+            replay.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let ServerResult::CallToolResult(r) = s.peer().send_request(compile_loop()).await.unwrap()
+    else {
+        panic!("not a tool result");
+    };
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(
+        text(&r).contains("another kiln process is working on this workspace (pid ")
+            && text(&r).contains("`kiln fix`"),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(ws.read("calc.py"), broken);
+    s.cancel().await.unwrap();
+    // SAFETY: signals the child this test spawned.
+    unsafe { libc::kill(running_fix.id() as i32, libc::SIGINT) };
+    assert_eq!(
+        running_fix.wait_with_output().unwrap().status.code(),
+        Some(130)
+    );
+
+    // A compile_loop in its first check holds it in turn.
+    let s = connect(
+        &ws,
+        &[
+            "--test-command",
+            "python3 slow_check_5521.py",
+            "--replay",
+            replay.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let handle = s
+        .peer()
+        .send_cancellable_request(compile_loop(), PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    wait_for_program("slow_check_5521.py\x00");
+    let second = fix_args("echo second >> calc.py; exit 1");
+    let second: Vec<&str> = second.iter().map(String::as_str).collect();
+    let r = ws.kiln(&second, &[("OPENAI_API_KEY", "sk-t")]);
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("another kiln process is working on this workspace (pid ")
+            && r.stderr().contains("`kiln mcp compile_loop`"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(ws.read("calc.py"), broken);
+    handle.cancel(None).await.unwrap();
+    s.cancel().await.unwrap();
+}

@@ -437,8 +437,10 @@ fn no_model_points_at_the_user_config_not_kiln_toml() {
     let r = ws.kiln(&["fix", "--cmd", "true", "--file", "main.c"], &[]);
     r.expect_code(2);
     let err = r.stderr();
+    // The user's configuration by its real path (KILN_CONFIG here).
+    let user_config = ws.path().join("no-user-config.toml");
     assert!(
-        err.contains("KILN_MODEL") && err.contains("~/.config/kiln/config.toml"),
+        err.contains("KILN_MODEL") && err.contains(&user_config.display().to_string()),
         "{err}"
     );
     assert!(!err.contains("under [llm] in kiln.toml"), "{err}");
@@ -804,4 +806,122 @@ fn a_diagnostic_naming_a_link_into_git_shows_nothing_of_gits() {
         "{body}"
     );
     assert!(body.contains("int main(void) { return 0 }"), "{body}");
+}
+
+/// Paths on the command line: a file of the workspace (`--file`, `--files`, `--task`) is
+/// relative to the current directory inside the workspace, or to `-C DIR`; a file of the
+/// user's (`--replay`, `--prompt-file`, `--system-file`, ...) is relative to the current
+/// directory, `-C` or not, and a message about one names where it was looked for.
+#[test]
+fn workspace_files_follow_the_directory_inside_it_and_the_users_files_the_current_one() {
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.root().join(".git")).unwrap();
+    // `--task` from a subdirectory: the subdirectory's task file, as `--file` would be.
+    ws.write("tasks/task.md", "Write hello.txt.\n");
+    let mock = MockLlm::start(vec![
+        openai_text("Nothing to do."),
+        openai_text("Looks good to me."),
+    ]);
+    let base = format!("{}/v1", mock.url);
+    let mut cmd = ws.command(&[
+        "loop",
+        "--base-url",
+        &base,
+        "--model",
+        "test-model",
+        "--json",
+        "--task",
+        "task.md",
+        "--loops",
+        "1",
+    ]);
+    cmd.current_dir(ws.root().join("tasks"))
+        .env("OPENAI_API_KEY", "sk-t");
+    let r = Run(cmd.output().unwrap());
+    assert!(!r.stderr().contains("does not exist"), "{}", r.stderr());
+    let parent = ws
+        .store()
+        .loops(10)
+        .unwrap()
+        .into_iter()
+        .find(|l| l.kind == "loop")
+        .expect("the loop row");
+    assert_eq!(parent.targets, ["tasks/task.md"], "{}", r.stderr());
+
+    // `-C DIR` from elsewhere: `--file` inside DIR, `--replay` and `--prompt-file` here.
+    ws.write("x.txt", "v1\n");
+    let here = ws.path().join("here");
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::write(
+        here.join("answers.jsonl"),
+        format!("{}\n", json!(sr("v1\n", "ok\n"))),
+    )
+    .unwrap();
+    std::fs::write(here.join("prompt.txt"), "Make x.txt say ok.\n").unwrap();
+    let root = ws.root();
+    let fix_args = |prompt: &'static str| {
+        vec![
+            "-C".to_string(),
+            root.to_string_lossy().into_owned(),
+            "fix".into(),
+            "--cmd".into(),
+            "grep -q ok x.txt".into(),
+            "--file".into(),
+            "x.txt".into(),
+            "--replay".into(),
+            "answers.jsonl".into(),
+            "--prompt-file".into(),
+            prompt.into(),
+        ]
+    };
+    let args = fix_args("prompt.txt");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = ws.command(&args);
+    cmd.current_dir(&here);
+    let r = Run(cmd.output().unwrap());
+    r.expect_code(0);
+    assert_eq!(ws.read("x.txt"), "ok\n");
+    // A missing one is named with where it was looked for.
+    let args = fix_args("nope.txt");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = ws.command(&args);
+    cmd.current_dir(&here);
+    let r = Run(cmd.output().unwrap());
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains(&format!(
+            "cannot read --prompt-file nope.txt (in the current directory: {})",
+            here.join("nope.txt").display()
+        )),
+        "{}",
+        r.stderr()
+    );
+}
+
+/// Two spellings of one file in an answer (`src//lib.h`, `./src/lib.h`, `src/lib.h`) are one
+/// file: both edits land (the second used to be planned from the file's old text and to
+/// overwrite the first) and `--max-files 1` lets the answer through (it counted two files).
+#[test]
+fn two_spellings_of_one_file_are_one_file() {
+    let ws = Workspace::new();
+    ws.write("src/lib.h", "int a = 0\nint b = 0\n");
+    let cmd = ["--cmd", "grep -q 'int a = 1;' src/lib.h"];
+    let both = answer(&[
+        ("src//lib.h", "int a = 0\n", "int a = 1;\n"),
+        ("./src/lib.h", "int b = 0\n", "int b = 1;\n"),
+    ]);
+    let mock = MockLlm::start(vec![openai_text(&both)]);
+    let mut args = cmd.to_vec();
+    args.extend(["--max-files", "1"]);
+    let r = fix(&ws, &mock, &args);
+    let res = fix_result(&r);
+    assert_eq!(res["stop_reason"], "success", "{res}\n{}", r.stderr());
+    assert_eq!(ws.read("src/lib.h"), "int a = 1;\nint b = 1;\n");
+
+    // `kiln edit apply` the same way: one file written, both edits in it.
+    ws.write("src/lib.h", "int a = 0\nint b = 0\n");
+    let r = ws.kiln_stdin(&["edit", "apply", "--json"], &both);
+    r.expect_code(0);
+    assert_eq!(r.json()["written"], json!(["src/lib.h"]), "{}", r.stdout());
+    assert_eq!(ws.read("src/lib.h"), "int a = 1;\nint b = 1;\n");
 }

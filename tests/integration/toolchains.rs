@@ -710,3 +710,123 @@ fn a_build_printing_megabytes_before_its_error_still_names_the_error() {
         r.stderr()
     );
 }
+
+/// F16: a confined cargo build (any build script; here a stand-in `cargo` on `PATH`) cannot
+/// change what the user's next plain `cargo` takes from `CARGO_HOME`: the cached archives
+/// (cargo does not check them again when it unpacks them), the index, the unpacked sources,
+/// git databases and checkouts; nor add an archive. It still reads them.
+#[test]
+fn a_cargo_build_cannot_change_or_add_to_cargos_caches() {
+    let ws = Workspace::new();
+    ws.write(
+        "Cargo.toml",
+        "[package]\nname = \"x\"\nversion = \"0.1.0\"\n",
+    );
+    let t = ws.path();
+    let idx = "index.crates.io-6f17d22bba15001f";
+    let home = t.join("cargohome");
+    let files = [
+        format!("registry/cache/{idx}/serde-1.0.0.crate"),
+        format!("registry/index/{idx}/.cache/se/rd/serde"),
+        format!("registry/src/{idx}/serde-1.0.0/lib.rs"),
+        "git/db/dep-0123/HEAD".to_string(),
+        "git/checkouts/dep-0123/abc/lib.rs".to_string(),
+    ];
+    for f in &files {
+        let p = home.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "ORIGINAL\n").unwrap();
+    }
+    let bin = t.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let mut script = String::from("#!/bin/sh\ncd \"$CARGO_HOME\" || exit 3\n");
+    for f in &files {
+        script.push_str(&format!(
+            "cat {f} >/dev/null && echo read {f}; echo POISONED > {f} && echo wrote {f}\n"
+        ));
+    }
+    script.push_str(&format!(
+        "echo POISONED > registry/cache/{idx}/evil-1.0.0.crate && echo added an archive\nexit 1\n"
+    ));
+    std::fs::write(bin.join("cargo"), script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("cargo"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        kiln_env::env().var("PATH").unwrap_or_default()
+    );
+    let r = ws.kiln(
+        &["check", "--runner", "cargo", "--json"],
+        &[("PATH", &path), ("CARGO_HOME", home.to_str().unwrap())],
+    );
+    let out = r.json()["stdout"].as_str().unwrap_or_default().to_string();
+    for f in &files {
+        assert_eq!(
+            std::fs::read_to_string(home.join(f)).unwrap(),
+            "ORIGINAL\n",
+            "{f} was changed: {out}\n{}",
+            r.stderr()
+        );
+        assert!(out.contains(&format!("read {f}")), "{f} is readable: {out}");
+    }
+    assert!(!out.contains("wrote") && !out.contains("added"), "{out}");
+    assert!(
+        !home
+            .join(format!("registry/cache/{idx}/evil-1.0.0.crate"))
+            .exists(),
+        "{out}"
+    );
+}
+
+/// F16, with the network granted: a build that must download gets a CARGO_HOME of kiln's own
+/// for the workspace (in kiln's state directory, as go's build cache), never the user's, which
+/// stays as it was.
+#[test]
+fn a_cargo_build_with_the_network_downloads_into_a_cargo_home_of_kilns_own() {
+    let ws = Workspace::new();
+    ws.write(
+        "Cargo.toml",
+        "[package]\nname = \"x\"\nversion = \"0.1.0\"\n",
+    );
+    ws.user_config("[plugins.cargo]\nnet = true\n");
+    let t = ws.path();
+    let user_home = t.join("cargohome");
+    let cached = user_home.join("registry/cache/idx/serde-1.0.0.crate");
+    std::fs::create_dir_all(cached.parent().unwrap()).unwrap();
+    std::fs::write(&cached, "ORIGINAL\n").unwrap();
+    let bin = t.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("cargo"),
+        format!(
+            "#!/bin/sh\necho \"home=$CARGO_HOME\"\nmkdir -p \"$CARGO_HOME/registry/cache/idx\" && echo NEW > \"$CARGO_HOME/registry/cache/idx/new-1.0.0.crate\" && echo downloaded\necho POISONED > {} && echo wrote-users\nexit 1\n",
+            cached.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("cargo"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        kiln_env::env().var("PATH").unwrap_or_default()
+    );
+    let r = ws.kiln(
+        &["check", "--runner", "cargo", "--json"],
+        &[("PATH", &path), ("CARGO_HOME", user_home.to_str().unwrap())],
+    );
+    let out = r.json()["stdout"].as_str().unwrap_or_default().to_string();
+    let own = ws.store_path().parent().unwrap().join("build-cache/cargo");
+    assert!(
+        out.contains(&format!("home={}", own.display())) && out.contains("downloaded"),
+        "{out}\n{}",
+        r.stderr()
+    );
+    assert_eq!(
+        std::fs::read_to_string(own.join("registry/cache/idx/new-1.0.0.crate")).unwrap(),
+        "NEW\n"
+    );
+    assert!(!out.contains("wrote-users"), "{out}");
+    assert_eq!(std::fs::read_to_string(&cached).unwrap(), "ORIGINAL\n");
+}

@@ -289,3 +289,57 @@ fn a_file_a_trusted_kiln_toml_runs_is_pinned_and_a_change_to_it_voids_the_trust(
         r.stdout()
     );
 }
+
+/// F21: an `[mcp.servers]` entry (or a hook) in the user's own configuration applies in every
+/// workspace: a relative `command` would start whichever file a cloned repository keeps at that
+/// path, outside the sandbox. Refused, naming the entry; absolute paths and bare names load.
+#[test]
+fn a_relative_path_in_the_users_own_mcp_server_or_hook_is_refused() {
+    let ws = Workspace::new();
+    let pwned = ws.path().join("PWNED");
+    ws.write(
+        "tools/notes-mcp",
+        &format!("#!/bin/sh\nid > {}\n", pwned.display()),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        ws.root().join("tools/notes-mcp"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    for (config, named) in [
+        (
+            "[mcp.servers.notes]\ncommand = \"tools/notes-mcp\"\n",
+            "mcp.servers.notes",
+        ),
+        (
+            "[mcp.servers.notes]\ncommand = \"./tools/notes-mcp\"\n",
+            "mcp.servers.notes",
+        ),
+        (
+            "[mcp.servers.notes]\ncommand = \"sh\"\nargs = [\"tools/notes-mcp\"]\n",
+            "mcp.servers.notes",
+        ),
+        (
+            "[agent.hooks]\nbefore_tool = \"sh tools/notes-mcp\"\n",
+            "agent.hooks.before_tool",
+        ),
+    ] {
+        ws.user_config(config);
+        let r = ws.kiln(&["tool", "list"], &[]);
+        r.expect_code(2);
+        assert!(
+            r.stderr().contains(named)
+                && r.stderr().contains("is a relative path")
+                && r.stderr().contains("absolute path"),
+            "{config}: {}",
+            r.stderr()
+        );
+        assert!(!pwned.exists(), "{config}: the repository's file ran");
+    }
+    // Absolute paths, bare names, URLs and text with spaces load.
+    ws.user_config(
+        "[mcp.servers.ok]\ncommand = \"/usr/bin/env\"\nargs = [\"-C\", \"/opt/x\", \"--url=https://h/p\", \"echo a/b\"]\n\n[agent.hooks]\nbefore_tool = \"python3 /opt/hooks/guard.py\"\n",
+    );
+    ws.kiln(&["plugin", "list"], &[]).expect_code(0);
+}

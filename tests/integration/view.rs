@@ -353,3 +353,78 @@ fn a_program_cannot_plant_a_new_git_or_kiln_toml() {
     ws.kiln(&["check", "--cmd", "true", "--file", "a.txt"], &[])
         .expect_code(0);
 }
+
+/// F2: a program kiln runs (a runner, `run_cmd`, a hook) reads `.git/config`, and its output
+/// goes to the model, `--json` and the store. The view shows every git directory's `config`
+/// without its credentials (the token in a remote URL, `http.extraheader`), the rest intact:
+/// git still works there.
+#[test]
+fn programs_see_git_config_without_its_credentials_and_git_still_works() {
+    let ws = Workspace::new();
+    let root = ws.root();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", ws.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    ws.write("main.c", "int main(){return 0;}\n");
+    ws.write("sub/lib.c", "int x;\n");
+    for dir in [root.clone(), root.join("sub")] {
+        git(&dir, &["init", "-q"]);
+        git(&dir, &["config", "user.email", "a@b"]);
+        git(&dir, &["config", "user.name", "a"]);
+        git(
+            &dir,
+            &[
+                "remote",
+                "add",
+                "origin",
+                "https://x-access-token:GITCONFIG-SECRET@github.com/o/r.git",
+            ],
+        );
+        git(
+            &dir,
+            &[
+                "config",
+                "http.extraheader",
+                "AUTHORIZATION: basic EXTRAHEADER-SECRET",
+            ],
+        );
+        git(&dir, &["add", "-A"]);
+        git(&dir, &["commit", "-qm", "first commit"]);
+    }
+    ws.write("main.c", "int main(){return 1;}\n");
+    let r = ws.kiln(
+        &[
+            "check",
+            "--shell",
+            "--cmd",
+            "cat .git/config sub/.git/config; git status --short; git log --oneline; git remote -v; git -C sub log --oneline",
+            "--json",
+        ],
+        &[],
+    );
+    let out = r.json()["stdout"].as_str().unwrap().to_string();
+    assert!(!out.contains("SECRET"), "{out}");
+    assert!(!out.contains("x-access-token"), "{out}");
+    assert!(
+        out.contains("url = https://github.com/o/r.git")
+            && out.contains("[user]")
+            && out.contains("origin\thttps://github.com/o/r.git (fetch)"),
+        "the rest of the config is there: {out}"
+    );
+    assert!(out.contains(" M main.c"), "git status works: {out}");
+    assert_eq!(
+        out.matches("first commit").count(),
+        2,
+        "git log works: {out}"
+    );
+    // The real config is untouched.
+    let real = std::fs::read_to_string(root.join(".git/config")).unwrap();
+    assert!(real.contains("GITCONFIG-SECRET") && real.contains("EXTRAHEADER-SECRET"));
+}

@@ -416,7 +416,7 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     (
         "sandbox/lib.rs",
-        "the `tmp` and `home` directories of a call, inside the call's own fresh temporary directory",
+        "the `tmp` and `home` directories of a call, inside the call's own fresh temporary directory, and its removal with what the program left in it",
     ),
 ];
 

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 /// Grants implied by naming a runner on the command line (naming it is consent for
 /// the build it runs): `--runner command --cmd "prog ..."` grants `prog`; `--runner cargo`
-/// grants `cargo`, the variables rustup and cargo need, writing cargo's caches
-/// (`CARGO_HOME/registry`, `CARGO_HOME/git` and its lock and cache-tracking files) and reading
-/// its installed tools and configuration. Never writing `config.toml`, credentials or `bin/`:
+/// grants `cargo`, the variables rustup and cargo need, reading cargo's caches
+/// (`CARGO_HOME/registry`, `CARGO_HOME/git`), writing its lock and cache-tracking files and
+/// reading its installed tools and configuration. Never writing `config.toml`, credentials or `bin/`:
 /// a build script that could would run its code in the user's next plain `cargo`.
 /// `--runner go` also gets a build cache of kiln's own for `workspace`, when given (see
 /// [`kiln_state::build_cache`]; `None`: none, the build cache is each call's own).
@@ -117,17 +117,27 @@ pub fn grant_runner_consent(
                 .map(|n| format!("{}/{n}", cargo_home.trim_end_matches('/')))
                 .collect()
         };
-        // The caches, and the lock and cache-tracking files cargo keeps beside them (files
-        // only: no new file can be created in CARGO_HOME itself).
-        let write = under(&[
-            "registry",
-            "git",
-            ".package-cache",
-            ".package-cache-mutate",
-            ".global-cache",
-        ]);
-        // Tools installed there and the configuration cargo reads (never the credentials).
-        let read = under(&["bin", "config.toml", "config"]);
+        // The lock and cache-tracking files cargo keeps beside its caches (files only: no
+        // new file can be created in CARGO_HOME itself).
+        let mut write = under(&[".package-cache", ".package-cache-mutate", ".global-cache"]);
+        // Tools installed there, the configuration cargo reads (never the credentials), and
+        // the caches, read-only: cargo does not check an archive in `registry/cache` again
+        // when it unpacks it, nor an index entry, nor a git checkout, so a build script that
+        // could write them would run its code in the user's next plain `cargo build`.
+        let mut read = under(&["bin", "config.toml", "config", "registry", "git"]);
+        // With the network granted a build may need to download: into a CARGO_HOME of kiln's
+        // own for the workspace (as go's build cache), never the user's.
+        if pc.net == Some(true)
+            && let Some(ws) = workspace
+            && let Ok(Some(home)) = kiln_state::build_cache(ws, "cargo")
+        {
+            let home = home.to_string_lossy().into_owned();
+            write = vec![home.clone()];
+            read = under(&["bin"]);
+            pc.settings
+                .get_or_insert_with(BTreeMap::new)
+                .insert("cargo_home".into(), home);
+        }
         for (list, add) in [(&mut pc.write, write), (&mut pc.read, read)] {
             let list = list.get_or_insert_with(Vec::new);
             for p in add {

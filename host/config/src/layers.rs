@@ -97,11 +97,12 @@ impl Config {
             // The parser quotes the line at fault: never the value of a secret.
             message: crate::redact::parse_message(e.to_string().trim_end()),
         };
-        let full: File = toml::from_str(text).map_err(parse_err)?;
+        let mut full: File = toml::from_str(text).map_err(parse_err)?;
         let Layer::Workspace { trusted } = layer else {
             self.apply(path, full, Layer::User)?;
             return Ok(Vec::new());
         };
+        self.drop_user_only(path, &mut full);
         // Every value is checked, whether it applies or not (nothing is read from disk).
         Config::default().apply(path, full.clone(), TRUSTED_WORKSPACE)?;
         let mut ignored = Vec::new();
@@ -120,6 +121,43 @@ impl Config {
             self.apply(path, narrow, Layer::Untrusted)?;
         }
         Ok(ignored)
+    }
+
+    /// A workspace file's sections that only the user's own configuration may set (`[store]`,
+    /// `[batch]`, `[gc]`), trusted or not: taken out of `file` and named in a warning, so the
+    /// repository's choice never applies and never locks its user out of kiln (`kiln undo`,
+    /// `kiln trust` and the rest still run). Their values are not echoed (a store URL carries
+    /// credentials).
+    fn drop_user_only(&mut self, path: &Path, file: &mut File) {
+        let mut dropped = Vec::new();
+        if file.store.take().is_some() {
+            dropped.push((
+                "store",
+                "a store URL carries credentials, so kiln reads it only from --store, KILN_STORE or [store] url in",
+            ));
+        }
+        if file.batch.take().is_some() {
+            dropped.push((
+                "batch",
+                "which of your directories a batch task may copy is yours to say, in",
+            ));
+        }
+        if file.gc.take().is_some() {
+            dropped.push((
+                "gc",
+                "how much of your run history kiln keeps is yours to say, in",
+            ));
+        }
+        let own = user_config_path().map_or_else(
+            || "your own configuration".to_string(),
+            |p| format!("your own configuration ({})", p.display()),
+        );
+        for (section, why) in dropped {
+            self.warnings.push(format!(
+                "{} sets [{section}], which a workspace kiln.toml may not set: ignored ({why} {own})",
+                path.display()
+            ));
+        }
     }
 
     /// `[store]`: taken from the user's own file only; a workspace file (trusted or not) that
@@ -152,6 +190,11 @@ impl Config {
             if agent.test_command.is_some() {
                 self.agent.test_command = agent.test_command;
             }
+            if let Some(hooks) = &agent.hooks
+                && layer == Layer::User
+            {
+                validate_user_hooks(path, hooks)?;
+            }
             if agent.hooks.is_some() {
                 self.agent.hooks = agent.hooks;
             }
@@ -162,6 +205,9 @@ impl Config {
         if let Some(mcp) = file.mcp {
             for (name, server) in mcp.servers {
                 validate_mcp_server(path, &name, &server)?;
+                if layer == Layer::User {
+                    validate_user_mcp_server(path, &name, &server)?;
+                }
                 self.mcp.servers.insert(name, server);
             }
         }
@@ -207,6 +253,7 @@ impl Config {
         let base = path.parent().unwrap_or(Path::new("."));
         for (name, mut pc) in plugins {
             validate(path, &name, &pc)?;
+            self.file_sections.insert(name.clone());
             if let Some(p) = &pc.path
                 && p.is_relative()
             {
@@ -495,6 +542,76 @@ pub(crate) fn validate_mcp_server(
         return Err(invalid(format!(
             "mcp.servers.{name}: `command` may not be empty"
         )));
+    }
+    Ok(())
+}
+
+/// A word of a command line in the user's own configuration that names a path relative to
+/// the workspace (or to `--opt=`'s value): it has a `/`, is not absolute, and is neither a URL
+/// nor text with spaces. kiln expands no `~` there, so `~/x` is relative too.
+fn workspace_relative(word: &str) -> Option<&str> {
+    let value = match word.split_once('=') {
+        Some((opt, v)) if opt.starts_with('-') => v,
+        _ => word,
+    };
+    (value.contains('/')
+        && !value.starts_with('/')
+        && !value.contains("://")
+        && !value.contains(char::is_whitespace))
+    .then_some(word)
+}
+
+/// The message for a relative path in the user's configuration at `key`.
+fn relative_in_user_config(key: &str, word: &str, how: &str) -> String {
+    format!(
+        "{key}: `{word}` is a relative path: in your own configuration it names a file of whichever repository kiln runs in, {how}; give an absolute path, or a bare name found on PATH"
+    )
+}
+
+/// `[mcp.servers.NAME]` of the user's own configuration: a server starts outside the sandbox,
+/// in every workspace, so its `command` and `args` may not name a workspace file (a cloned
+/// repository's `tools/x` would run with the user's rights).
+fn validate_user_mcp_server(
+    path: &Path,
+    name: &str,
+    s: &McpServerConfig,
+) -> Result<(), ConfigError> {
+    let words = std::iter::once(s.command.trim()).chain(s.args.iter().map(String::as_str));
+    for word in words {
+        if let Some(w) = workspace_relative(word) {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: relative_in_user_config(
+                    &format!("mcp.servers.{name}"),
+                    w,
+                    "started outside the sandbox",
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `[agent.hooks]` of the user's own configuration: a hook sees (and may rewrite) every tool
+/// call in every workspace, so no word of it may name a workspace file.
+fn validate_user_hooks(path: &Path, hooks: &Hooks) -> Result<(), ConfigError> {
+    for (key, cmd) in [
+        ("before_tool", &hooks.before_tool),
+        ("after_tool", &hooks.after_tool),
+        ("before_llm", &hooks.before_llm),
+        ("after_llm", &hooks.after_llm),
+    ] {
+        let Some(cmd) = cmd else { continue };
+        if let Some(w) = cmd.split_whitespace().find_map(workspace_relative) {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: relative_in_user_config(
+                    &format!("agent.hooks.{key}"),
+                    w,
+                    "run on every tool or model call",
+                ),
+            });
+        }
     }
     Ok(())
 }

@@ -35,12 +35,36 @@ pub fn real_path(fd: std::os::fd::RawFd) -> Option<PathBuf> {
 /// the part below the directory open as `root` when it lies there (a workspace may itself sit
 /// below a directory of any name), else the whole. A link named anything (`docs -> .git`)
 /// leads where it leads. `true` when a real path cannot be known: the check fails closed.
+/// A hard link to the workspace's `.git/config` ([`links_git_config`]) counts as inside.
 pub fn opened_in_git_dir(fd: std::os::fd::RawFd, root: std::os::fd::RawFd) -> bool {
     let Some(real) = real_path(fd) else {
         return true;
     };
-    let below = real_path(root).and_then(|r| real.strip_prefix(r).ok().map(Path::to_path_buf));
+    let root_path = real_path(root);
+    if root_path
+        .as_deref()
+        .is_some_and(|r| links_git_config(fd, r))
+    {
+        return true;
+    }
+    let below = root_path.and_then(|r| real.strip_prefix(r).ok().map(Path::to_path_buf));
     in_git_dir(&below.unwrap_or(real).to_string_lossy())
+}
+
+/// Whether `fd` is open on a regular file with more than one link that is the file
+/// `root/.git/config` (same device and inode): a hard link to git's configuration (from a
+/// tarball, `cp -al`, a backup) named anything, anywhere in the workspace. One `fstat` for an
+/// ordinary file; a `stat` of `.git/config` only when the file has other links.
+pub fn links_git_config(fd: std::os::fd::RawFd, root: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(format!("/proc/self/fd/{fd}")) else {
+        return false;
+    };
+    if !meta.is_file() || meta.nlink() < 2 {
+        return false;
+    }
+    std::fs::metadata(root.join(".git/config"))
+        .is_ok_and(|c| c.dev() == meta.dev() && c.ino() == meta.ino())
 }
 
 /// Check that `p` is workspace-relative and stays inside (no absolute path, no `..`).

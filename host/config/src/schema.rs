@@ -531,6 +531,13 @@ pub struct Config {
     pub batch: BatchConfig,
     /// `[gc]`, from the user's configuration only.
     pub gc: GcConfig,
+    /// The `[plugins.NAME]` sections the configuration files wrote (not those a command's flags
+    /// added, such as `--runner NAME`'s consent), for the warning about a section that names
+    /// no plugin.
+    pub file_sections: std::collections::BTreeSet<String>,
+    /// What loading said without refusing: a workspace kiln.toml's sections only the user's
+    /// own configuration may set (`[store]`, `[batch]`, `[gc]`), ignored. Shown as warnings.
+    pub warnings: Vec<String>,
     /// The files that were read, lowest precedence first.
     pub sources: Vec<PathBuf>,
     /// Whether the workspace's kiln.toml was applied whole (see [`Trust`]).

@@ -232,6 +232,9 @@ pub struct LlmFlags {
     pub model: Option<String>,
     /// `--max-reply-bytes`.
     pub max_reply_bytes: Option<u64>,
+    /// The user's configuration file (`KILN_CONFIG`, else under `XDG_CONFIG_HOME` or
+    /// `~/.config`), named in messages that send the user there.
+    pub user_config: Option<std::path::PathBuf>,
 }
 
 /// The API key: the variable `[llm] api_key_env` names (which must be set), else `[llm]
@@ -353,7 +356,14 @@ impl LlmSettings {
             )));
         }
         let model = flags.model.clone().or_else(|| env("KILN_MODEL")).or(config.model.clone()).ok_or_else(|| {
-            SettingsError("no model configured: pass --model, set KILN_MODEL, or set `model` under [llm] in your user config (~/.config/kiln/config.toml; a workspace's kiln.toml counts only once you trust it with `kiln trust`)".into())
+            SettingsError(format!(
+                "no model configured: pass --model, set KILN_MODEL, or set `model` under [llm] in your user config ({}a workspace's kiln.toml counts only once you trust it with `kiln trust`)",
+                flags
+                    .user_config
+                    .as_ref()
+                    .map(|p| format!("{}; ", p.display()))
+                    .unwrap_or_default()
+            ))
         })?;
         let api_key = api_key(config, env, provider)?;
         let temperature = temperature(config, env, warn);

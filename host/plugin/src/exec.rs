@@ -187,6 +187,11 @@ pub fn confinement(
         .map(|p| std::env::split_paths(p).collect())
         .unwrap_or_default();
     let home = var("HOME").map(Path::new);
+    // Never a workspace that holds the user's home or kiln's own directories (the CLI refuses
+    // one up front; this holds for every other way in).
+    if let Some(refused) = super::kiln_dirs::refuse_workspace_here(workspace, None) {
+        return Err(confine::Refusal::Denied(refused.to_string()));
+    }
     // Only a view can keep paths inside the workspace read-only: without one, no walk.
     let mut protect = if confine::reap::view_missing().is_none() {
         protected_in(workspace, reach.protect)
@@ -194,13 +199,25 @@ pub fn confinement(
     } else {
         Vec::new()
     };
-    // Cargo's unpacked sources stay as cargo unpacked them, even where the registry is granted.
+    // Cargo's caches stay as cargo wrote them, even where a grant lets a build write the
+    // registry or git cache: the unpacked sources, the archives they are unpacked from and the
+    // index (cargo checks neither again), the git databases and checkouts.
     for w in reach.write {
-        let src = w.join("src");
-        if w.file_name().is_some_and(|n| n == "registry") && src.is_dir() {
-            protect.push(src);
+        let subs: &[&str] = match w.file_name().and_then(|n| n.to_str()) {
+            Some("registry") => &["src", "cache", "index"],
+            Some("git") => &["db", "checkouts"],
+            _ => &[],
+        };
+        for sub in subs {
+            let p = w.join(sub);
+            if p.is_dir() {
+                protect.push(p);
+            }
         }
     }
+    // Every git directory's `config` without the credentials it may hold: the view shows a
+    // filtered copy (protected paths are found only where there is a view).
+    let shown = super::git_config::shown_configs(&protect);
     let cwd = match cwd {
         Some(rel) => workspace.join(kiln_config::path::normalize(rel)),
         None => workspace.to_path_buf(),
@@ -212,6 +229,7 @@ pub fn confinement(
         path: &path,
         home,
         protect: &protect,
+        shown: &shown,
         read: reach.read,
         write: reach.write,
         writes: reach.writes,

@@ -122,6 +122,15 @@ impl FsGuard {
             Some(rel) => rel,
             None => real.to_string_lossy().into_owned(),
         };
+        if let Some(root) = self.policy.root.as_deref()
+            && kiln_config::path::links_git_config(fd, root)
+        {
+            return Err(self.refuse_as(
+                "to open",
+                shown,
+                "it is a hard link to `.git/config`; git's own files can hold credentials, and no plugin reads them".into(),
+            ));
+        }
         if !in_git_dir(&shown) {
             return Ok(());
         }

@@ -131,6 +131,65 @@ pub fn check_grant(
     Ok(())
 }
 
+/// A workspace kiln refuses: one that is `/` or `$HOME`, or contains `$HOME` or one of kiln's
+/// own directories. Programs kiln runs may read and write their workspace, and the fs tools
+/// serve it to a model: such a workspace would hand them the user's keys and kiln's own
+/// configuration (where an MCP server runs unconfined), state and cache key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "kiln refuses to work in {workspace}: it {why}, which the programs kiln runs and the model's tools could read and change; run kiln inside a project directory (one holding `.git`, `kiln.toml` or `.kiln`), or name one with -C DIR"
+)]
+pub struct WorkspaceRefused {
+    /// The workspace, resolved.
+    pub workspace: String,
+    /// What it is or holds: "is your home directory", "contains kiln's state directory ...".
+    pub why: String,
+}
+
+/// Why `workspace` may not be one (see [`WorkspaceRefused`]), with `home` the user's home
+/// directory and `dirs` kiln's directories; `None`: it may.
+pub fn refuse_workspace(
+    workspace: &Path,
+    home: Option<&Path>,
+    dirs: &[KilnDir],
+) -> Option<WorkspaceRefused> {
+    let ws = kiln_state::resolve(workspace);
+    let refused = |why: String| {
+        Some(WorkspaceRefused {
+            workspace: ws.display().to_string(),
+            why,
+        })
+    };
+    if ws.parent().is_none() {
+        return refused("is the root directory `/`".into());
+    }
+    if let Some(home) = home.filter(|h| h.is_absolute()) {
+        let home = kiln_state::resolve(home);
+        if home == ws {
+            return refused("is your home directory".into());
+        }
+        if home.starts_with(&ws) {
+            return refused(format!("contains your home directory {}", home.display()));
+        }
+    }
+    for d in dirs {
+        let dir = kiln_state::resolve(&d.path);
+        if dir.starts_with(&ws) {
+            return refused(format!("contains {}, {}", d.what, dir.display()));
+        }
+    }
+    None
+}
+
+/// [`refuse_workspace`] for this process: its `HOME` and [`kiln_dirs`] (with the compile cache
+/// `cache_dir`, when the runtime has one).
+pub fn refuse_workspace_here(
+    workspace: &Path,
+    cache_dir: Option<&Path>,
+) -> Option<WorkspaceRefused> {
+    refuse_workspace(workspace, kiln_env::env().home(), &kiln_dirs(cache_dir))
+}
+
 /// How `grant` covers `dir`, as written or with links resolved: `is`, `is inside`,
 /// `contains`, or `None` when neither holds the other.
 fn overlap(grant: &Path, dir: &Path) -> Option<&'static str> {

@@ -32,6 +32,7 @@ mod diagnostic;
 mod error;
 mod exec;
 mod fs_guard;
+pub mod git_config;
 mod host_impl;
 mod instance;
 pub mod kiln_dirs;

@@ -185,7 +185,11 @@ impl Registry {
         config
             .plugins
             .iter()
-            .filter(|(s, pc)| pc.path.is_none() && !names.contains(&canonical(s)))
+            .filter(|(s, pc)| {
+                pc.path.is_none()
+                    && !names.contains(&canonical(s))
+                    && config.file_sections.contains(*s)
+            })
             .filter_map(|(s, _)| {
                 let close = kiln_config::suggest::did_you_mean(s, names.iter().copied())?;
                 Some(format!(

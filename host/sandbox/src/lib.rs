@@ -241,9 +241,17 @@ impl Confinement {
     /// Create the call's temp dir and build the ruleset. `Err(refusal)` when the program may
     /// not run: confinement is required (`[sandbox] require_confinement`) but not complete here,
     /// or the ruleset could not be built.
+    /// The call's temporary directory is removed when the confinement is dropped, or by
+    /// [`remove_call_dirs`] when kiln exits on a signal first.
+    pub fn prepare(policy: &Policy<'_>) -> Result<Confinement, Refusal> {
+        let c = Confinement::build(policy)?;
+        call_dirs().push(c.tmp.path().to_path_buf());
+        Ok(c)
+    }
+
     // The `tmp` and `home` directories of a call, inside the call's own fresh temporary directory.
     #[allow(clippy::disallowed_methods)]
-    pub fn prepare(policy: &Policy<'_>) -> Result<Confinement, Refusal> {
+    fn build(policy: &Policy<'_>) -> Result<Confinement, Refusal> {
         let ll = Landlock::current();
         let gaps = gaps(policy.net);
         if !gaps.is_empty() {
@@ -264,6 +272,16 @@ impl Confinement {
         std::fs::create_dir(tmp.path().join("tmp")).map_err(failed)?;
         std::fs::create_dir(tmp.path().join("home")).map_err(failed)?;
         let in_view = reap::view_missing().is_none();
+        if in_view && !policy.shown.is_empty() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::create_dir(tmp.path().join("shown")).map_err(failed)?;
+            for (i, (_, content)) in policy.shown.iter().enumerate() {
+                let f = world::shown_file(tmp.path(), i);
+                std::fs::write(&f, content).map_err(failed)?;
+                std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o444))
+                    .map_err(failed)?;
+            }
+        }
         let (layout, view) = if in_view {
             let layout = world::layout(policy, tmp.path());
             let view = layout
@@ -405,6 +423,57 @@ pub enum Refusal {
     Denied(String),
     /// Setting up the confinement failed (WIT `failed`).
     Failed(String),
+}
+
+/// The temporary directories of the calls in flight (see [`remove_call_dirs`]).
+static CALL_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn call_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    CALL_DIRS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Remove the temporary directory of every call in flight: for a kiln that is about to exit
+/// on a signal (Ctrl-C, SIGTERM) while a program runs, whose calls are never dropped. The
+/// programs die with kiln (their namespace's init has PDEATHSIG).
+pub fn remove_call_dirs() {
+    for dir in std::mem::take(&mut *call_dirs()) {
+        remove_call_dir(&dir);
+    }
+}
+
+/// Remove a call's temporary directory whatever the program left in it: a directory it made
+/// unreadable or unwritable (`chmod 000`) is made the owner's again first, where a plain
+/// recursive removal would fail and leave the whole tree behind.
+// The call's own temporary directory, never a workspace (links are not followed).
+#[allow(clippy::disallowed_methods)]
+fn remove_call_dir(dir: &Path) {
+    if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+        return;
+    }
+    fn open_up(dir: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&e.path());
+                }
+            }
+        }
+    }
+    open_up(dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+impl Drop for Confinement {
+    /// The call's temporary directory goes with it (on every path: the program's end, the
+    /// plugin's deadline, a trap or a cancelled call dropping it), even one the program made
+    /// hard to remove.
+    fn drop(&mut self) {
+        let dir = self.tmp.path().to_path_buf();
+        call_dirs().retain(|d| *d != dir);
+        remove_call_dir(&dir);
+    }
 }
 
 fn warn_once(gaps: &[String]) {

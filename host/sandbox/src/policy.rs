@@ -31,6 +31,10 @@ pub struct Policy<'a> {
     /// Paths inside writable trees that stay read-only (absolute): `.git` at any depth,
     /// `kiln.toml`, `.kiln`, `[sandbox] protect` matches, cargo's unpacked sources.
     pub protect: &'a [PathBuf],
+    /// Files the view shows, read-only, with this content instead of the host's (absolute
+    /// paths of existing regular files: `.git/config` without its credentials). Only a view
+    /// can hold them.
+    pub shown: &'a [(PathBuf, Vec<u8>)],
     /// Granted read paths outside the workspace (absolute).
     pub read: &'a [PathBuf],
     /// Granted write paths outside the workspace (absolute).

@@ -136,6 +136,12 @@ impl Layout {
         self.put(host, host, false, true);
     }
 
+    /// Bind the file `host` at `at` read-only, over whatever is there (a file the view shows
+    /// with other content than the host's).
+    pub fn cover(&mut self, host: &Path, at: &Path) {
+        self.put(host, at, false, true);
+    }
+
     fn put(&mut self, host: &Path, at: &Path, rw: bool, force: bool) {
         let Ok(src) = std::fs::canonicalize(host) else {
             return;

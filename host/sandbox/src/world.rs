@@ -86,6 +86,9 @@ pub fn layout(policy: &Policy<'_>, tmp: &Path) -> Layout {
             l.tmpfs(p, true);
         }
     }
+    for (i, (at, _)) in policy.shown.iter().enumerate() {
+        l.cover(&shown_file(tmp, i), at);
+    }
     l
 }
 
@@ -95,6 +98,12 @@ fn is_git_dir(p: &Path) -> bool {
     let named = p.file_name().is_some_and(|n| n == ".git");
     let dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     dir && (named || (p.join("HEAD").is_file() && p.join("objects").is_dir()))
+}
+
+/// Where the call's temp dir `tmp` keeps the content of the `i`th of [`Policy::shown`] (beside
+/// the view's `/tmp` and `HOME`, never inside them).
+pub fn shown_file(tmp: &Path, i: usize) -> PathBuf {
+    tmp.join("shown").join(i.to_string())
 }
 
 /// A `HOME` an empty directory can stand for: absolute, and not `/` or a system directory.

@@ -3,7 +3,7 @@
 
 use super::ctx::{Ctx, Outcome};
 use super::output::print_json;
-use super::runner_args::RunnerArgs;
+use super::runner_args::{RunnerArgs, deadline_s};
 use crate::plugin::{PluginKind, Severity};
 use anyhow::Context;
 use clap::Args;
@@ -47,11 +47,35 @@ pub(crate) async fn run(ctx: &Ctx, extra: &[PathBuf], args: CheckArgs) -> anyhow
             None => eprintln!("checking {what} with runner `{}`…", runner.name),
         }
     }
+    let secs = deadline_s(&ctx2.config, &chosen.runner);
+    let start = std::time::Instant::now();
     let run = runner.runner_run(&targets, &settings);
     let result = if args.json || ctx.quiet {
-        run.await?
+        run.await
     } else {
-        with_progress(run).await?
+        with_progress(run).await
+    };
+    let result = match result {
+        // The runner ran out of the check's time before it could answer (a program killed at
+        // the deadline left it no time to read the output): a check that timed out, named by
+        // the settings that set its time (they override `[plugins.NAME] timeout_ms`).
+        Err(crate::plugin::PluginError::Deadline { .. }) => {
+            let why = format!(
+                "the check (runner `{}`) ran out of time{} and was stopped before the runner could answer; give it longer with --timeout SECONDS or `[fix] timeout` in your user config or a trusted kiln.toml",
+                runner.name,
+                secs.map(|s| format!(" after {s} s")).unwrap_or_default()
+            );
+            if args.json {
+                print_json(&json!({
+                    "ok": false, "exit_code": -1, "duration_ms": start.elapsed().as_millis() as u64,
+                    "truncated": false, "timed_out": true, "diagnostics": [], "stdout": "", "stderr": "",
+                    "error": why,
+                }));
+            }
+            eprintln!("failed: {}", crate::terminal::printable(&why));
+            return Ok(Outcome::Failure);
+        }
+        other => other?,
     };
     let r = match result {
         Ok(r) => r,

@@ -104,7 +104,9 @@ impl ModelPlan {
     pub fn open(self, store: Option<&Store>) -> anyhow::Result<ModelSource> {
         Ok(match self {
             ModelPlan::ReplayFile(file) => {
-                ModelSource::replay(Replay::from_jsonl(&file).map_err(anyhow::Error::msg)?)
+                ModelSource::replay(Replay::from_jsonl(&file).map_err(|e| {
+                    anyhow::anyhow!("--replay {}: {e}", super::root::user_file(&file))
+                })?)
             }
             ModelPlan::ReplayLoop(id) => {
                 let store = store.context("--replay-loop needs the workspace's store")?;

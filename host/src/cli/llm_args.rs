@@ -31,6 +31,7 @@ impl LlmArgs {
             base_url: self.base_url.clone(),
             model: self.model.clone(),
             max_reply_bytes: self.max_reply_bytes,
+            user_config: crate::config::user_config_path(),
         };
         let env = |k: &str| kiln_env::env().var(k).map(str::to_string);
         let s = LlmSettings::resolve(&config.llm, &env, &flags, &mut |w| {
@@ -45,9 +46,12 @@ impl LlmArgs {
         let s = self.settings(config)?;
         if let Some(var) = missing_key(&s) {
             anyhow::bail!(
-                "no API key for {} ({}): set {var} (or name another variable with `api_key_env` under [llm] in your user config, ~/.config/kiln/config.toml)",
+                "no API key for {} ({}): set {var} (or name another variable with `api_key_env` under [llm] in your user config{})",
                 crate::llm::shown_url(&s.base_url),
-                s.provider.name()
+                s.provider.name(),
+                crate::config::user_config_path()
+                    .map(|p| format!(", {}", p.display()))
+                    .unwrap_or_default()
             );
         }
         Ok(s)

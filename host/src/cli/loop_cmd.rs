@@ -25,7 +25,7 @@ pub(crate) async fn run(
     }
     let record = match &args.task {
         Some(task) => {
-            let rel = super::settings::task_path(&ctx.workspace, task)?;
+            let rel = super::settings::task_path(ctx, task)?;
             Some(super::task_cmd::spec_of_loop(&args, &rel))
         }
         None => None,

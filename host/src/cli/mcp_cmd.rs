@@ -207,8 +207,9 @@ fn listed(table: &Toolbox<'_>, compile_cmd: Option<&str>) -> Vec<Tool> {
 
 async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<Outcome> {
     let handler = KilnMcp::new(shared)?;
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let service = handler
-        .serve(rmcp::transport::stdio_pipes())
+        .serve(super::mcp_stdio::LineTransport::new(stdin, stdout))
         .await
         .context("MCP initialization over stdio failed")?;
     tokio::select! {
@@ -450,6 +451,16 @@ async fn run_compile_loop(
             return ToolOutcome::Failed(why.to_string());
         }
     };
+    // The workspace's run lock, as `kiln fix` takes it, held until the loop ends: refused
+    // (naming the holder) while another kiln runs, undoes or applies edits here. Taken after
+    // the model, so a second compile_loop of this server waits for the first instead.
+    let _run_lock = match lock_run(&shared.workspace) {
+        Ok(lock) => lock,
+        Err(why) => {
+            cancel_watch.abort();
+            return ToolOutcome::Failed(format!("compile_loop refused: {why}"));
+        }
+    };
     let (mut on_event, forward) = progress_forwarder(context, plan.fix.max_iters);
     let result = crate::engine::run_fix(
         &plan.fix,
@@ -477,4 +488,19 @@ async fn run_compile_loop(
     }
     cancel_watch.abort();
     compile_loop::outcome(&result)
+}
+
+/// The workspace's run lock for a compile_loop call, or why it was not taken.
+fn lock_run(workspace: &std::path::Path) -> Result<crate::state_dir::RunLock, String> {
+    let state = crate::state_dir::WorkspaceState::open(workspace, true)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "kiln's state directory for {} is missing",
+                workspace.display()
+            )
+        })?;
+    state
+        .lock_run("mcp compile_loop")
+        .map_err(|e| e.to_string())
 }

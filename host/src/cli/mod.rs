@@ -21,6 +21,7 @@ mod llm_cmd;
 mod log_lines;
 mod loop_cmd;
 mod mcp_cmd;
+mod mcp_stdio;
 mod output;
 mod plugin_cmd;
 mod prompt_file;
@@ -145,7 +146,9 @@ enum Command {
 }
 
 impl Ctx {
-    fn new(global: &Global) -> anyhow::Result<Ctx> {
+    /// The context of a command; `check_workspace`: refuse a workspace that is `$HOME`, `/` or
+    /// holds kiln's own directories (see [`crate::plugin::kiln_dirs::refuse_workspace`]).
+    fn new(global: &Global, check_workspace: bool) -> anyhow::Result<Ctx> {
         let given = match &global.workspace {
             Some(w) => w.clone(),
             None => std::env::current_dir().context("cannot determine the current directory")?,
@@ -173,8 +176,14 @@ impl Ctx {
             "the workspace {} lies in `.git`, git's own metadata; kiln does not work there (its programs would write git's config and hooks, which git runs unconfined)",
             crate::terminal::printable(&workspace.to_string_lossy())
         );
-        let config = Config::load(&workspace, global.yes)?;
         let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
+        if check_workspace
+            && let Some(refused) =
+                crate::plugin::kiln_dirs::refuse_workspace_here(&workspace, runtime.cache_dir())
+        {
+            return Err(refused.into());
+        }
+        let config = Config::load(&workspace, global.yes)?;
         let flag = global.store.as_ref().filter(|u| !u.is_empty());
         let store = match flag.or(config.store.url.as_ref()) {
             Some(url) => Some(url.parse::<crate::store::StoreUrl>()?),
@@ -222,6 +231,23 @@ pub fn main() -> ExitCode {
         }
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
+            if e.use_stderr() {
+                let args: Vec<String> = std::env::args_os()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect();
+                if let Some(tool) = tool_cmd::json_call_in(&args) {
+                    // The message without clap's usage and tips (its first paragraph).
+                    let rendered = e.to_string();
+                    let text = rendered
+                        .lines()
+                        .take_while(|l| !l.trim().is_empty())
+                        .map(str::trim)
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    let text = text.strip_prefix("error: ").unwrap_or(&text);
+                    tool_cmd::print_usage_error(tool.as_deref(), text);
+                }
+            }
             let _ = e.print();
             return ExitCode::from(code);
         }
@@ -273,6 +299,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let json_call = match &cli.command {
+        Command::Tool(tool_cmd::ToolCommand::Call {
+            tool, json: true, ..
+        }) => Some(tool.clone()),
+        _ => None,
+    };
     let result = rt.block_on(run(cli));
     // A blocking thread still stuck in the kernel (say, a plugin's open of a file swapped for a
     // FIFO after it was checked) must not keep kiln from exiting once the command is done.
@@ -287,18 +319,25 @@ pub fn main() -> ExitCode {
             ExitCode::from(128 + common::stop_signal().unwrap_or(libc::SIGINT) as u8)
         }
         Err(e) => {
-            eprintln!("error: {}", crate::terminal::printable(&error_text(&e)));
+            let text = error_text(&e);
+            if let Some(tool) = &json_call {
+                tool_cmd::print_error(Some(tool), &e, &text);
+            }
+            eprintln!("error: {}", crate::terminal::printable(&text));
             ExitCode::from(2)
         }
     }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<Outcome> {
-    let mut ctx = Ctx::new(&cli.global)?;
+    let mut ctx = Ctx::new(&cli.global, !works_outside_a_project(&cli.command))?;
     if !matches!(cli.command, Command::Trust(_))
         && let Some(warning) = ctx.config.trust.warning()
     {
         eprintln!("warning: {warning}");
+    }
+    for warning in &ctx.config.warnings {
+        eprintln!("warning: {}", crate::terminal::printable(warning));
     }
     let a_run = matches!(
         cli.command,
@@ -315,6 +354,14 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     };
     if touches_workspace(&cli.command) {
         recover_interrupted_edits(&ctx.workspace);
+    }
+    // Commands that run programs with no loop watching for a stop: a signal removes the calls'
+    // temporary directories before it ends kiln.
+    if matches!(
+        cli.command,
+        Command::Check(_) | Command::Tool(tool_cmd::ToolCommand::Call { .. })
+    ) {
+        signals::end_cleanly_on_stop_signals();
     }
     let outcome = match cli.command {
         Command::Agent(args) => agent_cmd::run(&ctx, &cli.global.plugins, *args).await,
@@ -367,6 +414,33 @@ fn lock_workspace(workspace: &std::path::Path, what: &str) -> anyhow::Result<kil
         )
     })?;
     Ok(state.lock_run(what)?)
+}
+
+/// Whether a command may run with any directory as its workspace, `$HOME` included: it runs no
+/// program there and serves none of its files (the LLM check, plugin listings, history and
+/// reports of the store, gc, parsing an answer, a batch's queue). Every other command is
+/// refused a workspace that is `$HOME`, `/` or holds kiln's own directories.
+fn works_outside_a_project(command: &Command) -> bool {
+    match command {
+        Command::Llm(_)
+        | Command::Plugin(_)
+        | Command::History(_)
+        | Command::Report(_)
+        | Command::Gc(_)
+        | Command::WarmCache => true,
+        Command::Edit(cmd) => !matches!(cmd, edit_cmd::EditCommand::Apply { .. }),
+        Command::Batch(cmd) => !matches!(cmd, batch_cmd::BatchCommand::Run(_)),
+        Command::Agent(_)
+        | Command::Fix(_)
+        | Command::Loop(_)
+        | Command::Check(_)
+        | Command::Mcp(_)
+        | Command::Tool(_)
+        | Command::Trust(_)
+        | Command::Undo(_)
+        | Command::Worker(_)
+        | Command::RunTask => false,
+    }
 }
 
 /// Whether a command reads or writes workspace files (so an edit interrupted by a killed kiln

@@ -14,7 +14,7 @@ const NEVER_READ: &[&str] = &["/proc", "/sys", "/dev"];
 
 /// The text of the file `given` (relative to the current directory) named by `flag`.
 pub(crate) fn read(workspace: &Path, given: &Path, flag: &str) -> anyhow::Result<String> {
-    let shown = crate::terminal::printable(&given.to_string_lossy()).into_owned();
+    let shown = crate::terminal::printable(&super::root::user_file(given)).into_owned();
     let cwd = std::env::current_dir().context("cannot determine the current directory")?;
     let abs = lexical(&cwd.join(given));
     match inside(workspace, &abs) {

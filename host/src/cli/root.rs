@@ -12,11 +12,23 @@ pub(crate) const ROOT_MARKERS: &[&str] = &[".git", "kiln.toml", ".kiln"];
 /// The workspace for the (canonical) current directory `cwd`: the nearest ancestor (itself
 /// included) holding a [`ROOT_MARKERS`] entry, with the marker; else `cwd` and `None`.
 pub(crate) fn discover(cwd: &Path) -> (PathBuf, Option<&'static str>) {
+    discover_below(cwd, |dir| {
+        crate::plugin::kiln_dirs::refuse_workspace_here(dir, None).is_some()
+    })
+}
+
+/// [`discover`], never climbing to a directory `refused` refuses as a workspace (`$HOME`, `/`,
+/// one holding kiln's own directories): the `.kiln` kiln left in `~`, or a dotfiles `.git`
+/// there, must not make `~` the workspace of every directory below it.
+pub(crate) fn discover_below(
+    cwd: &Path,
+    refused: impl Fn(&Path) -> bool,
+) -> (PathBuf, Option<&'static str>) {
     for dir in cwd.ancestors() {
         // Not above a directory someone else may plant a marker in: one owned by another
         // user (root's are fine), or writable by all (`/tmp`). A `kiln.toml` another user left
         // in `/tmp` must not make `/tmp` every project's workspace.
-        if dir != cwd && !trusted_dir(dir) {
+        if dir != cwd && (!trusted_dir(dir) || refused(dir)) {
             break;
         }
         for m in ROOT_MARKERS {
@@ -38,6 +50,20 @@ fn trusted_dir(dir: &Path) -> bool {
 fn owned_by_us_or_root(uid: u32) -> bool {
     // SAFETY: geteuid has no preconditions.
     uid == 0 || uid == unsafe { libc::geteuid() }
+}
+
+/// A file of the user's named on the command line (`--replay`, `--prompt-file`, ...), for a
+/// message: as given and, when relative, the file it names in the current directory (where it
+/// is taken from, `-C DIR` or not).
+pub(crate) fn user_file(given: &Path) -> String {
+    match std::env::current_dir() {
+        Ok(cwd) if given.is_relative() => format!(
+            "{} (in the current directory: {})",
+            given.display(),
+            cwd.join(given).display()
+        ),
+        _ => given.display().to_string(),
+    }
 }
 
 /// A path given on the command line, relative to `cwd_in_workspace` (the current directory
@@ -84,6 +110,28 @@ mod tests {
         // A marker of the project itself, below it, still is.
         std::fs::create_dir(shared.join("proj/.git")).unwrap();
         assert_eq!(discover(&deep), (shared.join("proj"), Some(".git")));
+    }
+
+    #[test]
+    fn the_walk_stops_below_a_refused_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().canonicalize().unwrap().join("home");
+        let deep = home.join("Downloads/proj");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::create_dir(home.join(".kiln")).unwrap();
+        let refused = |d: &Path| d == home;
+        assert_eq!(discover_below(&deep, refused), (deep.clone(), None));
+        // Started there, it is what the caller then refuses.
+        assert_eq!(
+            discover_below(&home, refused),
+            (home.clone(), Some(".kiln"))
+        );
+        // A project's own marker below it still counts.
+        std::fs::create_dir(home.join("Downloads/.git")).unwrap();
+        assert_eq!(
+            discover_below(&deep, refused),
+            (home.join("Downloads"), Some(".git"))
+        );
     }
 
     #[test]

@@ -311,7 +311,7 @@ impl LoopSettings {
             .task
             .as_deref()
             .context("name the task file with --task FILE")?;
-        let task_file = task_path(&ctx.workspace, given)?;
+        let task_file = task_path(ctx, given)?;
         let ws = crate::edit::Workspace::open(&ctx.workspace)?;
         let task = load_task(&ws, &task_file)?;
         for w in &task.warnings {
@@ -365,8 +365,11 @@ impl LoopSettings {
 /// The task file as a workspace-relative path: a relative path is taken inside the workspace
 /// (`kiln -C W loop --task T` reads W/T, as `fix --file` does); a file outside the workspace
 /// (through `..`, an absolute path or a symbolic link) is refused.
-pub(super) fn task_path(workspace: &Path, given: &Path) -> anyhow::Result<String> {
-    let abs = workspace.join(given);
+pub(super) fn task_path(ctx: &Ctx, given: &Path) -> anyhow::Result<String> {
+    let workspace = &ctx.workspace;
+    // Relative to the current directory inside the workspace, as `--file` is (the root with
+    // `-C DIR`, where `cwd_in_workspace` is empty).
+    let abs = workspace.join(&ctx.cwd_in_workspace).join(given);
     let real = abs
         .canonicalize()
         .with_context(|| format!("task file {} does not exist", given.display()))?;

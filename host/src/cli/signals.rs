@@ -63,6 +63,7 @@ pub(crate) fn ctrl_c_watch() -> (
                 while stream.recv().await.is_some() {
                     request_stop(kind.as_raw_value());
                     if stop_sender().receiver_count() == 0 {
+                        kiln_sandbox::remove_call_dirs();
                         std::process::exit(128 + kind.as_raw_value());
                     }
                 }
@@ -71,4 +72,33 @@ pub(crate) fn ctrl_c_watch() -> (
     });
     let rx = stop_sender().subscribe();
     (rx, tokio::spawn(async {}))
+}
+
+/// For a command that runs programs with no loop to stop (`kiln check`, `kiln tool call`): a
+/// stop signal (Ctrl-C, SIGTERM, SIGHUP unless kiln was started ignoring it) first removes the
+/// temporary directories of the program calls in flight, which the default action would leave
+/// in `/tmp`, then ends kiln as the signal would have.
+pub(crate) fn end_cleanly_on_stop_signals() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut kinds = vec![SignalKind::interrupt(), SignalKind::terminate()];
+    if !HUP_IGNORED.load(std::sync::atomic::Ordering::Relaxed) {
+        kinds.push(SignalKind::hangup());
+    }
+    for kind in kinds {
+        let Ok(mut stream) = signal(kind) else {
+            continue;
+        };
+        tokio::spawn(async move {
+            if stream.recv().await.is_some() {
+                kiln_sandbox::remove_call_dirs();
+                let raw = kind.as_raw_value();
+                // SAFETY: the default action back, then the signal again: kiln ends by it.
+                unsafe {
+                    libc::signal(raw, libc::SIG_DFL);
+                    libc::raise(raw);
+                }
+                std::process::exit(128 + raw);
+            }
+        });
+    }
 }

@@ -287,10 +287,64 @@ fn report(called: &Called, a: Answer, json: bool) -> anyhow::Result<Outcome> {
         print_json(&out);
     }
     if kind == PLUGIN_FAILED {
+        if json {
+            return Err(anyhow::Error::new(Printed(text)));
+        }
         anyhow::bail!(text);
     }
     if !json {
         eprintln!("{}: {}", called.name, crate::terminal::printable(&text));
     }
     Ok(Outcome::Failure)
+}
+
+/// An error `kiln tool call --json` has already printed as its JSON answer (stderr still gets
+/// the message).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Printed(String);
+
+/// The JSON answer of `kiln tool call --json` for an error that stopped it before or instead
+/// of a tool's answer (a usage, configuration or plugin error; exit 2), so a script reading
+/// stdout always gets one object: `{"ok": false, "tool": TOOL, "error": {"kind": "usage",
+/// "message": ...}}`. Nothing for an error already printed.
+pub(crate) fn print_error(tool: Option<&str>, e: &anyhow::Error, message: &str) {
+    if e.downcast_ref::<Printed>().is_some() {
+        return;
+    }
+    print_usage_error(tool, message);
+}
+
+/// [`print_error`] for an error of the command line itself.
+pub(crate) fn print_usage_error(tool: Option<&str>, message: &str) {
+    let mut out = json!({ "ok": false, "error": { "kind": "usage", "message": message } });
+    if let Some(t) = tool {
+        out["tool"] = json!(t);
+    }
+    print_json(&out);
+}
+
+/// `kiln tool call ... --json` as the command line asks for it, before clap parsed it (a
+/// usage error): the tool named, if any.
+pub(crate) fn json_call_in(args: &[String]) -> Option<Option<String>> {
+    let at = args
+        .windows(2)
+        .position(|w| w[0] == "tool" && w[1] == "call")?;
+    let rest = &args[at + 2..];
+    if !rest.iter().any(|a| a == "--json") {
+        return None;
+    }
+    let mut tool = None;
+    let mut skip = false;
+    for a in rest {
+        if skip {
+            skip = false;
+        } else if a == "--args" || a == "--test-command" {
+            skip = true;
+        } else if !a.starts_with('-') {
+            tool = Some(a.clone());
+            break;
+        }
+    }
+    Some(tool)
 }

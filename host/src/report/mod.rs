@@ -206,6 +206,7 @@ pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
     let Ok(Some(b)) = Backups::open(root, false) else {
         return;
     };
+    let pre = restore::PreImages::load(&b, root, &rec.changes);
     let model: std::collections::BTreeSet<&str> = r
         .steps
         .iter()
@@ -229,7 +230,7 @@ pub fn program_changes(r: &mut RunReport, root: &std::path::Path) {
             Some(format!("too large to keep/compare: {size} bytes"))
         });
         let before = match &c.before {
-            Some(h) => b.object(h).ok().and_then(|v| String::from_utf8(v).ok()),
+            Some(h) => pre.get(h).ok().and_then(|v| String::from_utf8(v).ok()),
             None => Some(String::new()),
         };
         let after = match &c.after {

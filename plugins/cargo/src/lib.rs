@@ -3,7 +3,9 @@
 //! level, code) and failing tests become diagnostics at their panic location. The output
 //! shown to the model is the compiler's rendered text, not the JSON.
 //!
-//! Settings: `mode` (`check`, `build`, `test`), `args` (extra arguments, split on whitespace).
+//! Settings: `mode` (`check`, `build`, `test`), `args` (extra arguments, split on whitespace),
+//! `cargo_home` (set by kiln when the network is granted: a CARGO_HOME of kiln's own for the
+//! workspace, becomes `CARGO_HOME`).
 
 use kiln_guest::runner::{
     self, Diagnostic, Error, Manifest, RunRequest, RunResult, Runner, RunnerInfo, Severity,
@@ -51,7 +53,13 @@ impl Runner for Cargo {
         if let Some(extra) = runner::setting(&request, "args") {
             args.extend(extra.split_whitespace().map(String::from));
         }
-        let out = runner::exec(&runner::command("cargo", &args))?;
+        let mut cmd = runner::command("cargo", &args);
+        // A CARGO_HOME of kiln's own for this workspace, where a build with the network may
+        // download (the user's caches are read-only to it).
+        if let Some(home) = runner::setting(&request, "cargo_home") {
+            cmd.env.push(("CARGO_HOME".into(), home.into()));
+        }
+        let out = runner::exec(&cmd)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let parsed = parse_output(&stdout);

@@ -11,6 +11,14 @@ use std::path::{Component, Path, PathBuf};
 const ROOT: &str = "/workspace";
 /// Largest file text returned by `read_file`, in bytes.
 const MAX_READ: usize = 256 * 1024;
+/// Most file text one `read_files` call returns, in bytes as JSON (escapes counted), so the
+/// answer stays well under the plugin's output limit (4 MiB by default) however many files it
+/// names: past it a file gets a shorter head, then none (each saying so).
+const READ_FILES_BUDGET: usize = 2 * 1024 * 1024;
+/// Largest file `search` reads; larger ones are skipped, counted and named.
+const MAX_SEARCH_FILE: u64 = 4 * 1024 * 1024;
+/// Longest matching line `search` returns whole, in bytes; a longer one (minified code) is cut.
+const MAX_LINE_SHOWN: usize = 1000;
 /// Most matches returned by `search`.
 const MAX_MATCHES: usize = 200;
 /// Most entries returned by `list_dir` and `glob`.
@@ -50,7 +58,7 @@ impl Tool for Fs {
             ),
             tool::spec(
                 "read_files",
-                "Read several text files of the workspace at once. Returns each file's content (each cut at 256 KiB) or its error.",
+                "Read several text files of the workspace at once. Returns each file's content (each cut at 256 KiB, 2 MiB in all) or its error.",
                 r#"{"type":"object","properties":{"paths":{"type":"array","items":{"type":"string"},"minItems":1,"description":"Paths relative to the workspace root"}},"required":["paths"],"additionalProperties":false}"#,
                 true,
             ),
@@ -182,12 +190,43 @@ fn check_regular(rel: &str, path: &Path) -> Result<(), Error> {
 fn read_file(args: &Value) -> Result<Value, Error> {
     let rel =
         str_arg(args, "path")?.ok_or_else(|| Error::InvalidInput("`path` is required".into()))?;
+    read_head(rel, MAX_READ)
+}
+
+/// At most `max` bytes from the start of the file `rel` (cut at a character boundary; only
+/// that much is read, however large the file), with a note saying so when it is cut.
+fn read_head(rel: &str, max: usize) -> Result<Value, Error> {
+    use std::io::Read;
     let path = resolve(rel)?;
     check_regular(rel, &path)?;
-    let bytes = std::fs::read(&path).map_err(|e| io_error(rel, e))?;
-    let truncated = bytes.len() > MAX_READ;
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_READ)]).into_owned();
-    Ok(json!({ "path": rel, "content": text, "bytes": bytes.len(), "truncated": truncated }))
+    let file = std::fs::File::open(&path).map_err(|e| io_error(rel, e))?;
+    let size = file.metadata().map_err(|e| io_error(rel, e))?.len();
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(rel, e))?;
+    let truncated = bytes.len() > max;
+    bytes.truncate(max);
+    if truncated {
+        bytes.truncate(char_boundary(&bytes));
+    }
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let mut out = json!({ "path": rel, "content": text, "bytes": size, "truncated": truncated });
+    if truncated {
+        out["note"] = json!(format!(
+            "only the first {} of its {size} bytes are shown",
+            bytes.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// The length of `bytes` without a UTF-8 character cut in two at its end.
+fn char_boundary(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        _ => bytes.len(),
+    }
 }
 
 fn read_files(args: &Value) -> Result<Value, Error> {
@@ -196,12 +235,38 @@ fn read_files(args: &Value) -> Result<Value, Error> {
         .and_then(Value::as_array)
         .ok_or_else(|| Error::InvalidInput("`paths` (an array of strings) is required".into()))?;
     let mut files = Vec::new();
+    let mut left = READ_FILES_BUDGET;
     for p in paths {
         let Some(rel) = p.as_str() else {
             return Err(Error::InvalidInput("`paths` must contain strings".into()));
         };
-        match read_file(&json!({ "path": rel })) {
-            Ok(v) => files.push(v),
+        if left == 0 {
+            files.push(json!({ "path": rel, "error": format!(
+                "not read: this call already returned {} KiB of file text, the most one read_files call returns; read it in another call",
+                READ_FILES_BUDGET / 1024
+            ) }));
+            continue;
+        }
+        match read_head(rel, MAX_READ.min(left)) {
+            Ok(mut v) => {
+                let shown = v["content"].as_str().unwrap_or_default().len();
+                // As JSON: escapes can make the text longer than its bytes.
+                let mut json_len = v["content"].to_string().len();
+                if json_len > left {
+                    let keep = (shown as u128 * left as u128 / json_len as u128) as usize;
+                    v = read_head(rel, keep.min(shown.saturating_sub(1)))?;
+                    json_len = v["content"].to_string().len();
+                }
+                if v["truncated"] == true && MAX_READ.min(left) < MAX_READ {
+                    v["note"] = json!(format!(
+                        "{}; this call's {} KiB of file text ran out: read the rest in another call",
+                        v["note"].as_str().unwrap_or_default(),
+                        READ_FILES_BUDGET / 1024
+                    ));
+                }
+                left = left.saturating_sub(json_len);
+                files.push(v);
+            }
             Err(e) => files.push(json!({ "path": rel, "error": describe(&e) })),
         }
     }
@@ -220,19 +285,96 @@ fn describe(e: &Error) -> String {
 
 fn list_dir(args: &Value) -> Result<Value, Error> {
     let rel = str_arg(args, "path")?.unwrap_or(".");
-    let mut entries = Vec::new();
-    for entry in std::fs::read_dir(resolve(rel)?).map_err(|e| io_error(rel, e))? {
-        let entry = entry.map_err(|e| io_error(rel, e))?;
-        let mut name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            name.push('/');
-        }
-        entries.push(name);
-    }
+    let (names, unnamed) = dir_entries(&resolve(rel)?).map_err(|e| io_error(rel, e))?;
+    let mut entries: Vec<String> = names
+        .into_iter()
+        .map(|(mut name, is_dir)| {
+            if is_dir {
+                name.push('/');
+            }
+            name
+        })
+        .collect();
     entries.sort();
     let truncated = entries.len() > MAX_ENTRIES;
     entries.truncate(MAX_ENTRIES);
-    Ok(json!({ "path": rel, "entries": entries, "truncated": truncated }))
+    let mut out = json!({ "path": rel, "entries": entries, "truncated": truncated });
+    if unnamed > 0 {
+        out["unlisted"] = json!(unnamed);
+        out["note"] = json!(format!(
+            "{unnamed} more {} whose name is not UTF-8 (the sandbox cannot pass such a name to the tool); `ls` shows {}",
+            if unnamed == 1 { "entry" } else { "entries" },
+            if unnamed == 1 { "it" } else { "them" }
+        ));
+    }
+    Ok(out)
+}
+
+/// A directory's entries, `(name, is a directory)`, and how many could not be listed because
+/// their name is not UTF-8: WASI gives such an entry as an error in the directory's stream,
+/// where std's `read_dir` ends the listing, so the stream is read here itself and goes on.
+#[cfg(target_arch = "wasm32")]
+fn dir_entries(dir: &Path) -> std::io::Result<(Vec<(String, bool)>, usize)> {
+    use wasip2::filesystem::types::{
+        DescriptorFlags, DescriptorType, ErrorCode, OpenFlags, PathFlags,
+    };
+    let err = |e: ErrorCode| {
+        let kind = match e {
+            ErrorCode::NoEntry => std::io::ErrorKind::NotFound,
+            ErrorCode::Access | ErrorCode::NotPermitted => std::io::ErrorKind::PermissionDenied,
+            ErrorCode::NotDirectory => std::io::ErrorKind::NotADirectory,
+            _ => return std::io::Error::other(e.message()),
+        };
+        std::io::Error::from(kind)
+    };
+    // The preopen the path lies under (the deepest, when kiln grants sub-directories).
+    let (pre, under) = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .filter_map(|(d, at)| {
+            let rest = dir.strip_prefix(&at).ok()?.to_path_buf();
+            Some((d, rest, at.len()))
+        })
+        .max_by_key(|(_, _, len)| *len)
+        .map(|(d, rest, _)| (d, rest))
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+    let opened;
+    let d = if under.as_os_str().is_empty() {
+        &pre
+    } else {
+        opened = pre
+            .open_at(
+                PathFlags::SYMLINK_FOLLOW,
+                &under.to_string_lossy(),
+                OpenFlags::DIRECTORY,
+                DescriptorFlags::READ,
+            )
+            .map_err(err)?;
+        &opened
+    };
+    let stream = d.read_directory().map_err(err)?;
+    let mut names = Vec::new();
+    let mut unnamed = 0;
+    loop {
+        match stream.read_directory_entry() {
+            Ok(Some(e)) => names.push((e.name, e.type_ == DescriptorType::Directory)),
+            Ok(None) => break,
+            Err(ErrorCode::IllegalByteSequence) => unnamed += 1,
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Ok((names, unnamed))
+}
+
+/// A directory's entries (see the WASI version above; natively, for the unit tests).
+#[cfg(not(target_arch = "wasm32"))]
+fn dir_entries(dir: &Path) -> std::io::Result<(Vec<(String, bool)>, usize)> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        names.push((entry.file_name().to_string_lossy().into_owned(), is_dir));
+    }
+    Ok((names, 0))
 }
 
 /// Bytes looked at for a NUL to tell a binary file, as ripgrep does.
@@ -304,11 +446,22 @@ fn search(args: &Value) -> Result<Value, Error> {
         })
         .build();
     let mut matches = Vec::new();
+    let mut too_large = Vec::new();
     for entry in walk.filter_map(Result::ok) {
         if matches.len() >= MAX_MATCHES {
             break;
         }
         if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let shown = entry
+            .path()
+            .strip_prefix(ROOT)
+            .unwrap_or(entry.path())
+            .to_string_lossy()
+            .into_owned();
+        if entry.metadata().is_ok_and(|m| m.len() > MAX_SEARCH_FILE) {
+            too_large.push(shown);
             continue;
         }
         let Ok(bytes) = std::fs::read(entry.path()) else {
@@ -318,15 +471,17 @@ fn search(args: &Value) -> Result<Value, Error> {
             continue;
         }
         let text = String::from_utf8_lossy(&bytes);
-        let shown = entry
-            .path()
-            .strip_prefix(ROOT)
-            .unwrap_or(entry.path())
-            .to_string_lossy()
-            .into_owned();
         for (n, line) in text.lines().enumerate() {
             if re.is_match(line) {
-                matches.push(json!({ "path": shown, "line": n + 1, "text": line }));
+                let mut m = json!({ "path": shown, "line": n + 1 });
+                if line.len() > MAX_LINE_SHOWN {
+                    let cut = line.floor_char_boundary(MAX_LINE_SHOWN);
+                    m["text"] = json!(format!("{}…", &line[..cut]));
+                    m["line_bytes"] = json!(line.len());
+                } else {
+                    m["text"] = json!(line);
+                }
+                matches.push(m);
                 if matches.len() >= MAX_MATCHES {
                     break;
                 }
@@ -334,7 +489,23 @@ fn search(args: &Value) -> Result<Value, Error> {
         }
     }
     let truncated = matches.len() >= MAX_MATCHES;
-    Ok(json!({ "pattern": re.as_str(), "matches": matches, "truncated": truncated }))
+    let mut out = json!({ "pattern": re.as_str(), "matches": matches, "truncated": truncated });
+    if !too_large.is_empty() {
+        const NAMED: usize = 10;
+        out["skipped_too_large"] = json!(too_large.len());
+        out["note"] = json!(format!(
+            "{} over {} MiB not searched: {}{}",
+            if too_large.len() == 1 {
+                "1 file".to_string()
+            } else {
+                format!("{} files", too_large.len())
+            },
+            MAX_SEARCH_FILE / (1024 * 1024),
+            too_large[..too_large.len().min(NAMED)].join(", "),
+            if too_large.len() > NAMED { ", ..." } else { "" }
+        ));
+    }
+    Ok(out)
 }
 
 /// The matcher of a `glob` pattern (globset): `*` and `?` within a name, `**` across
@@ -366,14 +537,14 @@ fn glob(args: &Value) -> Result<Value, Error> {
     let mut truncated = false;
     let mut stack = vec![(PathBuf::from(ROOT), Vec::<String>::new())];
     while let Some((dir, rel)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
+        // Past an entry whose name is not UTF-8 too (see `dir_entries`).
+        let Ok((mut children, _)) = dir_entries(&dir) else {
             continue;
         };
-        let mut children: Vec<_> = rd.filter_map(|e| e.ok()).collect();
-        children.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
-        for entry in children {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+        children.sort_by(|a, b| b.0.cmp(&a.0));
+        for (name, _) in children {
+            let entry_path = dir.join(&name);
+            let Ok(meta) = std::fs::symlink_metadata(&entry_path) else {
                 continue;
             };
             let mut path = rel.clone();
@@ -381,7 +552,7 @@ fn glob(args: &Value) -> Result<Value, Error> {
             if meta.is_dir() {
                 let skipped = skipped_dir(&name) && !names_hidden(&name);
                 if !skipped {
-                    stack.push((entry.path(), path));
+                    stack.push((entry_path, path));
                 }
             } else if meta.is_file() && matcher.is_match(path.join("/")) {
                 if files.len() >= MAX_ENTRIES {

@@ -127,7 +127,29 @@ pub fn kind_name(k: EditKind) -> &'static str {
     }
 }
 
-/// Parse `response` with `format`; parse errors come back as `Err`.
+/// One name per file for a path an answer gives: empty and `.` components dropped
+/// (`src//main.c`, `./src/main.c` and `src/./main.c` are all `src/main.c`), so two spellings of
+/// a file are one file to the grouping, the stale check, `--max-files` and the targets. `..`
+/// and a leading `/` stay, for the refusals that name them; a path of nothing else is kept as
+/// given.
+pub fn edit_path(p: &str) -> String {
+    let parts: Vec<&str> = p
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if parts.is_empty() {
+        return p.to_string();
+    }
+    let joined = parts.join("/");
+    if p.starts_with('/') {
+        format!("/{joined}")
+    } else {
+        joined
+    }
+}
+
+/// Parse `response` with `format`; parse errors come back as `Err`. Each edit's path (and
+/// Move-to destination) is given one name per file ([`edit_path`]).
 pub async fn parse(
     format: &Plugin,
     response: &str,
@@ -136,6 +158,16 @@ pub async fn parse(
     Ok(format
         .format_parse(response, targets)
         .await?
+        .map(|edits| {
+            edits
+                .into_iter()
+                .map(|mut e| {
+                    e.path = edit_path(&e.path);
+                    e.new_path = e.new_path.as_deref().map(edit_path);
+                    e
+                })
+                .collect()
+        })
         .map_err(|errs| {
             errs.into_iter()
                 .map(|e| ParseProblem {

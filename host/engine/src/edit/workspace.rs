@@ -86,7 +86,7 @@ impl Workspace {
             return Err(EditError::Io {
                 path: rel.into(),
                 message:
-                    "leads inside `.git`: git's own files (they can hold credentials) are not read"
+                    "leads inside `.git` (or is a hard link to `.git/config`): git's own files (they can hold credentials) are not read"
                         .into(),
             });
         }

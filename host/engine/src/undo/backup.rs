@@ -1,6 +1,8 @@
 //! Undo's files in kiln's state directory, outside the workspace (`undo/` beside the edit
 //! journal, see [`crate::state_dir`]): the pre-images, content-addressed (`objects/<sha256>`,
-//! shared by every run, so a file unchanged between runs is stored once), the stat cache
+//! shared by every run, so a file unchanged between runs is stored once; a file git's
+//! objects hold is not copied but named in `blobs.json`, SHA-256 → git's blob id, see
+//! [`super::git`]), the stat cache
 //! (`index.json`: path → stat key and hash, so a file whose stat did not change is not read
 //! again) and one record per run (`runs/<id>.json`). Every file is written whole (temporary
 //! file, fsync, rename), mode 0600 below 0700 directories; nothing here touches a workspace.
@@ -12,6 +14,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+
+/// The map of pre-images that are git's objects, in the undo directory.
+pub const BLOBS: &str = "blobs.json";
 
 /// The record format version.
 const VERSION: u32 = 1;
@@ -216,6 +221,22 @@ impl Backups {
     /// Where the pre-image `hash` lies (for messages).
     pub fn object_path(&self, hash: &str) -> PathBuf {
         self.path.join("objects").join(hash)
+    }
+
+    /// The pre-images that are git's objects: SHA-256 of the content → git's blob id of it
+    /// (empty when missing or unreadable).
+    pub fn blobs(&self) -> BTreeMap<String, String> {
+        self.dir
+            .read(BLOBS)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Replace the map of pre-images that are git's objects.
+    pub fn save_blobs(&self, blobs: &BTreeMap<String, String>) -> Result<(), UndoError> {
+        let bytes = serde_json::to_vec(blobs).map_err(|e| self.io(BLOBS)(e.into()))?;
+        self.put(BLOBS, &bytes)
     }
 
     /// The stat cache (empty when missing or unreadable).

@@ -12,8 +12,10 @@
 //! What it costs: each run walks the workspace and `stat`s every file once at its start; a
 //! file is read (and hashed) only when its stat differs from the cache of the run before (a
 //! racy stat never counts as unchanged), and copied only when that content is not stored
-//! yet. The first run on a workspace therefore copies it once (skipping what [`scan`] skips
-//! and files over [`scan::MAX_FILE`]); later runs copy only what changed between runs. A
+//! yet and, in a git repository, is not the blob git's index names for the file ([`git`]:
+//! undo reads that back from git's objects). The first run on a workspace therefore copies
+//! once what git does not hold (skipping what [`scan`] skips and files over
+//! [`scan::MAX_FILE`]); later runs copy only what changed between runs. A
 //! checkpoint looks only at the paths the kernel said changed since the last one ([`watch`],
 //! inotify): its cost follows the change, not the workspace. When notification cannot answer
 //! (the watch limit, a queue overflow, a directory moved) it walks the workspace instead.
@@ -29,6 +31,7 @@
 pub mod backup;
 mod compare;
 mod error;
+pub mod git;
 pub mod restore;
 pub mod scan;
 mod watch;
@@ -228,6 +231,9 @@ impl Recorder {
         } = listing;
         record.others = others.into_keys().collect();
         let old = backups.index();
+        let tracked = git::index(root);
+        let mut blobs = backups.blobs();
+        let mut new_blobs = false;
         let mut cache = BTreeMap::new();
         let mut start_list = BTreeMap::new();
         let mut start = BTreeMap::new();
@@ -236,7 +242,17 @@ impl Recorder {
             if record.own_output.contains(&rel) {
                 continue;
             }
-            let hash = backup_one(&backups, root, &rel, stat, old.get(&rel), &mut wrote);
+            let hash = backup_one(
+                &backups,
+                root,
+                &rel,
+                stat,
+                old.get(&rel),
+                tracked.get(&rel),
+                &mut blobs,
+                &mut new_blobs,
+                &mut wrote,
+            );
             if let Some(h) = &hash {
                 let c = Cached {
                     stat,
@@ -261,6 +277,9 @@ impl Recorder {
         // stored); the cache rewritten only when it changed.
         if wrote {
             backups.sync()?;
+        }
+        if new_blobs {
+            backups.save_blobs(&blobs)?;
         }
         if cache != old {
             backups.save_index(&cache)?;
@@ -401,26 +420,47 @@ fn parent_of(rel: &str) -> &str {
     rel.rsplit_once('/').map_or("", |(p, _)| p)
 }
 
-/// The hash of `rel`, its pre-image stored (`None`: too large or unreadable).
+/// The hash of `rel`, its pre-image kept: stored, or git's blob `in_index` (the blob id git's
+/// index names for the path) when that blob holds the file's content, then noted in `blobs`
+/// (`new_blobs` set when it was not yet) and not copied (`None`: too large or unreadable).
+#[allow(clippy::too_many_arguments)]
 fn backup_one(
     backups: &Backups,
     root: &Path,
     rel: &str,
     stat: StatKey,
     cached: Option<&Cached>,
+    in_index: Option<&String>,
+    blobs: &mut BTreeMap<String, String>,
+    new_blobs: &mut bool,
     wrote: &mut bool,
 ) -> Option<String> {
     if let Some(c) = cached
         && c.stat == stat
-        && backups.has_object(&c.hash)
     {
-        return Some(c.hash.clone());
+        // Unchanged since it was found to be this blob, which the index still names (so
+        // git keeps it): no look in `objects/` either.
+        if in_index.is_some() && blobs.get(&c.hash) == in_index {
+            return Some(c.hash.clone());
+        }
+        if backups.has_object(&c.hash) {
+            return Some(c.hash.clone());
+        }
     }
     if stat.size > scan::MAX_FILE {
         return None;
     }
     let bytes = scan::read(root, rel).ok()?;
     let h = scan::hash(&bytes);
+    if let Some(oid) = in_index
+        && (blobs.get(&h) == Some(oid) || git::blob_id(&bytes, oid.len()).as_ref() == Some(oid))
+    {
+        if blobs.get(&h) != Some(oid) {
+            blobs.insert(h.clone(), oid.clone());
+            *new_blobs = true;
+        }
+        return Some(h);
+    }
     if !backups.has_object(&h) {
         backups.put_object(&h, &bytes).ok()?;
         *wrote = true;

@@ -158,6 +158,58 @@ impl Plan {
     }
 }
 
+/// The pre-images a plan (or a report) needs: kiln's stored copies, else git's objects for
+/// files the run found tracked and clean (all read at once, each checked by its SHA-256).
+pub struct PreImages<'a> {
+    b: &'a Backups,
+    from_git: std::collections::HashMap<String, Result<Vec<u8>, String>>,
+}
+
+impl<'a> PreImages<'a> {
+    /// The pre-images of `changes`: those kiln did not copy are git's objects, as
+    /// `blobs.json` names them.
+    pub fn load<'c>(
+        b: &'a Backups,
+        root: &Path,
+        changes: impl IntoIterator<Item = &'c super::backup::Change>,
+    ) -> PreImages<'a> {
+        let blobs = b.blobs();
+        let mut wanted = std::collections::BTreeMap::new();
+        for c in changes {
+            if let Some(h) = &c.before
+                && !b.has_object(h)
+                && let Some(oid) = blobs.get(h)
+            {
+                wanted.insert(h.clone(), oid.clone());
+            }
+        }
+        PreImages {
+            b,
+            from_git: super::git::read_blobs(root, &wanted),
+        }
+    }
+
+    /// The content `hash` (SHA-256), or why it cannot be had.
+    pub fn get(&self, hash: &str) -> Result<Vec<u8>, String> {
+        match self.from_git.get(hash) {
+            Some(r) => r.clone(),
+            None => self
+                .b
+                .object(hash)
+                .map_err(|e| format!("its backup is missing: {e}")),
+        }
+    }
+
+    /// Where the content `hash` is kept (for messages).
+    fn kept_at(&self, hash: &str) -> String {
+        if self.from_git.contains_key(hash) {
+            "in git's objects".into()
+        } else {
+            format!("at {}", self.b.object_path(hash).display())
+        }
+    }
+}
+
 /// Whether process `pid` exists.
 pub fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
@@ -190,10 +242,9 @@ pub fn plan_pending(
     start: &std::collections::BTreeMap<String, super::backup::Cached>,
 ) -> Result<Plan, UndoError> {
     let b = Backups::open(root, false)?.ok_or(UndoError::NoRuns)?;
-    let files = super::compare::since_start(root, rec, start)
-        .iter()
-        .map(|c| item(&b, root, c))
-        .collect();
+    let changes = super::compare::since_start(root, rec, start);
+    let pre = PreImages::load(&b, root, &changes);
+    let files = changes.iter().map(|c| item(&pre, root, c)).collect();
     Ok(Plan {
         id: 0,
         finished: false,
@@ -240,7 +291,8 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
             changes.insert(c.path.clone(), c);
         }
     }
-    let files = changes.values().map(|c| item(&b, root, c)).collect();
+    let pre = PreImages::load(&b, root, changes.values());
+    let files = changes.values().map(|c| item(&pre, root, c)).collect();
     Ok(Plan {
         id,
         finished: rec.finished,
@@ -250,7 +302,7 @@ pub fn plan(root: &Path, id: i64) -> Result<Plan, UndoError> {
     })
 }
 
-fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
+fn item(pre: &PreImages<'_>, root: &Path, c: &super::backup::Change) -> Item {
     let mut it = Item {
         path: c.path.clone(),
         action: Action::Restore,
@@ -302,15 +354,15 @@ fn item(b: &Backups, root: &Path, c: &super::backup::Change) -> Item {
     };
     let mut before_problem = None;
     if let Some(h) = &c.before {
-        match b.object(h).map(String::from_utf8) {
+        match pre.get(h).map(String::from_utf8) {
             Ok(Ok(text)) => it.before = Some(text),
             Ok(Err(_)) => {
                 before_problem = Some(format!(
-                    "its content before the run is not UTF-8 text (kiln's writer writes text only); it is kept at {}",
-                    b.object_path(h).display()
+                    "its content before the run is not UTF-8 text (kiln's writer writes text only); it is kept {}",
+                    pre.kept_at(h)
                 ));
             }
-            Err(e) => before_problem = Some(format!("its backup is missing: {e}")),
+            Err(why) => before_problem = Some(why),
         }
     }
     it.action = if now_id == c.before {
