@@ -46,6 +46,7 @@ const LAYERED: &[Layered] = &[
                 "closed_output",
                 "signals",
                 "detect",
+                "prompt_file",
                 "root",
                 "warmer",
                 "mcp_stdio",

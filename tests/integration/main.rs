@@ -40,6 +40,7 @@ mod review_loop;
 mod runner;
 mod runtime;
 mod sandbox;
+mod secrets;
 mod snapshot;
 mod store;
 mod task_spec;

@@ -4,7 +4,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use crate::error::ConfigError;
-use crate::files::{read_text, sha256_hex, user_config_path};
+use crate::files::{read_text, read_workspace_file, sha256_hex, user_config_path};
 use crate::narrowing::{Fields, Narrow};
 use crate::schema::*;
 use crate::trust::{
@@ -25,8 +25,7 @@ impl Config {
             config.layer_file(&user)?;
         }
         let ws_file = workspace.join("kiln.toml");
-        if ws_file.is_file() {
-            let text = read_text(&ws_file)?;
+        if let Some(text) = read_workspace_file(&ws_file)? {
             let trusted_text = trusted_copy(workspace);
             // Trusted: the text the user trusted, and the files its trust-needing settings
             // name (a server's script, a hook, a component) as they were then.
@@ -95,7 +94,8 @@ impl Config {
     ) -> Result<Vec<String>, ConfigError> {
         let parse_err = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
+            // The parser quotes the line at fault: never the value of a secret.
+            message: crate::redact::parse_message(e.to_string().trim_end()),
         };
         let mut full: File = toml::from_str(text).map_err(parse_err)?;
         let Layer::Workspace { trusted } = layer else {
@@ -620,7 +620,10 @@ fn validate_user_hooks(path: &Path, hooks: &Hooks) -> Result<(), ConfigError> {
 /// trust-needing settings name pinned by content; returns the record's path and those files.
 pub fn trust_workspace(workspace: &Path) -> Result<(PathBuf, Vec<String>), ConfigError> {
     let ws_file = workspace.join("kiln.toml");
-    let text = read_text(&ws_file)?;
+    let text = read_workspace_file(&ws_file)?.ok_or_else(|| ConfigError::Invalid {
+        path: ws_file.clone(),
+        message: "there is no such file to trust".into(),
+    })?;
     // Refuse to trust a file that does not load.
     Config::default().layer_text(&ws_file, &text, Layer::Workspace { trusted: true })?;
     let needs =

@@ -29,6 +29,7 @@ mod error;
 mod files;
 mod grants;
 mod layers;
+mod redact;
 mod schema;
 mod trust;
 

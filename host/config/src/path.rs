@@ -19,6 +19,13 @@ pub fn in_git_dir(p: &str) -> bool {
     parts[first + 1..] != ["info", "exclude"]
 }
 
+/// Whether `p` has a `.git` component: it names a repository's metadata or lies in it (a
+/// workspace or a batch task's `dir` there is refused).
+pub fn has_git_component(p: &Path) -> bool {
+    p.components()
+        .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
+}
+
 /// The real path of the open descriptor `fd`, as the kernel has it (`/proc/self/fd/N`).
 pub fn real_path(fd: std::os::fd::RawFd) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()

@@ -113,20 +113,21 @@ pub(crate) fn trusted_copy(workspace: &Path) -> Option<String> {
     std::fs::read_to_string(trust_file(workspace)?).ok()
 }
 
-/// Lines removed (`- `) and added (`+ `) between two versions, in order of appearance.
+/// Lines removed (`- `) and added (`+ `) between two versions, in order of appearance; a line
+/// that may hold a secret is shown without its value (`redact`).
 pub(crate) fn line_changes(old: &str, new: &str) -> Vec<String> {
     let old_lines: Vec<&str> = old.lines().collect();
     let new_lines: Vec<&str> = new.lines().collect();
     let mut out: Vec<String> = old_lines
         .iter()
         .filter(|l| !new_lines.contains(l))
-        .map(|l| format!("- {l}"))
+        .map(|l| format!("- {}", crate::redact::line(l)))
         .collect();
     out.extend(
         new_lines
             .iter()
             .filter(|l| !old_lines.contains(l))
-            .map(|l| format!("+ {l}")),
+            .map(|l| format!("+ {}", crate::redact::line(l))),
     );
     out
 }

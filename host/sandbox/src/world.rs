@@ -78,11 +78,26 @@ pub fn layout(policy: &Policy<'_>, tmp: &Path) -> Layout {
             l.bind(a, a, writable);
         }
         l.protect(p);
+        // A call that writes nowhere only inspects (the review phase, a fix's look-around):
+        // git's directories are hidden behind an empty read-only directory, so no program,
+        // by name or by recursion (`grep -r token .`, `rg -uu`), reads the credentials
+        // `.git/config` can hold.
+        if policy.writes == Writes::Nowhere && is_git_dir(p) {
+            l.tmpfs(p, true);
+        }
     }
     for (i, (at, _)) in policy.shown.iter().enumerate() {
         l.cover(&shown_file(tmp, i), at);
     }
     l
+}
+
+/// A git directory the protected-path walk found: a `.git` directory at any depth, or the
+/// directory a `.git` file or link names (it holds `HEAD` and `objects`).
+fn is_git_dir(p: &Path) -> bool {
+    let named = p.file_name().is_some_and(|n| n == ".git");
+    let dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    dir && (named || (p.join("HEAD").is_file() && p.join("objects").is_dir()))
 }
 
 /// Where the call's temp dir `tmp` keeps the content of the `i`th of [`Policy::shown`] (beside

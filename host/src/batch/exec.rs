@@ -210,6 +210,21 @@ pub async fn run_task(s: &ExecSettings, c: &Claim, mut cancel: watch::Receiver<b
             .filter(|w| co.canonicalize().is_ok_and(|root| w.starts_with(&root))),
         None => Some(co.clone()),
     };
+    // Nor into git's metadata (`docs -> .git`), by its real path below the checkout.
+    let in_git = workdir.as_ref().is_some_and(|w| {
+        co.canonicalize()
+            .ok()
+            .and_then(|root| w.strip_prefix(root).ok().map(Path::to_path_buf))
+            .is_some_and(|below| crate::path::has_git_component(&below))
+    });
+    if in_git {
+        res.error = Some(format!(
+            "`dir` {} {}",
+            c.task.dir.as_deref().unwrap_or("."),
+            super::task::GIT_DIR_WHY
+        ));
+        return Ended::Done(Box::new(res));
+    }
     let Some(workdir) = workdir.filter(|w| w.is_dir()) else {
         res.error = Some(format!(
             "`dir` {} is not a directory of the checkout",

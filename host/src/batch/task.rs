@@ -146,6 +146,9 @@ pub fn check_id(id: &str) -> Result<(), String> {
     }
 }
 
+/// Why a `dir` in `.git` is refused.
+pub(crate) const GIT_DIR_WHY: &str = "lies in `.git`, git's own metadata: a run there would write git's config and hooks (which git runs unconfined); a task works in the checkout's files";
+
 /// Where a task's checkout comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Repo<'a> {
@@ -157,7 +160,7 @@ pub enum Repo<'a> {
 }
 
 /// What `repo` names, or why it cannot be used. Git's other transports (`file://`, `ext::`,
-/// remote helpers) are refused, and so is a password in a URL.
+/// remote helpers) are refused, and so is a password in a URL, or any user name but over SSH.
 pub fn classify_repo(repo: &str) -> Result<Repo<'_>, String> {
     if repo.trim().is_empty() {
         return Err("is empty".into());
@@ -176,12 +179,19 @@ pub fn classify_repo(repo: &str) -> Result<Repo<'_>, String> {
             ));
         }
         let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if let Some((userinfo, _)) = authority.rsplit_once('@')
-            && userinfo.contains(':')
-        {
-            return Err(
-                "carries a password: a task file is data, so credentials belong in git's credential helper on the worker".into(),
-            );
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            if userinfo.contains(':') {
+                return Err(
+                    "carries a password: a task file is data, so credentials belong in git's credential helper on the worker".into(),
+                );
+            }
+            // Over HTTP a user name is a credential too (`https://ghp_TOKEN@github.com/...`,
+            // GitHub's token form); over SSH it only names the account (`ssh://git@host/`).
+            if !scheme.eq_ignore_ascii_case("ssh") {
+                return Err(
+                    "carries a user name, which over http(s) and git:// can be a token (not shown): a task file is data, so credentials belong in git's credential helper on the worker (`git config --global credential.helper store`, or the CI's own); write the URL without `USER@`".into(),
+                );
+            }
         }
         return Ok(Repo::Remote(repo));
     }
@@ -264,10 +274,13 @@ impl Task {
         {
             return Some(("rev".into(), format!("`{rev}` is not a revision")));
         }
-        if let Some(dir) = &self.dir
-            && let Err(why) = crate::path::check_relative(dir)
-        {
-            return Some(("dir".into(), format!("`{dir}` {why}")));
+        if let Some(dir) = &self.dir {
+            if let Err(why) = crate::path::check_relative(dir) {
+                return Some(("dir".into(), format!("`{dir}` {why}")));
+            }
+            if crate::path::has_git_component(Path::new(dir)) {
+                return Some(("dir".into(), format!("`{dir}` {}", GIT_DIR_WHY)));
+            }
         }
         if let Err(e) = self.spec.check() {
             return Some((e.field, e.why));
@@ -464,5 +477,23 @@ mod tests {
             classify_repo("git@github.com:o/r.git"),
             Ok(Repo::Remote("git@github.com:o/r.git"))
         );
+    }
+
+    #[test]
+    fn a_user_name_is_refused_but_over_ssh_and_never_echoed() {
+        for url in [
+            "https://ghp_TOKEN@github.com/o/r.git",
+            "HTTP://ghp_TOKEN@h/r",
+            "git://ghp_TOKEN@h/r",
+            "https://u:ghp_TOKEN@h/r",
+        ] {
+            let e = classify_repo(url).unwrap_err();
+            assert!(
+                e.contains("credential helper") && !e.contains("TOKEN"),
+                "{e}"
+            );
+        }
+        assert!(classify_repo("ssh://git@github.com/o/r.git").is_ok());
+        assert!(classify_repo("https://github.com/o/r.git").is_ok());
     }
 }

@@ -78,6 +78,16 @@ pub(crate) async fn run(
         super::task_cmd::apply_agent(&mut args, &r.spec);
         resumed = Some(r);
     }
+    // `--system-file` is read once, by the prompt-file rule; the record keeps its text.
+    if args.system_text.is_none()
+        && let Some(p) = args.system_file.take()
+    {
+        args.system_text = Some(super::prompt_file::read(
+            &ctx.workspace,
+            &p,
+            "--system-file",
+        )?);
+    }
     let record = super::task_cmd::spec_of_agent(&args);
     let run = Recorded {
         task: &record,

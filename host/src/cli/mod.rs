@@ -24,6 +24,7 @@ mod mcp_cmd;
 mod mcp_stdio;
 mod output;
 mod plugin_cmd;
+mod prompt_file;
 pub mod render;
 mod report_cmd;
 mod resume_cmd;
@@ -168,6 +169,13 @@ impl Ctx {
                 (root, found_by, rel)
             }
         };
+        // Never git's metadata (`kiln -C .git`, a task's `dir` leading there): a run's programs
+        // would write its config and hooks, which git runs unconfined.
+        anyhow::ensure!(
+            !crate::path::has_git_component(&workspace),
+            "the workspace {} lies in `.git`, git's own metadata; kiln does not work there (its programs would write git's config and hooks, which git runs unconfined)",
+            crate::terminal::printable(&workspace.to_string_lossy())
+        );
         let runtime = std::sync::Arc::new(Runtime::with_default_cache()?);
         if check_workspace
             && let Some(refused) =

@@ -87,10 +87,20 @@ fn batch_report(ctx: &Ctx, batch: &str, args: &ReportArgs) -> anyhow::Result<Out
     let mut tasks = Vec::with_capacity(rows.len());
     for r in rows {
         let result = r.result.as_ref();
-        let run = result.and_then(|v| v["loop_id"].as_i64());
+        let mut run = result.and_then(|v| v["loop_id"].as_i64());
+        // An id comes back from the store, which anyone with access to the database may have
+        // edited: checked again by the task-id rule before it names a file.
+        if run.is_some() && crate::batch::task::check_id(&r.id).is_err() {
+            eprintln!(
+                "kiln: warning: the stored task id `{}` is not a task id (letters, digits, `-`, `_`, `.`, not starting with `.`); its run's page is not written",
+                crate::terminal::printable(&r.id)
+            );
+            run = None;
+        }
         let report = match run {
             Some(run) => {
-                // Task ids are letters, digits, `-`, `_` and `.`: safe in a file name.
+                // Task ids are letters, digits, `-`, `_` and `.` (checked above): safe in a
+                // file name.
                 let file = format!("{stem}-{}.html", r.id);
                 let page = crate::report::html::render(&crate::report::gather(
                     &store,

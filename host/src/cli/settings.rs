@@ -83,9 +83,11 @@ impl FixSettings {
         let timeout_s = super::runner_args::deadline_s(&config, &chosen.runner);
         let prompt = match &args.prompt_file {
             _ if args.prompt_text.is_some() => args.prompt_text.clone(),
-            Some(p) => Some(std::fs::read_to_string(p).with_context(|| {
-                format!("cannot read --prompt-file {}", super::root::user_file(p))
-            })?),
+            Some(p) => Some(super::prompt_file::read(
+                &ctx.workspace,
+                p,
+                "--prompt-file",
+            )?),
             None => config.fix.prompt.clone(),
         };
         let format = args
@@ -155,9 +157,11 @@ impl AgentSettings {
         }
         let system_prompt = match &args.system_file {
             _ if args.system_text.is_some() => args.system_text.clone(),
-            Some(p) => Some(std::fs::read_to_string(p).with_context(|| {
-                format!("cannot read --system-file {}", super::root::user_file(p))
-            })?),
+            Some(p) => Some(super::prompt_file::read(
+                &ctx.workspace,
+                p,
+                "--system-file",
+            )?),
             None => None,
         };
         let log = event_log_for(ctx, &args, &config)?;

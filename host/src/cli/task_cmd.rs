@@ -106,15 +106,8 @@ pub(crate) fn spec_of_agent(a: &AgentArgs) -> TaskSpec {
     s.manual = a.manual;
     s.system = a.system.as_deref().map(strip_credentials);
     // The text of `--system-file`, never its path: a resume reads no file the record names.
-    s.system_prompt = a
-        .system_text
-        .clone()
-        .or_else(|| {
-            a.system_file
-                .as_ref()
-                .and_then(|p| std::fs::read_to_string(p).ok())
-        })
-        .map(|t| strip_credentials(&t));
+    // (`kiln agent` has read the file into `system_text` by the prompt-file rule.)
+    s.system_prompt = a.system_text.as_deref().map(strip_credentials);
     s
 }
 

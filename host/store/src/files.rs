@@ -57,25 +57,65 @@ pub(super) fn kiln_dir(workspace: &Path) -> Result<PathBuf, StoreError> {
         }
         refuse_unreal(&dir, true)?;
     }
-    ignore_in_git(&dir);
+    ignore_in_git(&dir)?;
     Ok(dir)
 }
 
-/// Give `.kiln/` a `.gitignore` holding `*` (as uv does for `.venv`), so `git add -A` never
-/// commits the store, which holds prompts and answers. Created exclusively, following no
-/// link; an existing file (the user's own) is left as it is, and a failure only means git may
-/// show the directory.
-fn ignore_in_git(kiln: &Path) {
-    use std::io::Write;
+/// What kiln keeps in `.kiln/.gitignore`.
+pub const KILN_GITIGNORE: &str = "# Created by kiln: its store holds prompts and answers.\n*\n";
+
+/// Whether a `.kiln/.gitignore` text ignores everything below `.kiln/`: at least one line is
+/// `*` and every other line is blank or a comment (a `!` line would bring files back).
+pub fn ignores_everything(text: &str) -> bool {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    !lines.is_empty() && lines.iter().all(|l| *l == "*")
+}
+
+/// Make sure `.kiln/.gitignore` ignores everything ([`ignores_everything`]), as uv does for
+/// `.venv`, so `git add -A` never commits kiln's logs and artifacts (prompts, answers, tool
+/// output). `.kiln/` is kiln's: a missing file is created, and one a repository ships that
+/// does not ignore everything (or is a link) is replaced by kiln's (written beside it and
+/// renamed over it, following no link). A `.gitignore` deepest in the tree wins over every
+/// other ignore source, so this holds whatever else the repository says.
+pub(super) fn ignore_in_git(kiln: &Path) -> Result<(), StoreError> {
+    use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
-    if let Ok(mut f) = std::fs::OpenOptions::new()
+    let file = kiln.join(".gitignore");
+    let current = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&file)
+        .ok()
+        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+        .and_then(|mut f| {
+            let mut t = String::new();
+            f.read_to_string(&mut t).ok().map(|_| t)
+        });
+    if current.as_deref().is_some_and(ignores_everything) {
+        return Ok(());
+    }
+    let err = |source| StoreError::Dir {
+        path: file.clone(),
+        source,
+    };
+    let tmp = kiln.join(format!(".gitignore.kiln-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(kiln.join(".gitignore"))
-    {
-        let _ = f.write_all(b"# Created by kiln: its store holds prompts and answers.\n*\n");
-    }
+        .open(&tmp)
+        .map_err(err)?;
+    f.write_all(KILN_GITIGNORE.as_bytes()).map_err(err)?;
+    drop(f);
+    std::fs::rename(&tmp, &file).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(e)
+    })
 }
 
 /// Open (creating) a log file `<workspace>/.kiln/logs/<name>` for appending, following no

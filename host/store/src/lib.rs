@@ -27,7 +27,7 @@ pub mod schema;
 pub mod sqlite;
 
 pub use error::StoreError;
-pub use files::open_log;
+pub use files::{KILN_GITIGNORE, ignores_everything, open_log};
 pub use location::PgUrl;
 pub use overlap::{CRASHED, Running, check_running, host_name};
 pub use rows::{

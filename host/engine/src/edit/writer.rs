@@ -171,6 +171,18 @@ impl<'w> Writer<'w> {
         // No link at any directory component (the walk holds it); a link or file at the
         // final name is replaced by the rename, never followed.
         components(rel).map_err(io)?;
+        // `.kiln/` is ignored by git whatever the repository ships in it: kiln's artifacts
+        // hold tool output and answers (`crate::store::ignores_everything`).
+        let ignored = self
+            .ws
+            .beneath
+            .read(".kiln/.gitignore")
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .is_some_and(|t| crate::store::ignores_everything(&t));
+        if !ignored && rel != ".gitignore" {
+            self.write_artifact(".gitignore", crate::store::KILN_GITIGNORE)?;
+        }
         let name = Path::new(&full)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -54,6 +54,27 @@ pub enum CommandRefusal {
         /// The offending argument.
         arg: String,
     },
+    /// An argument of an inspection program names git's own files (by its real path).
+    #[error(
+        "refused: `{program} {arg}` would read git's own files (`.git`, which can hold credentials); they are not shown to the model. Nothing was run."
+    )]
+    ReadsGit {
+        /// The program the call named.
+        program: String,
+        /// The offending argument.
+        arg: String,
+    },
+    /// A recursive search where the kernel gives programs no view of their own, so `.git`
+    /// cannot be hidden from it.
+    #[error(
+        "refused: `{program} {arg}` searches directories recursively, and on this system kiln cannot hide `.git` (git's own files, which can hold credentials) from the programs it runs; name files, or use the search and glob tools. Nothing was run."
+    )]
+    RecursesWithoutView {
+        /// The program the call named.
+        program: String,
+        /// The offending argument (the program itself when it always recurses).
+        arg: String,
+    },
 }
 
 fn allowed_list(allowed: &[String]) -> String {
@@ -77,6 +98,17 @@ pub fn command_words(arguments: &Value) -> Vec<String> {
 /// Check a call's words (program first) against `allow`; `workspace` is where the inspection
 /// programs must stay.
 pub fn check(allow: &[String], words: &[String], workspace: &Path) -> Result<(), CommandRefusal> {
+    let view = crate::plugin::confine::reap::view_missing().is_none();
+    check_in(allow, words, workspace, view)
+}
+
+/// [`check`], where `view` says whether the kernel gives programs a view of their own.
+fn check_in(
+    allow: &[String],
+    words: &[String],
+    workspace: &Path,
+    view: bool,
+) -> Result<(), CommandRefusal> {
     let program = words.first().map(String::as_str).unwrap_or("");
     if !allow.iter().any(|a| a == program) {
         return Err(CommandRefusal::NotAllowed {
@@ -91,15 +123,77 @@ pub fn check(allow: &[String], words: &[String], workspace: &Path) -> Result<(),
             arg,
         });
     }
-    if REVIEW_COMMANDS.contains(&program)
-        && let Some(arg) = outside_argument(workspace, program, args)
-    {
+    if !REVIEW_COMMANDS.contains(&program) {
+        return Ok(());
+    }
+    if let Some(arg) = outside_argument(workspace, program, args) {
         return Err(CommandRefusal::ReadsOutside {
             program: program.to_string(),
             arg,
         });
     }
+    if let Some(arg) = git_argument(workspace, args) {
+        return Err(CommandRefusal::ReadsGit {
+            program: program.to_string(),
+            arg,
+        });
+    }
+    // With a view, the sandbox hides every `.git` from a program that writes nowhere (the
+    // review's); without one, a recursion could reach it.
+    if !view && let Some(arg) = recursion(program, args) {
+        return Err(CommandRefusal::RecursesWithoutView {
+            program: program.to_string(),
+            arg,
+        });
+    }
     Ok(())
+}
+
+/// The first path argument (or `--opt=PATH` value) that lies in a `.git` directory by name or
+/// by its real path (links followed, as the program will).
+fn git_argument(workspace: &Path, args: &[String]) -> Option<String> {
+    let root = workspace.canonicalize().ok()?;
+    let in_git = |rel: &str| {
+        if crate::path::in_git_dir(rel) {
+            return true;
+        }
+        workspace.join(rel).canonicalize().is_ok_and(|real| {
+            real.strip_prefix(&root)
+                .is_ok_and(|below| crate::path::in_git_dir(&below.to_string_lossy()))
+        })
+    };
+    args.iter()
+        .find(|a| match a.strip_prefix("--") {
+            Some(opt) => opt.split_once('=').is_some_and(|(_, val)| in_git(val)),
+            None => !a.starts_with('-') && !a.is_empty() && in_git(a),
+        })
+        .cloned()
+}
+
+/// What makes an inspection program walk directories: `find` and `rg` always do, `grep`
+/// with `-r`/`--recursive`/`-d recurse`, `ls` with `-R`/`--recursive`.
+fn recursion(program: &str, args: &[String]) -> Option<String> {
+    let short_with = |a: &str, c: char| a.starts_with('-') && !a.starts_with("--") && a.contains(c);
+    match program {
+        "find" | "rg" => Some(args.join(" ")),
+        "grep" => args
+            .iter()
+            .enumerate()
+            .find(|(i, a)| {
+                short_with(a, 'r')
+                    || short_with(a, 'R')
+                    || a.as_str() == "--recursive"
+                    || a.as_str() == "--directories=recurse"
+                    || a.as_str() == "-drecurse"
+                    || (a.as_str() == "-d" && args.get(i + 1).is_some_and(|v| v == "recurse"))
+            })
+            .map(|(_, a)| a.clone()),
+        "ls" => args
+            .iter()
+            .find(|a| short_with(a, 'R') || a.as_str() == "--recursive")
+            .cloned(),
+        _ => None,
+    }
 }
 
 /// The first argument that would make `program` run another program or write, if any.
@@ -212,7 +306,7 @@ mod tests {
 
     fn verdict(line: &str) -> Result<(), CommandRefusal> {
         let (ws, _outside) = workspace();
-        check(&review(), &words(line), ws.path())
+        check_in(&review(), &words(line), ws.path(), true)
     }
 
     #[test]
@@ -304,6 +398,71 @@ mod tests {
                 verdict(line)
             );
         }
+    }
+
+    #[test]
+    fn git_s_files_are_refused_by_name_and_by_real_path() {
+        let (ws, _o) = workspace();
+        std::fs::create_dir(ws.path().join(".git")).unwrap();
+        std::fs::write(ws.path().join(".git/config"), "[x]\n").unwrap();
+        std::os::unix::fs::symlink(".git", ws.path().join("docs")).unwrap();
+        for line in [
+            "head .git/config",
+            "head ./.git/config",
+            "grep -r token .git",
+            "head docs/config",
+            "ls docs",
+            "grep --file=.git/config a.txt",
+        ] {
+            let v = check_in(&review(), &words(line), ws.path(), true);
+            assert!(
+                matches!(v, Err(CommandRefusal::ReadsGit { .. })),
+                "{line}: {v:?}"
+            );
+        }
+        assert_eq!(
+            check_in(&review(), &words("head a.txt"), ws.path(), true),
+            Ok(())
+        );
+        assert_eq!(
+            check_in(&review(), &words("ls .gitignore"), ws.path(), true),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn without_a_view_recursion_is_refused() {
+        let (ws, _o) = workspace();
+        for line in ["grep -rn x .", "find .", "rg x", "ls -R"] {
+            let v = check_in(&review(), &words(line), ws.path(), false);
+            assert!(
+                matches!(v, Err(CommandRefusal::RecursesWithoutView { .. })),
+                "{line}: {v:?}"
+            );
+        }
+        assert_eq!(
+            check_in(&review(), &words("head a.txt"), ws.path(), false),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn what_recurses_is_known() {
+        let w = |l: &str| words(l)[1..].to_vec();
+        assert!(recursion("find", &w("find .")).is_some());
+        assert!(recursion("rg", &w("rg x")).is_some());
+        for l in [
+            "grep -r x",
+            "grep -rn x .",
+            "grep --recursive x",
+            "grep -d recurse x .",
+        ] {
+            assert!(recursion("grep", &w(l)).is_some(), "{l}");
+        }
+        assert!(recursion("ls", &w("ls -laR")).is_some());
+        assert!(recursion("grep", &w("grep -n x a.txt")).is_none());
+        assert!(recursion("ls", &w("ls -la src")).is_none());
+        assert!(recursion("head", &w("head a.txt")).is_none());
     }
 
     #[test]
