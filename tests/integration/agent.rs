@@ -730,3 +730,63 @@ fn compile_loop_with_one_target_file_in_a_list_is_multi_file_mode() {
     );
     assert_eq!(ws.read("main.c"), "int main(void) { return 0; }\n");
 }
+
+#[test]
+fn a_turn_runs_at_most_64_calls_and_answers_the_rest_with_the_cap() {
+    let ws = Workspace::new();
+    let args: Vec<String> = (0..70)
+        .map(|i| {
+            ws.write(&format!("f{i}.txt"), "hello from a\n");
+            format!(r#"{{"paths":["f{i}.txt"]}}"#)
+        })
+        .collect();
+    let calls: Vec<(&str, &str)> = args.iter().map(|a| ("read_files", a.as_str())).collect();
+    let mock = MockLlm::start(vec![
+        openai_calls(&calls),
+        openai_calls(&[("final_answer", r#"{"summary":"read"}"#)]),
+    ]);
+    let r = agent(&ws, &mock, &["--prompt", "read a lot"]);
+    r.expect_code(0);
+    let results = tool_results(&mock, 1);
+    assert_eq!(results.len(), 70, "every call gets a result");
+    let ran = results
+        .iter()
+        .filter(|m| m["content"].as_str().unwrap().contains("hello from a"))
+        .count();
+    assert_eq!(ran, 64);
+    for m in &results[64..] {
+        let c = m["content"].as_str().unwrap();
+        assert!(
+            c.contains("at most 64 tool calls") && c.contains("made 70"),
+            "{c}"
+        );
+    }
+    assert_eq!(results[69]["tool_call_id"], "call_69");
+}
+
+#[test]
+fn the_agent_checks_arguments_against_the_schema_as_tool_call_does() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "hello from a\n");
+    let mock = MockLlm::start(vec![
+        openai_calls(&[
+            ("read_files", r#"{"paths":["a.txt"],"nonce":1}"#),
+            ("read_files", r#"{"paths":["a.txt"],"nonce":2}"#),
+        ]),
+        openai_calls(&[("read_files", r#"{"paths":["a.txt"],"nonce":3}"#)]),
+        openai_calls(&[("final_answer", r#"{"summary":"read"}"#)]),
+    ]);
+    let r = agent(&ws, &mock, &["--prompt", "read"]);
+    r.expect_code(0);
+    // Parallel reads (two in a turn) and a call on its own are both checked.
+    for (request, n) in [(1, 2), (2, 1)] {
+        let results = tool_results(&mock, request);
+        for m in &results[results.len() - n..] {
+            let c = m["content"].as_str().unwrap();
+            assert!(
+                c.contains("unknown field `nonce`") && !c.contains("hello from a"),
+                "{c}"
+            );
+        }
+    }
+}

@@ -885,8 +885,14 @@ impl Fix<'_> {
             }
             let last_round = round + 1 >= rounds;
             let mut results: Vec<Message> = Vec::new();
-            for call in calls {
-                let out = self.call_tool(run, call).await;
+            let made = calls.len();
+            for (k, call) in calls.into_iter().enumerate() {
+                // Past the per-turn cap a call is answered without running (as the agent's).
+                let out = if k < crate::engine::tools::MAX_CALLS_PER_TURN {
+                    self.call_tool(run, call).await
+                } else {
+                    crate::engine::tools::over_cap(made)
+                };
                 let is_error = out.is_error();
                 let mut content = out.into_text();
                 if last_round {

@@ -20,6 +20,18 @@ use kiln_protocol::outcome::ToolOutcome;
 use serde_json::{Value, json};
 use std::time::Instant;
 
+/// The most tool calls of one model turn that run; each call past it is answered with
+/// [`over_cap`] instead (one reply of thousands of reads would otherwise run them all).
+pub const MAX_CALLS_PER_TURN: usize = 64;
+
+/// The answer to a call past [`MAX_CALLS_PER_TURN`] in a turn of `made` calls.
+pub(crate) fn over_cap(made: usize) -> ToolOutcome {
+    ToolOutcome::Refused(format!(
+        "not run: a turn may make at most {MAX_CALLS_PER_TURN} tool calls and this one made {made}; \
+         make the rest in a later turn"
+    ))
+}
+
 /// One call's outcome as the model sees it (before capping) and how long it took.
 #[derive(Debug, Clone)]
 pub(crate) struct CallResult {
@@ -36,6 +48,17 @@ impl CallResult {
             ms: start.elapsed().as_millis() as u64,
         }
     }
+}
+
+/// A call's arguments: JSON that matches the tool's schema, checked the same way on every
+/// path (the agent's and the fix loop's calls, `kiln tool call`, `kiln mcp`), or the failed
+/// call that names what is wrong.
+fn checked(tool: &Tool<'_>, args: &str) -> Result<Value, ToolOutcome> {
+    let v: Value = serde_json::from_str(args)
+        .map_err(|e| ToolOutcome::Failed(format!("arguments are not valid JSON: {e}")))?;
+    super::args_check::check(&tool.def.name, &tool.def.parameters, &v)
+        .map_err(|e| ToolOutcome::Failed(e.to_string()))?;
+    Ok(v)
 }
 
 /// What a turn's calls share.
@@ -57,7 +80,9 @@ impl<'r> Toolbox<'r> {
         calls: &[ToolCall],
         changed: &mut Changes,
     ) -> Result<Option<Vec<CallResult>>, crate::store::StoreError> {
-        let mut results: Vec<CallResult> = Vec::with_capacity(calls.len());
+        let (calls, over) = calls.split_at(calls.len().min(MAX_CALLS_PER_TURN));
+        let made = calls.len() + over.len();
+        let mut results: Vec<CallResult> = Vec::with_capacity(made);
         let mut i = 0;
         while i < calls.len() {
             let end = self.batch_end(calls, i, t.settings);
@@ -90,6 +115,18 @@ impl<'r> Toolbox<'r> {
             }
             i = end;
         }
+        // Every call gets a result: those past the cap an error naming it.
+        for c in over {
+            run.emit(Event::ToolStart {
+                turn: t.turn,
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            });
+            let out = CallResult::timed(over_cap(made), Instant::now());
+            observe(run, t, c, &out).await?;
+            results.push(out);
+        }
         Ok(Some(results))
     }
 
@@ -120,8 +157,16 @@ impl<'r> Toolbox<'r> {
             let start = Instant::now();
             let outcome = match p {
                 Err(denied) => denied,
-                Ok(args) => match self.get(&c.name).map(|t| &t.imp) {
-                    Some(Imp::Plugin(p, name)) => plugin_call(p, name, &args, s.timeout).await,
+                Ok(args) => match self.get(&c.name) {
+                    Some(
+                        t @ Tool {
+                            imp: Imp::Plugin(p, name),
+                            ..
+                        },
+                    ) => match checked(t, &args) {
+                        Err(wrong) => wrong,
+                        Ok(_) => plugin_call(p, name, &args, s.timeout).await,
+                    },
                     _ => ToolOutcome::Failed("unknown tool".into()),
                 },
             };
@@ -199,9 +244,9 @@ impl<'r> Toolbox<'r> {
                 "unknown tool; call one of the tools you were given".into(),
             );
         };
-        let v: Value = match serde_json::from_str(args) {
+        let v = match checked(tool, args) {
             Ok(v) => v,
-            Err(e) => return ToolOutcome::Failed(format!("arguments are not valid JSON: {e}")),
+            Err(wrong) => return wrong,
         };
         let s = t.settings;
         if let Imp::Builtin(h) = &tool.imp {
@@ -232,13 +277,9 @@ impl<'r> Toolbox<'r> {
         fix_host: Option<&dyn FixHost>,
     ) -> Option<Answer> {
         let tool = self.get(name)?;
-        let v: Value = match serde_json::from_str(args) {
+        let v = match checked(tool, args) {
             Ok(v) => v,
-            Err(e) => {
-                return Some(Answer::from(ToolOutcome::Failed(format!(
-                    "arguments are not valid JSON: {e}"
-                ))));
-            }
+            Err(wrong) => return Some(Answer::from(wrong)),
         };
         let Imp::Builtin(h) = &tool.imp else {
             return Some(self.route(tool, args, &v, s, ws).await);
