@@ -330,9 +330,11 @@ fn manual_json_mode_recovers_from_one_malformed_answer() {
 #[test]
 fn the_conversation_is_compacted_when_it_nears_the_window() {
     let ws = Workspace::new();
-    ws.write("big.txt", &"line of text\n".repeat(2000));
+    for i in 0..5 {
+        ws.write(&format!("big{i}.txt"), &"line of text\n".repeat(2000));
+    }
     let replies: Vec<Reply> = (0..5)
-        .map(|i| openai_calls(&[("read_files", &format!(r#"{{"paths":["big.txt"],"n":{i}}}"#))]))
+        .map(|i| openai_calls(&[("read_files", &format!(r#"{{"paths":["big{i}.txt"]}}"#))]))
         .chain([openai_text("done")])
         .collect();
     let mock = MockLlm::start(replies);
