@@ -1060,3 +1060,63 @@ fn a_password_in_the_base_url_is_never_shown_or_stored() {
         "the password is in the store"
     );
 }
+
+/// An Azure-style base URL with a query (`.../v1?api-version=...`): the request's path is
+/// joined before the query, and a key in the query is shown as `key=***`, never stored.
+#[test]
+fn a_base_url_query_follows_the_path_and_its_values_are_never_shown_or_stored() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "x\n");
+    let mock = MockLlm::start(vec![oa_text("ok")]);
+    let base = format!(
+        "{}/openai/v1?api-version=2024-02-01&key=QK-SECRET",
+        mock.url
+    );
+    let c = ws.kiln(
+        &[
+            "llm",
+            "check",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+            "--json",
+        ],
+        &[("OPENAI_API_KEY", "sk-t")],
+    );
+    c.expect_code(0);
+    assert_eq!(
+        mock.recorded()[0].path,
+        "/openai/v1/chat/completions?api-version=2024-02-01&key=QK-SECRET"
+    );
+    assert_eq!(
+        c.json()["base_url"],
+        format!("{}/openai/v1?api-version=***&key=***", mock.url)
+    );
+    let dead = "http://127.0.0.1:1/v1?key=QK-SECRET";
+    let r = ws.kiln(
+        &[
+            "fix",
+            "--base-url",
+            dead,
+            "--model",
+            "m",
+            "--cmd",
+            "false",
+            "--max-iters",
+            "1",
+        ],
+        &[("OPENAI_API_KEY", "sk-t")],
+    );
+    assert!(r.stderr().contains("key=***"), "{}", r.stderr());
+    let h = ws.kiln(&["history", "--json"], &[]);
+    h.expect_code(0);
+    for text in [r.stdout(), r.stderr(), h.stdout(), c.stdout(), c.stderr()] {
+        assert!(!text.contains("QK-SECRET"), "{text}");
+    }
+    let db = std::fs::read(ws.store_path()).unwrap();
+    assert!(
+        !db.windows(9).any(|w| w == b"QK-SECRET"),
+        "the query's key is in the store"
+    );
+}

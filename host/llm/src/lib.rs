@@ -15,7 +15,10 @@ pub mod settings;
 pub mod sse;
 mod types;
 
-pub use settings::{LlmConfig, LlmFlags, LlmSettings, Provider, Secret, shown_url, url_password};
+pub use settings::{
+    LlmConfig, LlmFlags, LlmSettings, Provider, Secret, join_url, shown_url, url_password,
+    url_query_values,
+};
 pub use types::{
     ChatRequest, ChatResponse, Delta, LlmError, Message, ToolCall, ToolDef, Usage, classify_error,
 };
@@ -83,7 +86,7 @@ impl LlmClient {
             .user_agent(concat!("kiln/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| LlmError::Unreachable {
-                url: settings.base_url.clone(),
+                url: settings::shown_url(&settings.base_url),
                 message: e.to_string(),
             })?;
         Ok(LlmClient { http, settings })
@@ -96,8 +99,8 @@ impl LlmClient {
 
     fn url(&self) -> String {
         match self.settings.provider {
-            Provider::Openai => format!("{}/chat/completions", self.settings.base_url),
-            Provider::Anthropic => format!("{}/v1/messages", self.settings.base_url),
+            Provider::Openai => settings::join_url(&self.settings.base_url, "/chat/completions"),
+            Provider::Anthropic => settings::join_url(&self.settings.base_url, "/v1/messages"),
         }
     }
 
@@ -556,6 +559,33 @@ mod tests {
         .scrub(Some(&Secret::new("sk-abc")), "https://api.openai.com/v1");
         assert!(
             matches!(&e, LlmError::Auth { message, .. } if !message.contains("sk-abc") && message.contains("[redacted]"))
+        );
+    }
+
+    #[test]
+    fn a_base_url_query_stays_after_the_path_and_its_values_are_never_shown() {
+        let base = "https://x/openai/v1?api-version=2024-02-01&key=QK-SECRET";
+        assert_eq!(
+            settings::join_url(base, "/chat/completions"),
+            "https://x/openai/v1/chat/completions?api-version=2024-02-01&key=QK-SECRET"
+        );
+        assert_eq!(
+            settings::join_url("https://x/v1", "/chat/completions"),
+            "https://x/v1/chat/completions"
+        );
+        assert_eq!(
+            settings::shown_url("http://bob:pw@x/v1?api-version=2024-02-01&key=QK-SECRET&flag"),
+            "http://bob:***@x/v1?api-version=***&key=***&***"
+        );
+        let e = LlmError::Refused {
+            url: settings::join_url(base, "/chat/completions"),
+        }
+        .scrub(None, base);
+        let shown = e.to_string();
+        assert!(!shown.contains("QK-SECRET"), "{shown}");
+        assert!(
+            shown.contains("/v1/chat/completions?api-version=***&key=***"),
+            "{shown}"
         );
     }
 

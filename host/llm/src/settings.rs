@@ -75,13 +75,50 @@ pub fn url_password(url: &str) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
+/// The values of `url`'s query (`?api-version=1&key=K` gives `1` and `K`; an entry without
+/// `=` is a value): some gateways take the key there, so they are kept out of what is shown.
+pub fn url_query_values(url: &str) -> Vec<&str> {
+    let Some((_, rest)) = url.split_once('?') else {
+        return Vec::new();
+    };
+    let query = rest.split('#').next().unwrap_or("");
+    query
+        .split('&')
+        .map(|kv| kv.split_once('=').map_or(kv, |(_, v)| v))
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// `base` (no trailing `/` needed) with `path` (`/chat/completions`) joined onto its path,
+/// before its query and fragment: `https://x/openai/v1?api-version=2024-02-01` gives
+/// `https://x/openai/v1/chat/completions?api-version=2024-02-01`.
+pub fn join_url(base: &str, path: &str) -> String {
+    let (head, tail) = base.split_at(base.find(['?', '#']).unwrap_or(base.len()));
+    format!("{}{path}{tail}", head.trim_end_matches('/'))
+}
+
 /// `url` as kiln shows and records it: the password of its `user:password@` replaced by
-/// `***` (`http://alice:***@proxy/v1`).
+/// `***` (`http://alice:***@proxy/v1`), and so is each value of its query
+/// (`?api-version=***&key=***`).
 pub fn shown_url(url: &str) -> String {
-    match url_password(url) {
+    let url = match url_password(url) {
         Some(p) => url.replacen(&format!(":{p}@"), ":***@", 1),
         None => url.to_string(),
-    }
+    };
+    let Some((head, rest)) = url.split_once('?') else {
+        return url;
+    };
+    let (query, fragment) = rest.split_at(rest.find('#').unwrap_or(rest.len()));
+    let query: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !v.is_empty() => format!("{k}=***"),
+            Some(_) => kv.to_string(),
+            None if kv.is_empty() => String::new(),
+            None => "***".to_string(),
+        })
+        .collect();
+    format!("{head}?{}{fragment}", query.join("&"))
 }
 
 /// Output token limit when nothing sets one.

@@ -182,15 +182,27 @@ impl LlmError {
         )
     }
 
-    /// The error with the API `key` and the password of `base_url`'s `user:password@` taken
-    /// out of every text it carries (a URL keeps its user: `http://alice:***@proxy/v1`).
+    /// The error with the API `key`, the password of `base_url`'s `user:password@` and the
+    /// values of its query taken out of every text it carries (a URL keeps its user and its
+    /// query's names: `http://alice:***@proxy/v1?key=***`).
     pub(super) fn scrub(self, key: Option<&Secret>, base_url: &str) -> LlmError {
         let k = key.map(Secret::expose).filter(|k| k.len() >= 4);
         let password = super::settings::url_password(base_url);
-        if k.is_none() && password.is_none() {
+        let query = super::settings::url_query_values(base_url);
+        if k.is_none() && password.is_none() && query.is_empty() {
             return self;
         }
         let s = |m: String| {
+            // A query value (a gateway's key) as `name=***`, as shown_url shows it; a longer
+            // one wherever else it appears.
+            let m = query.iter().fold(m, |m, v| {
+                let m = m.replace(&format!("={v}"), "=***");
+                if v.len() >= 8 {
+                    m.replace(v, "[redacted]")
+                } else {
+                    m
+                }
+            });
             let m = match password {
                 Some(p) => m
                     .replace(&format!(":{p}@"), ":***@")
