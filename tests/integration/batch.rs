@@ -1109,3 +1109,44 @@ fn a_worker_started_before_its_database_waits_for_it() {
     r.expect_code(2);
     assert!(r.stderr().contains("--connect-timeout"), "{}", r.stderr());
 }
+
+/// F18: a rerun after a task line was edited (same id, another spec) is refused, naming the
+/// task and how to run it as written, instead of reporting the old line's result; an
+/// unchanged rerun still skips the finished task, and a new batch id runs the edited line.
+#[test]
+fn a_rerun_of_an_edited_task_is_refused_instead_of_reporting_the_old_result() {
+    let ws = Workspace::new();
+    let mock = Mock::start(Duration::ZERO);
+    ws.write("proj/main.c", "int main(void) { return 0; }\n");
+    mock.configure(&ws);
+    let mut task = fix_task("t1");
+    task["cmd"] = "true".into();
+    task_file(&ws, "t.jsonl", std::slice::from_ref(&task));
+    let first = ws.kiln(&["batch", "run", "t.jsonl", "--json"], &[KEY]);
+    first.expect_code(0);
+    let again = ws.kiln(&["batch", "run", "t.jsonl"], &[KEY]);
+    again.expect_code(0);
+    assert!(
+        again.stderr().contains("0 new, 1 already finished"),
+        "{}",
+        again.stderr()
+    );
+    task["cmd"] = "false".into();
+    task["limits"] = json!({"max_iters": 1});
+    task_file(&ws, "t.jsonl", std::slice::from_ref(&task));
+    let edited = ws.kiln(&["batch", "run", "t.jsonl", "--json"], &[KEY]);
+    edited.expect_code(2);
+    let err = edited.stderr();
+    assert!(
+        err.contains("t1") && err.contains("another spec") && err.contains("--batch NEW"),
+        "{err}"
+    );
+    assert!(lines(&edited).is_empty(), "{}", edited.stdout());
+    let fresh = ws.kiln(
+        &["batch", "run", "t.jsonl", "--batch", "edited", "--json"],
+        &[KEY],
+    );
+    let results = lines(&fresh);
+    assert_eq!(results.len(), 1, "{}\n{}", fresh.stdout(), fresh.stderr());
+    assert_ne!(results[0]["status"], "success", "{}", results[0]);
+}

@@ -184,7 +184,10 @@ impl Queue {
     }
 
     /// Enqueue `tasks` in `batch` (created with `budgets` if new); tasks whose id the batch
-    /// already holds are left as they are. Returns how many were added.
+    /// already holds with the same spec are left as they are (a rerun skips them). A task
+    /// whose id the batch holds with another spec (the line was edited) is refused, naming
+    /// it: its recorded result would be reported as the new line's. Returns how many were
+    /// added.
     pub fn submit(
         &mut self,
         batch: &str,
@@ -218,6 +221,34 @@ impl Queue {
                     budgets.max_tokens.map(|n| n as i64).into(),
                 ],
             )?;
+            let mut changed = Vec::new();
+            for task in tasks {
+                let rows = db.query(
+                    "SELECT spec FROM kiln_batch_tasks WHERE batch = ?1 AND id = ?2",
+                    &[batch.into(), task.id.as_str().into()],
+                )?;
+                let Some(recorded) = rows.first().and_then(|r| r[0].text()) else {
+                    continue;
+                };
+                let recorded: Option<Task> = serde_json::from_str(recorded).ok();
+                let same = recorded.is_some_and(|r| {
+                    serde_json::to_value(&r).ok() == serde_json::to_value(task).ok()
+                });
+                if !same {
+                    changed.push(task.id.as_str());
+                }
+            }
+            if !changed.is_empty() {
+                return Err(DbError {
+                    what: "task file".into(),
+                    message: format!(
+                        "batch {batch} already holds {} {} with another spec than the task file's (the line was edited since): its recorded result is not this line's; to run the tasks as written, give the batch a new id (`--batch NEW`) or the edited tasks new ids",
+                        if changed.len() == 1 { "task" } else { "tasks" },
+                        changed.join(", ")
+                    ),
+                    transient: false,
+                });
+            }
             let mut added = 0;
             for (seq, task) in tasks.iter().enumerate() {
                 let spec = serde_json::to_string(task).expect("tasks serialize");
